@@ -1,0 +1,53 @@
+/* Datasets: IDX files (Fashion-MNIST, MNIST; gzip or plain) and the CIFAR-10 binary format,
+ * and a batcher that partitions them over P workers with seeded per-epoch shuffles. */
+#ifndef MQGRAD_DATA_H
+#define MQGRAD_DATA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MQ_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
+
+typedef struct {
+    int n;            /* examples */
+    int c, h, w;      /* stored image shape (CIFAR-10: 3 x 32 x 32; IDX: 1 x 28 x 28) */
+    float *images;    /* n x c x h x w, scaled to [0, 1] then normalized */
+    uint8_t *labels;  /* n labels in 0..9 */
+    bool crop;        /* images are larger than 28x28 and get cropped to it */
+} mq_dataset_t;
+
+/* Loads the training or test split of KIND ("fashion-mnist", "mnist" or "cifar10") from DIR.
+ * IDX: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; CIFAR-10: data_batch_{1..5}.bin
+ * and test_batch.bin. A missing, truncated or corrupt file gives NULL and an error naming the
+ * file and what is wrong (wrong magic, size mismatch, label out of range, ...). */
+mq_dataset_t *mq_dataset_load(const char *kind, const char *dir, bool train);
+void mq_dataset_destroy(mq_dataset_t **self_p);
+
+/* Channels of the 28x28 images the batcher produces. */
+int mq_dataset_channels(const mq_dataset_t *d);
+
+/* Walks a dataset in global batches of batch*nparts examples: each epoch is a permutation
+ * drawn from (seed, epoch); global batch k is examples perm[k*B*P .. (k+1)*B*P) and the
+ * worker of rank r takes the r-th slice of B. So P workers with batch B see exactly the
+ * examples one process sees with batch B*P. Crops (random for training, centre for test)
+ * apply when the stored images are larger than 28x28. */
+typedef struct mq_batcher_t mq_batcher_t;
+mq_batcher_t *mq_batcher_new(const mq_dataset_t *d, int rank, int nparts, int batch,
+                             uint64_t seed, bool train);
+void mq_batcher_destroy(mq_batcher_t **self_p);
+/* Positions the batcher at global step K (for a worker that joins late). */
+void mq_batcher_seek(mq_batcher_t *b, uint64_t step);
+/* Fills x (batch x C x 28 x 28) and y with the next batch. */
+void mq_batcher_next(mq_batcher_t *b, float *x, uint8_t *y);
+/* Writes the whole dataset as 28x28 images (centre crop if needed) into x (n x C x 28 x 28). */
+void mq_dataset_export28(const mq_dataset_t *d, float *x);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

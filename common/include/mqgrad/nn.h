@@ -1,0 +1,57 @@
+/* The MQGrad paper's CNN (section 4.1) and a small model of the same layer kinds, forward and
+ * backward on OpenBLAS. Parameters and gradients each live in one flat float array (the
+ * cluster shards it by offset) with a named view per tensor. Input layout is NCHW. */
+#ifndef MQGRAD_NN_H
+#define MQGRAD_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    const char *name; /* "conv1.w", "fc1.b", ... */
+    size_t offset;    /* first element in the flat parameter array */
+    size_t count;     /* elements */
+} mq_tensor_view_t;
+
+typedef struct mq_model_t mq_model_t;
+
+/* Builds model NAME ("paper" or "small") for C input channels of 28x28 images, able to run
+ * batches of up to MAX_BATCH, with L2 coefficient L2 on the big FC weights (fc1.w, fc2.w; the
+ * paper's loss). Parameters are zero until mq_model_init. NULL with an error on a bad name. */
+mq_model_t *mq_model_new(const char *name, int channels, int max_batch, float l2);
+void mq_model_destroy(mq_model_t **self_p);
+
+const char *mq_model_name(const mq_model_t *m);
+size_t mq_model_nparams(const mq_model_t *m);
+size_t mq_model_ntensors(const mq_model_t *m);
+const mq_tensor_view_t *mq_model_tensor(const mq_model_t *m, size_t i);
+float *mq_model_params(mq_model_t *m);
+float *mq_model_grads(mq_model_t *m);
+
+/* Seeded initialization; the same seed gives the same parameters on every machine. */
+void mq_model_init(mq_model_t *m, uint64_t seed);
+
+/* Forward and backward on a batch: x is batch x C x 28 x 28, y holds labels 0..9. Writes the
+ * gradient of (mean cross-entropy + L2 term) into mq_model_grads and returns that loss. */
+float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch);
+
+/* Forward only, in chunks of at most max_batch: adds the summed loss and the number of
+ * correct predictions of the n examples to *loss_sum and *correct. */
+void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, double *loss_sum,
+                   long *correct);
+
+/* w -= lr * g over n values. */
+void mq_sgd_update(float *w, const float *g, size_t n, float lr);
+
+/* The number of threads OpenBLAS may use (0 = its default). */
+void mq_nn_set_threads(int threads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

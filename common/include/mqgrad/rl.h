@@ -1,0 +1,91 @@
+/* Bit-width policies behind one interface: the MQGrad SARSA agent (paper section 3.3,
+ * Algorithm 2), fixed:K, adaptive (Oland & Raj as the paper describes them) and schedule.
+ * No sockets here: a policy sees one observation per training iteration and says which bit
+ * width the next iterations use. */
+#ifndef MQGRAD_RL_H
+#define MQGRAD_RL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the scheduler tells the agent about one finished iteration. */
+typedef struct {
+    uint64_t iter;       /* m */
+    double loss;         /* global loss L^m (mean over workers) */
+    double iter_ms;      /* wall time of iteration m, milliseconds (excluding evaluation) */
+    double grad_sqmean;  /* mean of g^2 over the quantized tensors (mean over workers) */
+    double grad_range;   /* mean over workers of (max - min) of the quantized tensors */
+    uint64_t total_iters;/* planned iterations of the run (0 = unknown), for schedule */
+    double progress;     /* fraction of the run's budget used, 0..1, for schedule */
+} mq_observation_t;
+
+/* Every hyper-parameter of the paper, with the paper's values as defaults
+ * (mq_policy_opts_default). */
+typedef struct {
+    int T;               /* iterations per MDP step (5) */
+    double alpha;        /* loss smoothing, equation (1) (0.01) */
+    double epsilon;      /* epsilon-greedy (0.1) */
+    double eta;          /* SARSA learning rate (0.1) */
+    double discount;     /* SARSA discount delta (0.9) */
+    double gamma;        /* reward scale, equation (2) (300) */
+    int min_bits;        /* 2 */
+    int max_bits;        /* 8 */
+    int start_bits;      /* n_0 (2) */
+    int hidden;          /* Q-network hidden units (10) */
+    double tau;          /* adaptive: noise threshold relative to mean(g^2) */
+    uint64_t seed;       /* weights init and exploration */
+} mq_policy_opts_t;
+
+void mq_policy_opts_default(mq_policy_opts_t *o);
+
+typedef struct mq_policy_t mq_policy_t;
+
+/* Makes a policy from SPEC: "mqgrad", "fixed:K", "adaptive", "schedule". NULL with an error
+ * on a bad spec or options. */
+mq_policy_t *mq_policy_new(const char *spec, const mq_policy_opts_t *opts);
+void mq_policy_destroy(mq_policy_t **self_p);
+
+/* Feeds one observation (iterations arrive in order; a repeated or older iteration is
+ * ignored and returns the current bits). Returns the bit width to use from iteration
+ * obs->iter + 1 on. A decision (MDP step) happens when a window of T observations is
+ * complete; between decisions the answer is the current bits. */
+int mq_policy_observe(mq_policy_t *p, const mq_observation_t *obs);
+
+/* What a query shows. q_values has one entry per bit width min..max (NaN where the policy
+ * has none). */
+typedef struct {
+    char spec[64];
+    int bits;
+    uint64_t step;        /* MDP steps (decisions) taken */
+    uint64_t iter;        /* last observed iteration */
+    uint64_t observations;
+    double last_reward;   /* NaN before the first */
+    int nq;
+    double q_values[16];
+} mq_policy_status_t;
+void mq_policy_status(const mq_policy_t *p, mq_policy_status_t *st);
+
+/* Serializes the whole state (spec, options, weights, MDP state, rng, decision history) to a
+ * malloc'd buffer; mq_policy_restore rebuilds a policy from it, bit-exactly. A corrupt or
+ * incompatible buffer gives NULL and an error saying what is wrong. */
+int mq_policy_save(const mq_policy_t *p, uint8_t **buf, size_t *len);
+mq_policy_t *mq_policy_restore(const uint8_t *buf, size_t len);
+
+/* The decision history: one entry per MDP step. */
+typedef struct {
+    uint64_t step, iter;
+    int bits;
+    int action;
+    double reward;
+} mq_decision_t;
+size_t mq_policy_history(const mq_policy_t *p, const mq_decision_t **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

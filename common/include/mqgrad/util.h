@@ -1,0 +1,77 @@
+/* Small shared helpers: error messages for callers, logging with a level filter, clocks,
+ * environment-backed defaults and a seedable random generator whose state can be saved. */
+#ifndef MQGRAD_UTIL_H
+#define MQGRAD_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors -------------------------------------------------------------------------
+ * A function that fails returns -1 (or NULL) and leaves a message with mq_err_set; the
+ * caller reads it with mq_err_last. The message is per thread. */
+void mq_err_set(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+const char *mq_err_last(void);
+
+/* ---- logging ------------------------------------------------------------------------
+ * Every line says which service and rank it comes from; the level filter comes from
+ * MQGRAD_LOG_LEVEL (error, warn, info, debug; default info) or mq_log_set_level. */
+typedef enum { MQ_LOG_ERROR = 0, MQ_LOG_WARN, MQ_LOG_INFO, MQ_LOG_DEBUG } mq_log_level_t;
+void mq_log_set_level(mq_log_level_t level);
+int mq_log_parse_level(const char *name, mq_log_level_t *out);
+/* Sets this thread's tag ("server 1", "worker 3") printed on each of its lines. */
+void mq_log_set_tag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void mq_log(mq_log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define mq_error(...) mq_log(MQ_LOG_ERROR, __VA_ARGS__)
+#define mq_warn(...) mq_log(MQ_LOG_WARN, __VA_ARGS__)
+#define mq_info(...) mq_log(MQ_LOG_INFO, __VA_ARGS__)
+#define mq_debug(...) mq_log(MQ_LOG_DEBUG, __VA_ARGS__)
+
+/* ---- clocks -------------------------------------------------------------------------*/
+/* Monotonic time in seconds / microseconds since an arbitrary origin. */
+double mq_now_s(void);
+int64_t mq_now_us(void);
+
+/* ---- environment defaults -----------------------------------------------------------
+ * The value of environment variable NAME if set and non-empty, else DEF. */
+const char *mq_env_str(const char *name, const char *def);
+
+/* Strict number parsing for flags and variables: the whole string must be a number in
+ * [lo, hi]. On failure sets an error naming WHAT and returns -1. */
+int mq_parse_long(const char *what, const char *s, long lo, long hi, long *out);
+int mq_parse_double(const char *what, const char *s, double lo, double hi, double *out);
+
+/* ---- random numbers -----------------------------------------------------------------
+ * xoshiro256** seeded through splitmix64: fast, good quality, and its whole state is the
+ * four public words below, so it can be saved and restored bit-exactly. */
+typedef struct {
+    uint64_t s[4];
+} mq_rng_t;
+
+void mq_rng_seed(mq_rng_t *rng, uint64_t seed);
+uint64_t mq_rng_next(mq_rng_t *rng);
+/* Uniform in [0, 1) with 24 (float) or 53 (double) random bits. */
+float mq_rng_float(mq_rng_t *rng);
+double mq_rng_double(mq_rng_t *rng);
+/* Uniform integer in [0, n), n > 0, without modulo bias. */
+uint64_t mq_rng_below(mq_rng_t *rng, uint64_t n);
+/* Standard normal (Box-Muller). */
+double mq_rng_normal(mq_rng_t *rng);
+
+/* ---- files --------------------------------------------------------------------------
+ * Writes LEN bytes to PATH atomically: a temporary file beside it, fsync, rename, fsync of
+ * the directory. Either the old or the new content survives a crash. */
+int mq_write_file_atomic(const char *path, const void *data, size_t len);
+/* Reads a whole file into a malloc'd buffer (NUL-terminated, length without the NUL). */
+int mq_read_file(const char *path, char **data, size_t *len);
+/* mkdir -p. */
+int mq_mkdirs(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

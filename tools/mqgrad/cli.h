@@ -1,0 +1,20 @@
+/* The mqgrad command line: one file per subcommand, each an mq_cmd_<name> taking the
+ * arguments after the subcommand name (argv[0] is the subcommand). Exit codes: 0 success,
+ * 1 failure while running, 2 bad usage (flags, files, values). */
+#ifndef MQGRAD_CLI_H
+#define MQGRAD_CLI_H
+
+typedef int(mq_cmd_fn)(int argc, char **argv);
+
+typedef struct {
+    const char *name;
+    mq_cmd_fn *fn;
+    const char *summary;
+} mq_cmd_t;
+
+/* The table, defined in main.c; ends with a NULL name. */
+extern const mq_cmd_t mq_cmds[];
+
+int mq_cmd_train(int argc, char **argv);
+
+#endif

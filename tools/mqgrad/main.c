@@ -1,0 +1,35 @@
+/* mqgrad: the command line front door. Dispatches to one subcommand per file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+const mq_cmd_t mq_cmds[] = {
+    {"train", mq_cmd_train, "train in one process, no network (the reference)"},
+    {NULL, NULL, NULL},
+};
+
+static void s_usage(FILE *out)
+{
+    fprintf(out, "usage: mqgrad COMMAND [FLAGS]   (mqgrad COMMAND --help for its flags)\n\n");
+    for (const mq_cmd_t *c = mq_cmds; c->name; c++)
+        fprintf(out, "  %-10s %s\n", c->name, c->summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        s_usage(stderr);
+        return 2;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        s_usage(stdout);
+        return 0;
+    }
+    for (const mq_cmd_t *c = mq_cmds; c->name; c++)
+        if (strcmp(argv[1], c->name) == 0)
+            return c->fn(argc - 1, argv + 1);
+    fprintf(stderr, "mqgrad: unknown command '%s'\n\n", argv[1]);
+    s_usage(stderr);
+    return 2;
+}
