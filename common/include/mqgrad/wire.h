@@ -1,0 +1,214 @@
+/* The wire: mqgrad messages as multipart ZeroMQ messages (a packed protobuf Meta frame, then
+ * one raw payload frame per tensor header). This is the only module that knows protobuf;
+ * services see the plain C struct mq_msg_t.
+ *
+ * Receiving validates everything that can be checked without knowing the receiver's state:
+ * protocol version, message type, frame count against the tensor headers, each payload's
+ * length against its header and against the codec's exact size, codec and bits in range,
+ * finite range headers and fp32 values. State-dependent checks (is the rank registered, is
+ * the iteration current, is the shard ours) belong to the service, which counts drops by
+ * reason through mq_drops_t. */
+#ifndef MQGRAD_WIRE_H
+#define MQGRAD_WIRE_H
+
+#include <czmq.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mqgrad/quant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MQ_WIRE_VERSION 1
+#define MQ_WIRE_MAX_TENSORS 32
+#define MQ_WIRE_MAX_SERVERS 64
+#define MQ_WIRE_MAX_PEER 256
+#define MQ_WIRE_MAX_TEXT 256
+#define MQ_WIRE_MAX_Q 16
+/* Largest message any socket accepts (ZMQ_MAXMSGSIZE): the paper model's fp32 gradient is
+ * 64 MB, so 256 MB leaves room while refusing absurd frames. */
+#define MQ_WIRE_MAX_MSG (256LL << 20)
+
+typedef enum {
+    MQ_MSG_UNKNOWN = 0,
+    MQ_MSG_REGISTER,
+    MQ_MSG_WELCOME,
+    MQ_MSG_ITERATE,
+    MQ_MSG_PUSH,
+    MQ_MSG_AGGREGATE,
+    MQ_MSG_REPORT,
+    MQ_MSG_OBSERVE,
+    MQ_MSG_DECISION,
+    MQ_MSG_QUERY,
+    MQ_MSG_STATUS,
+    MQ_MSG_POLICY_SET,
+    MQ_MSG_PING,
+    MQ_MSG_PONG,
+    MQ_MSG_STOP,
+    MQ_MSG_ERROR,
+    MQ_MSG_HEARTBEAT,
+    MQ_MSG_COUNT_
+} mq_msg_type_t;
+
+const char *mq_msg_type_name(mq_msg_type_t t);
+
+typedef enum { MQ_ROLE_NONE = 0, MQ_ROLE_WORKER = 1, MQ_ROLE_SERVER = 2 } mq_role_t;
+
+/* Why a message was dropped. Wire-level reasons come from mq_wire_recv; the rest are the
+ * services' own checks. */
+typedef enum {
+    MQ_DROP_NONE = 0,
+    MQ_DROP_GARBAGE,        /* Meta does not parse */
+    MQ_DROP_VERSION,        /* protocol version mismatch */
+    MQ_DROP_TYPE,           /* unknown type, or a type this service does not take */
+    MQ_DROP_FRAMES,         /* frame count differs from the tensor headers */
+    MQ_DROP_LENGTH,         /* payload length differs from its header or the codec's size */
+    MQ_DROP_CODEC,          /* unknown codec, bits out of range, bad bucket */
+    MQ_DROP_NONFINITE,      /* NaN/Inf in a range header, fp32 payload or scalar field */
+    MQ_DROP_RANK,           /* rank not registered, or not this peer's */
+    MQ_DROP_ITER,           /* stale or future iteration */
+    MQ_DROP_SHARD,          /* shard index out of range or not ours */
+    MQ_DROP_LAYOUT,         /* tensor slices do not match the shard's layout */
+    MQ_DROP_DUPLICATE,      /* a second copy of something already counted */
+    MQ_DROP_TOO_MANY,       /* more tensors, servers or bytes than the limits */
+    MQ_DROP_COUNT_
+} mq_drop_t;
+
+const char *mq_drop_name(mq_drop_t r);
+
+typedef struct {
+    char name[32];
+    uint64_t offset, count;
+    mq_codec_t codec;
+    uint64_t payload_len;
+} mq_tensor_hdr_t;
+
+typedef struct {
+    char model[16];
+    char dataset[16];
+    uint32_t batch;
+    uint64_t seed;
+    float l2;
+    uint32_t workers, servers;
+    uint64_t quant_threshold;
+    uint32_t bucket;
+    bool stochastic;
+    bool error_feedback;
+    double link_mbps;
+    bool fp32;
+    uint32_t eval_limit;
+} mq_run_config_t;
+
+typedef struct {
+    double loss, grad_sqmean, grad_range;
+    double compute_ms, encode_ms, wait_ms, decode_ms, update_ms;
+    uint64_t bytes_up, bytes_down;
+    bool evaluated;
+    uint64_t eval_correct, eval_total;
+    double eval_loss_sum, eval_ms;
+} mq_report_t;
+
+typedef struct {
+    double loss, iter_ms, grad_sqmean, grad_range;
+    uint64_t total_iters;
+    double progress;
+} mq_obs_msg_t;
+
+typedef struct {
+    char policy[64];
+    uint32_t bits;
+    uint64_t step, iter, observations;
+    double last_reward;
+    uint32_t nq;
+    double q_values[MQ_WIRE_MAX_Q];
+    uint64_t decisions, fallbacks;
+    uint32_t min_bits;
+} mq_status_msg_t;
+
+/* A payload to send. With free_fn set, the bytes are sent without copying and free_fn(data,
+ * hint) runs (on a ZeroMQ I/O thread) once ZeroMQ no longer needs them; without it they are
+ * copied into the message. */
+typedef void(mq_free_fn)(void *data, void *hint);
+typedef struct {
+    const void *data;
+    size_t len;
+    mq_free_fn *free_fn;
+    void *hint;
+} mq_payload_t;
+
+/* One message: header fields plus, after a receive, the payload frames. Only the fields of
+ * the message's type are meaningful. Reuse one per socket: mq_msg_reset releases frames. */
+typedef struct {
+    mq_msg_type_t type;
+    uint8_t peer[MQ_WIRE_MAX_PEER]; /* ROUTER routing id (received from / to send to) */
+    size_t peer_len;
+    uint64_t iter;
+    uint32_t rank, shard;
+    uint64_t incarnation;
+    mq_role_t role;
+    char endpoint[MQ_WIRE_MAX_TEXT];
+    uint32_t nservers;
+    char servers[MQ_WIRE_MAX_SERVERS][MQ_WIRE_MAX_TEXT];
+    mq_run_config_t config;
+    uint32_t bits;
+    float lr;
+    bool evaluate;
+    mq_report_t report;
+    mq_obs_msg_t obs;
+    mq_status_msg_t status;
+    char text[MQ_WIRE_MAX_TEXT];
+    uint32_t ntensors;
+    mq_tensor_hdr_t tensors[MQ_WIRE_MAX_TENSORS];
+    /* received payloads (valid until mq_msg_reset or the next receive) */
+    const uint8_t *payload[MQ_WIRE_MAX_TENSORS];
+    size_t payload_len[MQ_WIRE_MAX_TENSORS];
+    size_t wire_bytes; /* bytes of all frames, as received or sent */
+    zmq_msg_t frames_[MQ_WIRE_MAX_TENSORS];
+    uint32_t nframes_;
+} mq_msg_t;
+
+/* Zeroes the header fields of MSG for a new message of TYPE (keeps nothing of the last). */
+void mq_msg_init(mq_msg_t *msg, mq_msg_type_t type);
+/* Releases received payload frames. Safe to call twice. */
+void mq_msg_reset(mq_msg_t *msg);
+
+/* Sets the socket options every mqgrad socket gets: ZMQ_MAXMSGSIZE, linger, and for ROUTER
+ * sockets ZMQ_ROUTER_MANDATORY (an unroutable send fails instead of vanishing). */
+void mq_wire_prepare(zsock_t *sock, int linger_ms);
+
+/* Sends MSG with NPAYLOADS payloads (one per msg->tensors entry; ntensors must equal
+ * npayloads). On a ROUTER socket msg->peer is the destination. Returns 0, or -1 with an
+ * error (e.g. unroutable peer). The payloads' free functions run whatever happens. */
+int mq_wire_send(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads, size_t npayloads);
+
+/* Sends the same MSG and payloads to NPEERS peers of a ROUTER socket, sharing the payload
+ * bytes (reference-counted ZeroMQ messages: no copy per peer). peers[i]/peer_lens[i] are the
+ * routing ids. Returns the number of peers it could not reach (0 on full success). */
+int mq_wire_send_many(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads,
+                      size_t npayloads, uint8_t (*peers)[MQ_WIRE_MAX_PEER],
+                      const size_t *peer_lens, size_t npeers);
+
+/* Receives one message into MSG (non-blocking if the socket has a receive timeout or
+ * nothing is ready: returns -1 with *drop = MQ_DROP_NONE and errno EAGAIN). On success 0.
+ * A message that fails validation is consumed whole and gives -1 with *drop set to the
+ * reason and an error describing it; msg->peer then says who sent it when known. */
+int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop);
+
+/* Drop accounting: counts per reason; logs the first drop for each (peer, reason) pair
+ * only, so a misbehaving peer cannot flood the log. */
+typedef struct {
+    uint64_t count[MQ_DROP_COUNT_];
+    uint64_t seen_[64]; /* hashes of (peer, reason) already logged */
+    size_t nseen_;
+} mq_drops_t;
+void mq_drops_note(mq_drops_t *d, mq_drop_t reason, const uint8_t *peer, size_t peer_len,
+                   const char *detail);
+uint64_t mq_drops_total(const mq_drops_t *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,651 @@
+/* Wire module: packs and unpacks mq_msg_t as a protobuf Meta frame plus raw payload frames,
+ * sends payloads without copying, and validates everything it receives. The only file that
+ * includes the generated protobuf-c header. */
+#include "mqgrad/wire.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "mqgrad.pb-c.h"
+#include "mqgrad/util.h"
+
+/* Meta frames are small; anything bigger than this is garbage or an attack. */
+#define S_MAX_META (64 * 1024)
+#define S_ARENA_SIZE (256 * 1024)
+
+/* ---- names ------------------------------------------------------------------------ */
+
+const char *mq_msg_type_name(mq_msg_type_t t)
+{
+    static const char *names[] = {"unknown", "register", "welcome",    "iterate", "push",
+                                  "aggregate", "report", "observe",    "decision", "query",
+                                  "status",  "policy-set", "ping",      "pong",    "stop",
+                                  "error",   "heartbeat"};
+    return (t >= 0 && t < MQ_MSG_COUNT_) ? names[t] : "invalid";
+}
+
+const char *mq_drop_name(mq_drop_t r)
+{
+    static const char *names[] = {"none",      "garbage", "version",   "type",   "frames",
+                                  "length",    "codec",   "nonfinite", "rank",   "iter",
+                                  "shard",     "layout",  "duplicate", "too_many"};
+    return (r >= 0 && r < MQ_DROP_COUNT_) ? names[r] : "invalid";
+}
+
+/* ---- message lifecycle -------------------------------------------------------------- */
+
+void mq_msg_init(mq_msg_t *msg, mq_msg_type_t type)
+{
+    mq_msg_reset(msg);
+    /* Keep the peer: replies go back to whoever sent the request. */
+    uint8_t peer[MQ_WIRE_MAX_PEER];
+    size_t peer_len = msg->peer_len;
+    memcpy(peer, msg->peer, peer_len);
+    memset(msg, 0, offsetof(mq_msg_t, frames_));
+    memcpy(msg->peer, peer, peer_len);
+    msg->peer_len = peer_len;
+    msg->type = type;
+}
+
+void mq_msg_reset(mq_msg_t *msg)
+{
+    for (uint32_t i = 0; i < msg->nframes_; i++)
+        zmq_msg_close(&msg->frames_[i]);
+    msg->nframes_ = 0;
+    for (uint32_t i = 0; i < MQ_WIRE_MAX_TENSORS; i++) {
+        msg->payload[i] = NULL;
+        msg->payload_len[i] = 0;
+    }
+}
+
+void mq_wire_prepare(zsock_t *sock, int linger_ms)
+{
+    void *h = zsock_resolve(sock);
+    int64_t max = MQ_WIRE_MAX_MSG;
+    zmq_setsockopt(h, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    zsock_set_linger(sock, linger_ms);
+    zsock_set_sndtimeo(sock, 10000);
+    if (zsock_type(sock) == ZMQ_ROUTER)
+        zsock_set_router_mandatory(sock, 1);
+}
+
+/* ---- packing ------------------------------------------------------------------------ */
+
+static void s_config_to_pb(const mq_run_config_t *c, Mqgrad__RunConfig *pb)
+{
+    pb->model = (char *)c->model;
+    pb->dataset = (char *)c->dataset;
+    pb->batch = c->batch;
+    pb->seed = c->seed;
+    pb->l2 = c->l2;
+    pb->workers = c->workers;
+    pb->servers = c->servers;
+    pb->quant_threshold = c->quant_threshold;
+    pb->bucket = c->bucket;
+    pb->stochastic = c->stochastic;
+    pb->error_feedback = c->error_feedback;
+    pb->link_mbps = c->link_mbps;
+    pb->fp32 = c->fp32;
+    pb->eval_limit = c->eval_limit;
+}
+
+static void s_report_to_pb(const mq_report_t *r, Mqgrad__Report *pb)
+{
+    pb->loss = r->loss;
+    pb->grad_sqmean = r->grad_sqmean;
+    pb->grad_range = r->grad_range;
+    pb->compute_ms = r->compute_ms;
+    pb->encode_ms = r->encode_ms;
+    pb->wait_ms = r->wait_ms;
+    pb->decode_ms = r->decode_ms;
+    pb->update_ms = r->update_ms;
+    pb->bytes_up = r->bytes_up;
+    pb->bytes_down = r->bytes_down;
+    pb->evaluated = r->evaluated;
+    pb->eval_correct = r->eval_correct;
+    pb->eval_total = r->eval_total;
+    pb->eval_loss_sum = r->eval_loss_sum;
+    pb->eval_ms = r->eval_ms;
+}
+
+static void s_status_to_pb(mq_status_msg_t *s, Mqgrad__Status *pb)
+{
+    pb->policy = s->policy;
+    pb->bits = s->bits;
+    pb->step = s->step;
+    pb->iter = s->iter;
+    pb->observations = s->observations;
+    pb->last_reward = s->last_reward;
+    pb->n_q_values = s->nq > MQ_WIRE_MAX_Q ? MQ_WIRE_MAX_Q : s->nq;
+    pb->q_values = s->q_values;
+    pb->decisions = s->decisions;
+    pb->fallbacks = s->fallbacks;
+    pb->min_bits = s->min_bits;
+}
+
+/* Packs MSG's Meta into a per-thread buffer that grows as needed (rarely: Meta is small). */
+static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
+{
+    static _Thread_local uint8_t *buf;
+    static _Thread_local size_t cap;
+    Mqgrad__Meta meta = MQGRAD__META__INIT;
+    Mqgrad__RunConfig config = MQGRAD__RUN_CONFIG__INIT;
+    Mqgrad__Report report = MQGRAD__REPORT__INIT;
+    Mqgrad__Observation obs = MQGRAD__OBSERVATION__INIT;
+    Mqgrad__Status status = MQGRAD__STATUS__INIT;
+    Mqgrad__TensorHeader th[MQ_WIRE_MAX_TENSORS];
+    Mqgrad__TensorHeader *thp[MQ_WIRE_MAX_TENSORS];
+    char *servers[MQ_WIRE_MAX_SERVERS];
+
+    meta.version = MQ_WIRE_VERSION;
+    meta.type = (Mqgrad__MsgType)msg->type;
+    meta.iter = msg->iter;
+    meta.rank = msg->rank;
+    meta.shard = msg->shard;
+    meta.incarnation = msg->incarnation;
+    meta.role = (Mqgrad__Role)msg->role;
+    meta.endpoint = msg->endpoint;
+    meta.bits = msg->bits;
+    meta.lr = msg->lr;
+    meta.evaluate = msg->evaluate;
+    meta.text = msg->text;
+    if (msg->nservers > MQ_WIRE_MAX_SERVERS || msg->ntensors > MQ_WIRE_MAX_TENSORS) {
+        mq_err_set("too many servers (%u) or tensors (%u)", msg->nservers, msg->ntensors);
+        return -1;
+    }
+    for (uint32_t i = 0; i < msg->nservers; i++)
+        servers[i] = msg->servers[i];
+    meta.n_servers = msg->nservers;
+    meta.servers = servers;
+    switch (msg->type) {
+    case MQ_MSG_WELCOME:
+        s_config_to_pb(&msg->config, &config);
+        meta.config = &config;
+        break;
+    case MQ_MSG_REPORT:
+        s_report_to_pb(&msg->report, &report);
+        meta.report = &report;
+        break;
+    case MQ_MSG_OBSERVE:
+        obs.loss = msg->obs.loss;
+        obs.iter_ms = msg->obs.iter_ms;
+        obs.grad_sqmean = msg->obs.grad_sqmean;
+        obs.grad_range = msg->obs.grad_range;
+        obs.total_iters = msg->obs.total_iters;
+        obs.progress = msg->obs.progress;
+        meta.observation = &obs;
+        break;
+    case MQ_MSG_STATUS:
+    case MQ_MSG_DECISION:
+        s_status_to_pb(&msg->status, &status);
+        meta.status = &status;
+        break;
+    default:
+        break;
+    }
+    for (uint32_t i = 0; i < msg->ntensors; i++) {
+        const mq_tensor_hdr_t *h = &msg->tensors[i];
+        mqgrad__tensor_header__init(&th[i]);
+        th[i].name = (char *)h->name;
+        th[i].offset = h->offset;
+        th[i].count = h->count;
+        th[i].codec = (uint32_t)h->codec.kind;
+        th[i].bits = (uint32_t)h->codec.bits;
+        th[i].bucket = h->codec.bucket;
+        th[i].stochastic = h->codec.stochastic;
+        th[i].payload_len = h->payload_len;
+        thp[i] = &th[i];
+    }
+    meta.n_tensors = msg->ntensors;
+    meta.tensors = thp;
+
+    size_t need = mqgrad__meta__get_packed_size(&meta);
+    if (need > cap) {
+        uint8_t *bigger = realloc(buf, need);
+        if (!bigger) {
+            mq_err_set("out of memory packing a %zu-byte meta", need);
+            return -1;
+        }
+        buf = bigger;
+        cap = need;
+    }
+    *out_len = mqgrad__meta__pack(&meta, buf);
+    *out = buf;
+    return 0;
+}
+
+/* ---- sending ------------------------------------------------------------------------ */
+
+static void s_payload_msg(zmq_msg_t *zm, const mq_payload_t *p)
+{
+    if (p->free_fn && p->len > 0) {
+        zmq_msg_init_data(zm, (void *)p->data, p->len, p->free_fn, p->hint);
+    } else {
+        zmq_msg_init_size(zm, p->len);
+        if (p->len)
+            memcpy(zmq_msg_data(zm), p->data, p->len);
+        if (p->free_fn)
+            p->free_fn((void *)p->data, p->hint);
+    }
+}
+
+/* Builds the meta and payload zmq messages. Fills frames[0] with the meta. */
+static int s_build(mq_msg_t *msg, const mq_payload_t *payloads, size_t np, zmq_msg_t *frames)
+{
+    uint8_t *meta;
+    size_t meta_len;
+    if (np != msg->ntensors) {
+        mq_err_set("%s: %zu payloads for %u tensor headers", mq_msg_type_name(msg->type), np,
+                   msg->ntensors);
+        goto err;
+    }
+    for (size_t i = 0; i < np; i++)
+        msg->tensors[i].payload_len = payloads[i].len;
+    if (s_pack_meta(msg, &meta, &meta_len) != 0)
+        goto err;
+    zmq_msg_init_size(&frames[0], meta_len);
+    memcpy(zmq_msg_data(&frames[0]), meta, meta_len);
+    msg->wire_bytes = meta_len;
+    for (size_t i = 0; i < np; i++) {
+        s_payload_msg(&frames[1 + i], &payloads[i]);
+        msg->wire_bytes += payloads[i].len;
+    }
+    return 0;
+err:
+    for (size_t i = 0; i < np; i++)
+        if (payloads[i].free_fn)
+            payloads[i].free_fn((void *)payloads[i].data, payloads[i].hint);
+    return -1;
+}
+
+/* Sends NF frames (after an optional routing id); closes every frame whatever happens. */
+static int s_send_frames(void *h, const uint8_t *peer, size_t peer_len, zmq_msg_t *frames,
+                         size_t nf)
+{
+    size_t i = 0;
+    int rc = 0;
+    if (peer_len > 0 && zmq_send(h, peer, peer_len, ZMQ_SNDMORE) < 0) {
+        mq_err_set("cannot route to peer: %s", zmq_strerror(errno));
+        rc = -1;
+    }
+    for (; rc == 0 && i < nf; i++) {
+        if (zmq_msg_send(&frames[i], h, i + 1 < nf ? ZMQ_SNDMORE : 0) < 0) {
+            mq_err_set("send failed: %s", zmq_strerror(errno));
+            rc = -1;
+            zmq_msg_close(&frames[i]);
+        }
+    }
+    for (; i < nf; i++)
+        zmq_msg_close(&frames[i]);
+    return rc;
+}
+
+int mq_wire_send(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads, size_t npayloads)
+{
+    zmq_msg_t frames[MQ_WIRE_MAX_TENSORS + 1];
+    if (s_build(msg, payloads, npayloads, frames) != 0)
+        return -1;
+    bool router = zsock_type(sock) == ZMQ_ROUTER;
+    return s_send_frames(zsock_resolve(sock), msg->peer, router ? msg->peer_len : 0, frames,
+                         npayloads + 1);
+}
+
+int mq_wire_send_many(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads,
+                      size_t npayloads, uint8_t (*peers)[MQ_WIRE_MAX_PEER],
+                      const size_t *peer_lens, size_t npeers)
+{
+    zmq_msg_t base[MQ_WIRE_MAX_TENSORS + 1], copy[MQ_WIRE_MAX_TENSORS + 1];
+    if (s_build(msg, payloads, npayloads, base) != 0)
+        return (int)npeers;
+    int failed = 0;
+    for (size_t p = 0; p < npeers; p++) {
+        for (size_t i = 0; i <= npayloads; i++) {
+            zmq_msg_init(&copy[i]);
+            zmq_msg_copy(&copy[i], &base[i]); /* shares the bytes, counts a reference */
+        }
+        if (s_send_frames(zsock_resolve(sock), peers[p], peer_lens[p], copy, npayloads + 1))
+            failed++;
+    }
+    for (size_t i = 0; i <= npayloads; i++)
+        zmq_msg_close(&base[i]);
+    return failed;
+}
+
+/* ---- receiving ---------------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t mem[S_ARENA_SIZE];
+    size_t used;
+} s_arena_t;
+
+static void *s_arena_alloc(void *data, size_t size)
+{
+    s_arena_t *a = data;
+    size = (size + 15) & ~(size_t)15;
+    if (size > sizeof a->mem - a->used)
+        return NULL;
+    void *p = a->mem + a->used;
+    a->used += size;
+    return p;
+}
+
+static void s_arena_free(void *data, void *ptr)
+{
+    (void)data;
+    (void)ptr; /* released all at once when the arena is reset */
+}
+
+static void s_copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+static bool s_finite_floats(const uint8_t *p, size_t n)
+{
+    uint32_t bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, p + 4 * i, 4);
+        bad |= ((u & 0x7f800000u) == 0x7f800000u);
+    }
+    return !bad;
+}
+
+/* Checks one tensor header against its payload frame. */
+static mq_drop_t s_check_tensor(const Mqgrad__TensorHeader *t, size_t frame_len,
+                                mq_tensor_hdr_t *out, const uint8_t *data)
+{
+    s_copy_str(out->name, sizeof out->name, t->name);
+    out->offset = t->offset;
+    out->count = t->count;
+    out->payload_len = t->payload_len;
+    out->codec.kind = (mq_codec_kind_t)t->codec;
+    out->codec.bits = (int)t->bits;
+    out->codec.bucket = t->bucket;
+    out->codec.stochastic = t->stochastic;
+    if (t->codec == MQ_CODEC_NONE)
+        out->codec.bits = 32;
+    if (t->count > (1ULL << 32) || t->offset > (1ULL << 40)) {
+        mq_err_set("tensor '%s': count %llu or offset %llu out of range", out->name,
+                   (unsigned long long)t->count, (unsigned long long)t->offset);
+        return MQ_DROP_TOO_MANY;
+    }
+    if (mq_codec_validate(&out->codec) != 0)
+        return MQ_DROP_CODEC;
+    size_t want = mq_codec_payload_size(&out->codec, t->count);
+    if (t->payload_len != frame_len || frame_len != want) {
+        mq_err_set("tensor '%s': payload is %zu bytes, header says %llu, codec needs %zu",
+                   out->name, frame_len, (unsigned long long)t->payload_len, want);
+        return MQ_DROP_LENGTH;
+    }
+    size_t nfloats = out->codec.kind == MQ_CODEC_NONE
+                         ? t->count
+                         : 2 * mq_codec_nbuckets(&out->codec, t->count);
+    if (!s_finite_floats(data, nfloats)) {
+        mq_err_set("tensor '%s': non-finite %s", out->name,
+                   out->codec.kind == MQ_CODEC_NONE ? "value" : "range");
+        return MQ_DROP_NONFINITE;
+    }
+    if (out->codec.kind == MQ_CODEC_UNIFORM) {
+        for (size_t b = 0; b < nfloats; b += 2) {
+            float lo, hi;
+            memcpy(&lo, data + 4 * b, 4);
+            memcpy(&hi, data + 4 * b + 4, 4);
+            if (lo > hi) {
+                mq_err_set("tensor '%s': bucket %zu has min %g > max %g", out->name, b / 2, lo,
+                           hi);
+                return MQ_DROP_NONFINITE;
+            }
+        }
+    }
+    return MQ_DROP_NONE;
+}
+
+static void s_config_from_pb(const Mqgrad__RunConfig *pb, mq_run_config_t *c)
+{
+    s_copy_str(c->model, sizeof c->model, pb->model);
+    s_copy_str(c->dataset, sizeof c->dataset, pb->dataset);
+    c->batch = pb->batch;
+    c->seed = pb->seed;
+    c->l2 = pb->l2;
+    c->workers = pb->workers;
+    c->servers = pb->servers;
+    c->quant_threshold = pb->quant_threshold;
+    c->bucket = pb->bucket;
+    c->stochastic = pb->stochastic;
+    c->error_feedback = pb->error_feedback;
+    c->link_mbps = pb->link_mbps;
+    c->fp32 = pb->fp32;
+    c->eval_limit = pb->eval_limit;
+}
+
+static void s_report_from_pb(const Mqgrad__Report *pb, mq_report_t *r)
+{
+    r->loss = pb->loss;
+    r->grad_sqmean = pb->grad_sqmean;
+    r->grad_range = pb->grad_range;
+    r->compute_ms = pb->compute_ms;
+    r->encode_ms = pb->encode_ms;
+    r->wait_ms = pb->wait_ms;
+    r->decode_ms = pb->decode_ms;
+    r->update_ms = pb->update_ms;
+    r->bytes_up = pb->bytes_up;
+    r->bytes_down = pb->bytes_down;
+    r->evaluated = pb->evaluated;
+    r->eval_correct = pb->eval_correct;
+    r->eval_total = pb->eval_total;
+    r->eval_loss_sum = pb->eval_loss_sum;
+    r->eval_ms = pb->eval_ms;
+}
+
+static void s_status_from_pb(const Mqgrad__Status *pb, mq_status_msg_t *s)
+{
+    s_copy_str(s->policy, sizeof s->policy, pb->policy);
+    s->bits = pb->bits;
+    s->step = pb->step;
+    s->iter = pb->iter;
+    s->observations = pb->observations;
+    s->last_reward = pb->last_reward;
+    s->nq = pb->n_q_values > MQ_WIRE_MAX_Q ? MQ_WIRE_MAX_Q : (uint32_t)pb->n_q_values;
+    for (uint32_t i = 0; i < s->nq; i++)
+        s->q_values[i] = pb->q_values[i];
+    s->decisions = pb->decisions;
+    s->fallbacks = pb->fallbacks;
+    s->min_bits = pb->min_bits;
+}
+
+/* The scalar fields a peer could poison the run with must be finite. */
+static bool s_scalars_finite(const mq_msg_t *m)
+{
+    const mq_report_t *r = &m->report;
+    const mq_obs_msg_t *o = &m->obs;
+    return isfinite(m->lr) && isfinite(r->loss) && isfinite(r->grad_sqmean) &&
+           isfinite(r->grad_range) && isfinite(r->compute_ms) && isfinite(r->encode_ms) &&
+           isfinite(r->wait_ms) && isfinite(r->decode_ms) && isfinite(r->update_ms) &&
+           isfinite(r->eval_loss_sum) && isfinite(r->eval_ms) && isfinite(o->loss) &&
+           isfinite(o->iter_ms) && isfinite(o->grad_sqmean) && isfinite(o->grad_range) &&
+           isfinite(o->progress) && isfinite(m->config.link_mbps) && isfinite(m->config.l2);
+}
+
+/* Converts an unpacked Meta into MSG and validates the payload frames against it. */
+static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
+{
+    if (meta->version != MQ_WIRE_VERSION) {
+        mq_err_set("protocol version %u, expected %u", meta->version, MQ_WIRE_VERSION);
+        return MQ_DROP_VERSION;
+    }
+    if ((int)meta->type <= 0 || (int)meta->type >= (int)MQ_MSG_COUNT_) {
+        mq_err_set("unknown message type %d", (int)meta->type);
+        return MQ_DROP_TYPE;
+    }
+    if (meta->n_servers > MQ_WIRE_MAX_SERVERS || meta->n_tensors > MQ_WIRE_MAX_TENSORS) {
+        mq_err_set("%zu servers / %zu tensors exceed the limits", meta->n_servers,
+                   meta->n_tensors);
+        return MQ_DROP_TOO_MANY;
+    }
+    if (meta->n_tensors != msg->nframes_) {
+        mq_err_set("%zu tensor headers but %u payload frames", meta->n_tensors, msg->nframes_);
+        return MQ_DROP_FRAMES;
+    }
+    msg->type = (mq_msg_type_t)meta->type;
+    msg->iter = meta->iter;
+    msg->rank = meta->rank;
+    msg->shard = meta->shard;
+    msg->incarnation = meta->incarnation;
+    msg->role = (mq_role_t)meta->role;
+    s_copy_str(msg->endpoint, sizeof msg->endpoint, meta->endpoint);
+    msg->nservers = (uint32_t)meta->n_servers;
+    for (size_t i = 0; i < meta->n_servers; i++)
+        s_copy_str(msg->servers[i], sizeof msg->servers[i], meta->servers[i]);
+    if (meta->config)
+        s_config_from_pb(meta->config, &msg->config);
+    msg->bits = meta->bits;
+    msg->lr = meta->lr;
+    msg->evaluate = meta->evaluate;
+    if (meta->report)
+        s_report_from_pb(meta->report, &msg->report);
+    if (meta->observation) {
+        const Mqgrad__Observation *o = meta->observation;
+        msg->obs = (mq_obs_msg_t){o->loss, o->iter_ms, o->grad_sqmean, o->grad_range,
+                                  o->total_iters, o->progress};
+    }
+    if (meta->status)
+        s_status_from_pb(meta->status, &msg->status);
+    s_copy_str(msg->text, sizeof msg->text, meta->text);
+    if (!s_scalars_finite(msg)) {
+        mq_err_set("%s: a numeric field is not finite", mq_msg_type_name(msg->type));
+        return MQ_DROP_NONFINITE;
+    }
+    msg->ntensors = (uint32_t)meta->n_tensors;
+    for (uint32_t i = 0; i < msg->ntensors; i++) {
+        const uint8_t *data = zmq_msg_data(&msg->frames_[i]);
+        size_t len = zmq_msg_size(&msg->frames_[i]);
+        mq_drop_t d = s_check_tensor(meta->tensors[i], len, &msg->tensors[i], data);
+        if (d != MQ_DROP_NONE)
+            return d;
+        msg->payload[i] = data;
+        msg->payload_len[i] = len;
+    }
+    return MQ_DROP_NONE;
+}
+
+/* Receives the remaining frames of a message; extra ones beyond the limit are drained. */
+static mq_drop_t s_recv_payloads(void *h, mq_msg_t *msg, bool more)
+{
+    mq_drop_t drop = MQ_DROP_NONE;
+    while (more) {
+        zmq_msg_t *f = msg->nframes_ < MQ_WIRE_MAX_TENSORS ? &msg->frames_[msg->nframes_] : NULL;
+        zmq_msg_t sink;
+        zmq_msg_t *dst = f ? f : &sink;
+        zmq_msg_init(dst);
+        if (zmq_msg_recv(dst, h, 0) < 0) {
+            zmq_msg_close(dst);
+            mq_err_set("receive failed mid-message: %s", zmq_strerror(errno));
+            return MQ_DROP_FRAMES;
+        }
+        more = zmq_msg_more(dst);
+        msg->wire_bytes += zmq_msg_size(dst);
+        if (f) {
+            msg->nframes_++;
+        } else {
+            zmq_msg_close(&sink);
+            mq_err_set("more than %d payload frames", MQ_WIRE_MAX_TENSORS);
+            drop = MQ_DROP_TOO_MANY;
+        }
+    }
+    return drop;
+}
+
+int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop)
+{
+    static _Thread_local s_arena_t *arena;
+    void *h = zsock_resolve(sock);
+    mq_msg_init(msg, MQ_MSG_UNKNOWN);
+    msg->peer_len = 0;
+    *drop = MQ_DROP_NONE;
+    zmq_msg_t first;
+    zmq_msg_init(&first);
+    if (zmq_msg_recv(&first, h, 0) < 0) {
+        int e = errno;
+        zmq_msg_close(&first);
+        mq_err_set("receive: %s", zmq_strerror(e));
+        errno = e;
+        return -1;
+    }
+    bool more = zmq_msg_more(&first);
+    if (zsock_type(sock) == ZMQ_ROUTER) {
+        msg->peer_len = zmq_msg_size(&first) > MQ_WIRE_MAX_PEER ? MQ_WIRE_MAX_PEER
+                                                                : zmq_msg_size(&first);
+        memcpy(msg->peer, zmq_msg_data(&first), msg->peer_len);
+        zmq_msg_close(&first);
+        zmq_msg_init(&first);
+        if (!more || zmq_msg_recv(&first, h, 0) < 0) {
+            zmq_msg_close(&first);
+            mq_err_set("routed message without a body");
+            *drop = MQ_DROP_FRAMES;
+            return -1;
+        }
+        more = zmq_msg_more(&first);
+    }
+    msg->wire_bytes = zmq_msg_size(&first);
+    mq_drop_t d = s_recv_payloads(h, msg, more);
+    if (d == MQ_DROP_NONE && zmq_msg_size(&first) > S_MAX_META) {
+        mq_err_set("meta frame of %zu bytes (limit %d)", zmq_msg_size(&first), S_MAX_META);
+        d = MQ_DROP_TOO_MANY;
+    }
+    Mqgrad__Meta *meta = NULL;
+    if (d == MQ_DROP_NONE) {
+        if (!arena && !(arena = malloc(sizeof *arena))) {
+            mq_err_set("out of memory");
+            d = MQ_DROP_GARBAGE;
+        } else {
+            arena->used = 0;
+            ProtobufCAllocator alloc = {s_arena_alloc, s_arena_free, arena};
+            meta = mqgrad__meta__unpack(&alloc, zmq_msg_size(&first), zmq_msg_data(&first));
+            if (!meta) {
+                mq_err_set("meta frame (%zu bytes) does not parse", zmq_msg_size(&first));
+                d = MQ_DROP_GARBAGE;
+            }
+        }
+    }
+    if (d == MQ_DROP_NONE)
+        d = s_from_pb(meta, msg); /* arena memory needs no free_unpacked */
+    zmq_msg_close(&first);
+    if (d != MQ_DROP_NONE) {
+        mq_msg_reset(msg);
+        *drop = d;
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- drop accounting ---------------------------------------------------------------- */
+
+void mq_drops_note(mq_drops_t *d, mq_drop_t reason, const uint8_t *peer, size_t peer_len,
+                   const char *detail)
+{
+    if (reason <= MQ_DROP_NONE || reason >= MQ_DROP_COUNT_)
+        return;
+    d->count[reason]++;
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)reason;
+    for (size_t i = 0; i < peer_len; i++)
+        h = (h ^ peer[i]) * 1099511628211ULL;
+    for (size_t i = 0; i < d->nseen_; i++)
+        if (d->seen_[i] == h)
+            return;
+    if (d->nseen_ < sizeof d->seen_ / sizeof d->seen_[0])
+        d->seen_[d->nseen_++] = h;
+    mq_warn("dropped a message (%s): %s%s", mq_drop_name(reason), detail ? detail : "",
+            d->nseen_ == sizeof d->seen_ / sizeof d->seen_[0] ? " (further new drops not logged)"
+                                                               : "");
+}
+
+uint64_t mq_drops_total(const mq_drops_t *d)
+{
+    uint64_t t = 0;
+    for (int i = 1; i < MQ_DROP_COUNT_; i++)
+        t += d->count[i];
+    return t;
+}
