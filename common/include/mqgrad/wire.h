@@ -115,6 +115,8 @@ typedef struct {
     double loss, iter_ms, grad_sqmean, grad_range;
     uint64_t total_iters;
     double progress;
+    uint32_t bits;      /* bits iteration `iter` used (32 = fp32) */
+    uint64_t fallbacks; /* the scheduler's count of decisions it went on without */
 } mq_obs_msg_t;
 
 typedef struct {

@@ -175,6 +175,8 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
         obs.grad_range = msg->obs.grad_range;
         obs.total_iters = msg->obs.total_iters;
         obs.progress = msg->obs.progress;
+        obs.bits = msg->obs.bits;
+        obs.fallbacks = msg->obs.fallbacks;
         meta.observation = &obs;
         break;
     case MQ_MSG_STATUS:
@@ -508,8 +510,8 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
         s_report_from_pb(meta->report, &msg->report);
     if (meta->observation) {
         const Mqgrad__Observation *o = meta->observation;
-        msg->obs = (mq_obs_msg_t){o->loss, o->iter_ms, o->grad_sqmean, o->grad_range,
-                                  o->total_iters, o->progress};
+        msg->obs = (mq_obs_msg_t){o->loss,        o->iter_ms,  o->grad_sqmean, o->grad_range,
+                                  o->total_iters, o->progress, o->bits,        o->fallbacks};
     }
     if (meta->status)
         s_status_from_pb(meta->status, &msg->status);
