@@ -1,0 +1,98 @@
+/* Parameter-server plumbing shared by the services: how the flat parameter vector is cut into
+ * server shards, reusable zero-copy send buffers, and NIC emulation (token buckets). */
+#ifndef MQGRAD_PS_H
+#define MQGRAD_PS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mqgrad/nn.h"
+#include "mqgrad/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- shard plan ---------------------------------------------------------------------
+ * The flat vector [0, N) is cut into S contiguous, equal (to one element) ranges; a shard is
+ * the list of its intersections with the model's tensors. A tensor with at least
+ * `threshold` elements is quantized (the paper quantizes only the two big FC layers); a
+ * segment inherits its tensor's choice, and its range header covers the segment. */
+typedef struct {
+    uint32_t tensor;  /* index in the model */
+    const char *name; /* tensor name */
+    uint64_t offset;  /* first element within the tensor */
+    uint64_t count;
+    uint64_t flat;    /* first element in the flat vector */
+    bool quantized;
+} mq_segment_t;
+
+typedef struct {
+    uint64_t begin, end; /* flat range */
+    uint32_t nsegs;
+    mq_segment_t segs[MQ_WIRE_MAX_TENSORS];
+} mq_shard_t;
+
+/* Fills shards[0..nservers). Fails if a shard would need more than MQ_WIRE_MAX_TENSORS
+ * segments or nservers is 0 or larger than the parameter count. */
+int mq_shard_plan(const mq_model_t *m, uint32_t nservers, uint64_t threshold, bool fp32,
+                  mq_shard_t *shards);
+
+/* The codec a segment travels with at BITS (32 = fp32) under CFG. */
+mq_codec_t mq_segment_codec(const mq_segment_t *seg, int bits, const mq_run_config_t *cfg);
+
+/* Checks a received message's tensor headers against SHARD's segments and the codec
+ * expected at BITS. Sets an error and returns -1 on the first mismatch. */
+int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, int bits,
+                   const mq_run_config_t *cfg);
+
+/* ---- reusable send buffers ----------------------------------------------------------
+ * A buffer that ZeroMQ sends without copying. Each zmq message built on it holds a
+ * reference (mq_sendbuf_payload); ZeroMQ drops it from its I/O thread when done. Before
+ * refilling, mq_sendbuf_acquire waits (bounded) until no message holds it. */
+typedef struct {
+    uint8_t *data;
+    size_t cap;
+    atomic_int refs;
+} mq_sendbuf_t;
+
+/* Makes sure BUF holds NEED bytes and no message still uses it; waits at most TIMEOUT_MS.
+ * Returns 0, or -1 (error set) on timeout or out of memory. */
+int mq_sendbuf_acquire(mq_sendbuf_t *buf, size_t need, int timeout_ms);
+/* A payload of LEN bytes of BUF (or of an external pointer DATA held by BUF's count). */
+mq_payload_t mq_sendbuf_payload(mq_sendbuf_t *buf, const void *data, size_t len);
+void mq_sendbuf_release(mq_sendbuf_t *buf);
+
+/* ---- link emulation -----------------------------------------------------------------
+ * A node's NIC: egress and ingress token buckets of RATE megabits per second (0 = off).
+ * Senders charge their egress before sending (serialization delay); receivers charge their
+ * ingress on arrival, counting the message as having arrived at the sender's pace, so one
+ * flow runs at RATE and several flows into one node share it. */
+typedef struct {
+    double bytes_per_s;
+    double next_free; /* mq_now_s() at which the link is idle again */
+} mq_bucket_t;
+
+typedef struct {
+    mq_bucket_t egress, ingress;
+    uint64_t bytes_out, bytes_in;
+} mq_link_t;
+
+void mq_link_init(mq_link_t *link, double mbps);
+bool mq_link_enabled(const mq_link_t *link);
+/* Sleeps as the NIC would before BYTES can leave / after BYTES arrived. */
+void mq_link_egress(mq_link_t *link, size_t bytes);
+void mq_link_ingress(mq_link_t *link, size_t bytes);
+
+/* ---- endpoints ----------------------------------------------------------------------*/
+/* The endpoint peers should use to reach a socket bound at BOUND (e.g. "tcp://*:7100" or
+ * "tcp://0.0.0.0:41234"): the wildcard host is replaced by this host's address (from its
+ * hostname, as containers resolve it), or 127.0.0.1 when that fails. */
+int mq_advertise_endpoint(const char *bound, char *out, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
