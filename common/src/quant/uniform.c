@@ -1,0 +1,385 @@
+/* The `uniform` codec: min-max linear quantization to K bits with a range per bucket, codes
+ * packed densely least-significant-bit first (payload layout in mqgrad/quant.h).
+ * Work goes in chunks of S_CHUNK values, a multiple of 8: eight K-bit codes are exactly K
+ * bytes, so every chunk starts on a byte of the code stream whatever K and the bucket size
+ * are. A chunk is quantized into one byte per code (a loop the compiler vectorizes), then
+ * packed eight codes at a time through a 64-bit word. */
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "quant_internal.h"
+
+#define S_CHUNK 2048 /* values per pass: codes and noise stay in L1 */
+
+/* ---- range header: float32 little-endian, written byte by byte (host-order free) ---- */
+
+static void s_put_f32(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(u >> (8 * i));
+}
+
+static float s_get_f32(const uint8_t *p)
+{
+    uint32_t u = 0;
+    for (int i = 0; i < 4; i++)
+        u |= (uint32_t)p[i] << (8 * i);
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+/* ---- finiteness --------------------------------------------------------------------
+ * v - v is +0 for every finite v and NaN for NaN and the infinities, so summing it over
+ * eight lanes flags a bad value without a branch per element; only then do we look for
+ * the index. */
+
+size_t mq_quant_first_nonfinite(const float *x, size_t n)
+{
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += x[i + j] - x[i + j];
+    float tail = 0.0f;
+    for (size_t k = i; k < n; k++)
+        tail += x[k] - x[k];
+    float all = tail;
+    for (int j = 0; j < 8; j++)
+        all += acc[j];
+    if (all == 0.0f)
+        return n;
+    for (i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n; /* unreachable: some value made the sum NaN */
+}
+
+size_t mq_quant_first_nonfinite_sum(const float *a, const float *b, size_t n)
+{
+    float acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float v = a[i + j] + b[i + j];
+            acc[j] += v - v;
+        }
+    float all = 0.0f;
+    for (size_t k = i; k < n; k++) {
+        float v = a[k] + b[k];
+        all += v - v;
+    }
+    for (int j = 0; j < 8; j++)
+        all += acc[j];
+    if (all == 0.0f)
+        return n;
+    for (i = 0; i < n; i++)
+        if (!isfinite(a[i] + b[i]))
+            return i;
+    return n;
+}
+
+/* ---- encoding ------------------------------------------------------------------------*/
+
+/* Min and max of x[0..n), n > 0. Returns -1 (and the first bad index) if a value is not
+ * finite: NaN would otherwise slip through the comparisons unseen. */
+static int s_minmax(const float *x, size_t n, float *lo, float *hi, size_t *bad)
+{
+    float mn[8], mx[8], chk[8];
+    for (int j = 0; j < 8; j++) {
+        mn[j] = mx[j] = x[0];
+        chk[j] = 0.0f;
+    }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float v = x[i + j];
+            mn[j] = v < mn[j] ? v : mn[j];
+            mx[j] = v > mx[j] ? v : mx[j];
+            chk[j] += v - v;
+        }
+    for (; i < n; i++) {
+        float v = x[i];
+        mn[0] = v < mn[0] ? v : mn[0];
+        mx[0] = v > mx[0] ? v : mx[0];
+        chk[0] += v - v;
+    }
+    float l = mn[0], h = mx[0], c = chk[0];
+    for (int j = 1; j < 8; j++) {
+        l = mn[j] < l ? mn[j] : l;
+        h = mx[j] > h ? mx[j] : h;
+        c += chk[j];
+    }
+    if (c != 0.0f || !isfinite(x[0])) {
+        *bad = mq_quant_first_nonfinite(x, n);
+        return -1;
+    }
+    *lo = l;
+    *hi = h;
+    return 0;
+}
+
+/* Per-bucket constants for quantizing. Buckets whose range or inverse step does not fit
+ * a float (|values| near FLT_MAX, or a range in the denormals) take a double path so the
+ * float path never meets an infinity. */
+typedef struct {
+    float lo, inv;
+    double lo_d, inv_d;
+    bool constant, wide;
+} s_qparams_t;
+
+static s_qparams_t s_qparams(float lo, float hi, unsigned levels)
+{
+    s_qparams_t p = {.lo = lo, .lo_d = lo};
+    double range = (double)hi - (double)lo;
+    if (range == 0.0) {
+        p.constant = true;
+        return p;
+    }
+    p.inv_d = levels / range;
+    p.wide = range > FLT_MAX || p.inv_d > FLT_MAX;
+    p.inv = p.wide ? 0.0f : (float)p.inv_d;
+    return p;
+}
+
+/* Codes for x[0..n) of one bucket. NOISE is NULL for round-to-nearest, else n uniforms in
+ * [0, 1): floor(y + u) rounds y up with probability frac(y), so the decoded value is
+ * unbiased. y >= 0 because x >= lo, so truncation is floor; the clamp catches y a hair
+ * above levels from rounding in (x - lo) * inv. */
+static void s_quantize(const float *x, size_t n, const s_qparams_t *p, unsigned levels,
+                       const float *noise, uint8_t *q)
+{
+    if (p->constant) {
+        memset(q, 0, n);
+        return;
+    }
+    const int top = (int)levels;
+    if (p->wide) {
+        for (size_t i = 0; i < n; i++) {
+            double y = ((double)x[i] - p->lo_d) * p->inv_d + (noise ? noise[i] : 0.5);
+            int k = (int)y;
+            q[i] = (uint8_t)(k > top ? top : k);
+        }
+        return;
+    }
+    const float lo = p->lo, inv = p->inv;
+    if (noise) {
+        for (size_t i = 0; i < n; i++) {
+            int k = (int)((x[i] - lo) * inv + noise[i]);
+            q[i] = (uint8_t)(k > top ? top : k);
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            int k = (int)((x[i] - lo) * inv + 0.5f);
+            q[i] = (uint8_t)(k > top ? top : k);
+        }
+    }
+}
+
+/* Two 24-bit uniforms per generator step: the rng is the cost of stochastic rounding. */
+static void s_noise(mq_rng_t *rng, float *u, size_t n)
+{
+    size_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        uint64_t r = mq_rng_next(rng);
+        u[i] = (float)(r >> 40) * 0x1.0p-24f;
+        u[i + 1] = (float)((r >> 8) & 0xffffffu) * 0x1.0p-24f;
+    }
+    if (i < n)
+        u[i] = mq_rng_float(rng);
+}
+
+/* Packs codes q[0..n) (each < 2^K) into ceil(n*K/8) bytes at dst. K is a compile-time
+ * constant at every call site (see s_pack), which lets the compiler unroll the shifts. */
+static inline __attribute__((always_inline)) void s_pack_k(const uint8_t *q, size_t n,
+                                                           uint8_t *dst, const int K)
+{
+    size_t g = 0;
+    for (; g + 8 <= n; g += 8) {
+        uint64_t w = 0;
+        for (int j = 0; j < 8; j++)
+            w |= (uint64_t)q[g + j] << (j * K);
+        for (int b = 0; b < K; b++)
+            dst[b] = (uint8_t)(w >> (8 * b));
+        dst += K;
+    }
+    if (g < n) {
+        size_t rest = n - g;
+        uint64_t w = 0;
+        for (size_t j = 0; j < rest; j++)
+            w |= (uint64_t)q[g + j] << (j * K);
+        size_t nbytes = (rest * K + 7) / 8;
+        for (size_t b = 0; b < nbytes; b++)
+            dst[b] = (uint8_t)(w >> (8 * b));
+    }
+}
+
+static void s_pack(const uint8_t *q, size_t n, uint8_t *dst, int K)
+{
+    switch (K) {
+    case 1: s_pack_k(q, n, dst, 1); break;
+    case 2: s_pack_k(q, n, dst, 2); break;
+    case 3: s_pack_k(q, n, dst, 3); break;
+    case 4: s_pack_k(q, n, dst, 4); break;
+    case 5: s_pack_k(q, n, dst, 5); break;
+    case 6: s_pack_k(q, n, dst, 6); break;
+    case 7: s_pack_k(q, n, dst, 7); break;
+    default: memcpy(dst, q, n); break; /* K = 8: one byte per code */
+    }
+}
+
+int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *dst,
+                            mq_rng_t *rng)
+{
+    const int K = c->bits;
+    const unsigned levels = (1u << K) - 1;
+    const size_t B = c->bucket ? c->bucket : n;
+    const size_t nb = (n + B - 1) / B;
+    uint8_t *codes = dst + 8 * nb;
+    uint8_t q[S_CHUNK];
+    float noise[S_CHUNK];
+    size_t next_bucket = 0; /* buckets get their range when first reached: still in cache */
+    s_qparams_t p = {0};
+
+    for (size_t start = 0; start < n; start += S_CHUNK) {
+        size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
+        if (c->stochastic)
+            s_noise(rng, noise, len);
+        for (size_t i = start; i < start + len;) {
+            size_t b = i / B;
+            size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
+            size_t seg_end = b_end < start + len ? b_end : start + len;
+            if (b == next_bucket) {
+                float lo, hi;
+                size_t bad;
+                if (s_minmax(src + b * B, b_end - b * B, &lo, &hi, &bad) < 0) {
+                    size_t at = b * B + bad;
+                    mq_err_set("uniform:%d encode: value %zu of %zu is %s (expected finite "
+                               "numbers)", K, at, n, isnan(src[at]) ? "NaN" : "infinite");
+                    return -1;
+                }
+                s_put_f32(dst + 8 * b, lo);
+                s_put_f32(dst + 8 * b + 4, hi);
+                p = s_qparams(lo, hi, levels);
+                next_bucket++;
+            }
+            s_quantize(src + i, seg_end - i, &p, levels,
+                       c->stochastic ? noise + (i - start) : NULL, q + (i - start));
+            i = seg_end;
+        }
+        s_pack(q, len, codes + start / 8 * (size_t)K, K);
+    }
+    return 0;
+}
+
+/* ---- decoding ------------------------------------------------------------------------*/
+
+static inline __attribute__((always_inline)) void s_unpack_k(const uint8_t *src, size_t n,
+                                                             uint8_t *q, const int K)
+{
+    const uint64_t mask = (1u << K) - 1;
+    size_t g = 0;
+    for (; g + 8 <= n; g += 8) {
+        uint64_t w = 0;
+        for (int b = 0; b < K; b++)
+            w |= (uint64_t)src[b] << (8 * b);
+        src += K;
+        for (int j = 0; j < 8; j++)
+            q[g + j] = (uint8_t)((w >> (j * K)) & mask);
+    }
+    if (g < n) {
+        size_t rest = n - g;
+        size_t nbytes = (rest * K + 7) / 8;
+        uint64_t w = 0;
+        for (size_t b = 0; b < nbytes; b++)
+            w |= (uint64_t)src[b] << (8 * b);
+        for (size_t j = 0; j < rest; j++)
+            q[g + j] = (uint8_t)((w >> (j * K)) & mask);
+    }
+}
+
+static void s_unpack(const uint8_t *src, size_t n, uint8_t *q, int K)
+{
+    switch (K) {
+    case 1: s_unpack_k(src, n, q, 1); break;
+    case 2: s_unpack_k(src, n, q, 2); break;
+    case 3: s_unpack_k(src, n, q, 3); break;
+    case 4: s_unpack_k(src, n, q, 4); break;
+    case 5: s_unpack_k(src, n, q, 5); break;
+    case 6: s_unpack_k(src, n, q, 6); break;
+    case 7: s_unpack_k(src, n, q, 7); break;
+    default: memcpy(q, src, n); break;
+    }
+}
+
+/* dst[i] (+)= scale * (lo + q[i] * step) for one bucket segment. The top code decodes to
+ * scale * hi exactly, the bottom one to scale * lo, so a 1-bit bucket gives back its two
+ * extremes bit for bit. A range wider than FLT_MAX goes through doubles. */
+static void s_dequantize(const uint8_t *q, size_t n, float lo, float hi, unsigned levels,
+                         float scale, bool acc, float *dst)
+{
+    double range = (double)hi - (double)lo;
+    if (range > FLT_MAX) {
+        double step = range / levels;
+        for (size_t i = 0; i < n; i++) {
+            float v = (float)(scale * ((double)lo + q[i] * step));
+            dst[i] = acc ? dst[i] + v : v;
+        }
+        return;
+    }
+    const float a = scale * lo, top = scale * hi;
+    const float b = (float)((double)scale * (range / levels));
+    const uint8_t qtop = (uint8_t)levels;
+    if (acc) {
+        for (size_t i = 0; i < n; i++) {
+            float v = a + (float)q[i] * b;
+            dst[i] += q[i] == qtop ? top : v;
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            float v = a + (float)q[i] * b;
+            dst[i] = q[i] == qtop ? top : v;
+        }
+    }
+}
+
+int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst, size_t n,
+                            float scale, bool accumulate)
+{
+    const int K = c->bits;
+    const unsigned levels = (1u << K) - 1;
+    const size_t B = c->bucket ? c->bucket : n;
+    const size_t nb = (n + B - 1) / B;
+
+    /* Every range is checked before anything is written, so a bad payload leaves dst (and a
+     * server's running sum) as it was. */
+    for (size_t b = 0; b < nb; b++) {
+        float lo = s_get_f32(src + 8 * b), hi = s_get_f32(src + 8 * b + 4);
+        if (!isfinite(lo) || !isfinite(hi) || lo > hi) {
+            mq_err_set("uniform:%d decode: bucket %zu of %zu has range [%g, %g] (expected "
+                       "finite min <= max)", K, b, nb, (double)lo, (double)hi);
+            return -1;
+        }
+    }
+
+    const uint8_t *codes = src + 8 * nb;
+    uint8_t q[S_CHUNK];
+    for (size_t start = 0; start < n; start += S_CHUNK) {
+        size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
+        s_unpack(codes + start / 8 * (size_t)K, len, q, K);
+        for (size_t i = start; i < start + len;) {
+            size_t b = i / B;
+            size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
+            size_t seg_end = b_end < start + len ? b_end : start + len;
+            float lo = s_get_f32(src + 8 * b), hi = s_get_f32(src + 8 * b + 4);
+            s_dequantize(q + (i - start), seg_end - i, lo, hi, levels, scale, accumulate,
+                         dst + i);
+            i = seg_end;
+        }
+    }
+    return 0;
+}

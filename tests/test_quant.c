@@ -1,0 +1,639 @@
+/* Tests of the gradient codecs (common/quant): specs, exact payload sizes and wire bytes,
+ * quantization error bounds per bit-width, stochastic rounding's unbiasedness, error
+ * feedback, server-side accumulation, and refusal of bad input without damage. */
+
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqgrad/quant.h"
+
+static int s_all_bits[] = {1, 2, 3, 4, 5, 6, 7, 8};
+
+static float *s_normal(size_t n, uint64_t seed, float sigma)
+{
+    mq_rng_t rng;
+    mq_rng_seed(&rng, seed);
+    float *x = malloc(n * sizeof *x);
+    cr_assert(x);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(sigma * mq_rng_normal(&rng));
+    return x;
+}
+
+/* Encodes and decodes x with C; returns the payload length. */
+static size_t s_roundtrip(const mq_codec_t *c, const float *x, size_t n, float *out,
+                          mq_rng_t *rng)
+{
+    size_t cap = mq_codec_payload_size(c, n), len = 0;
+    uint8_t *buf = malloc(cap + 1);
+    cr_assert(buf);
+    cr_assert_eq(mq_codec_encode(c, x, n, buf, cap, &len, rng), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_codec_decode(c, buf, len, out, n, 1.0f, false), 0, "%s", mq_err_last());
+    free(buf);
+    return len;
+}
+
+static void s_bucket_range(const float *x, size_t n, float *lo, float *hi)
+{
+    *lo = *hi = x[0];
+    for (size_t i = 1; i < n; i++) {
+        *lo = fminf(*lo, x[i]);
+        *hi = fmaxf(*hi, x[i]);
+    }
+}
+
+static double s_rms_error(const float *a, const float *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+    return sqrt(s / (double)n);
+}
+
+/* ---- specs ----------------------------------------------------------------------------*/
+
+Test(quant, spec_parse_format_roundtrip)
+{
+    static const char *specs[][2] = {
+        {"none", "none"},
+        {"uniform:1", "uniform:1"},
+        {"uniform:8", "uniform:8"},
+        {"uniform:4:bucket=512", "uniform:4:bucket=512"},
+        {"uniform:4:stochastic", "uniform:4:stochastic"},
+        {"uniform:3:stochastic:bucket=64", "uniform:3:bucket=64:stochastic"},
+        {"uniform:2:bucket=0", "uniform:2"},
+    };
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        mq_codec_t c, back;
+        char buf[64];
+        cr_assert_eq(mq_codec_parse(specs[i][0], &c), 0, "%s: %s", specs[i][0], mq_err_last());
+        cr_assert_eq(mq_codec_validate(&c), 0);
+        mq_codec_format(&c, buf, sizeof buf);
+        cr_assert_str_eq(buf, specs[i][1]);
+        cr_assert_eq(mq_codec_parse(buf, &back), 0);
+        cr_assert(back.kind == c.kind && back.bucket == c.bucket &&
+                  back.stochastic == c.stochastic && (c.kind == MQ_CODEC_NONE ||
+                  back.bits == c.bits), "%s does not parse back to itself", buf);
+    }
+    mq_codec_t c;
+    cr_assert_eq(mq_codec_parse("uniform:5:bucket=7", &c), 0);
+    cr_assert(c.kind == MQ_CODEC_UNIFORM && c.bits == 5 && c.bucket == 7 && !c.stochastic);
+}
+
+Test(quant, spec_parse_rejects_bad_specs_with_a_reason)
+{
+    static const char *bad[][2] = {
+        {"", "empty"},
+        {"uniform", "missing bit-width"},
+        {"uniform:0", "1..8"},
+        {"uniform:9", "1..8"},
+        {"uniform:4x", "not an integer"},
+        {"uniform:4:bucket=-1", "bucket"},
+        {"uniform:4:bucket=", "bucket"},
+        {"uniform:4:bucket=99999999999", "bucket"},
+        {"uniform:4:fast", "unknown option 'fast'"},
+        {"uniform:4:stochastic:stochastic", "twice"},
+        {"uniform::4", "empty field"},
+        {"uniform:4:", "empty field"},
+        {":uniform:4", "empty field"},
+        {"none:4", "no options"},
+        {"fp16", "unknown codec 'fp16'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 6, .bucket = 11};
+        cr_assert_eq(mq_codec_parse(bad[i][0], &c), -1, "'%s' was accepted", bad[i][0]);
+        cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'",
+                  bad[i][0], mq_err_last(), bad[i][1]);
+        cr_assert(c.kind == MQ_CODEC_UNIFORM && c.bits == 6 && c.bucket == 11,
+                  "'%s': output changed on failure", bad[i][0]);
+    }
+    cr_assert_eq(mq_codec_parse(NULL, &(mq_codec_t){0}), -1);
+}
+
+Test(quant, validate_rejects_out_of_range_codecs)
+{
+    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.kind = MQ_CODEC_UNIFORM, .bits = 0}), -1);
+    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.kind = MQ_CODEC_UNIFORM, .bits = 9}), -1);
+    cr_assert(strstr(mq_err_last(), "9 bits"));
+    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.kind = (mq_codec_kind_t)7, .bits = 4}), -1);
+    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.kind = MQ_CODEC_NONE}), 0);
+    float x[4] = {1, 2, 3, 4}, y[4];
+    uint8_t buf[64];
+    size_t len;
+    mq_codec_t bad = {.kind = MQ_CODEC_UNIFORM, .bits = 12};
+    cr_assert_eq(mq_codec_encode(&bad, x, 4, buf, sizeof buf, &len, NULL), -1);
+    cr_assert_eq(mq_codec_decode(&bad, buf, 8, y, 4, 1.0f, false), -1);
+}
+
+/* ---- wire size and bytes ----------------------------------------------------------------*/
+
+ParameterizedTestParameters(quant, payload_is_exactly_header_plus_packed_bits)
+{
+    return cr_make_param_array(int, s_all_bits, sizeof s_all_bits / sizeof s_all_bits[0]);
+}
+
+ParameterizedTest(int *bits, quant, payload_is_exactly_header_plus_packed_bits)
+{
+    static const size_t ns[] = {0, 1, 7, 8, 9, 100, 2047, 2048, 2049, 5003};
+    static const uint32_t buckets[] = {0, 1, 3, 8, 64, 1000, 100000};
+    float *x = s_normal(5003, 7, 1.0f);
+    uint8_t *buf = malloc(8 * 5003 + 5003 + 16);
+    for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+        for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++) {
+            size_t n = ns[a];
+            mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = *bits, .bucket = buckets[b]};
+            size_t nb = n == 0 ? 0 : buckets[b] == 0 ? 1 : (n + buckets[b] - 1) / buckets[b];
+            size_t want = 8 * nb + (n * (size_t)*bits + 7) / 8;
+            cr_assert_eq(mq_codec_nbuckets(&c, n), nb);
+            cr_assert_eq(mq_codec_payload_size(&c, n), want, "n=%zu bucket=%u", n, buckets[b]);
+            memset(buf, 0xA5, want + 16);
+            size_t len = 99;
+            cr_assert_eq(mq_codec_encode(&c, x, n, buf, want, &len, NULL), 0, "%s",
+                         mq_err_last());
+            cr_assert_eq(len, want);
+            for (size_t g = want; g < want + 16; g++)
+                cr_assert_eq(buf[g], 0xA5, "byte %zu past the payload was written", g);
+            if (want > 0) {
+                cr_assert_eq(mq_codec_encode(&c, x, n, buf, want - 1, &len, NULL), -1);
+                cr_assert(strstr(mq_err_last(), "need"), "%s", mq_err_last());
+            }
+        }
+    free(buf);
+    free(x);
+}
+
+Test(quant, wire_bytes_match_the_documented_layout)
+{
+    /* 4 values, 2 bits, one range [0, 3]: codes 0,1,2,3 packed LSB first = 0b11100100. */
+    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 2};
+    float x[] = {0, 1, 2, 3};
+    uint8_t buf[32];
+    size_t len;
+    cr_assert_eq(mq_codec_encode(&c, x, 4, buf, sizeof buf, &len, NULL), 0);
+    static const uint8_t want[] = {0, 0, 0, 0, 0, 0, 0x40, 0x40, 0xE4};
+    cr_assert_eq(len, sizeof want);
+    cr_assert_arr_eq(buf, want, sizeof want);
+
+    /* Buckets of 3, 3 bits: codes 0,7,2 | 0,0 run on across the bucket boundary with no
+     * padding: 15 bits in 2 bytes after ranges [0,7] and [10,10]. */
+    mq_codec_t c3 = {.kind = MQ_CODEC_UNIFORM, .bits = 3, .bucket = 3};
+    float y[] = {0, 7, 2, 10, 10};
+    cr_assert_eq(mq_codec_encode(&c3, y, 5, buf, sizeof buf, &len, NULL), 0);
+    static const uint8_t want3[] = {0, 0, 0, 0, 0, 0, 0xE0, 0x40, 0, 0, 0x20, 0x41,
+                                    0, 0, 0x20, 0x41, 0xB8, 0x00};
+    cr_assert_eq(len, sizeof want3);
+    cr_assert_arr_eq(buf, want3, sizeof want3);
+
+    /* none: float32 little-endian. */
+    mq_codec_t none = {.kind = MQ_CODEC_NONE};
+    float one[] = {1.0f, -2.0f};
+    cr_assert_eq(mq_codec_encode(&none, one, 2, buf, sizeof buf, &len, NULL), 0);
+    static const uint8_t want_none[] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0};
+    cr_assert_eq(len, 8);
+    cr_assert_arr_eq(buf, want_none, 8);
+}
+
+/* ---- accuracy ---------------------------------------------------------------------------*/
+
+ParameterizedTestParameters(quant, error_is_at_most_half_a_step_and_extremes_are_exact)
+{
+    return cr_make_param_array(int, s_all_bits, sizeof s_all_bits / sizeof s_all_bits[0]);
+}
+
+ParameterizedTest(int *bits, quant, error_is_at_most_half_a_step_and_extremes_are_exact)
+{
+    static const uint32_t buckets[] = {0, 1, 7, 256, 3000};
+    const size_t n = 5003;
+    float *x = s_normal(n, 11 + (uint64_t)*bits, 0.01f), *y = malloc(n * sizeof *y);
+    const unsigned levels = (1u << *bits) - 1;
+    for (size_t k = 0; k < sizeof buckets / sizeof buckets[0]; k++) {
+        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = *bits, .bucket = buckets[k]};
+        s_roundtrip(&c, x, n, y, NULL);
+        size_t B = buckets[k] ? buckets[k] : n;
+        for (size_t b0 = 0; b0 < n; b0 += B) {
+            size_t len = b0 + B <= n ? B : n - b0;
+            float lo, hi;
+            s_bucket_range(x + b0, len, &lo, &hi);
+            double step = ((double)hi - lo) / levels;
+            for (size_t i = b0; i < b0 + len; i++) {
+                cr_assert_leq(fabs((double)x[i] - y[i]), step / 2 + 1e-6 * fabsf(hi - lo),
+                              "bits %d bucket %u value %zu: %g decoded as %g (step %g)", *bits,
+                              buckets[k], i, x[i], y[i], step);
+                cr_assert(y[i] >= lo && y[i] <= hi, "decoded value outside its bucket range");
+                if (x[i] == lo || x[i] == hi)
+                    cr_assert_eq(y[i], x[i], "bucket extreme %g decoded as %g", x[i], y[i]);
+            }
+        }
+    }
+    free(x);
+    free(y);
+}
+
+Test(quant, each_extra_bit_roughly_halves_the_error)
+{
+    const size_t n = 20000;
+    float *x = s_normal(n, 3, 1.0f), *y = malloc(n * sizeof *y);
+    double prev = INFINITY;
+    for (int k = 1; k <= 8; k++) {
+        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = k};
+        size_t len = s_roundtrip(&c, x, n, y, NULL);
+        cr_assert_eq(len, 8 + (n * k + 7) / 8);
+        double err = s_rms_error(x, y, n);
+        if (k >= 3)
+            cr_assert(prev / err > 1.6 && prev / err < 2.6,
+                      "%d bits: error %g, %d bits: %g (ratio %g)", k - 1, prev, k, err,
+                      prev / err);
+        else
+            cr_assert_lt(err, prev);
+        prev = err;
+    }
+    free(x);
+    free(y);
+}
+
+Test(quant, buckets_keep_small_gradients_from_being_flattened)
+{
+    /* Half of the tensor is 1000x smaller than the other half (a layer next to a bigger one):
+     * one range for all rounds the small half to a couple of levels; buckets do not. */
+    const size_t n = 4096;
+    float *x = s_normal(n, 5, 1.0f), *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n / 2; i++)
+        x[i] *= 1e-3f;
+    mq_codec_t one = {.kind = MQ_CODEC_UNIFORM, .bits = 4};
+    mq_codec_t bucketed = {.kind = MQ_CODEC_UNIFORM, .bits = 4, .bucket = 512};
+    s_roundtrip(&one, x, n, y, NULL);
+    double err_one = s_rms_error(x, y, n / 2);
+    s_roundtrip(&bucketed, x, n, y, NULL);
+    double err_b = s_rms_error(x, y, n / 2);
+    cr_assert_lt(err_b * 100, err_one, "bucketed error %g vs single range %g", err_b, err_one);
+    free(x);
+    free(y);
+}
+
+Test(quant, constant_and_single_value_buckets_decode_exactly)
+{
+    float x[1000];
+    for (int i = 0; i < 1000; i++)
+        x[i] = i < 500 ? 0.125f : -3.5e-20f;
+    float y[1000];
+    for (int k = 1; k <= 8; k++) {
+        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = k, .bucket = 500};
+        s_roundtrip(&c, x, 1000, y, NULL);
+        cr_assert_arr_eq(y, x, sizeof x, "%d bits", k);
+        mq_codec_t c1 = {.kind = MQ_CODEC_UNIFORM, .bits = k, .bucket = 1};
+        float *z = s_normal(1000, 9, 3.0f);
+        s_roundtrip(&c1, z, 1000, y, NULL);
+        cr_assert_arr_eq(y, z, 1000 * sizeof *z, "bucket=1 is lossless");
+        free(z);
+    }
+}
+
+Test(quant, ranges_near_float_max_stay_finite)
+{
+    float x[] = {-FLT_MAX, FLT_MAX, 0.0f, 1e38f, -2e38f, 1.0f, FLT_MAX / 3};
+    float y[7];
+    for (int k = 1; k <= 8; k++) {
+        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = k};
+        s_roundtrip(&c, x, 7, y, NULL);
+        double step = 2.0 * FLT_MAX / ((1u << k) - 1);
+        for (int i = 0; i < 7; i++) {
+            cr_assert(isfinite(y[i]), "%d bits: value %d decoded to %g", k, i, y[i]);
+            cr_assert_leq(fabs((double)x[i] - y[i]), step / 2 * (1 + 1e-6));
+        }
+        cr_assert_eq(y[0], -FLT_MAX);
+        cr_assert_eq(y[1], FLT_MAX);
+    }
+    /* A range in the denormals: the step would overflow a float. */
+    float t[] = {1e-45f, 0.0f, 2e-45f};
+    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 8};
+    s_roundtrip(&c, t, 3, y, NULL);
+    cr_assert(y[0] >= 0 && y[0] <= 2e-45f && y[1] == 0.0f && y[2] == t[2]);
+}
+
+Test(quant, none_is_lossless)
+{
+    const size_t n = 1001;
+    float *x = s_normal(n, 13, 1e-7f), *y = malloc(n * sizeof *y);
+    x[0] = FLT_MAX;
+    x[1] = -0.0f;
+    x[2] = FLT_TRUE_MIN;
+    mq_codec_t c = {.kind = MQ_CODEC_NONE};
+    cr_assert_eq(s_roundtrip(&c, x, n, y, NULL), 4 * n);
+    cr_assert_arr_eq(y, x, n * sizeof *x);
+    free(x);
+    free(y);
+}
+
+/* ---- stochastic rounding -----------------------------------------------------------------*/
+
+Test(quant, stochastic_rounding_is_unbiased_where_nearest_is_not)
+{
+    const size_t n = 64;
+    const int reps = 4000;
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 42);
+    float x[64], y[64];
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(2 * mq_rng_double(&rng) - 1);
+    x[0] = -1.0f; /* pin the range so the step is known */
+    x[1] = 1.0f;
+    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 2, .stochastic = true};
+    double step = 2.0 / 3.0;
+    double sum[64] = {0};
+    for (int r = 0; r < reps; r++) {
+        s_roundtrip(&c, x, n, y, &rng);
+        for (size_t i = 0; i < n; i++) {
+            cr_assert_lt(fabs((double)x[i] - y[i]), step * (1 + 1e-6),
+                         "value %zu: %g decoded to %g, not a neighbouring level", i, x[i], y[i]);
+            sum[i] += y[i];
+        }
+    }
+    /* Each decode is within step of x, so its standard deviation is at most step/2. */
+    double tol = 5 * (step / 2) / sqrt(reps), worst_nearest = 0;
+    mq_codec_t det = {.kind = MQ_CODEC_UNIFORM, .bits = 2};
+    s_roundtrip(&det, x, n, y, NULL);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_lt(fabs(sum[i] / reps - x[i]), tol, "value %zu: mean %g, true %g", i,
+                     sum[i] / reps, x[i]);
+        worst_nearest = fmax(worst_nearest, fabs((double)y[i] - x[i]));
+    }
+    cr_assert_gt(worst_nearest, 5 * tol, "the data should show nearest rounding's bias");
+}
+
+Test(quant, stochastic_rounding_is_reproducible_from_the_seed)
+{
+    const size_t n = 3000;
+    float *x = s_normal(n, 17, 1.0f);
+    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 3, .bucket = 100, .stochastic = true};
+    size_t cap = mq_codec_payload_size(&c, n), la, lb;
+    uint8_t *a = malloc(cap), *b = malloc(cap);
+    mq_rng_t r1, r2;
+    mq_rng_seed(&r1, 5);
+    mq_rng_seed(&r2, 5);
+    cr_assert_eq(mq_codec_encode(&c, x, n, a, cap, &la, &r1), 0);
+    cr_assert_eq(mq_codec_encode(&c, x, n, b, cap, &lb, &r2), 0);
+    cr_assert_arr_eq(a, b, cap);
+    mq_rng_seed(&r2, 6);
+    cr_assert_eq(mq_codec_encode(&c, x, n, b, cap, &lb, &r2), 0);
+    cr_assert_neq(memcmp(a, b, cap), 0, "another seed should round differently");
+    cr_assert_eq(mq_codec_encode(&c, x, n, b, cap, &lb, NULL), -1);
+    cr_assert(strstr(mq_err_last(), "random generator"), "%s", mq_err_last());
+    free(a);
+    free(b);
+    free(x);
+}
+
+/* ---- bad input -----------------------------------------------------------------------------*/
+
+Test(quant, encode_refuses_nan_and_infinity_naming_the_index)
+{
+    const size_t n = 5000;
+    float *x = s_normal(n, 19, 1.0f);
+    static const char *specs[] = {"none", "uniform:4", "uniform:2:bucket=100",
+                                  "uniform:8:stochastic"};
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const size_t where[] = {0, 5, 4321, 4999};
+    uint8_t *buf = malloc(4 * n);
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 1);
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
+        for (size_t b = 0; b < 3; b++)
+            for (size_t w = 0; w < 4; w++) {
+                mq_codec_t c;
+                cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
+                float keep = x[where[w]];
+                x[where[w]] = bad[b];
+                size_t len = 77;
+                cr_assert_eq(mq_codec_encode(&c, x, n, buf, 4 * n, &len, &rng), -1,
+                             "%s accepted %g at %zu", specs[s], bad[b], where[w]);
+                char idx[32];
+                snprintf(idx, sizeof idx, "value %zu ", where[w]);
+                cr_assert(strstr(mq_err_last(), idx), "%s: '%s' lacks '%s'", specs[s],
+                          mq_err_last(), idx);
+                cr_assert_eq(len, 77, "out_len set on failure");
+                x[where[w]] = keep;
+            }
+    free(buf);
+    free(x);
+}
+
+/* A decode that fails must leave the destination as it was: a server sums pushes into it. */
+Test(quant, decode_refuses_bad_payloads_and_keeps_the_running_sum)
+{
+    const size_t n = 300;
+    float *x = s_normal(n, 23, 1.0f), sum[300], before[300];
+    for (size_t i = 0; i < n; i++)
+        sum[i] = before[i] = (float)i;
+    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 5, .bucket = 64};
+    size_t cap = mq_codec_payload_size(&c, n), len;
+    uint8_t *p = malloc(cap + 1);
+    cr_assert_eq(mq_codec_encode(&c, x, n, p, cap, &len, NULL), 0);
+
+    cr_assert_eq(mq_codec_decode(&c, p, len - 1, sum, n, 1.0f, true), -1);
+    cr_assert(strstr(mq_err_last(), "expected exactly"), "%s", mq_err_last());
+    cr_assert_eq(mq_codec_decode(&c, p, len + 1, sum, n, 1.0f, true), -1);
+    cr_assert_eq(mq_codec_decode(&c, p, len, sum, n + 1, 1.0f, true), -1);
+    cr_assert_eq(mq_codec_decode(&c, p, len, sum, n, NAN, true), -1);
+
+    static const float bad_ranges[][2] = {{NAN, 1}, {0, INFINITY}, {-INFINITY, 0}, {2, 1}};
+    for (size_t k = 0; k < 4; k++) {
+        uint8_t *q = malloc(cap);
+        memcpy(q, p, cap);
+        memcpy(q + 8 * 4, bad_ranges[k], 8); /* the last of the 5 buckets */
+        cr_assert_eq(mq_codec_decode(&c, q, len, sum, n, 1.0f, true), -1);
+        cr_assert(strstr(mq_err_last(), "bucket 4 of 5"), "%s", mq_err_last());
+        free(q);
+    }
+    cr_assert_arr_eq(sum, before, sizeof sum, "a refused payload changed the running sum");
+
+    /* none: a NaN hidden in the middle of an fp32 payload. */
+    mq_codec_t none = {.kind = MQ_CODEC_NONE};
+    uint8_t *f = malloc(4 * n);
+    cr_assert_eq(mq_codec_encode(&none, x, n, f, 4 * n, &len, NULL), 0);
+    float nan = NAN;
+    memcpy(f + 4 * 150, &nan, 4);
+    cr_assert_eq(mq_codec_decode(&none, f, len, sum, n, 1.0f, true), -1);
+    cr_assert(strstr(mq_err_last(), "value 150"), "%s", mq_err_last());
+    cr_assert_arr_eq(sum, before, sizeof sum);
+    free(f);
+    free(p);
+    free(x);
+}
+
+Test(quant, random_payloads_are_refused_or_decode_inside_their_ranges)
+{
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 99);
+    float y[257];
+    uint8_t p[8 * 257 + 257];
+    for (int trial = 0; trial < 3000; trial++) {
+        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 1 + (int)mq_rng_below(&rng, 8),
+                        .bucket = (uint32_t)mq_rng_below(&rng, 40)};
+        size_t n = 1 + mq_rng_below(&rng, 257), len = mq_codec_payload_size(&c, n);
+        for (size_t i = 0; i < len; i++)
+            p[i] = (uint8_t)mq_rng_next(&rng);
+        if (trial % 2) /* half with plausible ranges, so the codes get decoded too */
+            for (size_t b = 0; b < mq_codec_nbuckets(&c, n); b++) {
+                float r[2] = {(float)-mq_rng_double(&rng), (float)mq_rng_double(&rng)};
+                memcpy(p + 8 * b, r, 8);
+            }
+        if (mq_codec_decode(&c, p, len, y, n, 1.0f, false) < 0)
+            continue;
+        size_t B = c.bucket ? c.bucket : n;
+        for (size_t i = 0; i < n; i++) {
+            float r[2];
+            memcpy(r, p + 8 * (i / B), 8);
+            cr_assert(isfinite(y[i]) && y[i] >= r[0] && y[i] <= r[1],
+                      "trial %d value %zu: %g outside [%g, %g]", trial, i, y[i], r[0], r[1]);
+        }
+    }
+}
+
+Test(quant, empty_tensor_is_an_empty_payload)
+{
+    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 3, .bucket = 4};
+    size_t len = 5;
+    cr_assert_eq(mq_codec_payload_size(&c, 0), 0);
+    cr_assert_eq(mq_codec_encode(&c, NULL, 0, NULL, 0, &len, NULL), 0, "%s", mq_err_last());
+    cr_assert_eq(len, 0);
+    cr_assert_eq(mq_codec_decode(&c, NULL, 0, NULL, 0, 1.0f, true), 0);
+    cr_assert_eq(mq_codec_decode(&c, NULL, 1, NULL, 0, 1.0f, true), -1);
+}
+
+/* ---- server and worker use ------------------------------------------------------------------*/
+
+Test(quant, accumulate_with_scale_averages_pushes_in_place)
+{
+    const size_t n = 4100, P = 3;
+    static const char *specs[] = {"none", "uniform:3", "uniform:6:bucket=500"};
+    for (size_t s = 0; s < 3; s++) {
+        mq_codec_t c;
+        cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
+        size_t cap = mq_codec_payload_size(&c, n);
+        float *mean = calloc(n, sizeof *mean), *want = calloc(n, sizeof *want);
+        float *one = malloc(n * sizeof *one);
+        for (size_t w = 0; w < P; w++) {
+            float *g = s_normal(n, 100 + w, 1.0f + (float)w);
+            uint8_t *p = malloc(cap);
+            size_t len;
+            cr_assert_eq(mq_codec_encode(&c, g, n, p, cap, &len, NULL), 0);
+            cr_assert_eq(mq_codec_decode(&c, p, len, mean, n, 1.0f / P, true), 0);
+            cr_assert_eq(mq_codec_decode(&c, p, len, one, n, 2.0f, false), 0);
+            for (size_t i = 0; i < n; i++)
+                want[i] += one[i] / 2 / P;
+            free(p);
+            free(g);
+        }
+        for (size_t i = 0; i < n; i++)
+            cr_assert_leq(fabsf(mean[i] - want[i]), 1e-5f * (1 + fabsf(want[i])),
+                          "%s value %zu: %g vs %g", specs[s], i, mean[i], want[i]);
+        free(mean);
+        free(want);
+        free(one);
+    }
+}
+
+/* Runs T steps of error feedback on the same gradient G; returns the rms error of the mean
+ * of what was sent, and the rms residual at the end in *res_rms. */
+static double s_ef_run(const mq_codec_t *c, const float *g, size_t n, int T, double *res_rms)
+{
+    float *res = calloc(n, sizeof *res), *sent = calloc(n, sizeof *sent);
+    size_t cap = mq_codec_payload_size(c, n), len;
+    uint8_t *p = malloc(cap);
+    for (int t = 0; t < T; t++) {
+        cr_assert_eq(mq_codec_encode_ef(c, g, res, n, p, cap, &len, NULL), 0, "%s",
+                     mq_err_last());
+        cr_assert_eq(mq_codec_decode(c, p, len, sent, n, 1.0f, true), 0);
+    }
+    double err = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        err += ((double)sent[i] / T - g[i]) * ((double)sent[i] / T - g[i]);
+        r += (double)res[i] * res[i];
+    }
+    *res_rms = sqrt(r / n);
+    free(res);
+    free(sent);
+    free(p);
+    return sqrt(err / n);
+}
+
+Test(quant, error_feedback_keeps_what_quantization_dropped)
+{
+    const size_t n = 2000;
+    float *g = s_normal(n, 31, 1.0f), *res = calloc(n, sizeof *res);
+    float *dec = malloc(n * sizeof *dec), *v = malloc(n * sizeof *v);
+    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 2, .bucket = 128};
+    size_t cap = mq_codec_payload_size(&c, n), len;
+    uint8_t *p = malloc(cap);
+
+    /* One step: the residual is exactly what the receiver did not get. */
+    for (size_t i = 0; i < n; i++)
+        res[i] = (float)(i % 7) * 0.01f;
+    for (size_t i = 0; i < n; i++)
+        v[i] = g[i] + res[i];
+    cr_assert_eq(mq_codec_encode_ef(&c, g, res, n, p, cap, &len, NULL), 0, "%s",
+                 mq_err_last());
+    cr_assert_eq(mq_codec_decode(&c, p, len, dec, n, 1.0f, false), 0);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(res[i], v[i] - dec[i], "value %zu", i);
+
+    /* Many steps of the same gradient: sent = T*g - residual, so with a bounded residual the
+     * mean of what was sent converges to the gradient, where plain quantization stays off. */
+    for (int k = 1; k <= 8; k++) {
+        mq_codec_t ck = {.kind = MQ_CODEC_UNIFORM, .bits = k, .bucket = 128};
+        s_roundtrip(&ck, g, n, dec, NULL);
+        double plain = s_rms_error(g, dec, n), r10, r200;
+        s_ef_run(&ck, g, n, 10, &r10);
+        double err = s_ef_run(&ck, g, n, 200, &r200);
+        cr_assert_lt(err * (k == 1 ? 5 : 50), plain, "%d bits: mean sent error %g with "
+                     "feedback, %g without", k, err, plain);
+        if (k >= 2) /* 1 bit: the residual creeps up before it levels off */
+            cr_assert_lt(r200, 2 * r10 + 1e-6, "%d bits: residual grew from %g to %g", k, r10,
+                         r200);
+    }
+    for (int k = 2; k <= 8; k += 3) {
+        mq_codec_t cs = {.kind = MQ_CODEC_UNIFORM, .bits = k, .stochastic = true};
+        mq_rng_t rng;
+        mq_rng_seed(&rng, 8);
+        memset(res, 0, n * sizeof *res);
+        uint8_t *ps = malloc(mq_codec_payload_size(&cs, n));
+        for (int t = 0; t < 300; t++)
+            cr_assert_eq(mq_codec_encode_ef(&cs, g, res, n, ps, mq_codec_payload_size(&cs, n),
+                                            &len, &rng), 0, "%d bits "
+                         "stochastic, step %d: %s", k, t, mq_err_last());
+        free(ps);
+    }
+    mq_codec_t c1s = {.kind = MQ_CODEC_UNIFORM, .bits = 1, .stochastic = true};
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 8);
+    cr_assert_eq(mq_codec_encode_ef(&c1s, g, res, n, p, cap, &len, &rng), -1);
+    cr_assert(strstr(mq_err_last(), "diverges"), "%s", mq_err_last());
+
+    /* A failed step leaves the residual as it was. */
+    memcpy(v, res, n * sizeof *res);
+    g[1234] = NAN;
+    cr_assert_eq(mq_codec_encode_ef(&c, g, res, n, p, cap, &len, NULL), -1);
+    cr_assert(strstr(mq_err_last(), "value 1234"), "%s", mq_err_last());
+    cr_assert_arr_eq(res, v, n * sizeof *res);
+    g[1234] = 0;
+    cr_assert_eq(mq_codec_encode_ef(&c, g, res, n, p, cap - 1, &len, NULL), -1);
+    cr_assert_arr_eq(res, v, n * sizeof *res);
+
+    /* With the lossless codec the residual is always zero. */
+    mq_codec_t none = {.kind = MQ_CODEC_NONE};
+    uint8_t *f = malloc(4 * n);
+    cr_assert_eq(mq_codec_encode_ef(&none, g, res, n, f, 4 * n, &len, NULL), 0);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(res[i], 0.0f);
+    free(f);
+    free(p);
+    free(g);
+    free(res);
+    free(dec);
+    free(v);
+}
