@@ -1,0 +1,51 @@
+/* What every mqgrad program shares: table-driven flags whose defaults come from MQGRAD_*
+ * environment variables, and the main loop that runs a service actor until it finishes or a
+ * signal arrives. */
+#ifndef MQGRAD_SERVICE_H
+#define MQGRAD_SERVICE_H
+
+#include <czmq.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { MQ_FLAG_STR, MQ_FLAG_LONG, MQ_FLAG_DOUBLE, MQ_FLAG_BOOL } mq_flag_kind_t;
+
+/* One flag: --NAME VALUE (or --NAME=VALUE; a BOOL takes no value). ENV, when set, names the
+ * variable whose value replaces the compiled-in default already stored in DST. STR flags
+ * write at most LEN bytes (NUL included) into the char array DST; LONG into long, DOUBLE
+ * into double, BOOL into bool. Numbers must lie in [LO, HI]. */
+typedef struct {
+    const char *name;
+    const char *env;
+    mq_flag_kind_t kind;
+    void *dst;
+    size_t len;
+    double lo, hi;
+    const char *help;
+} mq_flag_t;
+
+/* Applies environment defaults, then ARGV (argv[0] is the program or subcommand name).
+ * FLAGS ends with a zeroed entry. Returns 0 on success, 1 if --help was printed, and 2 after
+ * printing a specific message to stderr for a bad flag or value (the exit code to use).
+ * Positional arguments are not allowed unless POSITIONAL is given: then they are stored
+ * there (up to MAXPOS; *npos set). */
+int mq_flags_parse(const mq_flag_t *flags, int argc, char **argv, const char *usage,
+                   char **positional, int maxpos, int *npos);
+void mq_flags_usage(const mq_flag_t *flags, const char *usage, FILE *out);
+
+/* Runs ACTOR_FN(pipe, ARGS) as a service: waits until the actor reports "DONE <code>" on its
+ * pipe or SIGINT/SIGTERM arrives (then the actor gets $TERM and shuts down cleanly), and
+ * returns the exit code (0 after a signal). */
+int mq_service_run(zactor_fn *actor_fn, void *args);
+
+/* For actors: tell the owner the service is over with exit CODE. */
+void mq_service_done(zsock_t *pipe, int code);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

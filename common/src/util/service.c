@@ -1,0 +1,154 @@
+/* Flags with environment defaults, and the run-until-done-or-signal loop of service mains. */
+#include "mqgrad/service.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqgrad/util.h"
+
+static int s_set(const mq_flag_t *f, const char *value, const char *origin)
+{
+    char what[160];
+    snprintf(what, sizeof what, "%s --%s", origin, f->name);
+    switch (f->kind) {
+    case MQ_FLAG_STR:
+        if (strlen(value) >= f->len) {
+            mq_err_set("%s: value longer than %zu characters", what, f->len - 1);
+            return -1;
+        }
+        strcpy((char *)f->dst, value);
+        return 0;
+    case MQ_FLAG_LONG:
+        return mq_parse_long(what, value, (long)f->lo, (long)f->hi, (long *)f->dst);
+    case MQ_FLAG_DOUBLE:
+        return mq_parse_double(what, value, f->lo, f->hi, (double *)f->dst);
+    case MQ_FLAG_BOOL:
+        if (!strcmp(value, "1") || !strcmp(value, "true") || !strcmp(value, "yes"))
+            *(bool *)f->dst = true;
+        else if (!strcmp(value, "0") || !strcmp(value, "false") || !strcmp(value, "no"))
+            *(bool *)f->dst = false;
+        else {
+            mq_err_set("%s: '%s' is not a boolean (true/false/1/0)", what, value);
+            return -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+void mq_flags_usage(const mq_flag_t *flags, const char *usage, FILE *out)
+{
+    fprintf(out, "%s\n\nflags:\n", usage);
+    for (const mq_flag_t *f = flags; f->name; f++) {
+        char def[96] = "";
+        switch (f->kind) {
+        case MQ_FLAG_STR:
+            snprintf(def, sizeof def, "%s", (const char *)f->dst);
+            break;
+        case MQ_FLAG_LONG:
+            snprintf(def, sizeof def, "%ld", *(long *)f->dst);
+            break;
+        case MQ_FLAG_DOUBLE:
+            snprintf(def, sizeof def, "%g", *(double *)f->dst);
+            break;
+        case MQ_FLAG_BOOL:
+            snprintf(def, sizeof def, "%s", *(bool *)f->dst ? "true" : "false");
+            break;
+        }
+        fprintf(out, "  --%-18s %s [%s%s%s]\n", f->name, f->help ? f->help : "", def,
+                f->env ? ", $" : "", f->env ? f->env : "");
+    }
+}
+
+static const mq_flag_t *s_find(const mq_flag_t *flags, const char *name, size_t n)
+{
+    for (const mq_flag_t *f = flags; f->name; f++)
+        if (strlen(f->name) == n && strncmp(f->name, name, n) == 0)
+            return f;
+    return NULL;
+}
+
+int mq_flags_parse(const mq_flag_t *flags, int argc, char **argv, const char *usage,
+                   char **positional, int maxpos, int *npos)
+{
+    if (npos)
+        *npos = 0;
+    for (const mq_flag_t *f = flags; f->name; f++) {
+        const char *v = f->env ? getenv(f->env) : NULL;
+        if (v && *v && s_set(f, v, f->env) != 0) {
+            fprintf(stderr, "%s: %s\n", argv[0], mq_err_last());
+            return 2;
+        }
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            mq_flags_usage(flags, usage, stdout);
+            return 1;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (positional && npos && *npos < maxpos) {
+                positional[(*npos)++] = argv[i];
+                continue;
+            }
+            fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", argv[0], a);
+            return 2;
+        }
+        const char *eq = strchr(a + 2, '=');
+        size_t n = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
+        const mq_flag_t *f = s_find(flags, a + 2, n);
+        if (!f) {
+            fprintf(stderr, "%s: unknown flag '%.*s' (see --help)\n", argv[0], (int)n + 2, a);
+            return 2;
+        }
+        const char *value = eq ? eq + 1 : NULL;
+        if (!value && f->kind == MQ_FLAG_BOOL)
+            value = "true";
+        if (!value) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "%s: flag --%s needs a value\n", argv[0], f->name);
+                return 2;
+            }
+            value = argv[++i];
+        }
+        if (s_set(f, value, "flag") != 0) {
+            fprintf(stderr, "%s: %s\n", argv[0], mq_err_last());
+            return 2;
+        }
+    }
+    return 0;
+}
+
+void mq_service_done(zsock_t *pipe, int code)
+{
+    zstr_sendf(pipe, "DONE %d", code);
+}
+
+int mq_service_run(zactor_fn *actor_fn, void *args)
+{
+    zactor_t *actor = zactor_new(actor_fn, args);
+    if (!actor) {
+        mq_error("cannot start the service thread");
+        return 1;
+    }
+    int code = 0;
+    zpoller_t *poller = zpoller_new(zactor_sock(actor), NULL);
+    while (!zsys_interrupted) {
+        void *which = zpoller_wait(poller, 200);
+        if (which) {
+            char *msg = zstr_recv(which);
+            if (msg && strncmp(msg, "DONE ", 5) == 0) {
+                code = atoi(msg + 5);
+                zstr_free(&msg);
+                break;
+            }
+            zstr_free(&msg);
+        } else if (zpoller_terminated(poller)) {
+            break;
+        }
+    }
+    zpoller_destroy(&poller);
+    zactor_destroy(&actor);
+    return code;
+}
