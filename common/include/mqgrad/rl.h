@@ -39,21 +39,27 @@ typedef struct {
     int hidden;          /* Q-network hidden units (10) */
     double tau;          /* adaptive: noise threshold relative to mean(g^2) */
     uint64_t seed;       /* weights init and exploration */
+    bool literal_eq3;    /* mqgrad: false (default) = bits never decrease: n_t is at least the
+                          * bits just used, so an exploratory +1 is kept; true = equation (3)
+                          * as printed: an exploratory +1 lasts one window */
 } mq_policy_opts_t;
 
 void mq_policy_opts_default(mq_policy_opts_t *o);
 
 typedef struct mq_policy_t mq_policy_t;
 
-/* Makes a policy from SPEC: "mqgrad", "fixed:K", "adaptive", "schedule". NULL with an error
- * on a bad spec or options. */
+/* Makes a policy from SPEC: "mqgrad", "fixed:K", "adaptive", "schedule", each optionally
+ * followed by ":key=value,..." overriding OPTS (keys T, alpha, epsilon, eta, discount, gamma,
+ * min, max, start, hidden, tau, seed, literal_eq3), e.g. "mqgrad:T=10,epsilon=0.05". OPTS
+ * NULL means the defaults. NULL with an error on a bad spec or options. */
 mq_policy_t *mq_policy_new(const char *spec, const mq_policy_opts_t *opts);
 void mq_policy_destroy(mq_policy_t **self_p);
 
 /* Feeds one observation (iterations arrive in order; a repeated or older iteration is
  * ignored and returns the current bits). Returns the bit width to use from iteration
- * obs->iter + 1 on. A decision (MDP step) happens when a window of T observations is
- * complete; between decisions the answer is the current bits. */
+ * obs->iter + 1 on, or -1 with an error if P or OBS is NULL. A decision (MDP step) happens
+ * when a window of T observations is complete; between decisions the answer is the
+ * current bits. */
 int mq_policy_observe(mq_policy_t *p, const mq_observation_t *obs);
 
 /* What a query shows. q_values has one entry per bit width min..max (NaN where the policy

@@ -1,0 +1,580 @@
+/* Tests of the bit-width policies: the numbers of equations (1)-(3) and of one SARSA update
+ * checked against hand computations, epsilon-greedy statistics, the baselines' decisions,
+ * and save/restore (exact resume, corrupt buffers refused). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/src/rl/rl_internal.h"
+
+#define EPS 1e-12
+
+/* An observation of iteration M with loss L and time MS (a pointer to a compound literal). */
+#define OBS(m, l, ms) (&(mq_observation_t){.iter = (m), .loss = (l), .iter_ms = (ms)})
+
+static mq_policy_t *s_new(const char *spec, const mq_policy_opts_t *o)
+{
+    mq_policy_t *p = mq_policy_new(spec, o);
+    cr_assert_not_null(p, "mq_policy_new(%s): %s", spec, mq_err_last());
+    return p;
+}
+
+Test(rl, defaults_are_the_papers)
+{
+    mq_policy_opts_t o;
+    mq_policy_opts_default(&o);
+    cr_expect_eq(o.T, 5);
+    cr_expect_float_eq(o.alpha, 0.01, EPS);
+    cr_expect_float_eq(o.epsilon, 0.1, EPS);
+    cr_expect_float_eq(o.eta, 0.1, EPS);
+    cr_expect_float_eq(o.discount, 0.9, EPS);
+    cr_expect_float_eq(o.gamma, 300, EPS);
+    cr_expect_eq(o.min_bits, 2);
+    cr_expect_eq(o.max_bits, 8);
+    cr_expect_eq(o.start_bits, 2);
+    cr_expect_eq(o.hidden, 10);
+    cr_expect_float_eq(o.tau, 0.05, EPS);
+    cr_expect(!o.literal_eq3);
+}
+
+Test(rl, crc32_known_value)
+{
+    /* The standard check value of CRC-32/IEEE. */
+    cr_expect_eq(mq_rl_crc32(0, (const uint8_t *)"123456789", 9), 0xCBF43926u);
+}
+
+/* Equation (1) with alpha = 0.1 on losses 2, 1, 1, 1, 1 | 0.6561:
+ *   seed = first loss 2: Lbar1 = 0.1*2 + 0.9*2 = 2
+ *   Lbar2 = 0.1*1 + 0.9*2 = 1.9;  Lbar3 = 0.1 + 0.9*1.9 = 1.81
+ *   Lbar4 = 0.1 + 0.9*1.81 = 1.729;  Lbar5 = 0.1 + 0.9*1.729 = 1.6561
+ *   next window, seeded from 1.6561: 0.1*0.6561 + 0.9*1.6561 = 0.06561 + 1.49049 = 1.5561
+ * The network input is Lbar divided by the run's first smoothed loss (2). */
+Test(rl, smoothing_follows_equation_1)
+{
+    mq_policy_opts_t o;
+    mq_policy_opts_default(&o);
+    o.alpha = 0.1;
+    mq_policy_t *p = s_new("mqgrad", &o);
+    const double loss[] = {2, 1, 1, 1, 1, 0.6561};
+    const double want[] = {2, 1.9, 1.81, 1.729, 1.6561};
+    for (int i = 0; i < 5; i++)
+        mq_policy_observe(p, &(mq_observation_t){.iter = i, .loss = loss[i], .iter_ms = 10});
+    for (int i = 0; i < 5; i++) {
+        cr_expect_float_eq(p->win.lbar[i], want[i], 1e-12, "Lbar[%d]", i);
+        cr_expect_float_eq(p->x[i], want[i] / 2, 1e-12, "x[%d]", i);
+    }
+    mq_policy_observe(p, &(mq_observation_t){.iter = 5, .loss = loss[5], .iter_ms = 10});
+    cr_expect_float_eq(p->win.lbar[0], 1.5561, 1e-12);
+    mq_policy_destroy(&p);
+    cr_expect_null(p);
+    mq_policy_destroy(&p); /* safe twice */
+}
+
+/* Slope of 5, 4, 4, 2, 1 against 1..5: centred i = -2..2, sum d^2 = 10,
+ * sum d*y = -10 - 4 + 0 + 2 + 2 = -10, beta = -1. Reward (2): -(-1) * 300 / 250 = 1.2. */
+Test(rl, slope_and_reward_follow_equation_2)
+{
+    const double y[] = {5, 4, 4, 2, 1};
+    cr_expect_float_eq(mq_rl_slope(y, 5), -1.0, EPS);
+    cr_expect_float_eq(mq_rl_reward(-1.0, 300, 250), 1.2, EPS);
+    cr_expect_float_eq(mq_rl_reward(-1.0, 300, 0), 300, EPS, "c clamped to 1 ms");
+
+    /* Same numbers through a policy: alpha = 1 leaves the losses unsmoothed, 5 x 50 ms. */
+    mq_policy_opts_t o;
+    mq_policy_opts_default(&o);
+    o.alpha = 1;
+    mq_policy_t *p = s_new("fixed:4", &o);
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    cr_expect(isnan(st.last_reward));
+    for (int i = 0; i < 5; i++)
+        mq_policy_observe(p, &(mq_observation_t){.iter = i, .loss = y[i], .iter_ms = 50});
+    mq_policy_status(p, &st);
+    cr_expect_float_eq(st.last_reward, 1.2, 1e-12);
+    cr_expect_eq(st.step, 1);
+    mq_policy_destroy(&p);
+}
+
+/* A 2-2-3 network (T = 2, bits 2..4) with hand-set weights:
+ *   W1 = [[1, 0], [0, -1]], b1 = [0, 0.5]; W2 rows (bits 2, 3, 4) = [0, 1], [1, 0], [0.5, 0.5]
+ * options: alpha = 1, epsilon = 0, eta = 0.5, discount = 0.5, gamma = 100. */
+static mq_policy_t *s_small_net(double epsilon, bool literal, bool keep_first)
+{
+    mq_policy_opts_t o;
+    mq_policy_opts_default(&o);
+    o.T = 2, o.alpha = 1, o.epsilon = epsilon, o.eta = 0.5, o.discount = 0.5, o.gamma = 100;
+    o.min_bits = 2, o.max_bits = 4, o.start_bits = 2, o.hidden = 2, o.literal_eq3 = literal;
+    mq_policy_t *p = s_new("mqgrad", &o);
+    const double w1[] = {1, 0, 0, -1}, b1[] = {0, 0.5};
+    const double w2a[] = {0, 1, 1, 0, 0.5, 0.5}, w2b[] = {1, 0, 0, 1, 0.5, 0.5};
+    memcpy(p->net.w1, w1, sizeof w1);
+    memcpy(p->net.b1, b1, sizeof b1);
+    memcpy(p->net.w2, keep_first ? w2b : w2a, sizeof w2a);
+    memset(p->net.b2, 0, 3 * sizeof(double));
+    return p;
+}
+
+/* Window 0: losses 1, 1 -> x0 = [1, 1] (scale 1); z = [1, -0.5], h = [1, 0],
+ *   Q(x0) = [0, 1, 0.5]; n0 = 2: Q(s,0) = 0 < Q(s,1) = 1 -> a0 = 1, bits 3.
+ * Window 1: losses 0.5, 0.3, 10 ms each -> beta = -0.2, c = 20, r = 0.2 * 100 / 20 = 1.
+ *   Eq. (3): n1 = 2 + argmax(0, 1) = 3. x1 = [0.5, 0.3]: z = [0.5, 0.2], h = [0.5, 0.2],
+ *   Q(x1) = [0.2, 0.5, 0.35]; at n1 = 3: 0.5 >= 0.35 -> a1 = 0, bits 3.
+ *   TD = 1 + 0.5 * 0.5 - Q(x0, bits 3) = 1.25 - 1 = 0.25; eta * TD = 0.125.
+ *   Gradient of output bits 3 at x0 (only h0 active, w2[1][0] = 1):
+ *   w1[0] += 0.125 * [1, 1] -> [1.125, 0.125]; b1[0] -> 0.125; w2[1][0] += 0.125 * 1 ->
+ *   1.125; b2[1] -> 0.125; everything else unchanged. */
+Test(rl, one_sarsa_update_by_hand)
+{
+    mq_policy_t *p = s_small_net(0, false, false);
+    cr_expect_eq(mq_policy_observe(p, &(mq_observation_t){.iter = 0, .loss = 1, .iter_ms = 1}), 2);
+    cr_expect_eq(mq_policy_observe(p, &(mq_observation_t){.iter = 1, .loss = 1, .iter_ms = 1}), 3);
+    cr_expect_eq(p->n, 2);
+    cr_expect_eq(p->action, 1);
+    mq_policy_observe(p, &(mq_observation_t){.iter = 2, .loss = 0.5, .iter_ms = 10});
+    int bits = mq_policy_observe(p, &(mq_observation_t){.iter = 3, .loss = 0.3, .iter_ms = 10});
+    cr_expect_eq(bits, 3);
+    cr_expect_eq(p->n, 3, "equation (3): n1 = n0 + argmax Q(s0, .)");
+    cr_expect_eq(p->action, 0);
+    const double w1[] = {1.125, 0.125, 0, -1}, b1[] = {0.125, 0.5};
+    const double w2[] = {0, 1, 1.125, 0, 0.5, 0.5}, b2[] = {0, 0.125, 0};
+    for (int k = 0; k < 4; k++)
+        cr_expect_float_eq(p->net.w1[k], w1[k], EPS, "w1[%d]", k);
+    for (int k = 0; k < 2; k++)
+        cr_expect_float_eq(p->net.b1[k], b1[k], EPS, "b1[%d]", k);
+    for (int k = 0; k < 6; k++)
+        cr_expect_float_eq(p->net.w2[k], w2[k], EPS, "w2[%d]", k);
+    for (int k = 0; k < 3; k++)
+        cr_expect_float_eq(p->net.b2[k], b2[k], EPS, "b2[%d]", k);
+    /* Status shows Q(s1, .) with the new weights: z = [1.125*0.5 + 0.125*0.3 + 0.125, 0.2]
+     * = [0.725, 0.2]; Q = [0.2, 1.125*0.725 + 0.125, 0.5*0.725 + 0.5*0.2]
+     * = [0.2, 0.940625, 0.4625]. */
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.nq, 3);
+    cr_expect_float_eq(st.q_values[0], 0.2, EPS);
+    cr_expect_float_eq(st.q_values[1], 0.940625, EPS);
+    cr_expect_float_eq(st.q_values[2], 0.4625, EPS);
+    cr_expect_float_eq(st.last_reward, 1.0, EPS);
+    const mq_decision_t *h;
+    cr_assert_eq(mq_policy_history(p, &h), 2);
+    cr_expect_eq(h[0].bits, 3);
+    cr_expect_eq(h[0].action, 1);
+    cr_expect_eq(h[1].iter, 3);
+    cr_expect_float_eq(h[1].reward, 1.0, EPS);
+    mq_policy_destroy(&p);
+}
+
+/* Equation (3) follows the greedy action of s_{t-1}, not the action taken. With
+ * W2 rows [1, 0], [0, 1], [0.5, 0.5]: Q(x0) = [1, 0, 0.5], greedy keep; epsilon = 1 always
+ * explores, so a0 = 1 and window 1 runs at 3 bits. Then Q(x1) = [0.5, 0.2, 0.35].
+ *   literal: n1 = 2 + 0 = 2; greedy at n = 2 is keep (0.5 >= 0.2), explored -> a1 = 1, bits 3.
+ *   default: n1 = max(2, 3 bits just used) = 3; greedy at 3 is up (0.35 > 0.2) -> a1 = 0. */
+Test(rl, transition_follows_equation_3)
+{
+    for (int literal = 0; literal < 2; literal++) {
+        mq_policy_t *p = s_small_net(1.0, literal, true);
+        const double loss[] = {1, 1, 0.5, 0.3};
+        int bits = 0;
+        for (int i = 0; i < 4; i++) {
+            bits = mq_policy_observe(
+                p, &(mq_observation_t){.iter = i, .loss = loss[i], .iter_ms = 10});
+            if (i == 1)
+                cr_expect_eq(bits, 3, "explored +1");
+        }
+        cr_expect_eq(p->n, literal ? 2 : 3);
+        cr_expect_eq(p->action, literal ? 1 : 0);
+        cr_expect_eq(bits, 3);
+        mq_policy_destroy(&p);
+    }
+}
+
+/* 20000 draws with epsilon = 0.1: the non-greedy action is a binomial(20000, 0.1) count,
+ * mean 2000, sigma = sqrt(20000 * 0.1 * 0.9) = 42.4; accept within 5 sigma (212). */
+Test(rl, epsilon_greedy_frequencies)
+{
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 12345);
+    int up = 0, keep = 0;
+    for (int i = 0; i < 20000; i++) {
+        up += mq_rl_egreedy(&rng, 0.1, 0.0, 1.0, true);       /* greedy: 1 */
+        keep += 1 - mq_rl_egreedy(&rng, 0.1, 1.0, 0.0, true); /* greedy: 0 */
+    }
+    cr_expect(abs((20000 - up) - 2000) <= 212, "explored %d times", 20000 - up);
+    cr_expect(abs((20000 - keep) - 2000) <= 212, "explored %d times", 20000 - keep);
+    for (int i = 0; i < 1000; i++)
+        cr_expect_eq(mq_rl_egreedy(&rng, 1.0, 0.0, 1.0, false), 0, "no +1 at max bits");
+    /* ties keep, as the paper: Q(s,0) >= Q(s,1) keeps n */
+    cr_expect_eq(mq_rl_egreedy(&rng, 0.0, 0.5, 0.5, true), 0);
+}
+
+/* A long run on noisy, decreasing losses: the bits are non-decreasing and stay in 2..8
+ * (default); with literal_eq3 they stay in range and n_t never decreases. */
+Test(rl, mqgrad_bits_never_decrease_long_run)
+{
+    for (int literal = 0; literal < 2; literal++) {
+        mq_policy_opts_t o;
+        mq_policy_opts_default(&o);
+        o.seed = 99;
+        o.literal_eq3 = literal;
+        mq_policy_t *p = s_new("mqgrad", &o);
+        mq_rng_t rng;
+        mq_rng_seed(&rng, 7);
+        int prev = 2, prev_n = 2;
+        for (uint64_t m = 0; m < 20000; m++) {
+            double loss = 2.3 * exp(-(double)m / 4000) + 0.05 * mq_rng_normal(&rng);
+            double ms = 100 + 40 * mq_rng_double(&rng);
+            int bits = mq_policy_observe(p, OBS(m, loss, ms));
+            cr_assert(bits >= 2 && bits <= 8, "bits %d at %lu", bits, (unsigned long)m);
+            if (!literal)
+                cr_assert_geq(bits, prev, "bits fell at iteration %lu", (unsigned long)m);
+            if (p->have_state)
+                cr_assert_geq(p->n, prev_n);
+            prev = bits;
+            prev_n = p->have_state ? p->n : prev_n;
+        }
+        cr_expect_eq(p->step, 4000);
+        mq_policy_destroy(&p);
+    }
+}
+
+Test(rl, fixed_always_k)
+{
+    mq_policy_t *p = s_new("fixed:1", NULL);
+    for (uint64_t m = 0; m < 50; m++)
+        cr_expect_eq(mq_policy_observe(p, OBS(m, 1.0 / (m + 1), 5)), 1);
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    cr_expect_str_eq(st.spec, "fixed:1");
+    cr_expect_eq(st.step, 10);
+    cr_expect_eq(st.nq, 7);
+    cr_expect(isnan(st.q_values[0]) && isnan(st.q_values[6]));
+    mq_policy_destroy(&p);
+}
+
+static int s_adaptive_window(mq_policy_t *p, uint64_t first, double range, double sq)
+{
+    int bits = 0;
+    for (uint64_t m = first; m < first + 5; m++)
+        bits = mq_policy_observe(
+            p, &(mq_observation_t){
+                   .iter = m, .loss = 1, .iter_ms = 5, .grad_range = range, .grad_sqmean = sq});
+    return bits;
+}
+
+/* tau = 0.05, mean(g^2) = 1, budget 0.05:
+ *   range 11.2: K=3: (11.2/7)^2/12 = 0.2133 > 0.05; K=4: (11.2/15)^2/12 = 0.0465 -> 4
+ *   range 50:   K=6: (50/63)^2/12 = 0.0525 > 0.05; K=7: (50/127)^2/12 = 0.0129 -> 7
+ *   range 1000: K=8: (1000/255)^2/12 = 1.28 > 0.05 -> none, max 8
+ *   range 0.5:  K=2: (0.5/3)^2/12 = 0.0023 -> 2 (and the rule may go down) */
+Test(rl, adaptive_decisions)
+{
+    mq_policy_t *p = s_new("adaptive", NULL);
+    cr_expect_eq(mq_policy_observe(p, OBS(0, 1, 5)), 2, "starts at start_bits");
+    mq_policy_destroy(&p);
+    p = s_new("adaptive", NULL);
+    cr_expect_eq(s_adaptive_window(p, 0, 11.2, 1), 4);
+    cr_expect_eq(s_adaptive_window(p, 5, 50, 1), 7);
+    cr_expect_eq(s_adaptive_window(p, 10, 1000, 1), 8);
+    cr_expect_eq(s_adaptive_window(p, 15, 0.5, 1), 2);
+    cr_expect_eq(s_adaptive_window(p, 20, NAN, NAN), 2, "no statistics: keep");
+    const mq_decision_t *h;
+    cr_assert_eq(mq_policy_history(p, &h), 5);
+    cr_expect_eq(h[3].action, -6, "8 -> 2");
+    mq_policy_destroy(&p);
+    /* The window's mean is used: ranges 0 and 22.4 average to 11.2 -> 4 bits. */
+    p = s_new("adaptive", NULL);
+    for (uint64_t m = 0; m < 5; m++)
+        mq_policy_observe(
+            p, &(mq_observation_t){
+                   .iter = m, .loss = 1, .grad_range = m % 2 ? 0 : 22.4, .grad_sqmean = 1});
+    /* ranges 22.4, 0, 22.4, 0, 22.4 -> mean 13.44: K=4: (13.44/15)^2/12 = 0.0669 > 0.05;
+     * K=5: (13.44/31)^2/12 = 0.0157 -> 5 */
+    cr_expect_eq(p->bits, 5);
+    mq_policy_destroy(&p);
+}
+
+/* Bits 2..8 are 7 stages of equal length: progress f gives 2 + floor(7 f). */
+Test(rl, schedule_ramps_over_the_run)
+{
+    mq_policy_t *p = s_new("schedule", NULL);
+    cr_expect_eq(mq_policy_observe(p, OBS(0, 1, 1)), 2);
+    int bits = 0;
+    for (uint64_t m = 1; m < 5; m++) /* closes at m = 4 with progress 0.5: 2 + 3 = 5 */
+        bits = mq_policy_observe(p, &(mq_observation_t){.iter = m, .loss = 1, .progress = 0.5});
+    cr_expect_eq(bits, 5);
+    mq_policy_destroy(&p);
+    /* No progress: (iter + 1) / total_iters; 700 iterations, 100 per width. */
+    p = s_new("schedule", NULL);
+    int seen[9] = {0};
+    for (uint64_t m = 0; m < 700; m++) {
+        bits = mq_policy_observe(p, &(mq_observation_t){.iter = m, .loss = 1, .total_iters = 700});
+        if (m == 94) /* 2 + floor(7 * 95/700) = 2 + floor(0.95) */
+            cr_expect_eq(bits, 2);
+        if (m == 104) /* 2 + floor(7 * 105/700) = 2 + floor(1.05) */
+            cr_expect_eq(bits, 3);
+        seen[bits]++;
+    }
+    cr_expect_eq(bits, 8);
+    for (int k = 2; k <= 8; k++)
+        cr_expect_gt(seen[k], 0, "width %d used", k);
+    mq_policy_destroy(&p);
+}
+
+Test(rl, iterations_out_of_order_and_gaps)
+{
+    mq_policy_opts_t o;
+    mq_policy_opts_default(&o);
+    o.alpha = 0.5;
+    mq_policy_t *p = s_new("fixed:3", &o);
+    mq_policy_observe(p, OBS(0, 4, 10));
+    mq_policy_observe(p, OBS(1, 2, 10));
+    mq_policy_observe(p, OBS(1, 100, 10)); /* repeated: ignored */
+    mq_policy_observe(p, OBS(0, 100, 10)); /* older: ignored */
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.observations, 2);
+    cr_expect_eq(st.iter, 1);
+    /* iteration 2 is missed: its smoothed loss is held. alpha = 0.5:
+     * 4 | 0.5*2 + 0.5*4 = 3 | (held) 3 | 0.5*1 + 0.5*3 = 2 | 0.5*1 + 0.5*2 = 1.5 */
+    mq_policy_observe(p, OBS(3, 1, 10));
+    mq_policy_observe(p, OBS(4, 1, 10));
+    const double want[] = {4, 3, 3, 2, 1.5};
+    for (int i = 0; i < 5; i++)
+        cr_expect_float_eq(p->win.lbar[i], want[i], EPS, "Lbar[%d]", i);
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.step, 1);
+    /* slope of 4, 3, 3, 2, 1.5: sum d*y = -8 - 3 + 0 + 2 + 3 = -6, beta = -0.6;
+     * c = 40 ms over 4 iterations scaled to 5 = 50; r = 0.6 * 300 / 50 = 3.6 */
+    cr_expect_float_eq(st.last_reward, 3.6, 1e-12);
+    /* the closing iteration 9 of window 1 is missed: it closes when 10 arrives */
+    for (uint64_t m = 5; m < 9; m++)
+        mq_policy_observe(p, OBS(m, 1, 10));
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.step, 1);
+    mq_policy_observe(p, OBS(10, 1, 10));
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.step, 2);
+    const mq_decision_t *h;
+    cr_assert_eq(mq_policy_history(p, &h), 2);
+    cr_expect_eq(h[1].iter, 10);
+    cr_expect_eq(mq_policy_observe(NULL, OBS(11, 1, 1)), -1);
+    mq_policy_destroy(&p);
+}
+
+/* ---- persistence ------------------------------------------------------------------- */
+
+static mq_observation_t s_obs_at(uint64_t m)
+{
+    /* a pure function of m, so two runs see the same data */
+    return (mq_observation_t){.iter = m,
+                              .loss = 2.0 / (1 + 0.02 * m) + 0.01 * sin(m * 1.7),
+                              .iter_ms = 50 + (double)(m % 7),
+                              .grad_range = 10 + m % 3,
+                              .grad_sqmean = 1,
+                              .total_iters = 100};
+}
+
+static void s_feed(mq_policy_t *p, uint64_t from, uint64_t to, int *bits)
+{
+    for (uint64_t m = from; m < to; m++) {
+        mq_observation_t obs = s_obs_at(m);
+        bits[m] = mq_policy_observe(p, &obs);
+    }
+}
+
+static mq_policy_t *s_save_restore(mq_policy_t *p)
+{
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(mq_policy_save(p, &buf, &len), 0, "%s", mq_err_last());
+    mq_policy_t *q = mq_policy_restore(buf, len);
+    cr_assert_not_null(q, "%s", mq_err_last());
+    free(buf);
+    mq_policy_destroy(&p);
+    return q;
+}
+
+static void s_check_resume(const char *spec, uint64_t split)
+{
+    mq_policy_opts_t o;
+    mq_policy_opts_default(&o);
+    o.seed = 2024;
+    o.epsilon = 0.3; /* explore often so the rng state matters */
+    int bits_a[100], bits_b[100];
+    mq_policy_t *a = s_new(spec, &o), *b = s_new(spec, &o);
+    s_feed(a, 0, 100, bits_a); /* 20 decisions */
+    s_feed(b, 0, split, bits_b);
+    b = s_save_restore(b);
+    s_feed(b, split, 100, bits_b);
+    cr_expect_arr_eq(bits_a, bits_b, sizeof bits_a, "%s split at %lu", spec, (unsigned long)split);
+    const mq_decision_t *ha, *hb;
+    size_t na = mq_policy_history(a, &ha), nb = mq_policy_history(b, &hb);
+    cr_assert_eq(na, 20);
+    cr_assert_eq(nb, 20);
+    for (size_t i = 0; i < na; i++) {
+        cr_expect_eq(ha[i].bits, hb[i].bits);
+        cr_expect_eq(ha[i].action, hb[i].action);
+        cr_expect_eq(memcmp(&ha[i].reward, &hb[i].reward, sizeof(double)), 0);
+    }
+    uint8_t *ba, *bb;
+    size_t la, lb;
+    cr_assert_eq(mq_policy_save(a, &ba, &la), 0);
+    cr_assert_eq(mq_policy_save(b, &bb, &lb), 0);
+    cr_expect_eq(la, lb);
+    cr_expect(la == lb && memcmp(ba, bb, la) == 0, "%s: saved states differ", spec);
+    free(ba);
+    free(bb);
+    mq_policy_destroy(&a);
+    mq_policy_destroy(&b);
+}
+
+Test(rl, resume_is_exact)
+{
+    s_check_resume("mqgrad", 50); /* 10 decisions, restart, 10 more */
+    s_check_resume("mqgrad", 52); /* restart in the middle of a window */
+    s_check_resume("mqgrad:T=5,literal_eq3=1", 50);
+    s_check_resume("adaptive", 47);
+    s_check_resume("schedule", 50);
+    s_check_resume("fixed:6", 50);
+}
+
+static void s_saved(uint8_t **buf, size_t *len)
+{
+    mq_policy_t *p = s_new("mqgrad", NULL);
+    int bits[60];
+    s_feed(p, 0, 60, bits);
+    cr_assert_eq(mq_policy_save(p, buf, len), 0);
+    mq_policy_destroy(&p);
+}
+
+static void s_expect_refused(const uint8_t *buf, size_t len, const char *what)
+{
+    mq_policy_t *p = mq_policy_restore(buf, len);
+    cr_expect_null(p, "accepted a buffer that should say '%s'", what);
+    mq_policy_destroy(&p);
+    cr_expect(strstr(mq_err_last(), what) != NULL, "error '%s' lacks '%s'", mq_err_last(), what);
+}
+
+Test(rl, corrupt_state_refused)
+{
+    uint8_t *buf;
+    size_t len;
+    s_saved(&buf, &len);
+    uint8_t *c = malloc(len + 1);
+    memcpy(c, buf, len);
+    c[len / 2] ^= 0x10;
+    s_expect_refused(c, len, "checksum");
+    memcpy(c, buf, len);
+    s_expect_refused(c, len - 1, "truncated");
+    s_expect_refused(c, 10, "truncated");
+    s_expect_refused(NULL, 0, "truncated");
+    c[0] = 'X';
+    s_expect_refused(c, len, "magic");
+    memcpy(c, buf, len);
+    c[8] = 2;
+    s_expect_refused(c, len, "version 2");
+    memcpy(c, buf, len);
+    c[len] = 0;
+    s_expect_refused(c, len + 1, "unexpected bytes");
+    /* A size that disagrees with the options, under a valid checksum: T = 3 in the payload
+     * (offset: kind 4 + spec length 4 + "mqgrad" 6) while 5 window losses are stored. */
+    memcpy(c, buf, len);
+    c[24 + 14] = 3;
+    uint32_t crc = mq_rl_crc32(mq_rl_crc32(0, c, 20), c + 24, len - 24);
+    for (int i = 0; i < 4; i++)
+        c[20 + i] = (uint8_t)(crc >> (8 * i));
+    s_expect_refused(c, len, "inconsistent");
+    /* the untouched buffer still restores */
+    mq_policy_t *p = mq_policy_restore(buf, len);
+    cr_expect_not_null(p, "%s", mq_err_last());
+    mq_policy_destroy(&p);
+    free(c);
+    free(buf);
+}
+
+/* ---- specs and options ------------------------------------------------------------- */
+
+Test(rl, spec_parameters_override_options)
+{
+    mq_policy_t *p = s_new("mqgrad:T=10,epsilon=0.05,min=3,start=4,hidden=4", NULL);
+    cr_expect_eq(p->o.T, 10);
+    cr_expect_float_eq(p->o.epsilon, 0.05, EPS);
+    cr_expect_eq(p->o.min_bits, 3);
+    cr_expect_eq(p->o.hidden, 4);
+    cr_expect_eq(mq_policy_observe(p, OBS(0, 1, 1)), 4, "starts at start=4");
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.nq, 6);
+    cr_expect(isnan(st.q_values[0]), "no Q-values before the first decision");
+    mq_policy_destroy(&p);
+    p = s_new("adaptive:tau=0.5", NULL);
+    cr_expect_float_eq(p->o.tau, 0.5, EPS);
+    mq_policy_destroy(&p);
+}
+
+Test(rl, bad_specs_refused)
+{
+    static const struct {
+        const char *spec, *msg;
+    } bad[] = {
+        {"", "empty"},
+        {"sarsa", "unknown policy 'sarsa'"},
+        {"fixed", "needs a bit width"},
+        {"fixed:0", "1..8"},
+        {"fixed:9", "1..8"},
+        {"fixed:x", "1..8"},
+        {"mqgrad:T=1", "T"},
+        {"mqgrad:alpha=0", "alpha"},
+        {"mqgrad:alpha=1.5", "alpha"},
+        {"mqgrad:epsilon=2", "epsilon"},
+        {"mqgrad:min=5,max=3", "above max"},
+        {"mqgrad:start=1", "start bits 1"},
+        {"mqgrad:hidden=0", "hidden"},
+        {"mqgrad:bogus=1", "unknown policy parameter 'bogus'"},
+        {"mqgrad:T", "not key=value"},
+        {"mqgrad:literal_eq3=2", "0 or 1"},
+        {"mqgrad:T=5,alpha=0.01,epsilon=0.1,eta=0.1,discount=0.9,gamma=300,min=2", "too long"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mq_policy_t *p = mq_policy_new(bad[i].spec, NULL);
+        cr_expect_null(p, "accepted '%s'", bad[i].spec);
+        mq_policy_destroy(&p);
+        cr_expect(strstr(mq_err_last(), bad[i].msg) != NULL, "'%s': error '%s' lacks '%s'",
+                  bad[i].spec, mq_err_last(), bad[i].msg);
+    }
+    cr_expect_null(mq_policy_new(NULL, NULL));
+}
+
+static void s_expect_bad_opts(const mq_policy_opts_t *o, const char *msg)
+{
+    mq_policy_t *p = mq_policy_new("mqgrad", o);
+    cr_expect_null(p, "accepted options that should say '%s'", msg);
+    mq_policy_destroy(&p);
+    cr_expect(strstr(mq_err_last(), msg) != NULL, "error '%s' lacks '%s'", mq_err_last(), msg);
+}
+
+#define BAD_OPT(stmt, msg)                                                                         \
+    do {                                                                                           \
+        mq_policy_opts_t o;                                                                        \
+        mq_policy_opts_default(&o);                                                                \
+        stmt;                                                                                      \
+        s_expect_bad_opts(&o, msg);                                                                \
+    } while (0)
+
+Test(rl, bad_options_refused)
+{
+    BAD_OPT(o.T = 1, "T (iterations per MDP step) must be in 2..");
+    BAD_OPT(o.alpha = 0, "alpha");
+    BAD_OPT(o.alpha = NAN, "alpha");
+    BAD_OPT(o.epsilon = -0.1, "epsilon");
+    BAD_OPT(o.eta = 0, "eta");
+    BAD_OPT(o.discount = 1.5, "discount");
+    BAD_OPT(o.gamma = -1, "gamma");
+    BAD_OPT(o.min_bits = 0, "within 1..8");
+    BAD_OPT(o.max_bits = 9, "within 1..8");
+    BAD_OPT((o.min_bits = 6, o.max_bits = 4), "above max");
+    BAD_OPT(o.start_bits = 9, "start bits 9 is outside the range 2..8");
+    BAD_OPT(o.hidden = 300, "hidden");
+    BAD_OPT(o.tau = 0, "tau");
+}
