@@ -1,0 +1,186 @@
+/* The public model: the architecture table, the flat parameter and gradient arrays with their
+ * named views, seeded initialization, SGD and the OpenBLAS thread count. The arithmetic is in
+ * nn_layers.inc / nn_net.inc (compiled in float by nn_float.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "mqgrad/nn.h"
+#include "mqgrad/util.h"
+#include "nn_internal.h"
+
+struct mq_model_t {
+    char name[16];
+    mq_arch_t arch;
+    mq_tensor_view_t views[MQ_NTENSORS];
+    size_t nparams;
+    float *params, *grads;
+    mq_net_f_t *net;
+};
+
+static const char *s_names[MQ_NTENSORS] = {"conv1.w", "conv1.b", "conv2.w", "conv2.b",
+                                           "fc1.w",   "fc1.b",   "fc2.w",   "fc2.b",
+                                           "fc3.w",   "fc3.b"};
+
+int mq_pool_out(int h)
+{
+    return (h + 1) / 2;
+}
+
+/* paper: the MQGrad network of section 4.1 (conv 5x5x64 twice, FC 3136-2304-3840-10).
+ * small: the same layer kinds with 8 and 16 channels and FC 784-64-32-10, for tests. */
+int mq_arch_for(const char *name, int channels, double l2, mq_arch_t *arch)
+{
+    if (channels < 1 || channels > 16) {
+        mq_err_set("model input channels must be 1..16, got %d", channels);
+        return -1;
+    }
+    if (name && strcmp(name, "paper") == 0)
+        *arch = (mq_arch_t){channels, 64, 64, 2304, 3840, l2};
+    else if (name && strcmp(name, "small") == 0)
+        *arch = (mq_arch_t){channels, 8, 16, 64, 32, l2};
+    else {
+        mq_err_set("unknown model '%s' (expected paper or small)", name ? name : "(null)");
+        return -1;
+    }
+    return 0;
+}
+
+size_t mq_arch_views(const mq_arch_t *a, mq_tensor_view_t views[MQ_NTENSORS])
+{
+    const size_t counts[MQ_NTENSORS] = {
+        (size_t)a->k1 * a->c * 25, (size_t)a->k1, (size_t)a->k2 * a->k1 * 25, (size_t)a->k2,
+        (size_t)a->k2 * 49 * a->h1, (size_t)a->h1, (size_t)a->h1 * a->h2, (size_t)a->h2,
+        (size_t)a->h2 * MQ_NCLASS, MQ_NCLASS};
+    size_t off = 0;
+    for (int i = 0; i < MQ_NTENSORS; i++) {
+        views[i] = (mq_tensor_view_t){s_names[i], off, counts[i]};
+        off += counts[i];
+    }
+    return off;
+}
+
+mq_model_t *mq_model_new(const char *name, int channels, int max_batch, float l2)
+{
+    if (max_batch < 1 || max_batch > 65536) {
+        mq_err_set("max batch must be 1..65536, got %d", max_batch);
+        return NULL;
+    }
+    mq_model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        mq_err_set("out of memory");
+        return NULL;
+    }
+    if (mq_arch_for(name, channels, l2, &m->arch) < 0)
+        goto err;
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->nparams = mq_arch_views(&m->arch, m->views);
+    m->params = calloc(m->nparams, sizeof(float));
+    m->grads = calloc(m->nparams, sizeof(float));
+    if (!m->params || !m->grads) {
+        mq_err_set("out of memory for %zu parameters", m->nparams);
+        goto err;
+    }
+    m->net = mq_net_new_f(&m->arch, max_batch);
+    if (!m->net)
+        goto err;
+    return m;
+err:
+    mq_model_destroy(&m);
+    return NULL;
+}
+
+void mq_model_destroy(mq_model_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    mq_model_t *m = *self_p;
+    mq_net_destroy_f(&m->net);
+    free(m->params);
+    free(m->grads);
+    free(m);
+    *self_p = NULL;
+}
+
+const char *mq_model_name(const mq_model_t *m)
+{
+    return m->name;
+}
+
+size_t mq_model_nparams(const mq_model_t *m)
+{
+    return m->nparams;
+}
+
+size_t mq_model_ntensors(const mq_model_t *m)
+{
+    return MQ_NTENSORS;
+}
+
+const mq_tensor_view_t *mq_model_tensor(const mq_model_t *m, size_t i)
+{
+    return i < MQ_NTENSORS ? &m->views[i] : NULL;
+}
+
+float *mq_model_params(mq_model_t *m)
+{
+    return m->params;
+}
+
+float *mq_model_grads(mq_model_t *m)
+{
+    return m->grads;
+}
+
+/* Weights: He initialization, a normal truncated at two standard deviations (redrawn
+ * beyond) with std = sqrt(2 / fan_in) for the layers followed by a ReLU and sqrt(1 / fan_in)
+ * for fc3 (the logits). Biases: zero. Draws go tensor by tensor in the flat order, so the
+ * result depends on the seed only. */
+void mq_model_init(mq_model_t *m, uint64_t seed)
+{
+    mq_rng_t rng;
+    mq_rng_seed(&rng, seed);
+    const mq_arch_t *a = &m->arch;
+    const double fan_in[MQ_NTENSORS] = {a->c * 25.0,   0, a->k1 * 25.0, 0, a->k2 * 49.0, 0,
+                                        (double)a->h1, 0, (double)a->h2, 0};
+    for (int t = 0; t < MQ_NTENSORS; t++) {
+        float *w = m->params + m->views[t].offset;
+        if (fan_in[t] == 0) {
+            memset(w, 0, m->views[t].count * sizeof(float));
+            continue;
+        }
+        double sd = sqrt((t == 8 ? 1.0 : 2.0) / fan_in[t]);
+        for (size_t i = 0; i < m->views[t].count; i++) {
+            double z;
+            do
+                z = mq_rng_normal(&rng);
+            while (fabs(z) > 2.0);
+            w[i] = (float)(sd * z);
+        }
+    }
+}
+
+float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch)
+{
+    return (float)mq_net_grad_f(m->net, m->params, m->grads, x, y, batch);
+}
+
+void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, double *loss_sum,
+                   long *correct)
+{
+    mq_net_eval_f(m->net, m->params, x, y, n, loss_sum, correct);
+}
+
+void mq_sgd_update(float *w, const float *g, size_t n, float lr)
+{
+    for (size_t i = 0; i < n; i++)
+        w[i] -= lr * g[i];
+}
+
+void mq_nn_set_threads(int threads)
+{
+    openblas_set_num_threads(threads > 0 ? threads : openblas_get_num_procs());
+}

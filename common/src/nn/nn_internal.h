@@ -1,0 +1,89 @@
+/* Private interface of the nn module: the layer kernels and the network, compiled twice from
+ * nn_layers.inc / nn_net.inc, once in float (the suffix _f: what the model runs) and once in
+ * double (_d: what the gradient-check tests run against finite differences). Tests include
+ * this header through "../common/src/nn/nn_internal.h".
+ *
+ * Layouts. The public input is NCHW. Inside the convolutional stack activations are CNHW
+ * (channel-major, the batch inside each channel): one sgemm per convolution then writes its
+ * output K x (N*H*W) directly, with no transpose. Convolution weights are K x C x 5 x 5;
+ * fully connected weights are In x Out (row-major, the paper's [3136, 2304] shapes). */
+#ifndef MQGRAD_NN_INTERNAL_H
+#define MQGRAD_NN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mqgrad/nn.h"
+
+/* Local response normalization as in AlexNet / TensorFlow's cifar10 example:
+ * b_c = a_c / (bias + alpha * sum_{|c'-c| <= radius} a_c'^2)^beta. */
+#define MQ_LRN_RADIUS 4
+#define MQ_LRN_BIAS 1.0
+#define MQ_LRN_ALPHA (0.001 / 9.0)
+#define MQ_LRN_BETA 0.75
+
+#define MQ_IMG 28        /* input side */
+#define MQ_KSIZE 5       /* convolution kernel side, SAME padding 2 */
+#define MQ_NCLASS 10
+#define MQ_NTENSORS 10
+
+/* The shape of a model: C input channels, K1 and K2 convolution channels, H1 and H2 hidden
+ * units of the first two fully connected layers, and the L2 coefficient on fc1.w and fc2.w. */
+typedef struct {
+    int c, k1, k2, h1, h2;
+    double l2;
+} mq_arch_t;
+
+/* Fills ARCH for model NAME ("paper", "small"); -1 with an error on an unknown name. */
+int mq_arch_for(const char *name, int channels, double l2, mq_arch_t *arch);
+/* The ten tensor views (conv1.w ... fc3.b, in that order) and the total parameter count. */
+size_t mq_arch_views(const mq_arch_t *arch, mq_tensor_view_t views[MQ_NTENSORS]);
+/* Output side of a 3x3 stride-2 SAME max-pool: ceil(h / 2). */
+int mq_pool_out(int h);
+
+#define MQ_NN_DECLARE(real, sfx)                                                              \
+    /* x (n,c,h,w) at x[n*sn + c*sc + h*W + w]; y is K x N x H x W; col (C*25) x (N*H*W). */ \
+    void mq_conv_forward_##sfx(const real *x, int n, int c, int h, int w, size_t sn,          \
+                               size_t sc, const real *wt, const real *b, int k, real *col,   \
+                               real *y);                                                      \
+    /* From dy (K x N*H*W) and the forward's col: dw, db (overwritten) and, if dx is not     \
+     * NULL, dx in x's layout (overwritten; dcol is scratch of col's size). */                \
+    void mq_conv_backward_##sfx(const real *dy, int n, int c, int h, int w, size_t sn,        \
+                                size_t sc, const real *wt, int k, const real *col, real *dw,  \
+                                real *db, real *dcol, real *dx);                              \
+    void mq_relu_forward_##sfx(real *x, size_t n);                                            \
+    /* dy *= (y > 0), y the forward's output. */                                              \
+    void mq_relu_backward_##sfx(const real *y, real *dy, size_t n);                           \
+    /* planes of h x w -> planes of ceil(h/2) x ceil(w/2); arg holds the argmax. */           \
+    void mq_pool_forward_##sfx(const real *x, int planes, int h, int w, real *y, int32_t *arg);\
+    void mq_pool_backward_##sfx(const real *dy, const int32_t *arg, int planes, int h, int w, \
+                                real *dx);                                                    \
+    /* c channels of s positions each (channel stride s); scale keeps the denominators. */    \
+    void mq_lrn_forward_##sfx(const real *x, int c, size_t s, real *scale, real *y);          \
+    void mq_lrn_backward_##sfx(const real *x, const real *scale, const real *dy, int c,       \
+                               size_t s, real *tmp, real *dx);                                 \
+    /* y (n x out) = x (n x in) * w (in x out) + b. */                                        \
+    void mq_fc_forward_##sfx(const real *x, int n, int in, int out, const real *wt,           \
+                             const real *b, real *y);                                         \
+    void mq_fc_backward_##sfx(const real *x, const real *dy, int n, int in, int out,          \
+                              const real *wt, real *dw, real *db, real *dx);                  \
+    /* Mean cross-entropy of softmax(z) (n x k) against y; dz = d(mean)/dz if not NULL;      \
+     * adds the correct predictions to *correct if not NULL. Returns the summed loss. */      \
+    double mq_softmax_ce_##sfx(const real *z, const uint8_t *y, int n, int k, real *dz,       \
+                               long *correct);                                                \
+    /* Returns l2 * 0.5 * sum(w^2) and adds l2 * w to dw. */                                  \
+    double mq_l2_##sfx(const real *w, size_t n, double l2, real *dw);                         \
+    typedef struct mq_net_##sfx##_t mq_net_##sfx##_t;                                        \
+    mq_net_##sfx##_t *mq_net_new_##sfx(const mq_arch_t *arch, int max_batch);                 \
+    void mq_net_destroy_##sfx(mq_net_##sfx##_t **self_p);                                     \
+    /* Forward and backward over a batch of n <= max_batch; returns mean CE + L2 term. */     \
+    double mq_net_grad_##sfx(mq_net_##sfx##_t *net, const real *params, real *grads,          \
+                             const real *x, const uint8_t *y, int n);                         \
+    /* Forward only; adds summed CE and correct predictions. */                               \
+    void mq_net_eval_##sfx(mq_net_##sfx##_t *net, const real *params, const real *x,          \
+                           const uint8_t *y, int n, double *loss_sum, long *correct);
+
+MQ_NN_DECLARE(float, f)
+MQ_NN_DECLARE(double, d)
+
+#endif

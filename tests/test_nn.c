@@ -1,0 +1,409 @@
+/* Tests of the nn module: every layer kind and the whole small network against central finite
+ * differences in double precision, the float model against the double reference, the paper
+ * model's shapes and parameter count, bit-exact reproducibility, and a short real training
+ * run that must lower the loss. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <criterion/criterion.h>
+
+#include "../common/src/nn/nn_internal.h"
+#include "mqgrad/data.h"
+#include "mqgrad/nn.h"
+#include "mqgrad/util.h"
+
+/* Central differences with step EPS; an entry passes when |fd - g| <= TOL * (|fd| + |g|),
+ * the sum floored at 1e-3 of the array's largest gradient (cancellation in the objective
+ * makes the differences of near-zero entries noisy). A wrong kernel is off by O(1). */
+#define EPS 1e-5
+#define TOL 1e-5
+
+static void s_fill(double *v, size_t n, uint64_t seed, double scale)
+{
+    mq_rng_t rng;
+    mq_rng_seed(&rng, seed);
+    for (size_t i = 0; i < n; i++)
+        v[i] = scale * (2 * mq_rng_double(&rng) - 1);
+}
+
+static double s_dot(const double *a, const double *b, size_t n)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* The objective under test, recomputed from the current values of whatever array is being
+ * perturbed. */
+typedef double(s_obj_fn)(void *ctx);
+
+/* Compares G (the analytic gradient of OBJ with respect to V) against central differences at
+ * up to SAMPLES evenly spread entries; returns the worst relative error. */
+static double s_fd(s_obj_fn *obj, void *ctx, double *v, const double *g, size_t n,
+                   size_t samples)
+{
+    double worst = 0, gmax = 0;
+    size_t step = n > samples ? n / samples : 1;
+    for (size_t i = 0; i < n; i++)
+        gmax = fmax(gmax, fabs(g[i]));
+    for (size_t i = 0; i < n; i += step) {
+        /* A ReLU or max-pool kink within EPS of the point spoils the difference; a kink
+         * cannot sit within both EPS and EPS/10 unless it is closer than EPS/10, so an
+         * entry passes if either step agrees. A wrong gradient fails both. */
+        double err = INFINITY, fd = 0;
+        for (double h = EPS; h > EPS / 20 && err > TOL; h /= 10) {
+            double keep = v[i];
+            v[i] = keep + h;
+            double up = obj(ctx);
+            v[i] = keep - h;
+            double down = obj(ctx);
+            v[i] = keep;
+            fd = (up - down) / (2 * h);
+            err = fmin(err, fabs(fd - g[i]) / fmax(1e-300, fmax(fabs(fd) + fabs(g[i]), 1e-3 * gmax)));
+        }
+        if (err > worst)
+            worst = err;
+        if (getenv("MQ_TEST_VERBOSE") && err > TOL)
+            fprintf(stderr, "  entry %zu: analytic %.10g finite-difference %.10g\n", i, g[i], fd);
+    }
+    return worst;
+}
+
+/* ---- convolution ---------------------------------------------------------------------- */
+typedef struct {
+    int n, c, h, w, k;
+    double *x, *wt, *b, *col, *y, *r;
+} s_conv_t;
+
+static double s_conv_obj(void *p)
+{
+    s_conv_t *t = p;
+    mq_conv_forward_d(t->x, t->n, t->c, t->h, t->w, (size_t)t->c * t->h * t->w,
+                      (size_t)t->h * t->w, t->wt, t->b, t->k, t->col, t->y);
+    return s_dot(t->y, t->r, (size_t)t->k * t->n * t->h * t->w);
+}
+
+Test(nn, conv_gradient_matches_finite_differences)
+{
+    s_conv_t t = {.n = 2, .c = 3, .h = 6, .w = 7, .k = 4};
+    size_t nx = 2 * 3 * 42, nw = 4 * 3 * 25, ny = 4 * 2 * 42, ncol = 75 * 2 * 42;
+    t.x = malloc(nx * 8), t.wt = malloc(nw * 8), t.b = malloc(32), t.col = malloc(ncol * 8);
+    t.y = malloc(ny * 8), t.r = malloc(ny * 8);
+    double *dw = malloc(nw * 8), db[4], *dcol = malloc(ncol * 8), *dx = malloc(nx * 8);
+    s_fill(t.x, nx, 1, 1), s_fill(t.wt, nw, 2, 0.3), s_fill(t.b, 4, 3, 0.1), s_fill(t.r, ny, 4, 1);
+    s_conv_obj(&t);
+    mq_conv_backward_d(t.r, 2, 3, 6, 7, 126, 42, t.wt, 4, t.col, dw, db, dcol, dx);
+    cr_expect_lt(s_fd(s_conv_obj, &t, t.x, dx, nx, 1000), TOL, "input gradient");
+    cr_expect_lt(s_fd(s_conv_obj, &t, t.wt, dw, nw, 1000), TOL, "weight gradient");
+    cr_expect_lt(s_fd(s_conv_obj, &t, t.b, db, 4, 4), TOL, "bias gradient");
+    free(t.x), free(t.wt), free(t.b), free(t.col), free(t.y), free(t.r);
+    free(dw), free(dcol), free(dx);
+}
+
+/* ---- ReLU, max-pool, LRN: element-wise or per-plane layers on one input --------------- */
+typedef struct {
+    int kind; /* 0 relu, 1 pool, 2 lrn */
+    int a, b, c;
+    double *x, *y, *r, *scale;
+    int32_t *arg;
+    size_t ny;
+} s_unary_t;
+
+static double s_unary_obj(void *p)
+{
+    s_unary_t *t = p;
+    if (t->kind == 0) {
+        memcpy(t->y, t->x, t->ny * 8);
+        mq_relu_forward_d(t->y, t->ny);
+    } else if (t->kind == 1) {
+        mq_pool_forward_d(t->x, t->a, t->b, t->c, t->y, t->arg);
+    } else {
+        mq_lrn_forward_d(t->x, t->a, (size_t)t->b, t->scale, t->y);
+    }
+    return s_dot(t->y, t->r, t->ny);
+}
+
+static double s_unary_check(int kind, int a, int b, int c, double xscale)
+{
+    size_t nx = kind == 1 ? (size_t)a * b * c : (size_t)a * b;
+    s_unary_t t = {.kind = kind, .a = a, .b = b, .c = c};
+    t.ny = kind == 1 ? (size_t)a * mq_pool_out(b) * mq_pool_out(c) : nx;
+    t.x = malloc(nx * 8), t.y = malloc(t.ny * 8), t.r = malloc(t.ny * 8);
+    t.scale = malloc(nx * 8), t.arg = malloc(t.ny * 4);
+    double *dx = malloc(nx * 8), *tmp = malloc(nx * 8);
+    s_fill(t.x, nx, 10 + kind, xscale), s_fill(t.r, t.ny, 20 + kind, 1);
+    s_unary_obj(&t);
+    if (kind == 0) {
+        memcpy(dx, t.r, nx * 8);
+        mq_relu_backward_d(t.y, dx, nx);
+    } else if (kind == 1) {
+        mq_pool_backward_d(t.r, t.arg, a, b, c, dx);
+    } else {
+        mq_lrn_backward_d(t.x, t.scale, t.r, a, (size_t)b, tmp, dx);
+    }
+    double err = s_fd(s_unary_obj, &t, t.x, dx, nx, 2000);
+    free(t.x), free(t.y), free(t.r), free(t.scale), free(t.arg), free(dx), free(tmp);
+    return err;
+}
+
+Test(nn, relu_gradient_matches_finite_differences)
+{
+    cr_expect_lt(s_unary_check(0, 10, 17, 0, 1), TOL);
+}
+
+Test(nn, maxpool_gradient_matches_finite_differences)
+{
+    cr_expect_lt(s_unary_check(1, 3, 7, 7, 1), TOL, "odd sides (SAME padding clips)");
+    cr_expect_lt(s_unary_check(1, 2, 14, 14, 1), TOL, "even sides");
+}
+
+Test(nn, lrn_gradient_matches_finite_differences)
+{
+    /* Inputs of a few units so the alpha term (0.001/9 per squared neighbour) matters. */
+    cr_expect_lt(s_unary_check(2, 12, 5, 0, 20), TOL, "12 channels, wider than the window");
+    cr_expect_lt(s_unary_check(2, 3, 4, 0, 20), TOL, "3 channels, narrower than the window");
+}
+
+Test(nn, lrn_matches_its_formula)
+{
+    double x[6] = {1, 2, 3, 4, 5, 6}, y[6], s[6];
+    mq_lrn_forward_d(x, 6, 1, s, y);
+    /* Channel 0 sees channels 0..4 (radius 4): 1+4+9+16+25 = 55. */
+    double want = 1 / pow(1 + 0.001 / 9 * 55, 0.75);
+    cr_expect_float_eq(y[0], want, 1e-12);
+}
+
+/* ---- fully connected ------------------------------------------------------------------ */
+typedef struct {
+    double *x, *w, *b, *y, *r;
+} s_fc_t;
+
+static double s_fc_obj(void *p)
+{
+    s_fc_t *t = p;
+    mq_fc_forward_d(t->x, 3, 7, 5, t->w, t->b, t->y);
+    return s_dot(t->y, t->r, 15);
+}
+
+Test(nn, fc_gradient_matches_finite_differences)
+{
+    double x[21], w[35], b[5], y[15], r[15], dx[21], dw[35], db[5];
+    s_fc_t t = {x, w, b, y, r};
+    s_fill(x, 21, 5, 1), s_fill(w, 35, 6, 0.5), s_fill(b, 5, 7, 0.1), s_fill(r, 15, 8, 1);
+    mq_fc_backward_d(x, r, 3, 7, 5, w, dw, db, dx);
+    cr_expect_lt(s_fd(s_fc_obj, &t, x, dx, 21, 21), TOL);
+    cr_expect_lt(s_fd(s_fc_obj, &t, w, dw, 35, 35), TOL);
+    cr_expect_lt(s_fd(s_fc_obj, &t, b, db, 5, 5), TOL);
+}
+
+/* ---- softmax cross-entropy and L2 ----------------------------------------------------- */
+static const uint8_t s_labels[4] = {3, 0, 9, 3};
+
+static double s_ce_obj(void *p)
+{
+    return mq_softmax_ce_d(p, s_labels, 4, 10, NULL, NULL) / 4;
+}
+
+Test(nn, softmax_ce_gradient_matches_finite_differences)
+{
+    double z[40], dz[40];
+    long correct = 0;
+    s_fill(z, 40, 9, 3);
+    double sum = mq_softmax_ce_d(z, s_labels, 4, 10, dz, &correct);
+    cr_expect_lt(s_fd(s_ce_obj, z, z, dz, 40, 40), TOL);
+    cr_expect_gt(sum, 0);
+    /* Uniform logits: the loss is log(10) per example. */
+    double u[40] = {0};
+    cr_expect_float_eq(mq_softmax_ce_d(u, s_labels, 4, 10, NULL, NULL), 4 * log(10.0), 1e-12);
+}
+
+static double s_l2_obj(void *p)
+{
+    double dw[9] = {0};
+    return mq_l2_d(p, 9, 0.3, dw);
+}
+
+Test(nn, l2_gradient_matches_finite_differences)
+{
+    double w[9], dw[9] = {0};
+    s_fill(w, 9, 11, 2);
+    double v = mq_l2_d(w, 9, 0.3, dw);
+    cr_expect_float_eq(v, 0.15 * s_dot(w, w, 9), 1e-12, "l2 * 0.5 * ||w||^2");
+    cr_expect_lt(s_fd(s_l2_obj, w, w, dw, 9, 9), TOL);
+}
+
+/* ---- the whole small network ---------------------------------------------------------- */
+typedef struct {
+    mq_net_d_t *net;
+    double *p, *g, *x;
+    uint8_t y[3];
+} s_net_t;
+
+static double s_net_obj(void *ctx)
+{
+    s_net_t *t = ctx;
+    return mq_net_grad_d(t->net, t->p, t->g, t->x, t->y, 3);
+}
+
+Test(nn, small_model_gradient_matches_finite_differences_and_float)
+{
+    mq_model_t *m = mq_model_new("small", 2, 3, 0.01f);
+    cr_assert_not_null(m);
+    mq_model_init(m, 42);
+    size_t np = mq_model_nparams(m);
+    mq_arch_t arch;
+    cr_assert_eq(mq_arch_for("small", 2, 0.01, &arch), 0);
+    s_net_t t = {mq_net_new_d(&arch, 3), malloc(np * 8), malloc(np * 8), malloc(3 * 2 * 784 * 8),
+                 {7, 2, 5}};
+    double *g = malloc(np * 8);
+    float *xf = malloc(3 * 2 * 784 * 4);
+    s_fill(t.x, 3 * 2 * 784, 12, 1);
+    for (size_t i = 0; i < np; i++) /* non-zero biases so their gradients are exercised */
+        t.p[i] = mq_model_params(m)[i] + 0.01 * ((i * 7919) % 13);
+    for (size_t i = 0; i < np; i++)
+        mq_model_params(m)[i] = (float)t.p[i];
+    for (int i = 0; i < 3 * 2 * 784; i++)
+        xf[i] = (float)t.x[i];
+    double loss = s_net_obj(&t);
+    memcpy(g, t.g, np * 8);
+    float lossf = mq_model_grad(m, xf, t.y, 3);
+    cr_expect_float_eq(lossf, loss, 1e-4 * loss, "float loss %g vs double %g", lossf, loss);
+    for (size_t k = 0; k < mq_model_ntensors(m); k++) {
+        const mq_tensor_view_t *v = mq_model_tensor(m, k);
+        double err = s_fd(s_net_obj, &t, t.p + v->offset, g + v->offset, v->count, 40);
+        cr_expect_lt(err, TOL, "%s: finite differences disagree (%g)", v->name, err);
+        double gmax = 0, dmax = 0;
+        for (size_t i = v->offset; i < v->offset + v->count; i++) {
+            gmax = fmax(gmax, fabs(g[i]));
+            dmax = fmax(dmax, fabs(g[i] - mq_model_grads(m)[i]));
+        }
+        cr_expect_lt(dmax, 1e-3 * gmax + 1e-7, "%s: float gradient off by %g (max %g)",
+                     v->name, dmax, gmax);
+    }
+    mq_net_destroy_d(&t.net);
+    free(t.p), free(t.g), free(t.x), free(g), free(xf);
+    mq_model_destroy(&m);
+}
+
+/* ---- shapes, reproducibility, evaluation ---------------------------------------------- */
+Test(nn, paper_model_has_the_papers_shapes)
+{
+    static const char *names[] = {"conv1.w", "conv1.b", "conv2.w", "conv2.b", "fc1.w",
+                                  "fc1.b",   "fc2.w",   "fc2.b",   "fc3.w",   "fc3.b"};
+    const size_t counts[] = {5 * 5 * 1 * 64, 64,   5 * 5 * 64 * 64, 64,      3136 * 2304,
+                             2304,           2304 * 3840, 3840,     3840 * 10, 10};
+    mq_model_t *m = mq_model_new("paper", 1, 1, 1e-4f);
+    cr_assert_not_null(m);
+    cr_expect_eq(mq_model_ntensors(m), 10);
+    size_t off = 0;
+    for (size_t i = 0; i < 10; i++) {
+        const mq_tensor_view_t *v = mq_model_tensor(m, i);
+        cr_expect_str_eq(v->name, names[i]);
+        cr_expect_eq(v->count, counts[i], "%s has %zu", v->name, v->count);
+        cr_expect_eq(v->offset, off);
+        off += v->count;
+    }
+    cr_expect_eq(mq_model_nparams(m), 16221386);
+    cr_expect_null(mq_model_tensor(m, 10));
+    mq_model_destroy(&m);
+    m = mq_model_new("paper", 3, 1, 1e-4f); /* CIFAR-10: C = 3 */
+    cr_expect_eq(mq_model_nparams(m), 16221386 + 2 * 25 * 64);
+    mq_model_destroy(&m);
+    cr_expect_null(mq_model_new("resnet", 1, 1, 0));
+    cr_expect(strstr(mq_err_last(), "resnet") != NULL, "error names the model: %s",
+              mq_err_last());
+}
+
+static void s_steps(mq_model_t *m, int steps)
+{
+    float x[8 * 784];
+    uint8_t y[8];
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 77);
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i < 8 * 784; i++)
+            x[i] = mq_rng_float(&rng) * 2 - 1;
+        for (int i = 0; i < 8; i++)
+            y[i] = (uint8_t)mq_rng_below(&rng, 10);
+        mq_model_grad(m, x, y, 8);
+        mq_sgd_update(mq_model_params(m), mq_model_grads(m), mq_model_nparams(m), 0.05f);
+    }
+}
+
+Test(nn, same_seed_and_threads_give_bit_identical_params, .timeout = 60)
+{
+    for (int threads = 1; threads <= 2; threads++) {
+        mq_nn_set_threads(threads);
+        mq_model_t *a = mq_model_new("small", 1, 8, 1e-3f), *b = mq_model_new("small", 1, 8, 1e-3f);
+        mq_model_init(a, 5), mq_model_init(b, 5);
+        s_steps(a, 4), s_steps(b, 4);
+        cr_expect(memcmp(mq_model_params(a), mq_model_params(b),
+                         mq_model_nparams(a) * sizeof(float)) == 0,
+                  "threads %d: replicas differ", threads);
+        mq_model_init(b, 6);
+        cr_expect(memcmp(mq_model_params(a), mq_model_params(b),
+                         mq_model_nparams(a) * sizeof(float)) != 0,
+                  "another seed gives other parameters");
+        mq_model_destroy(&a), mq_model_destroy(&b);
+    }
+    mq_nn_set_threads(0);
+}
+
+Test(nn, eval_in_chunks_equals_eval_of_each_example)
+{
+    mq_model_t *m = mq_model_new("small", 1, 4, 0);
+    mq_model_init(m, 3);
+    float x[10 * 784];
+    uint8_t y[10];
+    for (int i = 0; i < 10 * 784; i++)
+        x[i] = (float)((i * 37 % 101) / 50.0 - 1);
+    for (int i = 0; i < 10; i++)
+        y[i] = (uint8_t)(i * 3 % 10);
+    double all = 0, one = 0;
+    long ca = 0, co = 0;
+    mq_model_eval(m, x, y, 10, &all, &ca);
+    for (int i = 0; i < 10; i++)
+        mq_model_eval(m, x + i * 784, y + i, 1, &one, &co);
+    cr_expect_float_eq(all, one, 1e-4 * one);
+    cr_expect_eq(ca, co);
+    mq_model_destroy(&m);
+}
+
+Test(nn, small_model_learns_fashion_mnist, .timeout = 120)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", MQ_DEFAULT_DATA_DIR);
+    if (access(path, R_OK) != 0)
+        cr_skip_test("Fashion-MNIST not installed at %s", MQ_DEFAULT_DATA_DIR);
+    mq_dataset_t *train = mq_dataset_load("fashion-mnist", MQ_DEFAULT_DATA_DIR, true);
+    mq_dataset_t *test = mq_dataset_load("fashion-mnist", MQ_DEFAULT_DATA_DIR, false);
+    cr_assert(train && test, "%s", mq_err_last());
+    mq_batcher_t *b = mq_batcher_new(train, 0, 1, 32, 1, true);
+    mq_model_t *m = mq_model_new("small", 1, 32, 1e-4f);
+    mq_model_init(m, 1);
+    float x[32 * 784];
+    uint8_t y[32];
+    double first = 0, last = 0, ls = 0;
+    long correct = 0;
+    for (int it = 0; it < 300; it++) {
+        mq_batcher_next(b, x, y);
+        double loss = mq_model_grad(m, x, y, 32);
+        mq_sgd_update(mq_model_params(m), mq_model_grads(m), mq_model_nparams(m), 0.05f);
+        first += it < 30 ? loss / 30 : 0;
+        last += it >= 270 ? loss / 30 : 0;
+    }
+    float *tx = malloc(sizeof(float) * test->n * 784);
+    mq_dataset_export28(test, tx);
+    mq_model_eval(m, tx, test->labels, 1000, &ls, &correct);
+    cr_expect_lt(last, 0.7 * first, "mean loss of the last 30 steps %g vs first 30 %g", last,
+                 first);
+    cr_expect_gt(correct, 600, "test accuracy after 300 steps: %ld/1000", correct);
+    free(tx);
+    mq_model_destroy(&m);
+    mq_batcher_destroy(&b);
+    mq_dataset_destroy(&train), mq_dataset_destroy(&test);
+}
