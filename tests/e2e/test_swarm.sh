@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# e2e 4: the same docker-compose.yml deploys as a stack on a single-node swarm
+# (`docker stack deploy --resolve-image never`): every service converges and the run
+# completes. Leaves the swarm afterwards only if this test created it.
+source "$(dirname "$0")/lib.sh"
+e2e_begin swarm "${E2E_LIMIT:-1200}" "$@"
+
+stack="mqgrad-e2e-swarm-$$"
+swarm_state() { docker info -f '{{.Swarm.LocalNodeState}}'; }
+if [ "$(swarm_state)" != active ]; then
+    e2e_log "initialising a single-node swarm"
+    docker swarm init --advertise-addr "${E2E_SWARM_ADDR:-127.0.0.1}" >"$E2E_TMP/swarm.log" 2>&1 \
+        || { cat "$E2E_TMP/swarm.log" >&2; e2e_fail "docker swarm init failed"; }
+    e2e_on_cleanup 'e2e_log "leaving the swarm this test created"; docker swarm leave --force >/dev/null 2>&1'
+fi
+stack_gone() {
+    [ -z "$(docker ps -aq --filter "label=com.docker.stack.namespace=$stack")" ] \
+        && [ -z "$(docker network ls -q --filter "label=com.docker.stack.namespace=$stack")" ]
+}
+# Registered after the swarm's, so it runs before leaving.
+e2e_on_cleanup "docker stack rm $stack >/dev/null 2>&1; for i in \$(seq 60); do stack_gone && break; sleep 1; done; docker volume ls -q --filter label=com.docker.stack.namespace=$stack | xargs -r docker volume rm -f >/dev/null 2>&1"
+
+export MQGRAD_WORKERS=2
+export MQGRAD_ITERATIONS="${E2E_ITERATIONS:-200}"
+t0=$(date +%s)
+(cd "$E2E_REPO" && docker stack deploy -c docker-compose.yml --resolve-image never "$stack") \
+    >"$E2E_TMP/deploy.log" 2>&1 || { cat "$E2E_TMP/deploy.log" >&2; e2e_fail "docker stack deploy failed"; }
+sed 's/^/    /' "$E2E_TMP/deploy.log" >&2
+
+# Converged: each service has as many running tasks as it wants.
+converged() {
+    local line ok=1
+    while read -r name replicas; do
+        want=${replicas#*/}; have=${replicas%/*}
+        [ "$have" = "$want" ] || ok=0
+    done < <(docker service ls --filter "label=com.docker.stack.namespace=$stack" --format '{{.Name}} {{.Replicas}}')
+    [ "$(docker service ls -q --filter "label=com.docker.stack.namespace=$stack" | wc -l)" = 4 ] && [ "$ok" = 1 ]
+}
+e2e_wait 300 "the stack to converge" converged
+e2e_log "converged in $(( $(date +%s) - t0 ))s:"
+docker service ls --filter "label=com.docker.stack.namespace=$stack" --format '    {{.Name}} {{.Replicas}}' >&2
+
+e2e_wait 300 "the first iteration" e2e_training_started
+e2e_log "first iteration $(( $(date +%s) - t0 ))s after deploy"
+e2e_wait "${E2E_TRAIN_LIMIT:-900}" "the run to complete" e2e_summary_completed
+e2e_log "run completed: $(e2e_iterations) iterations"
+
+# The scheduler's task finished with 0 (restart_policy on-failure leaves it complete).
+sched_done() {
+    docker service ps "${stack}_scheduler" --format '{{.CurrentState}}' | head -n1 | grep -q '^Complete'
+}
+e2e_wait 60 "the scheduler task to complete" sched_done
