@@ -16,5 +16,6 @@ typedef struct {
 extern const mq_cmd_t mq_cmds[];
 
 int mq_cmd_train(int argc, char **argv);
+int mq_cmd_report(int argc, char **argv);
 
 #endif

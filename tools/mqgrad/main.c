@@ -6,6 +6,7 @@
 
 const mq_cmd_t mq_cmds[] = {
     {"train", mq_cmd_train, "train in one process, no network (the reference)"},
+    {"report", mq_cmd_report, "plots and paper-style tables from run directories"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,478 @@
+/* Tests of `mqgrad report`: the test writes small run directories (2 methods x 2 seeds, values
+ * simple enough to check by hand), runs the built mqgrad on them and checks report.md's tables
+ * against numbers it computes from the same runs, the PNGs, and the errors on bad input. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mqgrad/util.h"
+
+#define MQGRAD_BIN MQ_TEST_BIN_DIR "/tools/mqgrad"
+#define N_ITERS 8
+#define N_EVALS 4 /* every second iteration */
+#define N_RUNS 4
+
+typedef struct {
+    const char *policy, *dirname;
+    int seed;
+    double dt; /* seconds per iteration */
+    int bits;
+    double encode_ms, decode_ms, agent_ms;
+    double acc[N_EVALS]; /* at iterations 2, 4, 6, 8 */
+} run_spec_t;
+
+/* fixed:4 is twice as fast per iteration as none (fp32). */
+static const run_spec_t s_specs[N_RUNS] = {
+    {"none", "none-1", 1, 1.0, 32, 0.05, 0.05, 0, {0.50, 0.70, 0.84, 0.86}},
+    {"none", "none-2", 2, 1.0, 32, 0.05, 0.05, 0, {0.52, 0.74, 0.86, 0.88}},
+    {"fixed:4", "fixed4-1", 1, 0.5, 4, 2.0, 1.0, 0.5, {0.60, 0.80, 0.86, 0.87}},
+    {"fixed:4", "fixed4-2", 2, 0.5, 4, 3.0, 1.0, 0.25, {0.62, 0.84, 0.85, 0.88}},
+};
+static const char *s_methods[] = {"none", "fixed:4"};
+
+static char s_root[64];
+
+/* ---- the runs ------------------------------------------------------------------------ */
+
+static double s_t(const run_spec_t *s, int i)
+{
+    return s->dt * i;
+}
+static double s_loss(const run_spec_t *s, int i)
+{
+    return (2.0 + 0.1 * s->seed) / i;
+}
+static double s_bytes(const run_spec_t *s)
+{
+    return 100.0 * s->bits + 50.0 * s->bits;
+}
+
+static void s_write(const char *dir, const char *name, const char *text)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void s_write_run(const run_spec_t *s)
+{
+    char dir[256], csv[8192], summary[1024];
+    snprintf(dir, sizeof dir, "%s/%s", s_root, s->dirname);
+    cr_assert_eq(mq_mkdirs(dir), 0);
+    int n = snprintf(csv, sizeof csv,
+                     "iter,train_time_s,loss,smoothed_loss,bits,bytes_up,"
+                     "bytes_down,compute_ms,encode_ms,wait_ms,decode_ms,"
+                     "update_ms,agent_ms,test_acc,test_loss\n");
+    for (int i = 1; i <= N_ITERS; i++) {
+        n += snprintf(csv + n, sizeof csv - n, "%d,%g,%g,%g,%d,%d,%d,10,%g,20,%g,1,%g,", i,
+                      s_t(s, i), s_loss(s, i), s_loss(s, i), s->bits, 100 * s->bits, 50 * s->bits,
+                      s->encode_ms, s->decode_ms, s->agent_ms);
+        if (i % 2 == 0)
+            n += snprintf(csv + n, sizeof csv - n, "%g,%g\n", s->acc[i / 2 - 1],
+                          1 - s->acc[i / 2 - 1]);
+        else
+            n += snprintf(csv + n, sizeof csv - n, ",\n");
+    }
+    s_write(dir, "metrics.csv", csv);
+    snprintf(summary, sizeof summary,
+             "{\"iterations\":%d,\"train_time_s\":%g,\"final_loss\":%g,\"final_test_acc\":%g,"
+             "\"bytes_up\":%d,\"bytes_down\":%d,\"policy\":\"%s\",\"model\":\"paper\","
+             "\"dataset\":\"fashion-mnist\",\"workers\":4,\"servers\":2,\"seed\":%d,"
+             "\"link_mbps\":80,\"status\":\"completed\"}\n",
+             N_ITERS, s_t(s, N_ITERS), s_loss(s, N_ITERS), s->acc[N_EVALS - 1],
+             N_ITERS * 100 * s->bits, N_ITERS * 50 * s->bits, s->policy, s->seed);
+    s_write(dir, "summary.json", summary);
+    s_write(dir, "config.json", "{}\n");
+    s_write(dir, "events.jsonl", "");
+}
+
+static void s_setup(void)
+{
+    snprintf(s_root, sizeof s_root, "/tmp/mq_test_report_XXXXXX");
+    cr_assert_not_null(mkdtemp(s_root));
+    for (int r = 0; r < N_RUNS; r++)
+        s_write_run(&s_specs[r]);
+}
+
+static int s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    return remove(path);
+}
+
+static void s_teardown(void)
+{
+    nftw(s_root, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- running mqgrad ------------------------------------------------------------------ */
+
+/* Runs mqgrad report with ARGS (NULL-terminated), stdout/stderr to files in the root; the
+ * exit code. GNUPLOT, if set, becomes MQGRAD_GNUPLOT. */
+static int s_report(const char *gnuplot, const char **args)
+{
+    char out[256], err[256];
+    snprintf(out, sizeof out, "%s/stdout", s_root);
+    snprintf(err, sizeof err, "%s/stderr", s_root);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        const char *argv[32] = {MQGRAD_BIN, "report"};
+        int n = 2;
+        for (; *args && n < 31; args++)
+            argv[n++] = *args;
+        argv[n] = NULL;
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0 || chdir(s_root) < 0)
+            _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        if (gnuplot)
+            setenv("MQGRAD_GNUPLOT", gnuplot, 1);
+        execv(MQGRAD_BIN, (char *const *)argv);
+        _exit(127);
+    }
+    int status;
+    cr_assert_eq(waitpid(pid, &status, 0), pid);
+    cr_assert(WIFEXITED(status), "mqgrad report did not exit normally");
+    cr_assert_neq(WEXITSTATUS(status), 127, "cannot run %s", MQGRAD_BIN);
+    return WEXITSTATUS(status);
+}
+
+static char *s_slurp(const char *name)
+{
+    char path[512], *data;
+    size_t len;
+    snprintf(path, sizeof path, "%s/%s", s_root, name);
+    cr_assert_eq(mq_read_file(path, &data, &len), 0, "cannot read %s", path);
+    return data;
+}
+
+static bool s_exists(const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", s_root, name);
+    return access(path, F_OK) == 0;
+}
+
+/* ---- reading report.md --------------------------------------------------------------- */
+
+/* The cells of METHOD's row in the table under the heading starting with HEADING; the
+ * method's own cell is cells[0]. Returns the number of cells. */
+static int s_row(const char *md, const char *heading, const char *method, char cells[][96])
+{
+    char want[128];
+    snprintf(want, sizeof want, "\n## %s", heading);
+    const char *sec = strstr(md, want);
+    cr_assert_not_null(sec, "report.md has no section '%s'", heading);
+    const char *end = strstr(sec + 1, "\n## ");
+    snprintf(want, sizeof want, "\n| %s |", method);
+    const char *row = strstr(sec, want);
+    cr_assert(row && (!end || row < end), "section '%s' has no row for %s", heading, method);
+    row += 2;
+    int n = 0;
+    while (*row && *row != '\n' && n < 16) {
+        size_t len = strcspn(row, "|\n");
+        snprintf(cells[n], 96, "%.*s", (int)len, row);
+        char *c = cells[n];
+        while (*c == ' ')
+            memmove(c, c + 1, strlen(c));
+        for (size_t l = strlen(c); l && c[l - 1] == ' ';)
+            c[--l] = '\0';
+        n++;
+        row += len;
+        if (*row == '|')
+            row++;
+        if (*row == '\n' || !*row)
+            break;
+    }
+    return n - (cells[n - 1][0] == '\0'); /* the trailing '|' leaves an empty cell */
+}
+
+/* "mean ± std" over N values, as the report prints it (sample std). */
+static void s_fmt(char *buf, const double *v, int n, int prec)
+{
+    double mean = 0, sq = 0;
+    for (int i = 0; i < n; i++)
+        mean += v[i] / n;
+    for (int i = 0; i < n; i++)
+        sq += (v[i] - mean) * (v[i] - mean);
+    if (n == 0)
+        snprintf(buf, 96, "N/A");
+    else if (n == 1)
+        snprintf(buf, 96, "%.*f", prec, mean);
+    else
+        snprintf(buf, 96, "%.*f ± %.*f", prec, mean, prec, sqrt(sq / (n - 1)));
+}
+
+static double s_mean_of(const double *v, int n)
+{
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m += v[i] / n;
+    return m;
+}
+
+/* ---- expected values, from the specs the runs were written from ------------------------ */
+
+/* Test accuracy (%) of the last evaluation at or before T; false if none. */
+static bool s_acc_at(const run_spec_t *s, double t, double *acc)
+{
+    bool found = false;
+    for (int i = 2; i <= N_ITERS; i += 2)
+        if (s_t(s, i) <= t) {
+            *acc = 100 * s->acc[i / 2 - 1];
+            found = true;
+        }
+    return found;
+}
+
+static bool s_time_to(const run_spec_t *s, double target, double *t)
+{
+    for (int i = 2; i <= N_ITERS; i += 2)
+        if (s->acc[i / 2 - 1] >= target) {
+            *t = s_t(s, i);
+            return true;
+        }
+    return false;
+}
+
+/* The runs of METHOD, in seed order (the specs list them so). */
+static int s_runs_of(const char *method, const run_spec_t **out)
+{
+    int n = 0;
+    for (int r = 0; r < N_RUNS; r++)
+        if (strcmp(s_specs[r].policy, method) == 0)
+            out[n++] = &s_specs[r];
+    return n;
+}
+
+static void s_check_accuracy_table(const char *md)
+{
+    double shortest = INFINITY, cps[4];
+    for (int r = 0; r < N_RUNS; r++)
+        shortest = fmin(shortest, s_t(&s_specs[r], N_ITERS));
+    char header[256] = "| method |", cell[96], cells[16][96];
+    for (int c = 0; c < 4; c++) {
+        cps[c] = shortest * (c + 1) / 4;
+        snprintf(header + strlen(header), sizeof header - strlen(header), " %.4g s |", cps[c]);
+    }
+    cr_expect_not_null(strstr(md, header), "no accuracy header '%s' in report.md", header);
+    for (int m = 0; m < 2; m++) {
+        const run_spec_t *runs[N_RUNS];
+        int nr = s_runs_of(s_methods[m], runs);
+        cr_assert_eq(s_row(md, "Test accuracy", s_methods[m], cells), 5);
+        for (int c = 0; c < 4; c++) {
+            double v[N_RUNS];
+            int n = 0;
+            for (int r = 0; r < nr; r++)
+                n += s_acc_at(runs[r], cps[c], &v[n]);
+            s_fmt(cell, v, n, 2);
+            if (n > 0 && n < nr)
+                snprintf(cell + strlen(cell), 32, " (%d/%d)", n, nr);
+            cr_expect_str_eq(cells[1 + c], cell, "%s at %g s", s_methods[m], cps[c]);
+        }
+    }
+    /* By hand: fp32 has no evaluation before 2 s; fixed:4's at exactly 1 s counts. */
+    cr_assert_eq(s_row(md, "Test accuracy", "none", cells), 5);
+    cr_expect_str_eq(cells[1], "N/A");
+    cr_assert_eq(s_row(md, "Test accuracy", "fixed:4", cells), 5);
+    cr_expect_str_eq(cells[1], "61.00 ± 1.41");
+    cr_expect_str_eq(cells[3], "85.50 ± 0.71");
+}
+
+static void s_check_time_table(const char *md)
+{
+    char cells[16][96], cell[96];
+    for (int m = 0; m < 2; m++) {
+        const run_spec_t *runs[N_RUNS];
+        int nr = s_runs_of(s_methods[m], runs);
+        double q[N_RUNS], a[N_RUNS], tot[N_RUNS];
+        for (int r = 0; r < nr; r++) {
+            double train_s = s_t(runs[r], N_ITERS);
+            q[r] = 100 * N_ITERS * (runs[r]->encode_ms + runs[r]->decode_ms) / 1000 / train_s;
+            a[r] = 100 * N_ITERS * runs[r]->agent_ms / 1000 / train_s;
+            tot[r] = q[r] + a[r];
+        }
+        cr_assert_eq(s_row(md, "Fraction of training time", s_methods[m], cells), 4);
+        s_fmt(cell, q, nr, 2);
+        cr_expect_str_eq(cells[1], cell, "%s quantization", s_methods[m]);
+        s_fmt(cell, a, nr, 2);
+        cr_expect_str_eq(cells[2], cell, "%s agent", s_methods[m]);
+        s_fmt(cell, tot, nr, 2);
+        cr_expect_str_eq(cells[3], cell, "%s total", s_methods[m]);
+    }
+}
+
+static void s_check_target_table(const char *md)
+{
+    char cells[16][96], cell[96];
+    double mean[2];
+    for (int m = 0; m < 2; m++) {
+        const run_spec_t *runs[N_RUNS];
+        int nr = s_runs_of(s_methods[m], runs), n = 0;
+        double t[N_RUNS];
+        for (int r = 0; r < nr; r++)
+            n += s_time_to(runs[r], 0.85, &t[n]);
+        cr_assert_eq(n, nr, "the specs have every run reach 85%%");
+        mean[m] = s_mean_of(t, n);
+        cr_assert_eq(s_row(md, "Time to reach 85% test accuracy", s_methods[m], cells), 4);
+        s_fmt(cell, t, n, 2);
+        cr_expect_str_eq(cells[1], cell, "%s time to 85%%", s_methods[m]);
+    }
+    /* Ratios to fp32 ("none") and to the best (only) fixed method. */
+    for (int m = 0; m < 2; m++) {
+        cr_assert_eq(s_row(md, "Time to reach 85% test accuracy", s_methods[m], cells), 4);
+        snprintf(cell, sizeof cell, "%.2f", mean[m] / mean[0]);
+        cr_expect_str_eq(cells[2], cell, "%s ÷ none", s_methods[m]);
+        snprintf(cell, sizeof cell, "%.2f", mean[m] / mean[1]);
+        cr_expect_str_eq(cells[3], cell, "%s ÷ fixed:4", s_methods[m]);
+    }
+    cr_expect_not_null(strstr(md, "÷ best fixed (fixed:4)"));
+    /* By hand: fp32 reaches 85% at 8 s and 6 s, fixed:4 at 3 s twice. */
+    cr_assert_eq(s_row(md, "Time to reach 85% test accuracy", "none", cells), 4);
+    cr_expect_str_eq(cells[1], "7.00 ± 1.41");
+    cr_expect_str_eq(cells[3], "2.33");
+}
+
+static void s_check_final_table(const char *md)
+{
+    char cells[16][96], cell[96];
+    for (int m = 0; m < 2; m++) {
+        const run_spec_t *runs[N_RUNS];
+        int nr = s_runs_of(s_methods[m], runs);
+        double loss[N_RUNS], acc[N_RUNS], bytes[N_RUNS], iters[N_RUNS];
+        for (int r = 0; r < nr; r++) {
+            loss[r] = s_loss(runs[r], N_ITERS);
+            acc[r] = 100 * runs[r]->acc[N_EVALS - 1];
+            bytes[r] = N_ITERS * s_bytes(runs[r]);
+            iters[r] = N_ITERS;
+        }
+        cr_assert_eq(s_row(md, "Final results", s_methods[m], cells), 6);
+        snprintf(cell, sizeof cell, "%d", nr);
+        cr_expect_str_eq(cells[1], cell);
+        s_fmt(cell, loss, nr, 4);
+        cr_expect_str_eq(cells[2], cell, "%s final loss", s_methods[m]);
+        s_fmt(cell, acc, nr, 2);
+        cr_expect_str_eq(cells[3], cell, "%s final accuracy", s_methods[m]);
+        s_fmt(cell, bytes, nr, 0);
+        cr_expect_str_eq(cells[4], cell, "%s bytes", s_methods[m]);
+        s_fmt(cell, iters, nr, 0);
+        cr_expect_str_eq(cells[5], cell, "%s iterations", s_methods[m]);
+    }
+}
+
+static bool s_have_gnuplot(void)
+{
+    return system("command -v gnuplot >/dev/null 2>&1") == 0;
+}
+
+/* ---- tests --------------------------------------------------------------------------- */
+
+TestSuite(report, .init = s_setup, .fini = s_teardown, .timeout = 60);
+
+Test(report, tables_match_the_runs)
+{
+    const char *args[] = {"--out",  "rep",      "--title",  "test report", "none-1",
+                          "none-2", "fixed4-1", "fixed4-2", NULL};
+    int rc = s_report(NULL, args);
+    char *err = s_slurp("stderr"), *out = s_slurp("stdout");
+    cr_assert_eq(rc, 0, "mqgrad report failed: %s", err);
+    cr_expect_not_null(strstr(out, "rep/report.md"), "stdout does not say where: %s", out);
+    char *md = s_slurp("rep/report.md");
+    cr_expect_not_null(strstr(md, "# test report\n"));
+    s_check_accuracy_table(md);
+    s_check_time_table(md);
+    s_check_target_table(md);
+    s_check_final_table(md);
+    /* fp32 comes before fixed:4 whatever the order of the arguments. */
+    cr_expect_lt(strstr(md, "\n| none |"), strstr(md, "\n| fixed:4 |"));
+    free(md);
+    free(out);
+    free(err);
+}
+
+Test(report, draws_the_four_plots)
+{
+    const char *args[] = {"none-1", "none-2", "fixed4-1", "fixed4-2", NULL};
+    int rc = s_report(NULL, args);
+    char *err = s_slurp("stderr"), *md;
+    cr_assert_eq(rc, 0, "mqgrad report failed: %s", err);
+    md = s_slurp("report/report.md"); /* the default --out */
+    const char *plots[] = {"loss", "accuracy", "bits", "bytes"};
+    bool gnuplot = s_have_gnuplot();
+    if (!gnuplot)
+        cr_log_info("gnuplot is not installed: PNG contents not checked");
+    for (int i = 0; i < 4; i++) {
+        char name[64], link[96];
+        snprintf(link, sizeof link, "(%s.png)", plots[i]);
+        cr_expect_not_null(strstr(md, link), "report.md does not link %s.png", plots[i]);
+        snprintf(name, sizeof name, "report/%s.gp", plots[i]);
+        cr_expect(s_exists(name), "no %s", name);
+        if (!gnuplot)
+            continue;
+        snprintf(name, sizeof name, "report/%s.png", plots[i]);
+        char *png = s_slurp(name);
+        cr_expect_eq(memcmp(png, "\x89PNG\r\n\x1a\n", 8), 0, "%s is not a PNG", name);
+        free(png);
+    }
+    free(md);
+    free(err);
+}
+
+Test(report, without_gnuplot_writes_scripts_and_tables)
+{
+    const char *args[] = {"--out", "rep", "none-1", "fixed4-1", NULL};
+    int rc = s_report("/nonexistent/gnuplot", args);
+    char *err = s_slurp("stderr");
+    cr_assert_eq(rc, 0, "mqgrad report failed: %s", err);
+    cr_expect_not_null(strstr(err, "gnuplot not found"), "no warning: %s", err);
+    cr_expect(s_exists("rep/report.md"));
+    cr_expect(s_exists("rep/loss.gp"));
+    cr_expect(s_exists("rep/data/loss_fixed-4.dat"));
+    cr_expect(!s_exists("rep/loss.png"));
+    free(err);
+}
+
+Test(report, garbled_metrics_names_file_and_line)
+{
+    /* Line 4 is iteration 3: a letter in its loss column. */
+    char path[256];
+    snprintf(path, sizeof path, "%s/fixed4-2", s_root);
+    s_write(path, "metrics.csv",
+            "iter,train_time_s,loss,smoothed_loss,bits,bytes_up,bytes_down,compute_ms,"
+            "encode_ms,wait_ms,decode_ms,update_ms,agent_ms,test_acc,test_loss\n"
+            "1,0.5,2,2,4,400,200,10,2,20,1,1,0.5,,\n"
+            "2,1,1,1,4,400,200,10,2,20,1,1,0.5,0.6,0.4\n"
+            "3,1.5,zero,1,4,400,200,10,2,20,1,1,0.5,,\n");
+    const char *args[] = {"--out", "rep", "none-1", "fixed4-2", NULL};
+    int rc = s_report(NULL, args);
+    char *err = s_slurp("stderr");
+    cr_expect_eq(rc, 2);
+    cr_expect_not_null(strstr(err, "fixed4-2/metrics.csv:4"), "error does not name it: %s", err);
+    cr_expect(!s_exists("rep/report.md"));
+    free(err);
+}
+
+Test(report, missing_summary_is_named)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s/none-2/summary.json", s_root);
+    cr_assert_eq(unlink(path), 0);
+    const char *args[] = {"none-1", "none-2", NULL};
+    int rc = s_report(NULL, args);
+    char *err = s_slurp("stderr");
+    cr_expect_eq(rc, 2);
+    cr_expect_not_null(strstr(err, "none-2/summary.json"), "error does not name it: %s", err);
+    free(err);
+}

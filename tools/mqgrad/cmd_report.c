@@ -1,0 +1,243 @@
+/* mqgrad report RUN_DIR...: reads finished (or interrupted) run directories, groups them by
+ * method (the summary's "policy") and writes plots and the paper's tables (section 4.2) into
+ * an output directory. Exit 2 on bad flags or an unreadable run, 1 if writing fails. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "mqgrad/util.h"
+#include "report.h"
+
+#define S_MAX_CHECKPOINTS 32
+
+typedef struct {
+    const char *out, *title;
+    double checkpoints[S_MAX_CHECKPOINTS];
+    size_t n_checkpoints;
+    double target_acc;
+    char **runs;
+    int n_runs;
+} s_opts_t;
+
+static void s_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: mqgrad report [--out DIR] [--checkpoints T1,T2,...] [--target-acc A]\n"
+            "                     [--title TEXT] RUN_DIR...\n\n"
+            "Reads each run's summary.json and metrics.csv, groups the runs by method and writes\n"
+            "loss/accuracy/bits/bytes-vs-time PNGs (gnuplot) and report.md with the tables.\n\n"
+            "  --out DIR             output directory (default: report)\n"
+            "  --checkpoints LIST    training times in seconds for the accuracy table\n"
+            "                        (default: 25,50,75,100%% of the shortest run)\n"
+            "  --target-acc A        test accuracy for the time-to-target table (default 0.85)\n"
+            "  --title TEXT          heading of the report and the plots\n\n"
+            "Environment: MQGRAD_GNUPLOT, the gnuplot program (default: gnuplot on PATH).\n");
+}
+
+static int s_parse_checkpoints(const char *list, s_opts_t *o)
+{
+    char item[64];
+    o->n_checkpoints = 0;
+    for (const char *p = list;; p++) {
+        size_t n = strcspn(p, ",");
+        if (o->n_checkpoints == S_MAX_CHECKPOINTS || n >= sizeof item) {
+            mq_err_set("--checkpoints: at most %d times, each a number", S_MAX_CHECKPOINTS);
+            return -1;
+        }
+        snprintf(item, sizeof item, "%.*s", (int)n, p);
+        if (mq_parse_double("--checkpoints", item, 1e-9, 1e12,
+                            &o->checkpoints[o->n_checkpoints++]) < 0)
+            return -1;
+        p += n;
+        if (!*p)
+            return 0;
+    }
+}
+
+/* The value of flag NAME at argv[*i] ("--name V" or "--name=V"); NULL if argv[*i] is not it. */
+static const char *s_flag(int argc, char **argv, int *i, const char *name, bool *missing)
+{
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0)
+        return NULL;
+    if (argv[*i][n] == '=')
+        return argv[*i] + n + 1;
+    if (argv[*i][n] != '\0')
+        return NULL;
+    if (*i + 1 >= argc) {
+        *missing = true;
+        return NULL;
+    }
+    return argv[++*i];
+}
+
+/* 0 ok, 1 --help, -1 bad usage (message set). */
+static int s_parse_args(int argc, char **argv, s_opts_t *o)
+{
+    *o = (s_opts_t){.out = "report", .title = "mqgrad report", .target_acc = 0.85};
+    o->runs = calloc((size_t)argc, sizeof *o->runs);
+    if (!o->runs) {
+        mq_err_set("out of memory");
+        return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        bool missing = false;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return 1;
+        if ((v = s_flag(argc, argv, &i, "--out", &missing)))
+            o->out = v;
+        else if ((v = s_flag(argc, argv, &i, "--title", &missing)))
+            o->title = v;
+        else if ((v = s_flag(argc, argv, &i, "--checkpoints", &missing))) {
+            if (s_parse_checkpoints(v, o) < 0)
+                return -1;
+        } else if ((v = s_flag(argc, argv, &i, "--target-acc", &missing))) {
+            if (mq_parse_double("--target-acc", v, 0, 1, &o->target_acc) < 0)
+                return -1;
+        } else if (missing) {
+            mq_err_set("%s needs a value", argv[i]);
+            return -1;
+        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
+            mq_err_set("unknown flag '%s'", argv[i]);
+            return -1;
+        } else {
+            o->runs[o->n_runs++] = argv[i];
+        }
+    }
+    if (o->n_runs == 0) {
+        mq_err_set("no run directories given");
+        return -1;
+    }
+    if (!*o->out) {
+        mq_err_set("--out: empty directory name");
+        return -1;
+    }
+    return 0;
+}
+
+static int s_load(const s_opts_t *o, mq_rep_set_t *set)
+{
+    *set = (mq_rep_set_t){0};
+    set->runs = calloc((size_t)o->n_runs, sizeof *set->runs);
+    if (!set->runs) {
+        mq_err_set("out of memory");
+        return -1;
+    }
+    for (int i = 0; i < o->n_runs; i++) {
+        if (mq_rep_load_run(o->runs[i], &set->runs[i]) < 0)
+            return -1;
+        set->n_runs++;
+    }
+    if (mq_rep_group(set) < 0)
+        return -1;
+    for (size_t k = 0; k < set->n_methods; k++) /* runs are sorted by seed */
+        for (size_t r = 1; r < set->methods[k].n_runs; r++) {
+            const mq_rep_run_t *a = set->methods[k].runs[r - 1], *b = set->methods[k].runs[r];
+            if (a->seed == b->seed)
+                fprintf(stderr,
+                        "mqgrad report: warning: %s and %s are both %s with seed %llu; both "
+                        "count as seeds\n",
+                        a->dir, b->dir, a->policy, (unsigned long long)a->seed);
+        }
+    return 0;
+}
+
+/* Default checkpoints: 25, 50, 75 and 100% of the shortest run's training time. */
+static void s_default_checkpoints(const mq_rep_set_t *set, s_opts_t *o)
+{
+    double shortest = INFINITY;
+    for (size_t i = 0; i < set->n_runs; i++)
+        shortest = fmin(shortest, mq_rep_run_time(&set->runs[i]));
+    o->n_checkpoints = 4;
+    for (int c = 0; c < 4; c++)
+        o->checkpoints[c] = shortest * (c + 1) / 4.0;
+}
+
+static int s_write_markdown(const mq_rep_set_t *set, const s_opts_t *o, bool drawn, char *path,
+                            size_t len)
+{
+    snprintf(path, len, "%s/report.md", o->out);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        mq_err_set("%s: cannot write", path);
+        return -1;
+    }
+    mq_rep_md_opts_t mo = {.title = o->title,
+                           .checkpoints = o->checkpoints,
+                           .n_checkpoints = o->n_checkpoints,
+                           .target_acc = o->target_acc,
+                           .plots_drawn = drawn};
+    mq_rep_markdown(f, set, &mo);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        mq_err_set("%s: write failed", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void s_print_written(const mq_rep_set_t *set, const s_opts_t *o, const char *md, bool drawn)
+{
+    printf("mqgrad report: %zu runs, %zu methods:", set->n_runs, set->n_methods);
+    for (size_t k = 0; k < set->n_methods; k++)
+        printf(" %s (%zu)", set->methods[k].name, set->methods[k].n_runs);
+    printf("\n  tables: %s\n", md);
+    for (int i = 0; i < 4; i++)
+        if (mq_rep_plot_has_data(set, i)) {
+            const char *name = mq_rep_plot_name(i);
+            if (drawn)
+                printf("  plot:   %s/%s.png\n", o->out, name);
+            else
+                printf("  script: %s/%s.gp (not drawn)\n", o->out, name);
+        }
+    printf("  data:   %s/data/\n", o->out);
+}
+
+int mq_cmd_report(int argc, char **argv)
+{
+    s_opts_t o;
+    mq_rep_set_t set = {0};
+    int rc = s_parse_args(argc, argv, &o);
+    if (rc != 0) {
+        if (rc > 0)
+            s_usage(stdout);
+        else
+            fprintf(stderr, "mqgrad report: %s\n\n", mq_err_last());
+        if (rc < 0)
+            s_usage(stderr);
+        free(o.runs);
+        return rc > 0 ? 0 : 2;
+    }
+    rc = 2;
+    if (s_load(&o, &set) < 0) {
+        fprintf(stderr, "mqgrad report: %s\n", mq_err_last());
+        goto done;
+    }
+    if (o.n_checkpoints == 0)
+        s_default_checkpoints(&set, &o);
+    rc = 1;
+    mq_rep_plots_t plots = MQ_REP_PLOTS_NO_GNUPLOT;
+    char md[4096];
+    if (mq_mkdirs(o.out) < 0) {
+        fprintf(stderr, "mqgrad report: %s\n", mq_err_last());
+        goto done;
+    }
+    /* A plot that fails to draw still leaves the tables written. */
+    int plot_rc = mq_rep_plots(&set, o.out, o.title, &plots);
+    if (plot_rc < 0)
+        fprintf(stderr, "mqgrad report: plots: %s\n", mq_err_last());
+    bool drawn = plot_rc == 0 && plots == MQ_REP_PLOTS_DRAWN;
+    if (s_write_markdown(&set, &o, drawn, md, sizeof md) < 0) {
+        fprintf(stderr, "mqgrad report: %s\n", mq_err_last());
+        goto done;
+    }
+    s_print_written(&set, &o, md, drawn);
+    rc = plot_rc < 0 ? 1 : 0;
+done:
+    mq_rep_set_free(&set);
+    free(o.runs);
+    return rc;
+}

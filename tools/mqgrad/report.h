@@ -1,0 +1,106 @@
+/* Internals of `mqgrad report`, shared by its files: the runs as loaded from their directories
+ * (report_load.c), their grouping into methods and the statistics over seeds (report_stats.c),
+ * the plots (report_plot.c) and the Markdown tables (report_md.c). */
+#ifndef MQGRAD_REPORT_H
+#define MQGRAD_REPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* One metrics.csv row. The *_ms are the per-iteration worker means, as written by the run. */
+typedef struct {
+    uint64_t iter;
+    double t; /* train_time_s */
+    double loss, smoothed;
+    int bits;
+    double bytes; /* bytes_up + bytes_down of this iteration */
+    double compute_ms, encode_ms, wait_ms, decode_ms, update_ms, agent_ms;
+    bool evaluated;
+    double acc, test_loss;
+} mq_rep_row_t;
+
+/* One run directory. The final values come from summary.json when it has them and from the
+ * last metrics rows otherwise (a killed run may leave a summary that lags its metrics). */
+typedef struct {
+    char *dir;
+    char policy[64];
+    uint64_t seed;
+    char status[32];
+    uint64_t iterations;
+    double final_loss;
+    double final_acc; /* NaN if never evaluated */
+    double total_bytes;
+    mq_rep_row_t *rows;
+    size_t n_rows;
+} mq_rep_run_t;
+
+typedef struct {
+    char name[64];
+    mq_rep_run_t **runs;
+    size_t n_runs;
+} mq_rep_method_t;
+
+typedef struct {
+    mq_rep_run_t *runs;
+    size_t n_runs;
+    mq_rep_method_t *methods; /* in display order: none, fixed:K by K, others, mqgrad last */
+    size_t n_methods;
+} mq_rep_set_t;
+
+/* ---- report_load.c ------------------------------------------------------------------ */
+/* Reads DIR/summary.json and DIR/metrics.csv into RUN. -1 with a message naming the file and
+ * the line on anything missing or malformed. */
+int mq_rep_load_run(const char *dir, mq_rep_run_t *run);
+void mq_rep_run_free(mq_rep_run_t *run);
+
+/* ---- report_stats.c ----------------------------------------------------------------- */
+/* Groups SET's runs by policy into SET->methods. -1 on allocation failure. */
+int mq_rep_group(mq_rep_set_t *set);
+void mq_rep_set_free(mq_rep_set_t *set);
+
+/* Training time of a run: train_time_s of its last row. */
+double mq_rep_run_time(const mq_rep_run_t *run);
+/* Test accuracy of the last evaluation at or before time T; false if there is none. */
+bool mq_rep_acc_at(const mq_rep_run_t *run, double t, double *acc);
+/* Training time of the first evaluation with test_acc >= TARGET; false if never reached. */
+bool mq_rep_time_to(const mq_rep_run_t *run, double target, double *t);
+/* Percent of the training time spent in encode + decode and in the agent; false if the run
+ * has no training time. */
+bool mq_rep_fractions(const mq_rep_run_t *run, double *quant_pct, double *agent_pct);
+
+/* Mean and sample standard deviation (n - 1; 0 when N is 1) of the N finite values in V. */
+void mq_rep_mean_std(const double *v, size_t n, double *mean, double *std);
+
+/* Value of series METRIC of RUN at time T, interpolated from its rows: false where the run
+ * has no value (before its first or after its last point). */
+typedef enum { MQ_REP_LOSS, MQ_REP_ACC, MQ_REP_BITS, MQ_REP_BYTES } mq_rep_metric_t;
+typedef struct mq_rep_series_t mq_rep_series_t;
+mq_rep_series_t *mq_rep_series_new(const mq_rep_run_t *run, mq_rep_metric_t metric);
+void mq_rep_series_destroy(mq_rep_series_t **self_p);
+bool mq_rep_series_at(const mq_rep_series_t *s, double t, double *v);
+
+/* ---- report_plot.c ------------------------------------------------------------------ */
+typedef enum { MQ_REP_PLOTS_DRAWN, MQ_REP_PLOTS_NO_GNUPLOT } mq_rep_plots_t;
+/* Writes OUT/data/<plot>_<method>.dat and OUT/<plot>.gp for the four plots and runs gnuplot
+ * in OUT (program from MQGRAD_GNUPLOT, default "gnuplot" on PATH). *STATE says whether the
+ * PNGs were drawn. -1 if a file cannot be written or gnuplot fails. */
+int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title,
+                 mq_rep_plots_t *state);
+/* Name of plot I (0..3) and whether it has any data (accuracy needs evaluations). */
+const char *mq_rep_plot_name(int i);
+bool mq_rep_plot_has_data(const mq_rep_set_t *set, int i);
+
+/* ---- report_md.c -------------------------------------------------------------------- */
+typedef struct {
+    const char *title;
+    const double *checkpoints;
+    size_t n_checkpoints;
+    double target_acc;
+    bool plots_drawn;
+} mq_rep_md_opts_t;
+/* Writes the whole report.md to F. */
+void mq_rep_markdown(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o);
+
+#endif

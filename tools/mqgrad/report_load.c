@@ -1,0 +1,470 @@
+/* Loads one run directory for `mqgrad report`: a strict reader for summary.json (one JSON
+ * object; nested values are checked and skipped) and for metrics.csv (the exact header of
+ * runlog.h, then fifteen numeric columns a row). Every error names the file and the line. */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqgrad/runlog.h"
+#include "mqgrad/util.h"
+#include "report.h"
+
+#define S_MAX_FIELDS 64
+#define S_METRICS_COLS 15
+
+/* ---- summary.json ------------------------------------------------------------------- */
+
+typedef enum { S_J_STR, S_J_NUM, S_J_BOOL, S_J_NULL, S_J_NESTED } s_jtype_t;
+
+typedef struct {
+    char key[64];
+    s_jtype_t type;
+    double num;
+    char str[256];
+} s_jfield_t;
+
+typedef struct {
+    const char *path, *s;
+    size_t pos;
+    int line;
+    s_jfield_t fields[S_MAX_FIELDS];
+    size_t n_fields;
+} s_json_t;
+
+static int s_jfail(s_json_t *j, const char *what)
+{
+    mq_err_set("%s:%d: %s", j->path, j->line, what);
+    return -1;
+}
+
+static void s_jws(s_json_t *j)
+{
+    for (char c; (c = j->s[j->pos]) == ' ' || c == '\t' || c == '\n' || c == '\r'; j->pos++)
+        if (c == '\n')
+            j->line++;
+}
+
+/* A JSON string into BUF (truncated to LEN); \uXXXX escapes are kept as '?'. */
+static int s_jstring(s_json_t *j, char *buf, size_t len)
+{
+    size_t n = 0;
+    if (j->s[j->pos] != '"')
+        return s_jfail(j, "expected a string");
+    for (j->pos++;; j->pos++) {
+        char c = j->s[j->pos];
+        if (c == '"')
+            break;
+        if (c == '\0' || c == '\n' || (unsigned char)c < 0x20)
+            return s_jfail(j, "unterminated string");
+        if (c == '\\') {
+            c = j->s[++j->pos];
+            const char *esc = strchr("\"\\/bfnrtu", c);
+            if (!c || !esc)
+                return s_jfail(j, "bad escape in a string");
+            if (c == 'u') {
+                for (int k = 1; k <= 4; k++)
+                    if (!isxdigit((unsigned char)j->s[j->pos + k]))
+                        return s_jfail(j, "bad \\u escape in a string");
+                j->pos += 4;
+                c = '?';
+            } else if (c != '"' && c != '\\' && c != '/') {
+                c = ' ';
+            }
+        }
+        if (buf && n + 1 < len)
+            buf[n++] = c;
+    }
+    j->pos++;
+    if (buf)
+        buf[n] = '\0';
+    return 0;
+}
+
+/* A number in JSON's grammar: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int s_jnumber(s_json_t *j, double *out)
+{
+    const char *p = j->s + j->pos, *start = p;
+    if (*p == '-')
+        p++;
+    if (!isdigit((unsigned char)*p) || (*p == '0' && isdigit((unsigned char)p[1])))
+        return s_jfail(j, "bad number");
+    while (isdigit((unsigned char)*p))
+        p++;
+    if (*p == '.') {
+        if (!isdigit((unsigned char)*++p))
+            return s_jfail(j, "bad number (digits expected after '.')");
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        p += (p[1] == '+' || p[1] == '-') ? 2 : 1;
+        if (!isdigit((unsigned char)*p))
+            return s_jfail(j, "bad number (digits expected in the exponent)");
+        while (isdigit((unsigned char)*p))
+            p++;
+    }
+    *out = strtod(start, NULL);
+    j->pos += (size_t)(p - start);
+    return 0;
+}
+
+static int s_jvalue(s_json_t *j, s_jfield_t *f, int depth);
+
+/* An object or array below the top level: checked, not kept. */
+static int s_jnested(s_json_t *j, int depth)
+{
+    char close = j->s[j->pos] == '{' ? '}' : ']';
+    if (depth > 32)
+        return s_jfail(j, "nested too deeply");
+    j->pos++;
+    s_jws(j);
+    if (j->s[j->pos] == close) {
+        j->pos++;
+        return 0;
+    }
+    for (;;) {
+        s_jws(j);
+        if (close == '}') {
+            if (s_jstring(j, NULL, 0) < 0)
+                return -1;
+            s_jws(j);
+            if (j->s[j->pos++] != ':')
+                return s_jfail(j, "expected ':' after a key");
+        }
+        if (s_jvalue(j, NULL, depth + 1) < 0)
+            return -1;
+        s_jws(j);
+        char c = j->s[j->pos++];
+        if (c == close)
+            return 0;
+        if (c != ',')
+            return s_jfail(j, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+    }
+}
+
+static int s_jvalue(s_json_t *j, s_jfield_t *f, int depth)
+{
+    s_jfield_t dummy;
+    f = f ? f : &dummy;
+    s_jws(j);
+    const char *p = j->s + j->pos;
+    if (*p == '"') {
+        f->type = S_J_STR;
+        return s_jstring(j, f->str, sizeof f->str);
+    }
+    if (*p == '{' || *p == '[') {
+        f->type = S_J_NESTED;
+        return s_jnested(j, depth);
+    }
+    const char *words[] = {"true", "false", "null"};
+    for (int k = 0; k < 3; k++)
+        if (strncmp(p, words[k], strlen(words[k])) == 0) {
+            f->type = k < 2 ? S_J_BOOL : S_J_NULL;
+            f->num = k == 0;
+            j->pos += strlen(words[k]);
+            return 0;
+        }
+    f->type = S_J_NUM;
+    return s_jnumber(j, &f->num);
+}
+
+/* The top-level object; its members go to J->fields. */
+static int s_json_parse(s_json_t *j)
+{
+    s_jws(j);
+    if (j->s[j->pos++] != '{')
+        return s_jfail(j, "expected a JSON object ('{')");
+    s_jws(j);
+    bool empty = j->s[j->pos] == '}';
+    j->pos += empty;
+    while (!empty) {
+        s_jws(j);
+        if (j->n_fields == S_MAX_FIELDS)
+            return s_jfail(j, "too many members");
+        s_jfield_t *f = &j->fields[j->n_fields++];
+        if (j->s[j->pos] != '"')
+            return s_jfail(j, "expected a member name (a string)");
+        if (s_jstring(j, f->key, sizeof f->key) < 0)
+            return -1;
+        s_jws(j);
+        if (j->s[j->pos++] != ':')
+            return s_jfail(j, "expected ':' after a key");
+        if (s_jvalue(j, f, 1) < 0)
+            return -1;
+        s_jws(j);
+        char c = j->s[j->pos++];
+        if (c == '}')
+            break;
+        if (c != ',')
+            return s_jfail(j, "expected ',' or '}'");
+    }
+    s_jws(j);
+    if (j->s[j->pos] != '\0')
+        return s_jfail(j, "unexpected text after the object");
+    return 0;
+}
+
+static const s_jfield_t *s_jget(const s_json_t *j, const char *key)
+{
+    for (size_t i = j->n_fields; i-- > 0;)
+        if (strcmp(j->fields[i].key, key) == 0)
+            return &j->fields[i];
+    return NULL;
+}
+
+/* Takes the run's identity (policy, seed, status) and any final values from summary.json;
+ * final values it lacks are left NaN for the metrics to fill in. */
+static int s_load_summary(const char *path, mq_rep_run_t *run)
+{
+    s_json_t *j = calloc(1, sizeof *j);
+    char *text = NULL;
+    size_t len;
+    int rc = -1;
+    if (!j || mq_read_file(path, &text, &len) < 0)
+        goto done;
+    j->path = path;
+    j->s = text;
+    j->line = 1;
+    if (strlen(text) != len) {
+        mq_err_set("%s: contains a NUL byte", path);
+        goto done;
+    }
+    if (s_json_parse(j) < 0)
+        goto done;
+    const s_jfield_t *policy = s_jget(j, "policy"), *seed = s_jget(j, "seed");
+    if (!policy || policy->type != S_J_STR || !policy->str[0]) {
+        mq_err_set("%s: no \"policy\" string (the method of the run)", path);
+        goto done;
+    }
+    if (!seed || seed->type != S_J_NUM || seed->num < 0 || seed->num != floor(seed->num) ||
+        seed->num > 9007199254740992.0) {
+        mq_err_set("%s: no \"seed\" (a non-negative integer)", path);
+        goto done;
+    }
+    if (strlen(policy->str) >= sizeof run->policy) {
+        mq_err_set("%s: \"policy\" longer than %zu characters", path, sizeof run->policy - 1);
+        goto done;
+    }
+    snprintf(run->policy, sizeof run->policy, "%.63s", policy->str);
+    run->seed = (uint64_t)seed->num;
+    const s_jfield_t *f = s_jget(j, "status");
+    snprintf(run->status, sizeof run->status, "%.31s", f && f->type == S_J_STR ? f->str : "?");
+    if ((f = s_jget(j, "iterations")) && f->type == S_J_NUM && f->num >= 0)
+        run->iterations = (uint64_t)f->num;
+    if ((f = s_jget(j, "final_loss")) && f->type == S_J_NUM)
+        run->final_loss = f->num;
+    if ((f = s_jget(j, "final_test_acc")) && f->type == S_J_NUM)
+        run->final_acc = f->num;
+    const s_jfield_t *up = s_jget(j, "bytes_up"), *down = s_jget(j, "bytes_down");
+    if (up && down && up->type == S_J_NUM && down->type == S_J_NUM)
+        run->total_bytes = up->num + down->num;
+    rc = 0;
+done:
+    free(text);
+    free(j);
+    return rc;
+}
+
+/* ---- metrics.csv -------------------------------------------------------------------- */
+
+static const char *const s_cols[S_METRICS_COLS] = {
+    "iter",      "train_time_s", "loss",       "smoothed_loss", "bits",
+    "bytes_up",  "bytes_down",   "compute_ms", "encode_ms",     "wait_ms",
+    "decode_ms", "update_ms",    "agent_ms",   "test_acc",      "test_loss"};
+
+/* Column C of a row: a finite number >= 0 (loss columns may be any number, nan included). */
+static int s_cell(const char *path, int line, int c, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = *s ? strtod(s, &end) : 0;
+    bool loss_col = c == 2 || c == 3 || c == 14;
+    if (!*s || *end || errno == ERANGE || (!loss_col && (!isfinite(v) || v < 0))) {
+        mq_err_set("%s:%d: column %s: '%s' is not a %s", path, line, s_cols[c], s,
+                   loss_col ? "number" : "finite number >= 0");
+        return -1;
+    }
+    bool integral = c == 0 || c == 4 || c == 5 || c == 6;
+    if (integral && v != floor(v)) {
+        mq_err_set("%s:%d: column %s: '%s' is not an integer", path, line, s_cols[c], s);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* Splits LINE (modified in place) at commas into exactly S_METRICS_COLS cells. */
+static int s_split(const char *path, int line_no, char *line, char **cells)
+{
+    int n = 0;
+    for (char *p = line;; p++) {
+        if (n < S_METRICS_COLS)
+            cells[n] = p;
+        n++;
+        p = strchr(p, ',');
+        if (!p)
+            break;
+        *p = '\0';
+    }
+    if (n != S_METRICS_COLS) {
+        mq_err_set("%s:%d: %d columns, expected %d (%s)", path, line_no, n, S_METRICS_COLS,
+                   MQ_METRICS_HEADER);
+        return -1;
+    }
+    return 0;
+}
+
+static int s_parse_row(const char *path, int line_no, char *line, const mq_rep_row_t *prev,
+                       mq_rep_row_t *r)
+{
+    char *cells[S_METRICS_COLS];
+    double v[S_METRICS_COLS];
+    if (s_split(path, line_no, line, cells) < 0)
+        return -1;
+    bool evaluated = cells[13][0] != '\0';
+    if (evaluated != (cells[14][0] != '\0')) {
+        mq_err_set("%s:%d: test_acc and test_loss must both be set or both empty", path, line_no);
+        return -1;
+    }
+    for (int c = 0; c < (evaluated ? S_METRICS_COLS : 13); c++)
+        if (s_cell(path, line_no, c, cells[c], &v[c]) < 0)
+            return -1;
+    if (v[4] < 1 || v[4] > 32 || (evaluated && v[13] > 1)) {
+        mq_err_set("%s:%d: %s out of range (bits 1..32, test_acc 0..1)", path, line_no,
+                   v[4] < 1 || v[4] > 32 ? "bits" : "test_acc");
+        return -1;
+    }
+    if (prev && (v[0] <= (double)prev->iter || v[1] < prev->t)) {
+        mq_err_set("%s:%d: iter and train_time_s must increase from row to row", path, line_no);
+        return -1;
+    }
+    *r = (mq_rep_row_t){.iter = (uint64_t)v[0],
+                        .t = v[1],
+                        .loss = v[2],
+                        .smoothed = v[3],
+                        .bits = (int)v[4],
+                        .bytes = v[5] + v[6],
+                        .compute_ms = v[7],
+                        .encode_ms = v[8],
+                        .wait_ms = v[9],
+                        .decode_ms = v[10],
+                        .update_ms = v[11],
+                        .agent_ms = v[12],
+                        .evaluated = evaluated,
+                        .acc = evaluated ? v[13] : NAN,
+                        .test_loss = evaluated ? v[14] : NAN};
+    return 0;
+}
+
+/* Counts lines to size the row array: one row per newline, plus a last unterminated line. */
+static size_t s_count_lines(const char *text)
+{
+    size_t n = 1;
+    for (const char *p = text; (p = strchr(p, '\n')); p++)
+        n++;
+    return n;
+}
+
+static int s_load_metrics(const char *path, mq_rep_run_t *run)
+{
+    char *text;
+    size_t len;
+    if (mq_read_file(path, &text, &len) < 0)
+        return -1;
+    int rc = -1, line_no = 0;
+    run->rows = calloc(s_count_lines(text), sizeof *run->rows);
+    if (!run->rows) {
+        mq_err_set("%s: out of memory", path);
+        goto done;
+    }
+    if (strlen(text) != len) {
+        mq_err_set("%s: contains a NUL byte", path);
+        goto done;
+    }
+    for (char *line = text, *next; *line; line = next) {
+        line_no++;
+        next = strchr(line, '\n');
+        next = next ? (*next = '\0', next + 1) : line + strlen(line);
+        size_t n = strlen(line);
+        if (n && line[n - 1] == '\r')
+            line[n - 1] = '\0';
+        if (line_no == 1) {
+            if (strcmp(line, MQ_METRICS_HEADER) != 0) {
+                mq_err_set("%s:1: header is not '%s'", path, MQ_METRICS_HEADER);
+                goto done;
+            }
+            continue;
+        }
+        mq_rep_row_t *prev = run->n_rows ? &run->rows[run->n_rows - 1] : NULL;
+        if (s_parse_row(path, line_no, line, prev, &run->rows[run->n_rows]) < 0)
+            goto done;
+        run->n_rows++;
+    }
+    if (line_no == 0)
+        mq_err_set("%s:1: empty file (expected the header '%s')", path, MQ_METRICS_HEADER);
+    else if (run->n_rows == 0)
+        mq_err_set("%s:2: no rows after the header: the run recorded no iteration", path);
+    else
+        rc = 0;
+done:
+    free(text);
+    return rc;
+}
+
+/* Final values the summary did not give, from the metrics. */
+static void s_fill_finals(mq_rep_run_t *run)
+{
+    const mq_rep_row_t *last = &run->rows[run->n_rows - 1];
+    if (run->iterations == 0)
+        run->iterations = last->iter;
+    if (isnan(run->final_loss))
+        run->final_loss = last->loss;
+    if (isnan(run->final_acc))
+        for (size_t i = run->n_rows; i-- > 0;)
+            if (run->rows[i].evaluated) {
+                run->final_acc = run->rows[i].acc;
+                break;
+            }
+    if (isnan(run->total_bytes)) {
+        run->total_bytes = 0;
+        for (size_t i = 0; i < run->n_rows; i++)
+            run->total_bytes += run->rows[i].bytes;
+    }
+}
+
+int mq_rep_load_run(const char *dir, mq_rep_run_t *run)
+{
+    *run = (mq_rep_run_t){.final_loss = NAN, .final_acc = NAN, .total_bytes = NAN};
+    size_t n = strlen(dir) + 32;
+    char *path = malloc(n);
+    run->dir = strdup(dir);
+    if (!path || !run->dir) {
+        free(path);
+        mq_err_set("out of memory");
+        return -1;
+    }
+    snprintf(path, n, "%s/summary.json", dir);
+    int rc = s_load_summary(path, run);
+    if (rc == 0) {
+        snprintf(path, n, "%s/metrics.csv", dir);
+        rc = s_load_metrics(path, run);
+    }
+    free(path);
+    if (rc < 0) {
+        mq_rep_run_free(run);
+        return -1;
+    }
+    s_fill_finals(run);
+    return 0;
+}
+
+void mq_rep_run_free(mq_rep_run_t *run)
+{
+    free(run->dir);
+    free(run->rows);
+    run->dir = NULL;
+    run->rows = NULL;
+    run->n_rows = 0;
+}

@@ -1,0 +1,208 @@
+/* Statistics of `mqgrad report`: grouping runs into methods, per-run quantities (accuracy at a
+ * time, time to a target accuracy, time fractions), mean and spread over seeds, and the
+ * interpolation of a run's series onto a common time grid for the plots. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqgrad/util.h"
+#include "report.h"
+
+/* Display order: fp32 first, fixed bit-widths by width, other methods by name, mqgrad last
+ * (the order of the paper's tables). */
+static int s_rank(const char *name, long *k)
+{
+    *k = 0;
+    if (strcmp(name, "none") == 0)
+        return 0;
+    if (strncmp(name, "fixed:", 6) == 0) {
+        *k = strtol(name + 6, NULL, 10);
+        return 1;
+    }
+    return strcmp(name, "mqgrad") == 0 ? 3 : 2;
+}
+
+static int s_cmp_methods(const void *a, const void *b)
+{
+    const mq_rep_method_t *x = a, *y = b;
+    long kx, ky;
+    int rx = s_rank(x->name, &kx), ry = s_rank(y->name, &ky);
+    if (rx != ry)
+        return rx - ry;
+    if (kx != ky)
+        return kx < ky ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int s_cmp_runs(const void *a, const void *b)
+{
+    const mq_rep_run_t *x = *(mq_rep_run_t *const *)a, *y = *(mq_rep_run_t *const *)b;
+    return x->seed < y->seed ? -1 : x->seed > y->seed;
+}
+
+int mq_rep_group(mq_rep_set_t *set)
+{
+    set->methods = calloc(set->n_runs, sizeof *set->methods);
+    if (!set->methods) {
+        mq_err_set("out of memory");
+        return -1;
+    }
+    set->n_methods = 0;
+    for (size_t i = 0; i < set->n_runs; i++) {
+        mq_rep_run_t *run = &set->runs[i];
+        mq_rep_method_t *m = NULL;
+        for (size_t k = 0; k < set->n_methods && !m; k++)
+            if (strcmp(set->methods[k].name, run->policy) == 0)
+                m = &set->methods[k];
+        if (!m) {
+            m = &set->methods[set->n_methods++];
+            snprintf(m->name, sizeof m->name, "%s", run->policy);
+            m->runs = calloc(set->n_runs, sizeof *m->runs);
+            if (!m->runs) {
+                mq_err_set("out of memory");
+                return -1;
+            }
+        }
+        m->runs[m->n_runs++] = run;
+    }
+    qsort(set->methods, set->n_methods, sizeof *set->methods, s_cmp_methods);
+    for (size_t k = 0; k < set->n_methods; k++)
+        qsort(set->methods[k].runs, set->methods[k].n_runs, sizeof(mq_rep_run_t *), s_cmp_runs);
+    return 0;
+}
+
+void mq_rep_set_free(mq_rep_set_t *set)
+{
+    for (size_t k = 0; k < set->n_methods; k++)
+        free(set->methods[k].runs);
+    free(set->methods);
+    for (size_t i = 0; i < set->n_runs; i++)
+        mq_rep_run_free(&set->runs[i]);
+    free(set->runs);
+    *set = (mq_rep_set_t){0};
+}
+
+double mq_rep_run_time(const mq_rep_run_t *run)
+{
+    return run->n_rows ? run->rows[run->n_rows - 1].t : 0;
+}
+
+bool mq_rep_acc_at(const mq_rep_run_t *run, double t, double *acc)
+{
+    /* A checkpoint typed as "12.5" must catch an evaluation logged at 12.5000000001. */
+    double limit = t + 1e-9 * fmax(1.0, fabs(t));
+    bool found = false;
+    for (size_t i = 0; i < run->n_rows && run->rows[i].t <= limit; i++)
+        if (run->rows[i].evaluated) {
+            *acc = run->rows[i].acc;
+            found = true;
+        }
+    return found;
+}
+
+bool mq_rep_time_to(const mq_rep_run_t *run, double target, double *t)
+{
+    for (size_t i = 0; i < run->n_rows; i++)
+        if (run->rows[i].evaluated && run->rows[i].acc >= target) {
+            *t = run->rows[i].t;
+            return true;
+        }
+    return false;
+}
+
+bool mq_rep_fractions(const mq_rep_run_t *run, double *quant_pct, double *agent_pct)
+{
+    double total = mq_rep_run_time(run), quant_ms = 0, agent_ms = 0;
+    if (!(total > 0))
+        return false;
+    for (size_t i = 0; i < run->n_rows; i++) {
+        quant_ms += run->rows[i].encode_ms + run->rows[i].decode_ms;
+        agent_ms += run->rows[i].agent_ms;
+    }
+    *quant_pct = 100.0 * quant_ms / 1000.0 / total;
+    *agent_pct = 100.0 * agent_ms / 1000.0 / total;
+    return true;
+}
+
+void mq_rep_mean_std(const double *v, size_t n, double *mean, double *std)
+{
+    double sum = 0, sq = 0;
+    for (size_t i = 0; i < n; i++)
+        sum += v[i];
+    *mean = n ? sum / (double)n : NAN;
+    for (size_t i = 0; i < n; i++)
+        sq += (v[i] - *mean) * (v[i] - *mean);
+    *std = n > 1 ? sqrt(sq / (double)(n - 1)) : 0;
+}
+
+/* ---- series ------------------------------------------------------------------------- */
+
+struct mq_rep_series_t {
+    double *x, *y;
+    size_t n;
+    bool step; /* hold the last value (bits) rather than interpolate */
+};
+
+mq_rep_series_t *mq_rep_series_new(const mq_rep_run_t *run, mq_rep_metric_t metric)
+{
+    mq_rep_series_t *s = calloc(1, sizeof *s);
+    if (s) {
+        s->x = malloc((run->n_rows + 1) * sizeof *s->x);
+        s->y = malloc((run->n_rows + 1) * sizeof *s->y);
+    }
+    if (!s || !s->x || !s->y) {
+        mq_rep_series_destroy(&s);
+        mq_err_set("out of memory");
+        return NULL;
+    }
+    s->step = metric == MQ_REP_BITS;
+    double cum = 0;
+    if (metric == MQ_REP_BYTES) { /* nothing is sent before training starts */
+        s->x[0] = 0;
+        s->y[s->n++] = 0;
+    }
+    for (size_t i = 0; i < run->n_rows; i++) {
+        const mq_rep_row_t *r = &run->rows[i];
+        if (metric == MQ_REP_ACC && !r->evaluated)
+            continue;
+        cum += r->bytes;
+        s->x[s->n] = r->t;
+        s->y[s->n++] = metric == MQ_REP_LOSS   ? r->smoothed
+                       : metric == MQ_REP_ACC  ? r->acc
+                       : metric == MQ_REP_BITS ? r->bits
+                                               : cum;
+    }
+    return s;
+}
+
+void mq_rep_series_destroy(mq_rep_series_t **self_p)
+{
+    if (!*self_p)
+        return;
+    free((*self_p)->x);
+    free((*self_p)->y);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+bool mq_rep_series_at(const mq_rep_series_t *s, double t, double *v)
+{
+    if (s->n == 0 || t < s->x[0] || t > s->x[s->n - 1])
+        return false;
+    size_t lo = 0, hi = s->n - 1; /* invariant: x[lo] <= t <= x[hi] */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (s->x[mid] <= t)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    if (s->x[hi] <= t) /* t at the last point, or equal times */
+        lo = hi;
+    double dx = s->x[hi] - s->x[lo];
+    if (s->step || lo == hi || dx <= 0)
+        *v = s->y[lo];
+    else
+        *v = s->y[lo] + (s->y[hi] - s->y[lo]) * (t - s->x[lo]) / dx;
+    return true;
+}
