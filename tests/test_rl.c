@@ -362,6 +362,30 @@ Test(rl, iterations_out_of_order_and_gaps)
     mq_policy_destroy(&p);
 }
 
+/* Non-finite losses carry no information: before the first finite loss the position is
+ * back-filled with it, later ones hold the smoothed value. alpha = 0.5 on NaN, 4, inf, 2, 2:
+ *   4 (back-filled) | 4 (seed) | 4 (held) | 0.5*2 + 0.5*4 = 3 | 0.5*2 + 0.5*3 = 2.5
+ * A NaN time is left out of c: 4 x 10 ms from 4 timed iterations, scaled to 5 -> c = 50. */
+Test(rl, non_finite_losses_hold_the_smoothed_value)
+{
+    mq_policy_opts_t o;
+    mq_policy_opts_default(&o);
+    o.alpha = 0.5;
+    mq_policy_t *p = s_new("fixed:3", &o);
+    const double loss[] = {NAN, 4, INFINITY, 2, 2}, ms[] = {10, 10, NAN, 10, 10};
+    for (int i = 0; i < 5; i++)
+        mq_policy_observe(p, OBS(i, loss[i], ms[i]));
+    const double want[] = {4, 4, 4, 3, 2.5};
+    for (int i = 0; i < 5; i++)
+        cr_expect_float_eq(p->win.lbar[i], want[i], EPS, "Lbar[%d]", i);
+    /* slope of 4, 4, 4, 3, 2.5: sum d*y = -8 - 4 + 0 + 3 + 5 = -4, beta = -0.4;
+     * r = 0.4 * 300 / 50 = 2.4 */
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    cr_expect_float_eq(st.last_reward, 2.4, 1e-12);
+    mq_policy_destroy(&p);
+}
+
 /* ---- persistence ------------------------------------------------------------------- */
 
 static mq_observation_t s_obs_at(uint64_t m)

@@ -203,6 +203,7 @@ static void s_put_state(s_writer_t *w, const mq_policy_t *p)
     s_put_i32(w, win->filled);
     s_put_u32(w, win->count);
     s_put_f64(w, win->time_ms);
+    s_put_u32(w, win->time_n);
     s_put_f64(w, win->range_sum);
     s_put_f64(w, win->sq_sum);
     s_put_u32(w, win->range_n);
@@ -364,6 +365,7 @@ static int s_get_state(s_reader_t *r, mq_policy_t *p)
     w->filled = s_get_i32(r, "window");
     w->count = s_get_u32(r, "window");
     w->time_ms = s_get_f64(r, "window");
+    w->time_n = s_get_u32(r, "window");
     w->range_sum = s_get_f64(r, "window");
     w->sq_sum = s_get_f64(r, "window");
     w->range_n = s_get_u32(r, "window");
@@ -438,6 +440,9 @@ static int s_check_values(const mq_policy_t *p)
         bad = "window fill outside 0..T";
     else if (p->win.open && p->win.count == 0)
         bad = "an open window without observations";
+    else if (p->win.time_n > p->win.count || p->win.range_n > p->win.count ||
+             p->win.sq_n > p->win.count)
+        bad = "window statistics counted more often than observations";
     else if (p->kind == MQ_POLICY_MQGRAD && p->have_state &&
              (p->n < o->min_bits || p->n > o->max_bits || p->action < 0 || p->action > 1 ||
               p->n + p->action > o->max_bits))

@@ -286,8 +286,10 @@ static void s_window_add(mq_policy_t *p, const mq_observation_t *obs, int pos)
         s_fill_to(p, pos + 1, p->carry);
     }
     w->count++;
-    if (isfinite(obs->iter_ms) && obs->iter_ms > 0)
+    if (isfinite(obs->iter_ms) && obs->iter_ms >= 0) {
         w->time_ms += obs->iter_ms;
+        w->time_n++;
+    }
     if (isfinite(obs->grad_range) && obs->grad_range >= 0) {
         w->range_sum += obs->grad_range;
         w->range_n++;
@@ -314,7 +316,7 @@ static void s_features(mq_policy_t *p, double *x)
 }
 
 /* Closes the open window: completes the smoothed series, computes the reward of
- * equation (2) over it (c = the received iterations' time scaled to T iterations) and asks
+ * equation (2) over it (c = the timed iterations' sum scaled to T iterations) and asks
  * the policy for the next bits. OBS is the observation that triggered the close. */
 static int s_close_window(mq_policy_t *p, const mq_observation_t *obs)
 {
@@ -322,7 +324,7 @@ static int s_close_window(mq_policy_t *p, const mq_observation_t *obs)
     const mq_policy_opts_t *o = &p->o;
     s_fill_to(p, o->T, p->have_carry ? p->carry : 0.0);
     w->open = false;
-    double c = w->time_ms * (double)o->T / (double)w->count;
+    double c = w->time_n ? w->time_ms * (double)o->T / (double)w->time_n : 0;
     double r = mq_rl_reward(mq_rl_slope(w->lbar, o->T), o->gamma, c);
     int before = p->bits;
     mq_decision_t d = {.step = p->step, .iter = obs->iter, .reward = r};

@@ -33,7 +33,8 @@ typedef struct {
     uint64_t index;
     int filled;
     uint32_t count;
-    double time_ms;
+    double time_ms; /* sum of the time_n finite iteration times */
+    uint32_t time_n;
     double range_sum, sq_sum;
     uint32_t range_n, sq_n;
     double *lbar;
