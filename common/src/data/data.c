@@ -1,0 +1,262 @@
+/* Dataset loaders: IDX (Fashion-MNIST, MNIST; gzip or plain, read through zlib which passes
+ * plain files through) and the CIFAR-10 binary format. Pixels are scaled to [0, 1], then
+ * normalized to [-1, 1] by (x - 0.5) / 0.5; every error names the file and what is wrong. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <zlib.h>
+
+#include "mqgrad/data.h"
+#include "mqgrad/util.h"
+
+#define IDX_MAX_ITEMS 10000000u
+#define CIFAR_RECORD 3073
+#define CIFAR_TRAIN_FILES 5
+
+/* Opens DIR/BASE, else DIR/BASE.gz; PATH receives the name used (or tried, on failure). */
+static gzFile s_open(const char *dir, const char *base, char *path, size_t len)
+{
+    snprintf(path, len, "%s/%s", dir, base);
+    gzFile f = gzopen(path, "rb");
+    if (f)
+        return f;
+    snprintf(path, len, "%s/%s.gz", dir, base);
+    f = gzopen(path, "rb");
+    if (!f)
+        mq_err_set("%s/%s[.gz]: cannot open: %s", dir, base, strerror(errno ? errno : ENOENT));
+    return f;
+}
+
+/* Reads exactly LEN bytes; -1 with an error naming PATH and WHAT if the file ends early. */
+static int s_read(gzFile f, const char *path, const char *what, void *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        unsigned chunk = len - got > (1u << 30) ? (1u << 30) : (unsigned)(len - got);
+        int r = gzread(f, (char *)buf + got, chunk);
+        if (r < 0) {
+            int zerr;
+            const char *msg = gzerror(f, &zerr);
+            mq_err_set("%s: corrupt compressed data while reading %s: %s", path, what, msg);
+            return -1;
+        }
+        if (r == 0)
+            break;
+        got += (size_t)r;
+    }
+    if (got < len) {
+        mq_err_set("%s: truncated: %s needs %zu bytes, the file has %zu", path, what, len, got);
+        return -1;
+    }
+    return 0;
+}
+
+/* After the promised content the file must end; anything more is a size mismatch. */
+static int s_expect_end(gzFile f, const char *path)
+{
+    char extra[64];
+    int r = gzread(f, extra, sizeof extra);
+    if (r > 0) {
+        mq_err_set("%s: size mismatch: more bytes than the header's count promises", path);
+        return -1;
+    }
+    if (r < 0) {
+        int zerr;
+        mq_err_set("%s: corrupt compressed data: %s", path, gzerror(f, &zerr));
+        return -1;
+    }
+    return 0;
+}
+
+static uint32_t s_be32(const unsigned char *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void s_normalize(const unsigned char *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = ((float)src[i] / 255.0f - 0.5f) / 0.5f;
+}
+
+/* An IDX images file: magic 0x00000803, count, 28, 28, then count*784 pixel bytes. */
+static int s_idx_images(const char *dir, const char *base, mq_dataset_t *d)
+{
+    char path[4096];
+    unsigned char hdr[16], *px = NULL;
+    gzFile f = s_open(dir, base, path, sizeof path);
+    if (!f)
+        return -1;
+    if (s_read(f, path, "the 16-byte header", hdr, sizeof hdr) < 0)
+        goto err;
+    if (s_be32(hdr) != 0x803) {
+        mq_err_set("%s: wrong magic 0x%08x (expected 0x00000803, IDX unsigned-byte images)",
+                   path, s_be32(hdr));
+        goto err;
+    }
+    uint32_t n = s_be32(hdr + 4), h = s_be32(hdr + 8), w = s_be32(hdr + 12);
+    if (n == 0 || n > IDX_MAX_ITEMS || h != 28 || w != 28) {
+        mq_err_set("%s: bad header: %u images of %ux%u (expected 1..%u images of 28x28)", path,
+                   n, h, w, IDX_MAX_ITEMS);
+        goto err;
+    }
+    size_t len = (size_t)n * 784;
+    px = malloc(len);
+    d->images = malloc(len * sizeof(float));
+    if (!px || !d->images) {
+        mq_err_set("%s: out of memory for %u images", path, n);
+        goto err;
+    }
+    if (s_read(f, path, "the pixels", px, len) < 0 || s_expect_end(f, path) < 0)
+        goto err;
+    s_normalize(px, d->images, len);
+    d->n = (int)n, d->c = 1, d->h = 28, d->w = 28, d->crop = false;
+    free(px);
+    gzclose(f);
+    return 0;
+err:
+    free(px);
+    gzclose(f);
+    return -1;
+}
+
+/* An IDX labels file: magic 0x00000801, count, then count label bytes, each 0..9; the count
+ * must match the images'. */
+static int s_idx_labels(const char *dir, const char *base, mq_dataset_t *d)
+{
+    char path[4096];
+    unsigned char hdr[8];
+    gzFile f = s_open(dir, base, path, sizeof path);
+    if (!f)
+        return -1;
+    if (s_read(f, path, "the 8-byte header", hdr, sizeof hdr) < 0)
+        goto err;
+    if (s_be32(hdr) != 0x801) {
+        mq_err_set("%s: wrong magic 0x%08x (expected 0x00000801, IDX unsigned-byte labels)",
+                   path, s_be32(hdr));
+        goto err;
+    }
+    uint32_t n = s_be32(hdr + 4);
+    if (n != (uint32_t)d->n) {
+        mq_err_set("%s: size mismatch: %u labels for %d images", path, n, d->n);
+        goto err;
+    }
+    d->labels = malloc(n);
+    if (!d->labels) {
+        mq_err_set("%s: out of memory", path);
+        goto err;
+    }
+    if (s_read(f, path, "the labels", d->labels, n) < 0 || s_expect_end(f, path) < 0)
+        goto err;
+    for (uint32_t i = 0; i < n; i++)
+        if (d->labels[i] > 9) {
+            mq_err_set("%s: label %u of example %u out of range 0..9", path, d->labels[i], i);
+            goto err;
+        }
+    gzclose(f);
+    return 0;
+err:
+    gzclose(f);
+    return -1;
+}
+
+/* Appends the records of one CIFAR-10 binary file (label byte + 3x32x32 pixels each). */
+static int s_cifar_file(const char *dir, const char *base, mq_dataset_t *d)
+{
+    char path[4096];
+    gzFile f = s_open(dir, base, path, sizeof path);
+    if (!f)
+        return -1;
+    unsigned char rec[CIFAR_RECORD];
+    for (int i = 0;; i++) {
+        int r = gzread(f, rec, sizeof rec);
+        if (r == 0 && i > 0)
+            break;
+        if (r != (int)sizeof rec) {
+            int zerr;
+            if (r < 0)
+                mq_err_set("%s: corrupt compressed data: %s", path, gzerror(f, &zerr));
+            else
+                mq_err_set("%s: truncated: record %d has %d of %d bytes (the size must be a "
+                           "multiple of %d)", path, i, r, CIFAR_RECORD, CIFAR_RECORD);
+            gzclose(f);
+            return -1;
+        }
+        if (rec[0] > 9) {
+            mq_err_set("%s: label %u of record %d out of range 0..9", path, rec[0], i);
+            gzclose(f);
+            return -1;
+        }
+        if (d->n % 1024 == 0) {
+            size_t cap = (size_t)d->n + 1024;
+            float *im = realloc(d->images, cap * 3072 * sizeof(float));
+            uint8_t *lb = im ? realloc(d->labels, cap) : NULL;
+            if (im)
+                d->images = im;
+            if (!im || !lb) {
+                mq_err_set("%s: out of memory", path);
+                gzclose(f);
+                return -1;
+            }
+            d->labels = lb;
+        }
+        d->labels[d->n] = rec[0];
+        s_normalize(rec + 1, d->images + (size_t)d->n * 3072, 3072);
+        d->n++;
+    }
+    gzclose(f);
+    return 0;
+}
+
+mq_dataset_t *mq_dataset_load(const char *kind, const char *dir, bool train)
+{
+    mq_dataset_t *d = calloc(1, sizeof *d);
+    if (!d) {
+        mq_err_set("out of memory");
+        return NULL;
+    }
+    if (kind && (strcmp(kind, "fashion-mnist") == 0 || strcmp(kind, "mnist") == 0)) {
+        const char *pre = train ? "train" : "t10k";
+        char img[64], lab[64];
+        snprintf(img, sizeof img, "%s-images-idx3-ubyte", pre);
+        snprintf(lab, sizeof lab, "%s-labels-idx1-ubyte", pre);
+        if (s_idx_images(dir, img, d) < 0 || s_idx_labels(dir, lab, d) < 0)
+            goto err;
+    } else if (kind && strcmp(kind, "cifar10") == 0) {
+        d->c = 3, d->h = 32, d->w = 32, d->crop = true;
+        for (int i = 1; i <= (train ? CIFAR_TRAIN_FILES : 1); i++) {
+            char base[64];
+            if (train)
+                snprintf(base, sizeof base, "data_batch_%d.bin", i);
+            else
+                snprintf(base, sizeof base, "test_batch.bin");
+            if (s_cifar_file(dir, base, d) < 0)
+                goto err;
+        }
+    } else {
+        mq_err_set("unknown dataset '%s' (expected fashion-mnist, mnist or cifar10)",
+                   kind ? kind : "(null)");
+        goto err;
+    }
+    return d;
+err:
+    mq_dataset_destroy(&d);
+    return NULL;
+}
+
+void mq_dataset_destroy(mq_dataset_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    free((*self_p)->images);
+    free((*self_p)->labels);
+    free(*self_p);
+    *self_p = NULL;
+}
+
+int mq_dataset_channels(const mq_dataset_t *d)
+{
+    return d->c;
+}
