@@ -2,7 +2,9 @@
  * checked against hand computations, epsilon-greedy statistics, the baselines' decisions,
  * and save/restore (exact resume, corrupt buffers refused). */
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -249,6 +251,31 @@ Test(rl, fixed_always_k)
     cr_expect_eq(st.step, 10);
     cr_expect_eq(st.nq, 7);
     cr_expect(isnan(st.q_values[0]) && isnan(st.q_values[6]));
+    mq_policy_destroy(&p);
+}
+
+ParameterizedTestParameters(rl, fixed_k_for_every_width)
+{
+    static int widths[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    return cr_make_param_array(int, widths, sizeof widths / sizeof widths[0]);
+}
+
+/* fixed:K answers K from the first iteration on, whatever the losses, and survives a restart. */
+ParameterizedTest(int *k, rl, fixed_k_for_every_width)
+{
+    char spec[16];
+    snprintf(spec, sizeof spec, "fixed:%d", *k);
+    mq_policy_t *p = s_new(spec, NULL);
+    for (uint64_t m = 0; m < 23; m++)
+        cr_expect_eq(mq_policy_observe(p, OBS(m, 10.0 - m, 1 + m)), *k);
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(mq_policy_save(p, &buf, &len), 0);
+    mq_policy_t *q = mq_policy_restore(buf, len);
+    cr_assert_not_null(q, "%s", mq_err_last());
+    cr_expect_eq(mq_policy_observe(q, OBS(23, 1, 1)), *k);
+    free(buf);
+    mq_policy_destroy(&q);
     mq_policy_destroy(&p);
 }
 
