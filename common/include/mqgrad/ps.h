@@ -87,9 +87,13 @@ void mq_link_egress(mq_link_t *link, size_t bytes);
 void mq_link_ingress(mq_link_t *link, size_t bytes);
 
 /* ---- endpoints ----------------------------------------------------------------------*/
-/* The endpoint peers should use to reach a socket bound at BOUND (e.g. "tcp://*:7100" or
- * "tcp://0.0.0.0:41234"): the wildcard host is replaced by this host's address (from its
- * hostname, as containers resolve it), or 127.0.0.1 when that fails. */
+/* Binds SOCK to ENDPOINT (CZMQ syntax: "tcp://HOST:PORT", port "*" or 0 for any free one) and
+ * stores the port actually bound in *PORT. Returns 0, or -1 with an error. */
+int mq_bind(zsock_t *sock, const char *endpoint, int *port);
+
+/* The endpoint peers should use to reach a socket bound at BOUND: a wildcard host ("*" or
+ * 0.0.0.0) is replaced by this host's address (from its hostname, as containers resolve it),
+ * or 127.0.0.1 when that fails; any other endpoint is returned as it is. */
 int mq_advertise_endpoint(const char *bound, char *out, size_t len);
 
 #ifdef __cplusplus

@@ -193,6 +193,19 @@ void mq_link_ingress(mq_link_t *link, size_t bytes)
 
 /* ---- endpoints --------------------------------------------------------------------- */
 
+int mq_bind(zsock_t *sock, const char *endpoint, int *port)
+{
+    if (zsock_bind(sock, "%s", endpoint) < 0) {
+        mq_err_set("cannot bind '%s': %s", endpoint, zmq_strerror(zmq_errno()));
+        return -1;
+    }
+    char *last = zsock_last_endpoint(sock);
+    const char *colon = last ? strrchr(last, ':') : NULL;
+    *port = colon ? atoi(colon + 1) : 0;
+    zstr_free(&last);
+    return 0;
+}
+
 int mq_advertise_endpoint(const char *bound, char *out, size_t len)
 {
     const char *colon = strrchr(bound, ':');

@@ -1,0 +1,163 @@
+/* The scheduler's flags, their checks, and the run configuration it hands to nodes and writes
+ * to config.json. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "mqgrad/quant.h"
+#include "mqgrad/runlog.h"
+#include "mqgrad/service.h"
+#include "mqgrad/util.h"
+#include "mqgrad/wire.h"
+#include "scheduler.h"
+#include "scheduler_internal.h"
+
+static void s_defaults(mq_scheduler_config_t *c)
+{
+    memset(c, 0, sizeof *c);
+    strcpy(c->bind, "tcp://*:7000");
+    c->workers = 2;
+    c->servers = 1;
+    strcpy(c->model, "paper");
+    strcpy(c->dataset, "fashion-mnist");
+    c->batch = 32;
+    c->lr = 0.05;
+    c->l2 = 1e-4;
+    c->iterations = 200;
+    c->eval_every = 100;
+    c->eval_limit = 2000;
+    c->agent_deadline_ms = 200;
+    c->bits = 2;
+    strcpy(c->codec, "uniform");
+    c->threshold = 100000;
+    c->seed = 1;
+    c->start_timeout = 120;
+    c->iter_timeout = 600;
+    c->progress_every = 2;
+}
+
+static int s_check(const mq_scheduler_config_t *c)
+{
+    if (strcmp(c->codec, "uniform") != 0 && strcmp(c->codec, "none") != 0) {
+        fprintf(stderr, "mqgrad-scheduler: --codec '%s' is not 'uniform' or 'none'\n", c->codec);
+        return 2;
+    }
+    if (strcmp(c->model, "paper") != 0 && strcmp(c->model, "small") != 0) {
+        fprintf(stderr, "mqgrad-scheduler: --model '%s' is not 'paper' or 'small'\n", c->model);
+        return 2;
+    }
+    if (strcmp(c->dataset, "fashion-mnist") && strcmp(c->dataset, "mnist") &&
+        strcmp(c->dataset, "cifar10")) {
+        fprintf(stderr, "mqgrad-scheduler: --dataset '%s' is not fashion-mnist, mnist or cifar10\n",
+                c->dataset);
+        return 2;
+    }
+    if (c->iterations == 0 && c->time_budget <= 0) {
+        fprintf(stderr, "mqgrad-scheduler: give --iterations or --time-budget (or both)\n");
+        return 2;
+    }
+    return 0;
+}
+
+int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
+{
+    s_defaults(c);
+    const mq_flag_t flags[] = {
+        {"bind", "MQGRAD_SCHEDULER_BIND", MQ_FLAG_STR, c->bind, sizeof c->bind, 0, 0,
+         "endpoint to bind"},
+        {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &c->workers, 0, 1, MQ_MAX_WORKERS,
+         "workers expected"},
+        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &c->servers, 0, 1, MQ_WIRE_MAX_SERVERS,
+         "servers expected"},
+        {"model", "MQGRAD_MODEL", MQ_FLAG_STR, c->model, sizeof c->model, 0, 0, "paper | small"},
+        {"dataset", "MQGRAD_DATASET", MQ_FLAG_STR, c->dataset, sizeof c->dataset, 0, 0,
+         "fashion-mnist | mnist | cifar10"},
+        {"batch", "MQGRAD_BATCH", MQ_FLAG_LONG, &c->batch, 0, 1, 4096, "batch per worker"},
+        {"lr", "MQGRAD_LR", MQ_FLAG_DOUBLE, &c->lr, 0, 1e-9, 100, "learning rate"},
+        {"l2", "MQGRAD_L2", MQ_FLAG_DOUBLE, &c->l2, 0, 0, 10, "L2 on the big FC weights"},
+        {"iterations", "MQGRAD_ITERATIONS", MQ_FLAG_LONG, &c->iterations, 0, 0, 1000000000L,
+         "iterations (0 = until the time budget)"},
+        {"time-budget", "MQGRAD_TIME_BUDGET", MQ_FLAG_DOUBLE, &c->time_budget, 0, 0, 1e7,
+         "seconds of training time (0 = none)"},
+        {"eval-every", "MQGRAD_EVAL_EVERY", MQ_FLAG_LONG, &c->eval_every, 0, 0, 1000000000L,
+         "evaluate every N iterations (0 = at the end only)"},
+        {"eval-limit", "MQGRAD_EVAL_LIMIT", MQ_FLAG_LONG, &c->eval_limit, 0, 0, 10000000,
+         "test examples per evaluation (0 = all)"},
+        {"agent", "MQGRAD_AGENT", MQ_FLAG_STR, c->agent, sizeof c->agent, 0, 0,
+         "agent endpoint (empty = bits stay at --bits)"},
+        {"agent-deadline-ms", "MQGRAD_AGENT_DEADLINE_MS", MQ_FLAG_DOUBLE, &c->agent_deadline_ms,
+         0, 1, 60000, "how long to wait for a decision"},
+        {"bits", "MQGRAD_BITS", MQ_FLAG_LONG, &c->bits, 0, MQ_QUANT_MIN_BITS, MQ_QUANT_MAX_BITS,
+         "bits until the agent decides"},
+        {"codec", "MQGRAD_CODEC", MQ_FLAG_STR, c->codec, sizeof c->codec, 0, 0,
+         "uniform | none (fp32)"},
+        {"bucket", "MQGRAD_BUCKET", MQ_FLAG_LONG, &c->bucket, 0, 0, 1L << 30,
+         "values per quantization range (0 = one per tensor slice)"},
+        {"stochastic", "MQGRAD_STOCHASTIC", MQ_FLAG_BOOL, &c->stochastic, 0, 0, 0,
+         "stochastic rounding"},
+        {"error-feedback", "MQGRAD_ERROR_FEEDBACK", MQ_FLAG_BOOL, &c->error_feedback, 0, 0, 0,
+         "accumulate quantization residuals on workers"},
+        {"threshold", "MQGRAD_QUANT_THRESHOLD", MQ_FLAG_LONG, &c->threshold, 0, 0, 1L << 40,
+         "tensors smaller than this travel as fp32"},
+        {"link-mbps", "MQGRAD_LINK_MBPS", MQ_FLAG_DOUBLE, &c->link_mbps, 0, 0, 1e6,
+         "emulated NIC speed of every node in Mbit/s (0 = off)"},
+        {"seed", "MQGRAD_SEED", MQ_FLAG_LONG, &c->seed, 0, 0, 1L << 62, "seed"},
+        {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, c->run_dir, sizeof c->run_dir, 0, 0,
+         "run directory (default runs/cluster-<time>)"},
+        {"start-timeout", "MQGRAD_START_TIMEOUT", MQ_FLAG_DOUBLE, &c->start_timeout, 0, 1, 86400,
+         "seconds to wait for every node to register"},
+        {"iter-timeout", "MQGRAD_ITER_TIMEOUT", MQ_FLAG_DOUBLE, &c->iter_timeout, 0, 1, 86400,
+         "seconds one iteration may take"},
+        {"progress-every", "MQGRAD_PROGRESS_EVERY", MQ_FLAG_DOUBLE, &c->progress_every, 0, 0,
+         86400, "seconds between progress lines (0 = none)"},
+        {0},
+    };
+    int rc = mq_flags_parse(flags, argc, argv, "usage: mqgrad-scheduler [flags]", NULL, 0, NULL);
+    if (rc == 0)
+        rc = s_check(c);
+    if (rc == 0 && !c->run_dir[0]) {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(c->run_dir, sizeof c->run_dir, "runs/cluster-%Y%m%d-%H%M%S", &tm);
+    }
+    return rc;
+}
+
+void mq_sched_run_config(const mq_scheduler_config_t *c, mq_run_config_t *r)
+{
+    memset(r, 0, sizeof *r);
+    snprintf(r->model, sizeof r->model, "%s", c->model);
+    snprintf(r->dataset, sizeof r->dataset, "%s", c->dataset);
+    r->batch = (uint32_t)c->batch;
+    r->seed = (uint64_t)c->seed;
+    r->l2 = (float)c->l2;
+    r->workers = (uint32_t)c->workers;
+    r->servers = (uint32_t)c->servers;
+    r->quant_threshold = (uint64_t)c->threshold;
+    r->bucket = (uint32_t)c->bucket;
+    r->stochastic = c->stochastic;
+    r->error_feedback = c->error_feedback;
+    r->link_mbps = c->link_mbps;
+    r->fp32 = strcmp(c->codec, "none") == 0;
+    r->eval_limit = (uint32_t)c->eval_limit;
+}
+
+int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
+{
+    char agent[512];
+    mq_json_escape(c->agent, agent, sizeof agent);
+    int n = snprintf(
+        buf, len,
+        "{\"model\":\"%s\",\"dataset\":\"%s\",\"workers\":%ld,\"servers\":%ld,\"batch\":%ld,"
+        "\"lr\":%.9g,\"l2\":%.9g,\"iterations\":%ld,\"time_budget_s\":%g,\"eval_every\":%ld,"
+        "\"eval_limit\":%ld,\"agent\":\"%s\",\"agent_deadline_ms\":%g,\"initial_bits\":%ld,"
+        "\"codec\":\"%s\",\"bucket\":%ld,\"stochastic\":%s,\"error_feedback\":%s,"
+        "\"quant_threshold\":%ld,\"link_mbps\":%g,\"seed\":%ld}",
+        c->model, c->dataset, c->workers, c->servers, c->batch, c->lr, c->l2, c->iterations,
+        c->time_budget, c->eval_every, c->eval_limit, agent, c->agent_deadline_ms, c->bits,
+        c->codec, c->bucket, c->stochastic ? "true" : "false",
+        c->error_feedback ? "true" : "false", c->threshold, c->link_mbps, c->seed);
+    return n > 0 && (size_t)n < len ? 0 : -1;
+}

@@ -1,0 +1,13 @@
+/* mqgrad-scheduler: flags and environment → the scheduler actor → wait until it is done or a signal. */
+#include "scheduler.h"
+
+#include "mqgrad/service.h"
+
+int main(int argc, char **argv)
+{
+    static mq_scheduler_config_t cfg;
+    int rc = mq_scheduler_config_parse(&cfg, argc, argv);
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
+    return mq_service_run(mq_scheduler_actor, &cfg);
+}

@@ -1,0 +1,629 @@
+/* The scheduler actor: registration until the cluster is complete, then the iteration
+ * barrier. After all reports of iteration m are in it records the row, tells the agent, and
+ * waits at most a deadline for the bits of m+1; a silent agent never stalls the run (the
+ * last bits are reused and further waits are skipped until the agent answers again). */
+#include "scheduler.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqgrad/ps.h"
+#include "mqgrad/runlog.h"
+#include "mqgrad/service.h"
+#include "mqgrad/util.h"
+#include "mqgrad/wire.h"
+#include "scheduler_internal.h"
+
+/* Display smoothing of the loss column (the agent smooths on its own). */
+#define S_SMOOTH_ALPHA 0.1
+
+typedef struct {
+    uint8_t peer[MQ_WIRE_MAX_PEER];
+    size_t peer_len;
+    uint64_t incarnation;
+    char endpoint[MQ_WIRE_MAX_TEXT];
+} s_node_t;
+
+typedef enum { S_REGISTERING, S_RUNNING, S_WAIT_AGENT, S_DONE } s_phase_t;
+
+typedef struct {
+    zsock_t *pipe;
+    const mq_scheduler_config_t *cfg;
+    mq_run_config_t run;
+    zloop_t *loop;
+    zsock_t *router, *agent;
+    int port;
+    s_phase_t phase;
+    s_node_t workers[MQ_MAX_WORKERS], servers[MQ_WIRE_MAX_SERVERS];
+    uint32_t nworkers, nservers;
+    double t_created;
+    mq_runlog_t *log;
+    /* iteration state */
+    uint64_t iter;
+    int bits;
+    bool evaluate, final_pending;
+    double t_issued, t_observed;
+    bool got[MQ_MAX_WORKERS];
+    uint32_t nreports;
+    mq_report_t sum;
+    double max_eval_ms;
+    /* run totals */
+    double train_time, smoothed, agent_ms;
+    uint64_t bytes_up, bytes_down;
+    double last_acc, last_loss;
+    /* agent */
+    bool agent_ok;
+    int agent_timer;
+    uint64_t fallbacks;
+    char policy[64];
+    double t_progress;
+    mq_msg_t in, out;
+    mq_drops_t drops;
+} s_sched_t;
+
+static void s_finish(s_sched_t *self, const char *status, int code);
+
+/* ---- sending ----------------------------------------------------------------------------- */
+
+static int s_send_to(s_sched_t *self, const s_node_t *node)
+{
+    memcpy(self->out.peer, node->peer, node->peer_len);
+    self->out.peer_len = node->peer_len;
+    return mq_wire_send(self->router, &self->out, NULL, 0);
+}
+
+/* Sends self->out to every registered node; returns how many could not be reached. */
+static int s_broadcast(s_sched_t *self, bool workers, bool servers)
+{
+    int failed = 0;
+    for (uint32_t i = 0; workers && i < self->nworkers; i++)
+        failed += s_send_to(self, &self->workers[i]) != 0;
+    for (uint32_t i = 0; servers && i < self->nservers; i++)
+        failed += s_send_to(self, &self->servers[i]) != 0;
+    return failed;
+}
+
+static void s_event(s_sched_t *self, const char *event, const char *fields)
+{
+    if (self->log)
+        mq_runlog_event(self->log, self->iter, event, fields);
+}
+
+/* ---- the run ------------------------------------------------------------------------------ */
+
+static void s_issue(s_sched_t *self)
+{
+    const mq_scheduler_config_t *c = self->cfg;
+    bool last = c->iterations > 0 && self->iter + 1 >= (uint64_t)c->iterations;
+    self->evaluate = self->final_pending || last ||
+                     (c->eval_every > 0 && (self->iter + 1) % (uint64_t)c->eval_every == 0);
+    mq_msg_init(&self->out, MQ_MSG_ITERATE);
+    self->out.iter = self->iter;
+    self->out.bits = self->run.fp32 ? 32 : (uint32_t)self->bits;
+    self->out.lr = (float)c->lr;
+    self->out.evaluate = self->evaluate;
+    memset(self->got, 0, sizeof self->got);
+    memset(&self->sum, 0, sizeof self->sum);
+    self->nreports = 0;
+    self->max_eval_ms = 0;
+    self->phase = S_RUNNING;
+    self->t_issued = mq_now_s();
+    if (s_broadcast(self, true, false) != 0) {
+        mq_error("iteration %llu: cannot reach every worker: %s",
+                 (unsigned long long)self->iter, mq_err_last());
+        s_finish(self, "failed", 1);
+    }
+}
+
+static void s_start(s_sched_t *self)
+{
+    char json[2048];
+    mq_sched_config_json(self->cfg, json, sizeof json);
+    self->log = mq_runlog_new(self->cfg->run_dir, json);
+    if (!self->log) {
+        mq_error("run directory: %s", mq_err_last());
+        { s_finish(self, "failed", 1); return; }
+    }
+    mq_msg_init(&self->out, MQ_MSG_WELCOME);
+    self->out.config = self->run;
+    self->out.nservers = self->nservers;
+    for (uint32_t s = 0; s < self->nservers; s++)
+        memcpy(self->out.servers[s], self->servers[s].endpoint, sizeof self->out.servers[s]);
+    for (uint32_t i = 0; i < self->nservers; i++) {
+        self->out.rank = i;
+        s_send_to(self, &self->servers[i]);
+    }
+    for (uint32_t i = 0; i < self->nworkers; i++) {
+        self->out.rank = i;
+        s_send_to(self, &self->workers[i]);
+    }
+    char fields[128];
+    snprintf(fields, sizeof fields, "\"workers\":%u,\"servers\":%u", self->nworkers,
+             self->nservers);
+    s_event(self, "start", fields);
+    mq_info("cluster complete: %u workers, %u servers; run directory %s", self->nworkers,
+            self->nservers, self->cfg->run_dir);
+    self->t_progress = mq_now_s();
+    s_issue(self);
+}
+
+static void s_summary(s_sched_t *self, const char *status)
+{
+    if (!self->log)
+        return;
+    mq_summary_t s = {
+        .iterations = self->iter,
+        .train_time_s = self->train_time,
+        .final_loss = self->last_loss,
+        .final_test_acc = self->last_acc,
+        .bytes_up = self->bytes_up,
+        .bytes_down = self->bytes_down,
+        .policy = self->policy,
+        .model = self->cfg->model,
+        .dataset = self->cfg->dataset,
+        .workers = (int)self->cfg->workers,
+        .servers = (int)self->cfg->servers,
+        .seed = (uint64_t)self->cfg->seed,
+        .link_mbps = self->cfg->link_mbps,
+        .status = status,
+    };
+    if (mq_runlog_summary(self->log, &s) != 0)
+        mq_error("summary: %s", mq_err_last());
+}
+
+static void s_finish(s_sched_t *self, const char *status, int code)
+{
+    if (self->phase == S_DONE)
+        return;
+    self->phase = S_DONE;
+    s_summary(self, status);
+    char fields[96];
+    snprintf(fields, sizeof fields, "\"status\":\"%s\"", status);
+    s_event(self, "stop", fields);
+    mq_msg_init(&self->out, MQ_MSG_STOP);
+    snprintf(self->out.text, sizeof self->out.text, "run %s", status);
+    s_broadcast(self, true, true);
+    mq_info("run %s after %llu iterations, %.1f s of training; final loss %.4f, test accuracy "
+            "%.2f%%, %.1f MB sent",
+            status, (unsigned long long)self->iter, self->train_time, self->last_loss,
+            self->last_acc * 100, (double)(self->bytes_up + self->bytes_down) / 1e6);
+    mq_service_done(self->pipe, code);
+}
+
+static void s_progress(s_sched_t *self, bool force)
+{
+    const mq_scheduler_config_t *c = self->cfg;
+    double now = mq_now_s();
+    if (c->progress_every <= 0 || (!force && now - self->t_progress < c->progress_every))
+        return;
+    self->t_progress = now;
+    double rate = self->train_time > 0 ? (double)self->iter / self->train_time : 0;
+    double left = -1;
+    if (c->iterations > 0 && rate > 0)
+        left = (double)((uint64_t)c->iterations - self->iter) / rate;
+    if (c->time_budget > 0 && (left < 0 || c->time_budget - self->train_time < left))
+        left = c->time_budget - self->train_time;
+    char acc[32] = "-";
+    if (!isnan(self->last_acc))
+        snprintf(acc, sizeof acc, "%.2f%%", self->last_acc * 100);
+    printf("iter %6llu%s%-8.0ld loss %.4f  acc %s  bits %2d  sent %.1f MB  %.2f it/s  left "
+           "%.0f s\n",
+           (unsigned long long)self->iter, c->iterations ? "/" : " ",
+           c->iterations ? c->iterations : 0L, self->smoothed, acc,
+           self->run.fp32 ? 32 : self->bits, (double)(self->bytes_up + self->bytes_down) / 1e6,
+           rate, left < 0 ? 0 : left);
+    fflush(stdout);
+}
+
+static bool s_over(const s_sched_t *self)
+{
+    const mq_scheduler_config_t *c = self->cfg;
+    return (c->iterations > 0 && self->iter >= (uint64_t)c->iterations) ||
+           (c->time_budget > 0 && self->train_time >= c->time_budget);
+}
+
+/* Moves to iteration iter (already advanced): stop, or issue it. */
+static void s_next(s_sched_t *self)
+{
+    s_progress(self, false);
+    if (s_over(self) && !self->evaluate && self->cfg->time_budget > 0 && !self->final_pending &&
+        (self->cfg->iterations == 0 || self->iter < (uint64_t)self->cfg->iterations)) {
+        /* Out of time on an iteration that was not evaluated: one more, evaluated. */
+        self->final_pending = true;
+        { s_issue(self); return; }
+    }
+    if (s_over(self) || self->final_pending) {
+        s_progress(self, true);
+        { s_finish(self, "completed", 0); return; }
+    }
+    s_issue(self);
+}
+
+static void s_record(s_sched_t *self, double iter_ms)
+{
+    uint32_t W = self->nworkers;
+    const mq_report_t *s = &self->sum;
+    double loss = s->loss / W;
+    self->smoothed = self->iter == 0 ? loss
+                                     : S_SMOOTH_ALPHA * loss + (1 - S_SMOOTH_ALPHA) * self->smoothed;
+    self->last_loss = loss;
+    self->bytes_up += s->bytes_up;
+    self->bytes_down += s->bytes_down;
+    mq_metrics_row_t row = {
+        .iter = self->iter,
+        .train_time_s = self->train_time,
+        .loss = loss,
+        .smoothed_loss = self->smoothed,
+        .bits = self->run.fp32 ? 32 : self->bits,
+        .bytes_up = s->bytes_up,
+        .bytes_down = s->bytes_down,
+        .compute_ms = s->compute_ms / W,
+        .encode_ms = s->encode_ms / W,
+        .wait_ms = s->wait_ms / W,
+        .decode_ms = s->decode_ms / W,
+        .update_ms = s->update_ms / W,
+        .agent_ms = self->agent_ms,
+        .evaluated = self->evaluate && s->eval_total > 0,
+    };
+    if (row.evaluated) {
+        row.test_acc = (double)s->eval_correct / (double)s->eval_total;
+        row.test_loss = s->eval_loss_sum / (double)s->eval_total;
+        self->last_acc = row.test_acc;
+    }
+    (void)iter_ms;
+    if (mq_runlog_row(self->log, &row) != 0)
+        mq_error("metrics: %s", mq_err_last());
+}
+
+/* ---- the agent ----------------------------------------------------------------------------- */
+
+static void s_agent_missed(s_sched_t *self, const char *why)
+{
+    self->fallbacks++;
+    if (!self->agent_ok)
+        return;
+    self->agent_ok = false;
+    mq_warn("agent at %s %s: reusing %d bits, training goes on", self->cfg->agent, why,
+            self->bits);
+    char fields[160];
+    snprintf(fields, sizeof fields, "\"reason\":\"%s\",\"bits\":%d", why, self->bits);
+    s_event(self, "agent_fallback", fields);
+}
+
+static int s_on_agent_deadline(zloop_t *loop, int timer_id, void *arg)
+{
+    s_sched_t *self = arg;
+    self->agent_timer = -1;
+    if (self->phase != S_WAIT_AGENT)
+        return 0;
+    char why[96];
+    snprintf(why, sizeof why, "did not answer within %.0f ms", self->cfg->agent_deadline_ms);
+    s_agent_missed(self, why);
+    self->agent_ms = (mq_now_s() - self->t_observed) * 1e3;
+    s_next(self);
+    return 0;
+}
+
+/* Tells the agent about the iteration just recorded; waits for its decision if it has been
+ * answering, else goes straight on. */
+static void s_observe(s_sched_t *self, double iter_ms)
+{
+    uint32_t W = self->nworkers;
+    const mq_scheduler_config_t *c = self->cfg;
+    mq_msg_init(&self->out, MQ_MSG_OBSERVE);
+    self->out.iter = self->iter - 1;
+    double progress = c->iterations > 0 ? (double)self->iter / (double)c->iterations : 0;
+    if (c->time_budget > 0 && self->train_time / c->time_budget > progress)
+        progress = self->train_time / c->time_budget;
+    self->out.obs = (mq_obs_msg_t){
+        .loss = self->sum.loss / W,
+        .iter_ms = iter_ms,
+        .grad_sqmean = self->sum.grad_sqmean / W,
+        .grad_range = self->sum.grad_range / W,
+        .total_iters = (uint64_t)c->iterations,
+        .progress = progress > 1 ? 1 : progress,
+        .bits = (uint32_t)self->bits,
+        .fallbacks = self->fallbacks,
+    };
+    if (mq_wire_send(self->agent, &self->out, NULL, 0) != 0) {
+        s_agent_missed(self, "is unreachable");
+        { s_next(self); return; }
+    }
+    if (!self->agent_ok || s_over(self))
+        { s_next(self); return; }
+    self->phase = S_WAIT_AGENT;
+    self->t_observed = mq_now_s();
+    self->agent_timer = zloop_timer(self->loop, (size_t)c->agent_deadline_ms, 1,
+                                    s_on_agent_deadline, self);
+}
+
+static void s_on_decision(s_sched_t *self, const mq_msg_t *msg)
+{
+    if (msg->bits < MQ_QUANT_MIN_BITS || msg->bits > MQ_QUANT_MAX_BITS) {
+        mq_drops_note(&self->drops, MQ_DROP_CODEC, (const uint8_t *)"agent", 5,
+                      "decision with bits out of range");
+        return;
+    }
+    if (msg->status.policy[0] && strcmp(msg->status.policy, self->policy) != 0) {
+        char fields[256];
+        snprintf(fields, sizeof fields, "\"from\":\"%s\",\"to\":\"%s\"", self->policy,
+                 msg->status.policy);
+        s_event(self, "policy", fields);
+        snprintf(self->policy, sizeof self->policy, "%s", msg->status.policy);
+    }
+    if (!self->agent_ok) {
+        self->agent_ok = true;
+        mq_info("agent answers again (bits %u)", msg->bits);
+        s_event(self, "agent_back", NULL);
+    }
+    if ((int)msg->bits != self->bits) {
+        char fields[96];
+        snprintf(fields, sizeof fields, "\"from\":%d,\"to\":%u", self->bits, msg->bits);
+        s_event(self, "bits", fields);
+    }
+    self->bits = (int)msg->bits;
+    if (self->phase == S_WAIT_AGENT && msg->iter + 1 == self->iter) {
+        if (self->agent_timer >= 0)
+            zloop_timer_end(self->loop, self->agent_timer);
+        self->agent_timer = -1;
+        self->agent_ms = (mq_now_s() - self->t_observed) * 1e3;
+        s_next(self);
+    }
+}
+
+static void s_iteration_done(s_sched_t *self)
+{
+    double iter_ms = (mq_now_s() - self->t_issued) * 1e3 - self->max_eval_ms;
+    self->train_time += iter_ms / 1e3;
+    s_record(self, iter_ms);
+    self->agent_ms = 0;
+    self->iter++;
+    if (!self->agent || self->run.fp32)
+        { s_next(self); return; }
+    s_observe(self, iter_ms);
+}
+
+/* ---- membership and reports ---------------------------------------------------------------- */
+
+static void s_refuse(s_sched_t *self, mq_msg_t *msg, const char *why)
+{
+    mq_warn("refused a registration: %s", why);
+    mq_msg_init(&self->out, MQ_MSG_ERROR);
+    memcpy(self->out.peer, msg->peer, msg->peer_len);
+    self->out.peer_len = msg->peer_len;
+    snprintf(self->out.text, sizeof self->out.text, "%s", why);
+    mq_wire_send(self->router, &self->out, NULL, 0);
+}
+
+static void s_on_register(s_sched_t *self, mq_msg_t *msg)
+{
+    bool worker = msg->role == MQ_ROLE_WORKER;
+    s_node_t *nodes = worker ? self->workers : self->servers;
+    uint32_t *n = worker ? &self->nworkers : &self->nservers;
+    long want = worker ? self->cfg->workers : self->cfg->servers;
+    for (uint32_t i = 0; i < *n; i++)
+        if (nodes[i].incarnation == msg->incarnation)
+            return; /* a repeat of a registration we have */
+    if (msg->role != MQ_ROLE_WORKER && msg->role != MQ_ROLE_SERVER)
+        { s_refuse(self, msg, "unknown role"); return; }
+    if (self->phase != S_REGISTERING)
+        { s_refuse(self, msg, "the run has already started; late joins are not supported"); return; }
+    if (*n >= (uint32_t)want)
+        { s_refuse(self, msg, worker ? "enough workers already" : "enough servers already"); return; }
+    if (!worker && !msg->endpoint[0])
+        { s_refuse(self, msg, "a server must give its endpoint"); return; }
+    s_node_t *node = &nodes[(*n)++];
+    memcpy(node->peer, msg->peer, msg->peer_len);
+    node->peer_len = msg->peer_len;
+    node->incarnation = msg->incarnation;
+    snprintf(node->endpoint, sizeof node->endpoint, "%s", msg->endpoint);
+    mq_info("%s %u registered%s%s (%u/%ld workers, %u/%ld servers)", worker ? "worker" : "server",
+            *n - 1, worker ? "" : " at ", node->endpoint, self->nworkers, self->cfg->workers,
+            self->nservers, self->cfg->servers);
+    if (self->nworkers == (uint32_t)self->cfg->workers &&
+        self->nservers == (uint32_t)self->cfg->servers)
+        s_start(self);
+}
+
+static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
+{
+    const char *why = NULL;
+    mq_drop_t d = MQ_DROP_NONE;
+    if (msg->rank >= self->nworkers || self->workers[msg->rank].peer_len != msg->peer_len ||
+        memcmp(self->workers[msg->rank].peer, msg->peer, msg->peer_len) != 0)
+        d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
+    else if (self->phase != S_RUNNING || msg->iter != self->iter)
+        d = MQ_DROP_ITER, why = "report for another iteration";
+    else if (self->got[msg->rank])
+        d = MQ_DROP_DUPLICATE, why = "second report";
+    if (d != MQ_DROP_NONE)
+        { mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why); return; }
+    const mq_report_t *r = &msg->report;
+    mq_report_t *s = &self->sum;
+    self->got[msg->rank] = true;
+    s->loss += r->loss;
+    s->grad_sqmean += r->grad_sqmean;
+    s->grad_range += r->grad_range;
+    s->compute_ms += r->compute_ms;
+    s->encode_ms += r->encode_ms;
+    s->wait_ms += r->wait_ms;
+    s->decode_ms += r->decode_ms;
+    s->update_ms += r->update_ms;
+    s->bytes_up += r->bytes_up;
+    s->bytes_down += r->bytes_down;
+    if (r->evaluated) {
+        s->eval_correct += r->eval_correct;
+        s->eval_total += r->eval_total;
+        s->eval_loss_sum += r->eval_loss_sum;
+        self->max_eval_ms = r->eval_ms > self->max_eval_ms ? r->eval_ms : self->max_eval_ms;
+    }
+    if (++self->nreports == self->nworkers)
+        s_iteration_done(self);
+}
+
+/* ---- event handlers ------------------------------------------------------------------------ */
+
+static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    s_sched_t *self = arg;
+    mq_drop_t drop;
+    mq_msg_t *msg = &self->in;
+    if (mq_wire_recv(sock, msg, &drop) != 0) {
+        if (drop != MQ_DROP_NONE)
+            mq_drops_note(&self->drops, drop, msg->peer, msg->peer_len, mq_err_last());
+        return 0;
+    }
+    switch (msg->type) {
+    case MQ_MSG_PING:
+        mq_msg_init(msg, MQ_MSG_PONG);
+        mq_wire_send(sock, msg, NULL, 0);
+        break;
+    case MQ_MSG_REGISTER:
+        s_on_register(self, msg);
+        break;
+    case MQ_MSG_REPORT:
+        s_on_report(self, msg);
+        break;
+    default:
+        mq_drops_note(&self->drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
+                      mq_msg_type_name(msg->type));
+    }
+    mq_msg_reset(msg);
+    return 0;
+}
+
+static int s_on_agent(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    s_sched_t *self = arg;
+    mq_drop_t drop;
+    mq_msg_t *msg = &self->in;
+    if (mq_wire_recv(sock, msg, &drop) != 0) {
+        if (drop != MQ_DROP_NONE)
+            mq_drops_note(&self->drops, drop, (const uint8_t *)"agent", 5, mq_err_last());
+        return 0;
+    }
+    if (msg->type == MQ_MSG_DECISION && self->phase != S_DONE)
+        s_on_decision(self, msg);
+    else if (msg->type == MQ_MSG_ERROR)
+        mq_warn("agent: %s", msg->text);
+    else if (msg->type != MQ_MSG_DECISION)
+        mq_drops_note(&self->drops, MQ_DROP_TYPE, (const uint8_t *)"agent", 5,
+                      mq_msg_type_name(msg->type));
+    mq_msg_reset(msg);
+    return 0;
+}
+
+static void s_missing(s_sched_t *self, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (uint32_t r = 0; r < self->nworkers && off < len; r++)
+        if (!self->got[r])
+            off += (size_t)snprintf(buf + off, len - off, "%s%u", off ? "," : "", r);
+}
+
+static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
+{
+    s_sched_t *self = arg;
+    const mq_scheduler_config_t *c = self->cfg;
+    double now = mq_now_s();
+    if (self->phase == S_REGISTERING && now - self->t_created > c->start_timeout) {
+        mq_error("only %u/%ld workers and %u/%ld servers registered within %.0f s", self->nworkers,
+                 c->workers, self->nservers, c->servers, c->start_timeout);
+        s_finish(self, "failed", 1);
+    } else if (self->phase == S_RUNNING && now - self->t_issued > c->iter_timeout) {
+        char missing[512];
+        s_missing(self, missing, sizeof missing);
+        mq_error("iteration %llu did not complete within %.0f s (no report from workers %s)",
+                 (unsigned long long)self->iter, c->iter_timeout, missing);
+        s_finish(self, "failed", 1);
+    }
+    if (self->phase != S_DONE) {
+        mq_msg_init(&self->out, MQ_MSG_HEARTBEAT);
+        s_broadcast(self, true, true);
+    }
+    return 0;
+}
+
+static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
+{
+    s_sched_t *self = arg;
+    char *cmd = zstr_recv(pipe);
+    int rc = 0;
+    if (!cmd || streq(cmd, "$TERM")) {
+        if (self->phase != S_DONE && self->phase != S_REGISTERING)
+            s_finish(self, "interrupted", 0);
+        rc = -1;
+    } else if (streq(cmd, "PORT")) {
+        zstr_sendf(pipe, "%d", self->port);
+    }
+    zstr_free(&cmd);
+    return rc;
+}
+
+static int s_open(s_sched_t *self)
+{
+    const mq_scheduler_config_t *c = self->cfg;
+    self->router = zsock_new(ZMQ_ROUTER);
+    if (!self->router)
+        return mq_err_set("cannot create a socket"), -1;
+    mq_wire_prepare(self->router, 2000);
+    if (mq_bind(self->router, c->bind, &self->port) != 0)
+        return -1;
+    if (c->agent[0]) {
+        self->agent = zsock_new(ZMQ_DEALER);
+        mq_wire_prepare(self->agent, 0);
+        /* Never queue for an absent agent, never block on it. */
+        zsock_set_immediate(self->agent, 1);
+        zsock_set_sndtimeo(self->agent, 0);
+        if (zsock_connect(self->agent, "%s", c->agent) != 0) {
+            mq_err_set("cannot connect to the agent at '%s'", c->agent);
+            return -1;
+        }
+        zloop_reader(self->loop, self->agent, s_on_agent, self);
+    }
+    zloop_reader(self->loop, self->router, s_on_router, self);
+    zloop_timer(self->loop, 1000, 0, s_on_tick, self);
+    mq_info("listening on %s for %ld workers and %ld servers%s%s", c->bind, c->workers,
+            c->servers, c->agent[0] ? "; agent at " : "; no agent, fixed bits",
+            c->agent[0] ? c->agent : "");
+    return 0;
+}
+
+void mq_scheduler_actor(zsock_t *pipe, void *args)
+{
+    s_sched_t *self = calloc(1, sizeof *self);
+    self->pipe = pipe;
+    self->cfg = args;
+    mq_sched_run_config(self->cfg, &self->run);
+    self->bits = (int)self->cfg->bits;
+    self->agent_ok = true;
+    self->agent_timer = -1;
+    self->last_acc = NAN;
+    self->last_loss = NAN;
+    if (self->run.fp32)
+        snprintf(self->policy, sizeof self->policy, "none");
+    else
+        snprintf(self->policy, sizeof self->policy, "fixed:%d", self->bits);
+    self->t_created = mq_now_s();
+    mq_log_set_tag("scheduler");
+    self->loop = zloop_new();
+    zloop_set_nonstop(self->loop, true);
+    zloop_reader(self->loop, pipe, s_on_pipe, self);
+    int rc = s_open(self);
+    zsock_signal(pipe, 0);
+    if (rc != 0) {
+        mq_error("start: %s", mq_err_last());
+        self->phase = S_DONE;
+        mq_service_done(pipe, 2);
+    }
+    zloop_start(self->loop);
+    mq_runlog_destroy(&self->log);
+    zsock_destroy(&self->agent);
+    zsock_destroy(&self->router);
+    mq_msg_reset(&self->in);
+    zloop_destroy(&self->loop);
+    free(self);
+}

@@ -1,0 +1,44 @@
+/* mqgrad-scheduler: membership (registration, ranks), the iteration barrier, the run clock,
+ * evaluation, the link to the bit-width agent, and the run directory. It holds the run's
+ * configuration and hands it to every node in WELCOME. */
+#ifndef MQGRAD_SCHEDULER_H
+#define MQGRAD_SCHEDULER_H
+
+#include <czmq.h>
+#include <stdbool.h>
+
+#define MQ_MAX_WORKERS 256
+
+typedef struct {
+    char bind[256];
+    long workers, servers;
+    char model[16], dataset[16];
+    long batch;
+    double lr, l2;
+    long iterations;      /* 0 = no limit (then a time budget is needed) */
+    double time_budget;   /* seconds of training time, evaluation excluded; 0 = none */
+    long eval_every;      /* iterations; 0 = only at the end */
+    long eval_limit;      /* test examples evaluated, 0 = all */
+    char agent[256];      /* agent endpoint; empty = no agent, bits stay at --bits */
+    double agent_deadline_ms;
+    long bits;            /* bits until the agent says otherwise */
+    char codec[16];       /* uniform | none (fp32 everywhere) */
+    long bucket;
+    bool stochastic, error_feedback;
+    long threshold;       /* tensors with fewer elements travel as fp32 */
+    double link_mbps;     /* NIC emulation on every node, 0 = off */
+    long seed;
+    char run_dir[512];
+    double start_timeout, iter_timeout;
+    double progress_every; /* seconds between progress lines, 0 = none */
+} mq_scheduler_config_t;
+
+/* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help) or 2 (bad). */
+int mq_scheduler_config_parse(mq_scheduler_config_t *cfg, int argc, char **argv);
+
+/* The scheduler as a CZMQ actor; ARGS is a mq_scheduler_config_t that outlives it. Pipe
+ * commands: "PORT" → bound port; $TERM (an interrupted run is recorded and every node told
+ * to stop). Reports "DONE <code>": 0 when the run completed, 1 when it failed. */
+void mq_scheduler_actor(zsock_t *pipe, void *args);
+
+#endif

@@ -1,0 +1,13 @@
+/* Shared between the scheduler's files; not part of its interface. */
+#ifndef MQGRAD_SCHEDULER_INTERNAL_H
+#define MQGRAD_SCHEDULER_INTERNAL_H
+
+#include "mqgrad/wire.h"
+#include "scheduler.h"
+
+/* The configuration every node receives in WELCOME. */
+void mq_sched_run_config(const mq_scheduler_config_t *c, mq_run_config_t *r);
+/* config.json's content. */
+int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,13 @@
+/* mqgrad-server: flags and environment → the server actor → wait until it is done or a signal. */
+#include "server.h"
+
+#include "mqgrad/service.h"
+
+int main(int argc, char **argv)
+{
+    static mq_server_config_t cfg;
+    int rc = mq_server_config_parse(&cfg, argc, argv);
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
+    return mq_service_run(mq_server_actor, &cfg);
+}

@@ -1,0 +1,13 @@
+/* mqgrad-worker: flags and environment → the worker actor → wait until it is done or a signal. */
+#include "worker.h"
+
+#include "mqgrad/service.h"
+
+int main(int argc, char **argv)
+{
+    static mq_worker_config_t cfg;
+    int rc = mq_worker_config_parse(&cfg, argc, argv);
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
+    return mq_service_run(mq_worker_actor, &cfg);
+}

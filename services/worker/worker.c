@@ -1,0 +1,537 @@
+/* The worker actor: register, take the run's configuration from the scheduler, then for
+ * each ITERATE compute, quantize, push, wait for every shard's aggregate, apply, report.
+ * Payloads go out without copies (quantized segments from reusable buffers, fp32 segments
+ * straight from the gradient) and aggregates are decoded straight into the parameters. */
+#include "worker.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqgrad/data.h"
+#include "mqgrad/nn.h"
+#include "mqgrad/ps.h"
+#include "mqgrad/service.h"
+#include "mqgrad/util.h"
+#include "mqgrad/wire.h"
+
+#define S_BUF_TIMEOUT_MS 5000
+
+typedef struct {
+    zsock_t *pipe;
+    const mq_worker_config_t *cfg;
+    zloop_t *loop;
+    zsock_t *sched;
+    zsock_t *servers[MQ_WIRE_MAX_SERVERS];
+    uint64_t incarnation;
+    bool welcomed, finished;
+    uint32_t rank;
+    mq_run_config_t run;
+    uint32_t nservers;
+    mq_model_t *model;
+    mq_dataset_t *train, *test;
+    mq_batcher_t *batcher;
+    float *x, *test_x;
+    uint8_t *y, *test_y;
+    int test_n;
+    mq_shard_t *shards;
+    mq_sendbuf_t *bufs; /* nservers x MQ_WIRE_MAX_TENSORS */
+    mq_sendbuf_t grads_ref; /* counts messages still pointing into the gradient */
+    float *residual;        /* error feedback, one per parameter */
+    mq_rng_t rng;
+    mq_link_t link;
+    /* the iteration in flight */
+    bool busy;
+    uint64_t iter, next_iter;
+    int bits;
+    float lr;
+    bool evaluate;
+    uint32_t got;
+    bool got_shard[MQ_WIRE_MAX_SERVERS];
+    double t_pushed;
+    mq_report_t report;
+    double last_heard;
+    mq_msg_t in, out;
+    mq_drops_t drops;
+} s_worker_t;
+
+int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
+{
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(cfg->scheduler, "tcp://127.0.0.1:7000");
+    strcpy(cfg->data_dir, MQ_DEFAULT_DATA_DIR);
+    cfg->peer_timeout = 60;
+    cfg->iter_timeout = 600;
+    const mq_flag_t flags[] = {
+        {"scheduler", "MQGRAD_SCHEDULER", MQ_FLAG_STR, cfg->scheduler, sizeof cfg->scheduler, 0,
+         0, "scheduler endpoint"},
+        {"data-dir", "MQGRAD_DATA_DIR", MQ_FLAG_STR, cfg->data_dir, sizeof cfg->data_dir, 0, 0,
+         "dataset directory"},
+        {"threads", "MQGRAD_THREADS", MQ_FLAG_LONG, &cfg->threads, 0, 0, 256,
+         "OpenBLAS threads (0 = default)"},
+        {"peer-timeout", "MQGRAD_PEER_TIMEOUT", MQ_FLAG_DOUBLE, &cfg->peer_timeout, 0, 1, 86400,
+         "seconds of scheduler silence before giving up"},
+        {"iter-timeout", "MQGRAD_ITER_TIMEOUT", MQ_FLAG_DOUBLE, &cfg->iter_timeout, 0, 1, 86400,
+         "seconds to wait for the servers' replies"},
+        {"dump", NULL, MQ_FLAG_STR, cfg->dump, sizeof cfg->dump, 0, 0,
+         "write the final parameters (raw float32) to this file"},
+        {0},
+    };
+    return mq_flags_parse(flags, argc, argv, "usage: mqgrad-worker [flags]", NULL, 0, NULL);
+}
+
+static void s_fail(s_worker_t *self, const char *what)
+{
+    mq_error("%s: %s", what, mq_err_last());
+    if (!self->finished) {
+        self->finished = true;
+        mq_service_done(self->pipe, 1);
+    }
+}
+
+/* ---- setup after WELCOME --------------------------------------------------------------- */
+
+static int s_load_data(s_worker_t *self)
+{
+    const mq_run_config_t *r = &self->run;
+    self->train = mq_dataset_load(r->dataset, self->cfg->data_dir, true);
+    self->test = self->train ? mq_dataset_load(r->dataset, self->cfg->data_dir, false) : NULL;
+    if (!self->test)
+        return -1;
+    self->batcher = mq_batcher_new(self->train, (int)self->rank, (int)r->workers, (int)r->batch,
+                                   r->seed, true);
+    int c = mq_dataset_channels(self->train);
+    self->x = malloc(sizeof(float) * r->batch * c * 28 * 28);
+    self->y = malloc(r->batch);
+    /* This worker evaluates its slice of the (possibly limited) test set. */
+    int total = self->test->n;
+    if (r->eval_limit > 0 && (int)r->eval_limit < total)
+        total = (int)r->eval_limit;
+    int lo = (int)((int64_t)total * self->rank / r->workers);
+    int hi = (int)((int64_t)total * (self->rank + 1) / r->workers);
+    self->test_n = hi - lo;
+    float *all = malloc(sizeof(float) * (size_t)self->test->n * c * 28 * 28);
+    self->test_x = malloc(sizeof(float) * ((size_t)self->test_n + 1) * c * 28 * 28);
+    self->test_y = malloc((size_t)self->test_n + 1);
+    if (!self->batcher || !self->x || !self->y || !all || !self->test_x || !self->test_y) {
+        free(all);
+        mq_err_set("out of memory loading the data");
+        return -1;
+    }
+    mq_dataset_export28(self->test, all);
+    memcpy(self->test_x, all + (size_t)lo * c * 28 * 28,
+           sizeof(float) * (size_t)self->test_n * c * 28 * 28);
+    memcpy(self->test_y, self->test->labels + lo, (size_t)self->test_n);
+    free(all);
+    return 0;
+}
+
+static int s_setup(s_worker_t *self)
+{
+    const mq_run_config_t *r = &self->run;
+    mq_nn_set_threads((int)self->cfg->threads);
+    if (s_load_data(self) != 0)
+        return -1;
+    self->model = mq_model_new(r->model, mq_dataset_channels(self->train), (int)r->batch, r->l2);
+    if (!self->model)
+        return -1;
+    mq_model_init(self->model, r->seed);
+    self->shards = calloc(self->nservers, sizeof *self->shards);
+    self->bufs = calloc((size_t)self->nservers * MQ_WIRE_MAX_TENSORS, sizeof *self->bufs);
+    if (!self->shards || !self->bufs) {
+        mq_err_set("out of memory");
+        return -1;
+    }
+    if (mq_shard_plan(self->model, self->nservers, r->quant_threshold, r->fp32, self->shards))
+        return -1;
+    if (r->error_feedback) {
+        self->residual = calloc(mq_model_nparams(self->model), sizeof(float));
+        if (!self->residual) {
+            mq_err_set("out of memory for error feedback");
+            return -1;
+        }
+    }
+    mq_rng_seed(&self->rng, r->seed * 1000003ULL + self->rank + 1);
+    mq_link_init(&self->link, r->link_mbps);
+    return 0;
+}
+
+static int s_on_server(zloop_t *loop, zsock_t *sock, void *arg);
+
+static int s_connect_servers(s_worker_t *self, const mq_msg_t *welcome)
+{
+    for (uint32_t s = 0; s < self->nservers; s++) {
+        self->servers[s] = zsock_new(ZMQ_DEALER);
+        if (!self->servers[s]) {
+            mq_err_set("cannot create a socket for server %u", s);
+            return -1;
+        }
+        mq_wire_prepare(self->servers[s], 2000);
+        if (zsock_connect(self->servers[s], "%s", welcome->servers[s]) != 0) {
+            mq_err_set("cannot connect to server %u at '%s'", s, welcome->servers[s]);
+            return -1;
+        }
+        zloop_reader(self->loop, self->servers[s], s_on_server, self);
+    }
+    return 0;
+}
+
+static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
+{
+    if (self->welcomed)
+        return;
+    self->run = msg->config;
+    self->rank = msg->rank;
+    self->nservers = msg->nservers;
+    if (self->rank >= self->run.workers || self->nservers != self->run.servers ||
+        self->nservers == 0 || self->run.batch == 0) {
+        mq_err_set("inconsistent welcome (rank %u of %u, %u servers listed, %u expected)",
+                   self->rank, self->run.workers, self->nservers, self->run.servers);
+        s_fail(self, "welcome");
+        return;
+    }
+    mq_log_set_tag("worker %u", self->rank);
+    self->welcomed = true;
+    if (s_setup(self) != 0 || s_connect_servers(self, msg) != 0) {
+        s_fail(self, "setup");
+        return;
+    }
+    mq_info("ready: model %s (%zu parameters), %d training examples, %u servers",
+            self->run.model, mq_model_nparams(self->model), self->train->n, self->nservers);
+}
+
+/* ---- one iteration ------------------------------------------------------------------- */
+
+/* Mean of g^2 and the value range over the quantized part of the gradient. */
+static void s_grad_stats(s_worker_t *self, const float *g)
+{
+    double sq = 0;
+    uint64_t n = 0;
+    float lo = INFINITY, hi = -INFINITY;
+    for (uint32_t s = 0; s < self->nservers; s++)
+        for (uint32_t i = 0; i < self->shards[s].nsegs; i++) {
+            const mq_segment_t *seg = &self->shards[s].segs[i];
+            if (!seg->quantized)
+                continue;
+            const float *p = g + seg->flat;
+            for (uint64_t k = 0; k < seg->count; k++) {
+                sq += (double)p[k] * p[k];
+                lo = p[k] < lo ? p[k] : lo;
+                hi = p[k] > hi ? p[k] : hi;
+            }
+            n += seg->count;
+        }
+    self->report.grad_sqmean = n ? sq / (double)n : 0;
+    self->report.grad_range = n ? (double)hi - lo : 0;
+}
+
+static int s_encode_segment(s_worker_t *self, uint32_t s, uint32_t i, mq_payload_t *out)
+{
+    const mq_segment_t *seg = &self->shards[s].segs[i];
+    const float *g = mq_model_grads(self->model) + seg->flat;
+    mq_codec_t codec = mq_segment_codec(seg, self->bits, &self->run);
+    mq_tensor_hdr_t *h = &self->out.tensors[i];
+    snprintf(h->name, sizeof h->name, "%s", seg->name);
+    h->offset = seg->offset;
+    h->count = seg->count;
+    h->codec = codec;
+    if (codec.kind == MQ_CODEC_NONE) { /* straight from the gradient, no copy */
+        *out = mq_sendbuf_payload(&self->grads_ref, g, seg->count * sizeof(float));
+        return 0;
+    }
+    mq_sendbuf_t *buf = &self->bufs[(size_t)s * MQ_WIRE_MAX_TENSORS + i];
+    size_t need = mq_codec_payload_size(&codec, seg->count), len;
+    if (mq_sendbuf_acquire(buf, need, S_BUF_TIMEOUT_MS) != 0)
+        return -1;
+    int rc = self->residual ? mq_codec_encode_ef(&codec, g, self->residual + seg->flat,
+                                                 seg->count, buf->data, buf->cap, &len, &self->rng)
+                            : mq_codec_encode(&codec, g, seg->count, buf->data, buf->cap, &len,
+                                              &self->rng);
+    if (rc != 0)
+        return -1;
+    *out = mq_sendbuf_payload(buf, NULL, len);
+    return 0;
+}
+
+static int s_push(s_worker_t *self, uint32_t s)
+{
+    mq_msg_t *out = &self->out;
+    mq_msg_init(out, MQ_MSG_PUSH);
+    out->peer_len = 0;
+    out->iter = self->iter;
+    out->rank = self->rank;
+    out->shard = s;
+    out->bits = (uint32_t)self->bits;
+    out->lr = self->lr;
+    out->ntensors = self->shards[s].nsegs;
+    mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < out->ntensors; i++) {
+        if (s_encode_segment(self, s, i, &payloads[i]) != 0) {
+            for (uint32_t k = 0; k < i; k++)
+                payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
+            return -1;
+        }
+        bytes += payloads[i].len;
+    }
+    mq_link_egress(&self->link, bytes);
+    if (mq_wire_send(self->servers[s], out, payloads, out->ntensors) != 0)
+        return -1;
+    self->report.bytes_up += out->wire_bytes;
+    return 0;
+}
+
+static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
+{
+    bool bits_ok = self->run.fp32 ? msg->bits == 32
+                                  : (msg->bits >= MQ_QUANT_MIN_BITS && msg->bits <= MQ_QUANT_MAX_BITS);
+    if (!bits_ok || !(msg->lr > 0)) {
+        mq_drops_note(&self->drops, MQ_DROP_CODEC, NULL, 0, "iterate with bad bits or lr");
+        return;
+    }
+    if (self->busy || msg->iter != self->next_iter) {
+        mq_drops_note(&self->drops, MQ_DROP_ITER, NULL, 0, "iterate out of order");
+        return;
+    }
+    self->busy = true;
+    self->iter = msg->iter;
+    self->bits = (int)msg->bits;
+    self->lr = msg->lr;
+    self->evaluate = msg->evaluate;
+    self->got = 0;
+    memset(self->got_shard, 0, sizeof self->got_shard);
+    memset(&self->report, 0, sizeof self->report);
+
+    double t0 = mq_now_s();
+    /* No message may still point into the gradient we are about to overwrite. */
+    if (mq_sendbuf_acquire(&self->grads_ref, 0, S_BUF_TIMEOUT_MS) != 0)
+        { s_fail(self, "gradient buffer"); return; }
+    mq_batcher_next(self->batcher, self->x, self->y);
+    self->report.loss = mq_model_grad(self->model, self->x, self->y, (int)self->run.batch);
+    double t1 = mq_now_s();
+    s_grad_stats(self, mq_model_grads(self->model));
+    for (uint32_t s = 0; s < self->nservers; s++)
+        if (s_push(self, s) != 0)
+            { s_fail(self, "push"); return; }
+    self->t_pushed = mq_now_s();
+    self->report.compute_ms = (t1 - t0) * 1e3;
+    self->report.encode_ms = (self->t_pushed - t1) * 1e3;
+}
+
+static void s_finish_iteration(s_worker_t *self)
+{
+    mq_report_t *r = &self->report;
+    if (self->evaluate) {
+        double t0 = mq_now_s(), loss_sum = 0;
+        long correct = 0;
+        mq_model_eval(self->model, self->test_x, self->test_y, self->test_n, &loss_sum, &correct);
+        r->evaluated = true;
+        r->eval_correct = (uint64_t)correct;
+        r->eval_total = (uint64_t)self->test_n;
+        r->eval_loss_sum = loss_sum;
+        r->eval_ms = (mq_now_s() - t0) * 1e3;
+    }
+    mq_msg_t *out = &self->out;
+    mq_msg_init(out, MQ_MSG_REPORT);
+    out->peer_len = 0;
+    out->iter = self->iter;
+    out->rank = self->rank;
+    out->report = *r;
+    if (mq_wire_send(self->sched, out, NULL, 0) != 0)
+        { s_fail(self, "report"); return; }
+    self->busy = false;
+    self->next_iter = self->iter + 1;
+}
+
+/* Applies one server's aggregate: w += -lr * decode(payload), straight into the parameters. */
+static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
+{
+    const char *why = NULL;
+    mq_drop_t reason = MQ_DROP_NONE;
+    if (msg->type != MQ_MSG_AGGREGATE)
+        reason = MQ_DROP_TYPE, why = "servers send only aggregates";
+    else if (!self->busy || msg->iter != self->iter)
+        reason = MQ_DROP_ITER, why = "aggregate for another iteration";
+    else if (msg->shard != s)
+        reason = MQ_DROP_SHARD, why = "aggregate for another shard";
+    else if (self->got_shard[s])
+        reason = MQ_DROP_DUPLICATE, why = "second aggregate for a shard";
+    else if (mq_shard_check(&self->shards[s], msg, self->bits, &self->run) != 0)
+        reason = MQ_DROP_LAYOUT, why = mq_err_last();
+    if (reason != MQ_DROP_NONE) {
+        mq_drops_note(&self->drops, reason, (const uint8_t *)&s, sizeof s, why);
+        return;
+    }
+    double t0 = mq_now_s();
+    mq_link_ingress(&self->link, msg->wire_bytes);
+    double t1 = mq_now_s();
+    float *w = mq_model_params(self->model);
+    for (uint32_t i = 0; i < msg->ntensors; i++) {
+        const mq_segment_t *seg = &self->shards[s].segs[i];
+        if (mq_codec_decode(&msg->tensors[i].codec, msg->payload[i], msg->payload_len[i],
+                            w + seg->flat, seg->count, -self->lr, true) != 0)
+            { s_fail(self, "decode"); return; }
+    }
+    double t2 = mq_now_s();
+    self->report.decode_ms += (t2 - t1) * 1e3;
+    self->report.wait_ms += (t0 - self->t_pushed) * 1e3 + (t1 - t0) * 1e3;
+    self->t_pushed = t2; /* later waits count from here: decode time is not waiting */
+    self->report.bytes_down += msg->wire_bytes;
+    self->got_shard[s] = true;
+    if (++self->got == self->nservers)
+        s_finish_iteration(self);
+}
+
+/* ---- event handlers -------------------------------------------------------------------- */
+
+static int s_on_server(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    s_worker_t *self = arg;
+    uint32_t s = 0;
+    while (s < self->nservers && self->servers[s] != sock)
+        s++;
+    mq_drop_t drop;
+    if (mq_wire_recv(sock, &self->in, &drop) != 0) {
+        if (drop != MQ_DROP_NONE)
+            mq_drops_note(&self->drops, drop, (const uint8_t *)&s, sizeof s, mq_err_last());
+        return 0;
+    }
+    if (!self->finished)
+        s_on_aggregate(self, s, &self->in);
+    mq_msg_reset(&self->in);
+    return 0;
+}
+
+static void s_dump(s_worker_t *self)
+{
+    if (!self->cfg->dump[0] || !self->model)
+        return;
+    if (mq_write_file_atomic(self->cfg->dump, mq_model_params(self->model),
+                             mq_model_nparams(self->model) * sizeof(float)) != 0)
+        mq_error("dump: %s", mq_err_last());
+}
+
+static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    s_worker_t *self = arg;
+    mq_drop_t drop;
+    if (mq_wire_recv(sock, &self->in, &drop) != 0) {
+        if (drop != MQ_DROP_NONE)
+            mq_drops_note(&self->drops, drop, (const uint8_t *)"sched", 5, mq_err_last());
+        return 0;
+    }
+    self->last_heard = mq_now_s();
+    mq_msg_t *msg = &self->in;
+    if (self->finished) {
+        mq_msg_reset(msg);
+        return 0;
+    }
+    switch (msg->type) {
+    case MQ_MSG_WELCOME:
+        s_on_welcome(self, msg);
+        break;
+    case MQ_MSG_ITERATE:
+        if (self->welcomed)
+            s_on_iterate(self, msg);
+        break;
+    case MQ_MSG_STOP:
+        mq_info("stop: %s", msg->text[0] ? msg->text : "run over");
+        s_dump(self);
+        self->finished = true;
+        mq_service_done(self->pipe, 0);
+        break;
+    case MQ_MSG_ERROR:
+        mq_err_set("scheduler refused us: %s", msg->text);
+        s_fail(self, "register");
+        break;
+    case MQ_MSG_HEARTBEAT:
+        break;
+    default:
+        mq_drops_note(&self->drops, MQ_DROP_TYPE, (const uint8_t *)"sched", 5,
+                      mq_msg_type_name(msg->type));
+    }
+    mq_msg_reset(msg);
+    return 0;
+}
+
+static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
+{
+    s_worker_t *self = arg;
+    if (self->finished)
+        return 0;
+    double now = mq_now_s();
+    if (now - self->last_heard > self->cfg->peer_timeout) {
+        mq_err_set("no word from the scheduler at %s for %.0f s", self->cfg->scheduler,
+                   now - self->last_heard);
+        s_fail(self, "scheduler gone");
+    } else if (self->busy && now - self->t_pushed > self->cfg->iter_timeout) {
+        mq_err_set("iteration %llu: %u of %u servers replied within %.0f s",
+                   (unsigned long long)self->iter, self->got, self->nservers,
+                   self->cfg->iter_timeout);
+        s_fail(self, "servers silent");
+    }
+    return 0;
+}
+
+static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
+{
+    char *cmd = zstr_recv(pipe);
+    int rc = (!cmd || streq(cmd, "$TERM")) ? -1 : 0;
+    zstr_free(&cmd);
+    return rc;
+}
+
+static void s_destroy(s_worker_t *self)
+{
+    for (uint32_t s = 0; s < MQ_WIRE_MAX_SERVERS; s++)
+        zsock_destroy(&self->servers[s]);
+    zsock_destroy(&self->sched);
+    mq_sendbuf_release(&self->grads_ref);
+    if (self->bufs)
+        for (size_t i = 0; i < (size_t)self->nservers * MQ_WIRE_MAX_TENSORS; i++)
+            mq_sendbuf_release(&self->bufs[i]);
+    free(self->bufs);
+    free(self->shards);
+    free(self->residual);
+    free(self->x);
+    free(self->y);
+    free(self->test_x);
+    free(self->test_y);
+    mq_batcher_destroy(&self->batcher);
+    mq_dataset_destroy(&self->train);
+    mq_dataset_destroy(&self->test);
+    mq_model_destroy(&self->model);
+    mq_msg_reset(&self->in);
+    zloop_destroy(&self->loop);
+    free(self);
+}
+
+void mq_worker_actor(zsock_t *pipe, void *args)
+{
+    s_worker_t *self = calloc(1, sizeof *self);
+    self->pipe = pipe;
+    self->cfg = args;
+    self->incarnation = zclock_time() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)self;
+    self->last_heard = mq_now_s();
+    mq_log_set_tag("worker");
+    self->loop = zloop_new();
+    zloop_set_nonstop(self->loop, true);
+    self->sched = zsock_new(ZMQ_DEALER);
+    mq_wire_prepare(self->sched, 2000);
+    zsock_signal(pipe, 0);
+    if (zsock_connect(self->sched, "%s", self->cfg->scheduler) != 0) {
+        mq_err_set("cannot connect to the scheduler at '%s'", self->cfg->scheduler);
+        s_fail(self, "start");
+    } else {
+        mq_msg_init(&self->out, MQ_MSG_REGISTER);
+        self->out.role = MQ_ROLE_WORKER;
+        self->out.incarnation = self->incarnation;
+        if (mq_wire_send(self->sched, &self->out, NULL, 0) != 0)
+            s_fail(self, "register");
+        zloop_reader(self->loop, self->sched, s_on_sched, self);
+        zloop_timer(self->loop, 1000, 0, s_on_tick, self);
+    }
+    zloop_reader(self->loop, pipe, s_on_pipe, self);
+    zloop_start(self->loop);
+    s_destroy(self);
+}

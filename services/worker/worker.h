@@ -1,0 +1,27 @@
+/* mqgrad-worker: a model replica and a slice of the data. Per iteration it computes the
+ * gradient, quantizes it, pushes one shard to each server, applies the averaged update the
+ * servers send back and reports to the scheduler. Everything about the run comes from the
+ * scheduler's WELCOME, so replicas need no configuration of their own. */
+#ifndef MQGRAD_WORKER_H
+#define MQGRAD_WORKER_H
+
+#include <czmq.h>
+
+typedef struct {
+    char scheduler[256];  /* endpoint of the scheduler */
+    char data_dir[512];   /* where the dataset files are */
+    long threads;         /* OpenBLAS threads, 0 = its default */
+    double peer_timeout;  /* seconds without a word from the scheduler before giving up */
+    double iter_timeout;  /* seconds to wait for the servers' replies */
+    char dump[512];       /* if set, write the final parameters here (tests) */
+} mq_worker_config_t;
+
+/* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help printed) or 2
+ * (bad flag, message printed). */
+int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv);
+
+/* The worker as a CZMQ actor; ARGS is a mq_worker_config_t that must outlive it. Reports
+ * "DONE <code>" on its pipe when the run is over (0) or it gave up (1). */
+void mq_worker_actor(zsock_t *pipe, void *args);
+
+#endif
