@@ -26,7 +26,7 @@ typedef struct {
     char endpoint[MQ_WIRE_MAX_TEXT];
 } s_node_t;
 
-typedef enum { S_REGISTERING, S_RUNNING, S_WAIT_AGENT, S_DONE } s_phase_t;
+typedef enum { S_REGISTERING, S_PREPARING, S_RUNNING, S_WAIT_AGENT, S_DONE } s_phase_t;
 
 typedef struct {
     zsock_t *pipe;
@@ -37,7 +37,8 @@ typedef struct {
     int port;
     s_phase_t phase;
     s_node_t workers[MQ_MAX_WORKERS], servers[MQ_WIRE_MAX_SERVERS];
-    uint32_t nworkers, nservers;
+    uint32_t nworkers, nservers, nready;
+    bool ready_w[MQ_MAX_WORKERS], ready_s[MQ_WIRE_MAX_SERVERS];
     double t_created;
     mq_runlog_t *log;
     /* iteration state */
@@ -123,8 +124,10 @@ static void s_start(s_sched_t *self)
     mq_sched_config_json(self->cfg, json, sizeof json);
     self->log = mq_runlog_new(self->cfg->run_dir, json);
     if (!self->log) {
-        mq_error("run directory: %s", mq_err_last());
-        { s_finish(self, "failed", 1); return; }
+        mq_error("run directory: %s", mq_err_last()); {
+        s_finish(self, "failed", 1);
+        return;
+    }
     }
     mq_msg_init(&self->out, MQ_MSG_WELCOME);
     self->out.config = self->run;
@@ -145,6 +148,26 @@ static void s_start(s_sched_t *self)
     s_event(self, "start", fields);
     mq_info("cluster complete: %u workers, %u servers; run directory %s", self->nworkers,
             self->nservers, self->cfg->run_dir);
+    self->phase = S_PREPARING;
+}
+
+/* A node finished its setup (data, model); iteration 0 starts when all have. */
+static void s_on_ready(s_sched_t *self, const mq_msg_t *msg)
+{
+    s_node_t *nodes = msg->role == MQ_ROLE_WORKER ? self->workers : self->servers;
+    bool *ready = msg->role == MQ_ROLE_WORKER ? self->ready_w : self->ready_s;
+    uint32_t n = msg->role == MQ_ROLE_WORKER ? self->nworkers : self->nservers;
+    if (self->phase != S_PREPARING || msg->rank >= n || nodes[msg->rank].peer_len != msg->peer_len ||
+        memcmp(nodes[msg->rank].peer, msg->peer, msg->peer_len) != 0 || ready[msg->rank]) {
+        mq_drops_note(&self->drops, MQ_DROP_RANK, msg->peer, msg->peer_len,
+                      "ready from an unknown node, twice, or out of phase");
+        return;
+    }
+    ready[msg->rank] = true;
+    if (++self->nready < self->nworkers + self->nservers)
+        return;
+    mq_info("every node is ready; training starts");
+    s_event(self, "ready", NULL);
     self->t_progress = mq_now_s();
     s_issue(self);
 }
@@ -227,17 +250,19 @@ static bool s_over(const s_sched_t *self)
 /* Moves to iteration iter (already advanced): stop, or issue it. */
 static void s_next(s_sched_t *self)
 {
-    s_progress(self, false);
     if (s_over(self) && !self->evaluate && self->cfg->time_budget > 0 && !self->final_pending &&
         (self->cfg->iterations == 0 || self->iter < (uint64_t)self->cfg->iterations)) {
         /* Out of time on an iteration that was not evaluated: one more, evaluated. */
         self->final_pending = true;
-        { s_issue(self); return; }
+        s_issue(self);
+        return;
     }
     if (s_over(self) || self->final_pending) {
         s_progress(self, true);
-        { s_finish(self, "completed", 0); return; }
+        s_finish(self, "completed", 0);
+        return;
     }
+    s_progress(self, false);
     s_issue(self);
 }
 
@@ -328,11 +353,15 @@ static void s_observe(s_sched_t *self, double iter_ms)
         .fallbacks = self->fallbacks,
     };
     if (mq_wire_send(self->agent, &self->out, NULL, 0) != 0) {
-        s_agent_missed(self, "is unreachable");
-        { s_next(self); return; }
+        s_agent_missed(self, "is unreachable"); {
+        s_next(self);
+        return;
     }
-    if (!self->agent_ok || s_over(self))
-        { s_next(self); return; }
+    }
+    if (!self->agent_ok || s_over(self)) {
+        s_next(self);
+        return;
+    }
     self->phase = S_WAIT_AGENT;
     self->t_observed = mq_now_s();
     self->agent_timer = zloop_timer(self->loop, (size_t)c->agent_deadline_ms, 1,
@@ -380,8 +409,10 @@ static void s_iteration_done(s_sched_t *self)
     s_record(self, iter_ms);
     self->agent_ms = 0;
     self->iter++;
-    if (!self->agent || self->run.fp32)
-        { s_next(self); return; }
+    if (!self->agent || self->run.fp32) {
+        s_next(self);
+        return;
+    }
     s_observe(self, iter_ms);
 }
 
@@ -406,14 +437,22 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
     for (uint32_t i = 0; i < *n; i++)
         if (nodes[i].incarnation == msg->incarnation)
             return; /* a repeat of a registration we have */
-    if (msg->role != MQ_ROLE_WORKER && msg->role != MQ_ROLE_SERVER)
-        { s_refuse(self, msg, "unknown role"); return; }
-    if (self->phase != S_REGISTERING)
-        { s_refuse(self, msg, "the run has already started; late joins are not supported"); return; }
-    if (*n >= (uint32_t)want)
-        { s_refuse(self, msg, worker ? "enough workers already" : "enough servers already"); return; }
-    if (!worker && !msg->endpoint[0])
-        { s_refuse(self, msg, "a server must give its endpoint"); return; }
+    if (msg->role != MQ_ROLE_WORKER && msg->role != MQ_ROLE_SERVER) {
+        s_refuse(self, msg, "unknown role");
+        return;
+    }
+    if (self->phase != S_REGISTERING) {
+        s_refuse(self, msg, "the run has already started; late joins are not supported");
+        return;
+    }
+    if (*n >= (uint32_t)want) {
+        s_refuse(self, msg, worker ? "enough workers already" : "enough servers already");
+        return;
+    }
+    if (!worker && !msg->endpoint[0]) {
+        s_refuse(self, msg, "a server must give its endpoint");
+        return;
+    }
     s_node_t *node = &nodes[(*n)++];
     memcpy(node->peer, msg->peer, msg->peer_len);
     node->peer_len = msg->peer_len;
@@ -438,8 +477,10 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
         d = MQ_DROP_ITER, why = "report for another iteration";
     else if (self->got[msg->rank])
         d = MQ_DROP_DUPLICATE, why = "second report";
-    if (d != MQ_DROP_NONE)
-        { mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why); return; }
+    if (d != MQ_DROP_NONE) {
+        mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why);
+        return;
+    }
     const mq_report_t *r = &msg->report;
     mq_report_t *s = &self->sum;
     self->got[msg->rank] = true;
@@ -486,6 +527,9 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
     case MQ_MSG_REPORT:
         s_on_report(self, msg);
         break;
+    case MQ_MSG_READY:
+        s_on_ready(self, msg);
+        break;
     default:
         mq_drops_note(&self->drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
                       mq_msg_type_name(msg->type));
@@ -529,9 +573,11 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     s_sched_t *self = arg;
     const mq_scheduler_config_t *c = self->cfg;
     double now = mq_now_s();
-    if (self->phase == S_REGISTERING && now - self->t_created > c->start_timeout) {
-        mq_error("only %u/%ld workers and %u/%ld servers registered within %.0f s", self->nworkers,
-                 c->workers, self->nservers, c->servers, c->start_timeout);
+    if ((self->phase == S_REGISTERING || self->phase == S_PREPARING) &&
+        now - self->t_created > c->start_timeout) {
+        mq_error("only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
+                 self->nworkers, c->workers, self->nservers, c->servers, self->nready,
+                 c->start_timeout);
         s_finish(self, "failed", 1);
     } else if (self->phase == S_RUNNING && now - self->t_issued > c->iter_timeout) {
         char missing[512];
@@ -558,6 +604,10 @@ static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
         rc = -1;
     } else if (streq(cmd, "PORT")) {
         zstr_sendf(pipe, "%d", self->port);
+    } else if (streq(cmd, "DROPS")) {
+        char buf[512];
+        mq_drops_format(&self->drops, buf, sizeof buf);
+        zstr_send(pipe, buf);
     }
     zstr_free(&cmd);
     return rc;

@@ -113,16 +113,25 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
     self->rank = msg->rank;
     if (self->rank >= self->run.servers || self->run.workers == 0) {
         mq_err_set("inconsistent welcome (rank %u of %u servers, %u workers)", self->rank,
-                   self->run.servers, self->run.workers);
-        { s_fail(self, "welcome"); return; }
+                   self->run.servers, self->run.workers); {
+        s_fail(self, "welcome");
+        return;
+    }
     }
     mq_log_set_tag("server %u", self->rank);
     self->welcomed = true;
-    if (s_setup(self) != 0)
-        { s_fail(self, "setup"); return; }
+    if (s_setup(self) != 0) {
+        s_fail(self, "setup");
+        return;
+    }
     mq_info("ready: shard %u holds [%llu, %llu) in %u segments, %u workers", self->rank,
             (unsigned long long)self->shard.begin, (unsigned long long)self->shard.end,
             self->shard.nsegs, self->run.workers);
+    mq_msg_init(&self->out, MQ_MSG_READY);
+    self->out.role = MQ_ROLE_SERVER;
+    self->out.rank = self->rank;
+    if (mq_wire_send(self->sched, &self->out, NULL, 0) != 0)
+        s_fail(self, "ready");
 }
 
 /* ---- aggregation --------------------------------------------------------------------- */
@@ -188,8 +197,10 @@ static void s_complete(s_server_t *self)
 {
     mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
     /* The previous iteration's replies must be gone before the mean is overwritten. */
-    if (mq_sendbuf_acquire(&self->sum_ref, 0, S_BUF_TIMEOUT_MS) != 0)
-        { s_fail(self, "aggregate buffer"); return; }
+    if (mq_sendbuf_acquire(&self->sum_ref, 0, S_BUF_TIMEOUT_MS) != 0) {
+        s_fail(self, "aggregate buffer");
+        return;
+    }
     mq_msg_init(&self->out, MQ_MSG_AGGREGATE);
     self->out.iter = self->iter;
     self->out.shard = self->rank;
@@ -198,7 +209,8 @@ static void s_complete(s_server_t *self)
         if (s_average(self, i) != 0 || s_requantize(self, i, &payloads[i]) != 0) {
             for (uint32_t k = 0; k < i; k++)
                 payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
-            { s_fail(self, "aggregate"); return; }
+            s_fail(self, "aggregate");
+            return;
         }
     }
     s_release_slots(self);
@@ -365,6 +377,11 @@ static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
         rc = -1;
     else if (streq(cmd, "PORT"))
         zstr_sendf(pipe, "%d", self->port);
+    else if (streq(cmd, "DROPS")) {
+        char buf[512];
+        mq_drops_format(&self->drops, buf, sizeof buf);
+        zstr_send(pipe, buf);
+    }
     zstr_free(&cmd);
     return rc;
 }

@@ -198,6 +198,11 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
     }
     mq_info("ready: model %s (%zu parameters), %d training examples, %u servers",
             self->run.model, mq_model_nparams(self->model), self->train->n, self->nservers);
+    mq_msg_init(&self->out, MQ_MSG_READY);
+    self->out.role = MQ_ROLE_WORKER;
+    self->out.rank = self->rank;
+    if (mq_wire_send(self->sched, &self->out, NULL, 0) != 0)
+        s_fail(self, "ready");
 }
 
 /* ---- one iteration ------------------------------------------------------------------- */
@@ -304,15 +309,19 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
 
     double t0 = mq_now_s();
     /* No message may still point into the gradient we are about to overwrite. */
-    if (mq_sendbuf_acquire(&self->grads_ref, 0, S_BUF_TIMEOUT_MS) != 0)
-        { s_fail(self, "gradient buffer"); return; }
+    if (mq_sendbuf_acquire(&self->grads_ref, 0, S_BUF_TIMEOUT_MS) != 0) {
+        s_fail(self, "gradient buffer");
+        return;
+    }
     mq_batcher_next(self->batcher, self->x, self->y);
     self->report.loss = mq_model_grad(self->model, self->x, self->y, (int)self->run.batch);
     double t1 = mq_now_s();
     s_grad_stats(self, mq_model_grads(self->model));
     for (uint32_t s = 0; s < self->nservers; s++)
-        if (s_push(self, s) != 0)
-            { s_fail(self, "push"); return; }
+        if (s_push(self, s) != 0) {
+            s_fail(self, "push");
+            return;
+        }
     self->t_pushed = mq_now_s();
     self->report.compute_ms = (t1 - t0) * 1e3;
     self->report.encode_ms = (self->t_pushed - t1) * 1e3;
@@ -337,8 +346,10 @@ static void s_finish_iteration(s_worker_t *self)
     out->iter = self->iter;
     out->rank = self->rank;
     out->report = *r;
-    if (mq_wire_send(self->sched, out, NULL, 0) != 0)
-        { s_fail(self, "report"); return; }
+    if (mq_wire_send(self->sched, out, NULL, 0) != 0) {
+        s_fail(self, "report");
+        return;
+    }
     self->busy = false;
     self->next_iter = self->iter + 1;
 }
@@ -369,8 +380,10 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
     for (uint32_t i = 0; i < msg->ntensors; i++) {
         const mq_segment_t *seg = &self->shards[s].segs[i];
         if (mq_codec_decode(&msg->tensors[i].codec, msg->payload[i], msg->payload_len[i],
-                            w + seg->flat, seg->count, -self->lr, true) != 0)
-            { s_fail(self, "decode"); return; }
+                            w + seg->flat, seg->count, -self->lr, true) != 0) {
+            s_fail(self, "decode");
+            return;
+        }
     }
     double t2 = mq_now_s();
     self->report.decode_ms += (t2 - t1) * 1e3;

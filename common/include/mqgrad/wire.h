@@ -50,6 +50,7 @@ typedef enum {
     MQ_MSG_STOP,
     MQ_MSG_ERROR,
     MQ_MSG_HEARTBEAT,
+    MQ_MSG_READY,
     MQ_MSG_COUNT_
 } mq_msg_type_t;
 
@@ -209,6 +210,8 @@ typedef struct {
 void mq_drops_note(mq_drops_t *d, mq_drop_t reason, const uint8_t *peer, size_t peer_len,
                    const char *detail);
 uint64_t mq_drops_total(const mq_drops_t *d);
+/* "garbage=0 version=1 ..." for every reason, for logs, metrics and tests. */
+void mq_drops_format(const mq_drops_t *d, char *buf, size_t len);
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,7 @@ const char *mq_msg_type_name(mq_msg_type_t t)
     static const char *names[] = {"unknown", "register", "welcome",    "iterate", "push",
                                   "aggregate", "report", "observe",    "decision", "query",
                                   "status",  "policy-set", "ping",      "pong",    "stop",
-                                  "error",   "heartbeat"};
+                                  "error",   "heartbeat",  "ready"};
     return (t >= 0 && t < MQ_MSG_COUNT_) ? names[t] : "invalid";
 }
 
@@ -642,6 +642,15 @@ void mq_drops_note(mq_drops_t *d, mq_drop_t reason, const uint8_t *peer, size_t 
     mq_warn("dropped a message (%s): %s%s", mq_drop_name(reason), detail ? detail : "",
             d->nseen_ == sizeof d->seen_ / sizeof d->seen_[0] ? " (further new drops not logged)"
                                                                : "");
+}
+
+void mq_drops_format(const mq_drops_t *d, char *buf, size_t len)
+{
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int i = 1; i < MQ_DROP_COUNT_ && off < len; i++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s=%llu", i > 1 ? " " : "",
+                                mq_drop_name((mq_drop_t)i), (unsigned long long)d->count[i]);
 }
 
 uint64_t mq_drops_total(const mq_drops_t *d)
