@@ -124,10 +124,9 @@ static void s_start(s_sched_t *self)
     mq_sched_config_json(self->cfg, json, sizeof json);
     self->log = mq_runlog_new(self->cfg->run_dir, json);
     if (!self->log) {
-        mq_error("run directory: %s", mq_err_last()); {
+        mq_error("run directory: %s", mq_err_last());
         s_finish(self, "failed", 1);
         return;
-    }
     }
     mq_msg_init(&self->out, MQ_MSG_WELCOME);
     self->out.config = self->run;
@@ -353,10 +352,9 @@ static void s_observe(s_sched_t *self, double iter_ms)
         .fallbacks = self->fallbacks,
     };
     if (mq_wire_send(self->agent, &self->out, NULL, 0) != 0) {
-        s_agent_missed(self, "is unreachable"); {
+        s_agent_missed(self, "is unreachable");
         s_next(self);
         return;
-    }
     }
     if (!self->agent_ok || s_over(self)) {
         s_next(self);

@@ -113,10 +113,9 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
     self->rank = msg->rank;
     if (self->rank >= self->run.servers || self->run.workers == 0) {
         mq_err_set("inconsistent welcome (rank %u of %u servers, %u workers)", self->rank,
-                   self->run.servers, self->run.workers); {
+                   self->run.servers, self->run.workers);
         s_fail(self, "welcome");
         return;
-    }
     }
     mq_log_set_tag("server %u", self->rank);
     self->welcomed = true;
