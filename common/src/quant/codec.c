@@ -271,7 +271,12 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
                    "(gradient %g, residual %g)", bad, n, (double)src[bad], (double)residual[bad]);
         return -1;
     }
-    for (size_t i = 0; i < n; i++)
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        mq_v4f_t v = mq_v4f_load(residual + i) + mq_v4f_load(src + i);
+        memcpy(residual + i, &v, sizeof v);
+    }
+    for (; i < n; i++)
         residual[i] += src[i];
     if (mq_codec_encode(c, residual, n, dst, cap, out_len, rng) < 0 ||
         mq_codec_decode(c, dst, *out_len, residual, n, -1.0f, true) < 0) {

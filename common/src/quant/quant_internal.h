@@ -3,7 +3,32 @@
 #ifndef MQGRAD_QUANT_INTERNAL_H
 #define MQGRAD_QUANT_INTERNAL_H
 
+#include <string.h>
+
 #include "mqgrad/quant.h"
+
+/* Four-lane vectors (GCC/Clang extensions) for the loops GCC's -O2 will not vectorize on its
+ * own: at -O2 it keeps array accumulators in memory and skips selects and widenings. */
+typedef float mq_v4f_t __attribute__((vector_size(16)));
+typedef int32_t mq_v4i_t __attribute__((vector_size(16)));
+
+static inline mq_v4f_t mq_v4f_load(const float *p)
+{
+    mq_v4f_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline mq_v4f_t mq_v4f_set1(float x)
+{
+    return (mq_v4f_t){x, x, x, x};
+}
+
+/* Lane-wise m ? a : b for a mask m of all-ones / all-zeros lanes. */
+static inline mq_v4f_t mq_v4f_select(mq_v4i_t m, mq_v4f_t a, mq_v4f_t b)
+{
+    return (mq_v4f_t)(((mq_v4i_t)a & m) | ((mq_v4i_t)b & ~m));
+}
 
 /* Largest tensor the codecs accept: keeps n*32 bits and 8*nbuckets inside size_t. */
 #define MQ_QUANT_MAX_N (SIZE_MAX / 64)

@@ -35,24 +35,27 @@ static float s_get_f32(const uint8_t *p)
 }
 
 /* ---- finiteness --------------------------------------------------------------------
- * v - v is +0 for every finite v and NaN for NaN and the infinities, so summing it over
- * eight lanes flags a bad value without a branch per element; only then do we look for
- * the index. */
+ * v - v is +0 for every finite v and NaN for NaN and the infinities, so summing it flags a
+ * bad value without a branch per element; only then do we look for the index. */
+
+static bool s_lanes_zero(mq_v4f_t v)
+{
+    return v[0] == 0.0f && v[1] == 0.0f && v[2] == 0.0f && v[3] == 0.0f;
+}
 
 size_t mq_quant_first_nonfinite(const float *x, size_t n)
 {
-    float acc[8] = {0};
+    mq_v4f_t acc0 = mq_v4f_set1(0), acc1 = acc0;
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += x[i + j] - x[i + j];
+    for (; i + 8 <= n; i += 8) {
+        mq_v4f_t a = mq_v4f_load(x + i), b = mq_v4f_load(x + i + 4);
+        acc0 += a - a;
+        acc1 += b - b;
+    }
     float tail = 0.0f;
     for (size_t k = i; k < n; k++)
         tail += x[k] - x[k];
-    float all = tail;
-    for (int j = 0; j < 8; j++)
-        all += acc[j];
-    if (all == 0.0f)
+    if (tail == 0.0f && s_lanes_zero(acc0 + acc1))
         return n;
     for (i = 0; i < n; i++)
         if (!isfinite(x[i]))
@@ -62,21 +65,20 @@ size_t mq_quant_first_nonfinite(const float *x, size_t n)
 
 size_t mq_quant_first_nonfinite_sum(const float *a, const float *b, size_t n)
 {
-    float acc[8] = {0};
+    mq_v4f_t acc0 = mq_v4f_set1(0), acc1 = acc0;
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            float v = a[i + j] + b[i + j];
-            acc[j] += v - v;
-        }
-    float all = 0.0f;
+    for (; i + 8 <= n; i += 8) {
+        mq_v4f_t u = mq_v4f_load(a + i) + mq_v4f_load(b + i);
+        mq_v4f_t v = mq_v4f_load(a + i + 4) + mq_v4f_load(b + i + 4);
+        acc0 += u - u;
+        acc1 += v - v;
+    }
+    float tail = 0.0f;
     for (size_t k = i; k < n; k++) {
         float v = a[k] + b[k];
-        all += v - v;
+        tail += v - v;
     }
-    for (int j = 0; j < 8; j++)
-        all += acc[j];
-    if (all == 0.0f)
+    if (tail == 0.0f && s_lanes_zero(acc0 + acc1))
         return n;
     for (i = 0; i < n; i++)
         if (!isfinite(a[i] + b[i]))
@@ -90,32 +92,31 @@ size_t mq_quant_first_nonfinite_sum(const float *a, const float *b, size_t n)
  * finite: NaN would otherwise slip through the comparisons unseen. */
 static int s_minmax(const float *x, size_t n, float *lo, float *hi, size_t *bad)
 {
-    float mn[8], mx[8], chk[8];
-    for (int j = 0; j < 8; j++) {
-        mn[j] = mx[j] = x[0];
-        chk[j] = 0.0f;
-    }
+    mq_v4f_t mn0 = mq_v4f_set1(x[0]), mn1 = mn0, mx0 = mn0, mx1 = mn0;
+    mq_v4f_t ck0 = mq_v4f_set1(0), ck1 = ck0;
     size_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) {
-            float v = x[i + j];
-            mn[j] = v < mn[j] ? v : mn[j];
-            mx[j] = v > mx[j] ? v : mx[j];
-            chk[j] += v - v;
-        }
+    for (; i + 8 <= n; i += 8) {
+        mq_v4f_t a = mq_v4f_load(x + i), b = mq_v4f_load(x + i + 4);
+        mn0 = mq_v4f_select(a < mn0, a, mn0);
+        mn1 = mq_v4f_select(b < mn1, b, mn1);
+        mx0 = mq_v4f_select(a > mx0, a, mx0);
+        mx1 = mq_v4f_select(b > mx1, b, mx1);
+        ck0 += a - a;
+        ck1 += b - b;
+    }
+    mn0 = mq_v4f_select(mn1 < mn0, mn1, mn0);
+    mx0 = mq_v4f_select(mx1 > mx0, mx1, mx0);
+    float l = mn0[0], h = mx0[0], c = 0.0f;
+    for (int j = 1; j < 4; j++) {
+        l = mn0[j] < l ? mn0[j] : l;
+        h = mx0[j] > h ? mx0[j] : h;
+    }
     for (; i < n; i++) {
-        float v = x[i];
-        mn[0] = v < mn[0] ? v : mn[0];
-        mx[0] = v > mx[0] ? v : mx[0];
-        chk[0] += v - v;
+        l = x[i] < l ? x[i] : l;
+        h = x[i] > h ? x[i] : h;
+        c += x[i] - x[i];
     }
-    float l = mn[0], h = mx[0], c = chk[0];
-    for (int j = 1; j < 8; j++) {
-        l = mn[j] < l ? mn[j] : l;
-        h = mx[j] > h ? mx[j] : h;
-        c += chk[j];
-    }
-    if (c != 0.0f || !isfinite(x[0])) {
+    if (c != 0.0f || !s_lanes_zero(ck0 + ck1) || !isfinite(x[0])) {
         *bad = mq_quant_first_nonfinite(x, n);
         return -1;
     }
@@ -365,25 +366,21 @@ static void s_unpack(const uint8_t *src, size_t n, size_t avail, uint8_t *q, int
     }
 }
 
-/* The vector body of s_dequantize, written with GCC/Clang vector extensions: at -O2 GCC
- * vectorizes neither the byte-to-float widening nor the top-code select, and a branch on a
+/* The vector body of s_dequantize: at -O2 GCC vectorizes neither the byte-to-float widening nor the top-code select, and a branch on a
  * 1-bit code is a coin flip for the predictor. Four values per step, no branches. */
-typedef float s_v4f __attribute__((vector_size(16)));
-typedef int32_t s_v4i __attribute__((vector_size(16)));
-
 static void s_dequantize_v4(const uint8_t *q, size_t nv, float a, float b, float top,
                             unsigned levels, bool acc, float *dst)
 {
-    const s_v4f va = {a, a, a, a}, vb = {b, b, b, b};
-    const s_v4i vtop = (s_v4i)(s_v4f){top, top, top, top};
-    const s_v4i vlev = {(int32_t)levels, (int32_t)levels, (int32_t)levels, (int32_t)levels};
+    const mq_v4f_t va = {a, a, a, a}, vb = {b, b, b, b};
+    const mq_v4i_t vtop = (mq_v4i_t)(mq_v4f_t){top, top, top, top};
+    const mq_v4i_t vlev = {(int32_t)levels, (int32_t)levels, (int32_t)levels, (int32_t)levels};
     for (size_t k = 0; k < nv; k++, q += 4, dst += 4) {
-        s_v4i qi = {q[0], q[1], q[2], q[3]};
-        s_v4f v = va + __builtin_convertvector(qi, s_v4f) * vb;
-        s_v4i m = qi == vlev;
-        s_v4f r = (s_v4f)(((s_v4i)v & ~m) | (vtop & m));
+        mq_v4i_t qi = {q[0], q[1], q[2], q[3]};
+        mq_v4f_t v = va + __builtin_convertvector(qi, mq_v4f_t) * vb;
+        mq_v4i_t m = qi == vlev;
+        mq_v4f_t r = (mq_v4f_t)(((mq_v4i_t)v & ~m) | (vtop & m));
         if (acc) {
-            s_v4f d;
+            mq_v4f_t d;
             memcpy(&d, dst, sizeof d);
             r += d;
         }
