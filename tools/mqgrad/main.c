@@ -7,6 +7,10 @@
 const mq_cmd_t mq_cmds[] = {
     {"train", mq_cmd_train, "train in one process, no network (the reference)"},
     {"report", mq_cmd_report, "plots and paper-style tables from run directories"},
+    {"bits", mq_cmd_bits, "the agent's current bit-width"},
+    {"status", mq_cmd_status, "the agent's policy, bits, MDP step, reward, Q-values"},
+    {"policy", mq_cmd_policy, "swap the agent's policy (policy set SPEC) or show it"},
+    {"probe", mq_cmd_probe, "exit 0 if an mqgrad service answers PING (healthchecks)"},
     {NULL, NULL, NULL},
 };
 

@@ -1,0 +1,490 @@
+/* The agent actor: a zloop over its pipe and one ROUTER socket. It feeds OBSERVE messages
+ * to the active policy and answers with the bits, answers QUERY, POLICY_SET and PING,
+ * saves its state after every decision and swap, and publishes a snapshot for HTTP. */
+#include "agent_internal.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    mq_agent_config_t *cfg;
+    zsock_t *pipe, *router;
+    zloop_t *loop;
+    int port;
+    mq_agent_http_t *http;
+    mq_policy_t *policy;     /* the active policy */
+    mq_policy_t *stash;      /* the last mqgrad policy swapped away from, or NULL */
+    int min_bits;            /* of the active policy: the bit-width of its first Q-value */
+    mq_policy_status_t last; /* the active policy's status after the last change */
+    uint64_t iter;           /* last observed iteration, whatever the policy */
+    mq_agent_counters_t n;
+    mq_drops_t drops;
+    mq_msg_t *msg;
+    bool dirty;      /* observations not saved yet (saved at the next decision) */
+    bool warned_old; /* an out-of-order iteration was reported */
+    zactor_t *saver; /* writes the state file (NULL without one) */
+} s_agent_t;
+
+/* ---- policies ----------------------------------------------------------------------- */
+
+static bool s_is_mqgrad(const char *spec)
+{
+    return strncmp(spec, "mqgrad", 6) == 0 && (spec[6] == '\0' || spec[6] == ':');
+}
+
+/* The bit range a spec will have: OPTS's, overridden by "min=" / "max=" in the spec. */
+static void s_spec_range(const char *spec, const mq_policy_opts_t *opts, int *lo, int *hi)
+{
+    *lo = opts->min_bits;
+    *hi = opts->max_bits;
+    const char *args = strchr(spec, ':');
+    for (const char *p = args; p && *p; p = strchr(p + 1, ',')) {
+        const char *tok = p + 1;
+        if (strncmp(tok, "min=", 4) == 0)
+            *lo = atoi(tok + 4);
+        else if (strncmp(tok, "max=", 4) == 0)
+            *hi = atoi(tok + 4);
+    }
+}
+
+/* Builds SPEC with the agent's options, starting at KEEP_BITS clamped into the policy's
+ * range, so that a swap does not throw away bits already reached (a spec's own "start="
+ * still wins). NULL with an error on a bad spec. */
+static mq_policy_t *s_policy_new(s_agent_t *self, const char *spec, int keep_bits)
+{
+    mq_policy_opts_t o = self->cfg->opts;
+    int lo, hi;
+    s_spec_range(spec, &o, &lo, &hi);
+    o.start_bits = keep_bits < lo ? lo : keep_bits > hi ? hi : keep_bits;
+    return mq_policy_new(spec, &o);
+}
+
+static void s_activate(s_agent_t *self, mq_policy_t *p)
+{
+    int hi;
+    self->policy = p;
+    mq_policy_status(p, &self->last);
+    s_spec_range(self->last.spec, &self->cfg->opts, &self->min_bits, &hi);
+}
+
+/* Makes SPEC the active policy. Swapping back to the mqgrad spec that was swapped away
+ * from resumes it (weights, MDP state, bits); any other spec is built new, starting at the
+ * current bits. The mqgrad policy swapped away from is kept aside (one at a time). */
+static int s_swap(s_agent_t *self, const char *spec)
+{
+    if (strcmp(spec, self->last.spec) == 0) {
+        mq_info("policy %s is already active", spec);
+        return 0;
+    }
+    mq_policy_t *next = NULL, *old = self->policy;
+    bool resumed = false;
+    if (self->stash && s_is_mqgrad(spec)) {
+        mq_policy_status_t ss;
+        mq_policy_status(self->stash, &ss);
+        resumed = strcmp(ss.spec, spec) == 0;
+    }
+    if (resumed) {
+        next = self->stash;
+        self->stash = NULL;
+    } else if (!(next = s_policy_new(self, spec, self->last.bits))) {
+        return -1;
+    }
+    mq_policy_status_t before = self->last;
+    if (s_is_mqgrad(before.spec)) {
+        mq_policy_destroy(&self->stash);
+        self->stash = old;
+    } else {
+        mq_policy_destroy(&old);
+    }
+    s_activate(self, next);
+    self->n.swaps++;
+    mq_info("policy swap: %s (%d bits, step %llu) -> %s (%d bits, %s)", before.spec, before.bits,
+            (unsigned long long)before.step, self->last.spec, self->last.bits,
+            resumed ? "learned state resumed" : "new");
+    return 0;
+}
+
+/* ---- state -------------------------------------------------------------------------- */
+
+static void s_fill_status(const s_agent_t *self, mq_status_msg_t *s)
+{
+    const mq_policy_status_t *st = &self->last;
+    memset(s, 0, sizeof *s);
+    snprintf(s->policy, sizeof s->policy, "%s", st->spec);
+    s->bits = (uint32_t)st->bits;
+    s->step = st->step;
+    s->iter = st->iter > self->iter ? st->iter : self->iter;
+    s->observations = self->n.observations;
+    s->last_reward = st->last_reward;
+    s->nq = st->nq < 0 ? 0 : st->nq > MQ_WIRE_MAX_Q ? MQ_WIRE_MAX_Q : (uint32_t)st->nq;
+    for (uint32_t i = 0; i < s->nq; i++)
+        s->q_values[i] = st->q_values[i];
+    s->decisions = self->n.decisions;
+    s->fallbacks = self->n.fallbacks;
+    s->min_bits = (uint32_t)self->min_bits;
+}
+
+static void s_publish(s_agent_t *self)
+{
+    if (!self->http)
+        return;
+    mq_agent_snapshot_t snap;
+    s_fill_status(self, &snap.status);
+    snap.swaps = self->n.swaps;
+    memcpy(snap.drops, self->drops.count, sizeof snap.drops);
+    mq_agent_http_publish(self->http, &snap);
+}
+
+/* Saves the state (if there is a state file): packed here, written by the saver thread so
+ * that fsync never delays a reply; before the saver exists (at start) written here, so an
+ * unwritable path is found at once. A failing write is logged, never fatal. */
+static int s_save(s_agent_t *self)
+{
+    if (!self->cfg->state[0])
+        return 0;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (mq_agent_state_pack(self->policy, self->stash, &self->n, &buf, &len) != 0) {
+        mq_error("cannot pack the state: %s", mq_err_last());
+        return -1;
+    }
+    self->dirty = false;
+    if (self->saver) {
+        mq_agent_saver_put(self->saver, buf, len);
+        return 0;
+    }
+    int rc = mq_write_file_atomic(self->cfg->state, buf, len);
+    free(buf);
+    if (rc != 0) {
+        char why[800];
+        snprintf(why, sizeof why, "%s", mq_err_last());
+        mq_err_set("the state file cannot be written: %s", why);
+    }
+    return rc;
+}
+
+/* Loads the state file into SELF. Returns 0 (restored or no file: *WHAT says which), or
+ * -1 when the file is unusable and --fresh was not given (the file is left untouched). */
+static int s_load(s_agent_t *self, char *what, size_t cap)
+{
+    mq_agent_config_t *cfg = self->cfg;
+    mq_policy_t *cur = NULL, *stash = NULL;
+    int rc = mq_agent_state_load(cfg->state, &cur, &stash, &self->n);
+    if (rc == 1) {
+        snprintf(what, cap, "new");
+        return 0;
+    }
+    if (rc == 0) {
+        s_activate(self, cur);
+        self->stash = stash;
+        self->iter = self->last.iter;
+        snprintf(what, cap, "resumed at step %llu, %llu observations",
+                 (unsigned long long)self->last.step, (unsigned long long)self->n.observations);
+        return 0;
+    }
+    char why[1000];
+    snprintf(why, sizeof why, "%s", mq_err_last());
+    memset(&self->n, 0, sizeof self->n);
+    if (!cfg->fresh) {
+        mq_err_set("%s; refusing to start (the file is left as it is: move it away, or start "
+                   "with --fresh to set it aside and begin anew)",
+                   why);
+        return -1;
+    }
+    char aside[1100];
+    snprintf(aside, sizeof aside, "%s.corrupt-%lld", cfg->state, (long long)time(NULL));
+    if (rename(cfg->state, aside) != 0) {
+        mq_err_set("%s; --fresh: cannot move it to %s: %s", why, aside, strerror(errno));
+        return -1;
+    }
+    mq_warn("%s; --fresh: moved it to %s and starting anew", why, aside);
+    snprintf(what, cap, "new; the unusable file was moved to %s", aside);
+    return 0;
+}
+
+/* Restores the state, then makes --policy the active policy (a restored policy with another
+ * spec is swapped away from, so a restored mqgrad keeps its learned state aside).
+ * Returns 0, or 2 with cfg->start_error set. */
+static int s_setup_policy(s_agent_t *self, char *what, size_t cap)
+{
+    mq_agent_config_t *cfg = self->cfg;
+    snprintf(what, cap, "none (no persistence)");
+    if (cfg->state[0] && s_load(self, what, cap) != 0)
+        return 2;
+    if (!self->policy) {
+        mq_policy_t *p = s_policy_new(self, cfg->policy, cfg->opts.start_bits);
+        if (!p)
+            return 2;
+        s_activate(self, p);
+    } else if (strcmp(self->last.spec, cfg->policy) != 0) {
+        mq_info("the state file's policy is %s, --policy asks for %s: %s wins", self->last.spec,
+                cfg->policy, cfg->policy);
+        if (s_swap(self, cfg->policy) != 0)
+            return 2;
+    }
+    return 0;
+}
+
+/* ---- requests ----------------------------------------------------------------------- */
+
+static void s_send(s_agent_t *self)
+{
+    if (mq_wire_send(self->router, self->msg, NULL, 0) != 0)
+        mq_debug("reply %s not sent: %s", mq_msg_type_name(self->msg->type), mq_err_last());
+}
+
+static void s_reply_error(s_agent_t *self, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void s_reply_error(s_agent_t *self, const char *fmt, ...)
+{
+    char text[MQ_WIRE_MAX_TEXT];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    mq_msg_init(self->msg, MQ_MSG_ERROR);
+    snprintf(self->msg->text, sizeof self->msg->text, "%s", text);
+    s_send(self);
+}
+
+static void s_reply_status(s_agent_t *self, mq_msg_type_t type, uint64_t iter)
+{
+    mq_msg_init(self->msg, type);
+    self->msg->iter = iter;
+    s_fill_status(self, &self->msg->status);
+    self->msg->bits = self->msg->status.bits;
+    s_send(self);
+}
+
+/* OBSERVE: one finished iteration. The reply goes out before anything slow (the save). */
+static void s_on_observe(s_agent_t *self)
+{
+    mq_msg_t *m = self->msg;
+    mq_observation_t o = {.iter = m->iter,
+                          .loss = m->obs.loss,
+                          .iter_ms = m->obs.iter_ms,
+                          .grad_sqmean = m->obs.grad_sqmean,
+                          .grad_range = m->obs.grad_range,
+                          .total_iters = m->obs.total_iters,
+                          .progress = m->obs.progress};
+    if (self->n.observations > 0 && o.iter <= self->iter && !self->warned_old) {
+        mq_warn("iteration %llu is not after the last observed (%llu): ignored, and so are "
+                "older ones until training passes it (a new run needs a new --state file)",
+                (unsigned long long)o.iter, (unsigned long long)self->iter);
+        self->warned_old = true;
+    } else if (o.iter > self->iter) {
+        self->warned_old = false;
+    }
+    if (mq_policy_observe(self->policy, &o) < 0) {
+        s_reply_error(self, "observation of iteration %llu failed: %s", (unsigned long long)o.iter,
+                      mq_err_last());
+        return;
+    }
+    mq_policy_status_t st;
+    mq_policy_status(self->policy, &st);
+    uint64_t steps = st.step - self->last.step;
+    self->n.decisions += steps;
+    self->n.observations += st.observations - self->last.observations;
+    self->n.fallbacks = m->obs.fallbacks;
+    if (st.observations != self->last.observations)
+        self->dirty = true;
+    if (o.iter > self->iter)
+        self->iter = o.iter;
+    self->last = st;
+    s_reply_status(self, MQ_MSG_DECISION, o.iter);
+    s_publish(self);
+    if (steps > 0) {
+        mq_info("decision %llu at iteration %llu: %d bits (reward %.4g)",
+                (unsigned long long)st.step, (unsigned long long)o.iter, st.bits, st.last_reward);
+        s_save(self);
+    }
+}
+
+static void s_on_policy_set(s_agent_t *self)
+{
+    char spec[MQ_WIRE_MAX_TEXT];
+    snprintf(spec, sizeof spec, "%s", self->msg->text);
+    if (s_swap(self, spec) != 0) {
+        mq_warn("policy swap to '%s' refused: %s", spec, mq_err_last());
+        s_reply_error(self, "policy '%s' refused: %s", spec, mq_err_last());
+        return;
+    }
+    s_reply_status(self, MQ_MSG_STATUS, self->iter);
+    s_publish(self);
+    s_save(self);
+}
+
+static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    s_agent_t *self = arg;
+    mq_msg_t *m = self->msg;
+    mq_drop_t drop;
+    if (mq_wire_recv(sock, m, &drop) != 0) {
+        if (drop != MQ_DROP_NONE) {
+            mq_drops_note(&self->drops, drop, m->peer, m->peer_len, mq_err_last());
+            s_publish(self);
+        }
+        return 0;
+    }
+    switch (m->type) {
+    case MQ_MSG_PING:
+        mq_msg_init(m, MQ_MSG_PONG);
+        s_send(self);
+        break;
+    case MQ_MSG_OBSERVE:
+        s_on_observe(self);
+        break;
+    case MQ_MSG_QUERY:
+        s_reply_status(self, MQ_MSG_STATUS, self->iter);
+        break;
+    case MQ_MSG_POLICY_SET:
+        s_on_policy_set(self);
+        break;
+    default: {
+        char detail[96];
+        snprintf(detail, sizeof detail, "mqgrad-agent does not take %s messages",
+                 mq_msg_type_name(m->type));
+        mq_drops_note(&self->drops, MQ_DROP_TYPE, m->peer, m->peer_len, detail);
+        s_reply_error(self, "%s", detail);
+        s_publish(self);
+    }
+    }
+    mq_msg_reset(m);
+    return 0;
+}
+
+static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
+{
+    s_agent_t *self = arg;
+    char *cmd = zstr_recv(pipe);
+    if (!cmd)
+        return -1; /* interrupted: end */
+    int rc = 0;
+    if (streq(cmd, "$TERM"))
+        rc = -1;
+    else if (streq(cmd, "PORT"))
+        zstr_sendf(pipe, "%d", self->port);
+    else if (streq(cmd, "HTTP-PORT"))
+        zstr_sendf(pipe, "%d", mq_agent_http_port(self->http));
+    else if (streq(cmd, "DROPS")) {
+        char buf[512];
+        mq_drops_format(&self->drops, buf, sizeof buf);
+        zstr_send(pipe, buf);
+    } else
+        mq_warn("unknown pipe command '%s' ignored", cmd);
+    zstr_free(&cmd);
+    return rc;
+}
+
+/* ---- lifecycle ---------------------------------------------------------------------- */
+
+static void s_destroy(s_agent_t **self_p)
+{
+    s_agent_t *self = *self_p;
+    if (!self)
+        return;
+    zactor_destroy(&self->saver); /* writes what is pending first */
+    mq_agent_http_destroy(&self->http);
+    zloop_destroy(&self->loop);
+    zsock_destroy(&self->router);
+    mq_policy_destroy(&self->policy);
+    mq_policy_destroy(&self->stash);
+    if (self->msg)
+        mq_msg_reset(self->msg);
+    free(self->msg);
+    free(self);
+    *self_p = NULL;
+}
+
+/* Opens the sockets and the HTTP server; 0, or 1 with an error. */
+static int s_open(s_agent_t *self)
+{
+    mq_agent_config_t *cfg = self->cfg;
+    self->router = zsock_new(ZMQ_ROUTER);
+    if (!self->router) {
+        mq_err_set("cannot create the ROUTER socket");
+        return 1;
+    }
+    mq_wire_prepare(self->router, 0);
+    zsock_set_sndtimeo(self->router, 0); /* a stuck client never stalls the agent */
+    self->port = zsock_bind(self->router, "%s", cfg->bind);
+    if (self->port < 0) {
+        mq_err_set("cannot bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
+        return 1;
+    }
+    if (cfg->http_port != 0 && !(self->http = mq_agent_http_new(cfg->http_port)))
+        return 1;
+    self->loop = zloop_new();
+    if (!self->loop) {
+        mq_err_set("cannot create the event loop");
+        return 1;
+    }
+    zloop_set_nonstop(self->loop, true); /* ends on $TERM only; main decides on signals */
+    zloop_reader(self->loop, self->pipe, s_on_pipe, self);
+    zloop_reader(self->loop, self->router, s_on_router, self);
+    return 0;
+}
+
+/* Restores the state, builds the policy, opens the sockets and writes the state once (so
+ * an unwritable state path is found now, not at the first decision). 0, 1 or 2. */
+static int s_start(s_agent_t *self)
+{
+    mq_agent_config_t *cfg = self->cfg;
+    char what[2048];
+    int rc = s_setup_policy(self, what, sizeof what);
+    if (rc == 0)
+        rc = s_open(self);
+    if (rc == 0 && cfg->state[0] && s_save(self) != 0)
+        rc = 1;
+    if (rc == 0 && cfg->state[0] && !(self->saver = mq_agent_saver_new(cfg->state)))
+        rc = 1;
+    if (rc != 0)
+        return rc;
+    char http[32];
+    snprintf(http, sizeof http, self->http ? ":%d" : "off", mq_agent_http_port(self->http));
+    snprintf(cfg->start_info, sizeof cfg->start_info,
+             "zmq %s (port %d), http %s, policy %s (%d bits), state %s%s%s%s", cfg->bind,
+             self->port, http, self->last.spec, self->last.bits, cfg->state[0] ? cfg->state : "",
+             cfg->state[0] ? " (" : "", what, cfg->state[0] ? ")" : "");
+    return 0;
+}
+
+/* Contract: see agent.h. */
+void mq_agent_actor(zsock_t *pipe, void *args)
+{
+    mq_agent_config_t *cfg = args;
+    mq_log_set_tag("agent");
+    cfg->start_error[0] = cfg->start_info[0] = '\0';
+    s_agent_t *self = calloc(1, sizeof *self);
+    mq_msg_t *msg = calloc(1, sizeof *msg);
+    int rc = 1;
+    if (self && msg) {
+        self->cfg = cfg;
+        self->pipe = pipe;
+        self->msg = msg;
+        msg = NULL;
+        rc = s_start(self);
+    } else {
+        mq_err_set("out of memory");
+    }
+    free(msg);
+    cfg->start_status = rc;
+    if (rc != 0) {
+        snprintf(cfg->start_error, sizeof cfg->start_error, "%s", mq_err_last());
+        mq_error("cannot start: %s", cfg->start_error);
+        s_destroy(&self);
+        zsock_signal(pipe, (byte)rc);
+        return;
+    }
+    s_publish(self);
+    mq_debug("ready: %s", cfg->start_info);
+    zsock_signal(pipe, 0);
+    zloop_start(self->loop);
+    if (self->dirty)
+        s_save(self);
+    s_destroy(&self);
+}

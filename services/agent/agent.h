@@ -1,0 +1,76 @@
+/* mqgrad-agent: the bit-width policy as a service. A zactor that answers OBSERVE (from the
+ * scheduler), QUERY, POLICY_SET and PING on a ROUTER socket, keeps its learned state in a
+ * file, and serves GET /bits, /metrics and /healthz over HTTP (libmicrohttpd). */
+#ifndef MQGRAD_AGENT_H
+#define MQGRAD_AGENT_H
+
+#include <czmq.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "mqgrad/rl.h"
+#include "mqgrad/util.h"
+#include "mqgrad/wire.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MQ_AGENT_DEFAULT_BIND "tcp://*:7200"
+#define MQ_AGENT_DEFAULT_ENDPOINT "tcp://127.0.0.1:7200"
+#define MQ_AGENT_DEFAULT_HTTP_PORT 8200
+/* http_port value that asks for any free port (in-process tests; read it back with the
+ * pipe command HTTP-PORT). */
+#define MQ_AGENT_HTTP_ANY (-1)
+
+/* What the agent runs with (flags, with MQGRAD_* environment defaults), plus the outcome
+ * of its start, written by the actor before its start handshake. */
+typedef struct {
+    char bind[256];        /* ZMQ endpoint to bind (MQGRAD_AGENT_BIND) */
+    int http_port;         /* 0 = no HTTP, MQ_AGENT_HTTP_ANY = any free port (MQGRAD_HTTP_PORT) */
+    char policy[64];       /* policy spec (MQGRAD_POLICY) */
+    char state[1024];      /* state file, "" = no persistence (MQGRAD_STATE_FILE) */
+    bool fresh;            /* move a corrupt state file aside instead of refusing to start */
+    mq_policy_opts_t opts; /* options of every policy the agent builds */
+    int log_level;         /* -1 = MQGRAD_LOG_LEVEL or info, else an mq_log_level_t */
+    /* Outcome of the start, valid once zactor_new has returned: 0 ready; 1 could not start
+     * (bind, HTTP port, state file not writable); 2 refused (corrupt or incompatible state
+     * file, bad policy). start_error says why; start_info describes a successful start. */
+    int start_status;
+    char start_error[1200];
+    char start_info[4096];
+} mq_agent_config_t;
+
+/* Fills CFG with the defaults, taken from the environment where a variable is set.
+ * Returns 0, or -1 with an error naming the variable whose value is bad. */
+int mq_agent_config_default(mq_agent_config_t *cfg);
+
+/* Contract: fills CFG from the environment defaults and then ARGV (argv[0] is the program
+ * name; flags as "--name value" or "--name=value"). Returns 0 to run, 1 if --help was asked
+ * (nothing else done: print mq_agent_usage), -1 with an error naming the bad flag or
+ * value. The policy spec is checked by building it once. */
+int mq_agent_config_parse(mq_agent_config_t *cfg, int argc, char **argv);
+void mq_agent_usage(FILE *out);
+
+/* The agent as a CZMQ actor: zactor_new (mq_agent_actor, cfg) with CFG a
+ * mq_agent_config_t * that must outlive the actor. The actor restores the state file,
+ * builds the policy, binds the ROUTER socket and the HTTP server, writes start_status /
+ * start_error / start_info into CFG and signals the pipe (0 ready, else start_status; a
+ * failed actor then ends, so check cfg->start_status right after zactor_new). Pipe
+ * commands: "$TERM" (saves the state if it changed, then ends), "PORT" (replies the bound
+ * ZMQ port as a string), "HTTP-PORT" (the HTTP port, "0" without HTTP) and "DROPS" (the
+ * dropped-message counts, mq_drops_format). */
+void mq_agent_actor(zsock_t *pipe, void *args);
+
+/* Renders a status (as in a STATUS or DECISION reply) as the JSON object served at
+ * GET /bits and printed by `mqgrad bits --json`: bits, policy, step, iteration,
+ * last_reward, q_values (from min_bits up), min_bits, observations, decisions, fallbacks;
+ * NaN and infinities as null. Returns the length written (truncated output is still valid
+ * NUL-terminated text, but then the return is >= CAP). */
+size_t mq_agent_status_json(const mq_status_msg_t *st, char *buf, size_t cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,263 @@
+/* mqgrad bits | status | policy: ask a running mqgrad-agent over ZeroMQ (QUERY and
+ * POLICY_SET, answered by STATUS or ERROR). mqgrad probe: is any mqgrad service alive
+ * (PING → PONG)? Each request is one DEALER round trip with a deadline. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "cli.h"
+
+typedef struct {
+    const char *agent;
+    bool json;
+    long timeout_ms;
+    const char *pos[2];
+    int npos;
+} s_opts_t;
+
+/* Parses [--agent ENDPOINT] [--json] [--timeout MS] and up to MAX_POS positionals.
+ * Returns 0, 1 after printing USAGE for --help, or 2 after a message on bad usage. */
+static int s_parse(int argc, char **argv, s_opts_t *o, int max_pos, bool json_ok, const char *usage)
+{
+    o->agent = mq_env_str("MQGRAD_AGENT", MQ_AGENT_DEFAULT_ENDPOINT);
+    o->json = false;
+    o->timeout_ms = 2000;
+    o->npos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            printf("usage: %s\n", usage);
+            return 1;
+        }
+        if (json_ok && strcmp(a, "--json") == 0) {
+            o->json = true;
+        } else if (strcmp(a, "--agent") == 0 || strcmp(a, "--timeout") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "mqgrad %s: %s needs a value\nusage: %s\n", argv[0], a, usage);
+                return 2;
+            }
+            if (a[2] == 'a') {
+                o->agent = argv[++i];
+            } else if (mq_parse_long("--timeout (milliseconds)", argv[++i], 1, 3600000,
+                                     &o->timeout_ms) != 0) {
+                fprintf(stderr, "mqgrad %s: %s\n", argv[0], mq_err_last());
+                return 2;
+            }
+        } else if (a[0] != '-' && o->npos < max_pos) {
+            o->pos[o->npos++] = a;
+        } else {
+            fprintf(stderr, "mqgrad %s: unexpected argument '%s'\nusage: %s\n", argv[0], a, usage);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* One request/reply with ENDPOINT within TIMEOUT_MS. Returns 0 with REPLY filled (an
+ * ERROR reply included), or -1 with an error. */
+static int s_request(const char *endpoint, mq_msg_type_t type, const char *text, long timeout_ms,
+                     mq_msg_t *reply)
+{
+    zsock_t *sock = zsock_new(ZMQ_DEALER);
+    if (!sock) {
+        mq_err_set("cannot create a socket");
+        return -1;
+    }
+    mq_wire_prepare(sock, 0);
+    zsock_set_rcvtimeo(sock, (int)timeout_ms);
+    zsock_set_sndtimeo(sock, (int)timeout_ms);
+    int rc = -1;
+    if (zsock_connect(sock, "%s", endpoint) != 0) {
+        mq_err_set("'%s' is not a valid endpoint (expected e.g. tcp://host:7200)", endpoint);
+        goto done;
+    }
+    mq_msg_init(reply, type);
+    if (text)
+        snprintf(reply->text, sizeof reply->text, "%s", text);
+    if (mq_wire_send(sock, reply, NULL, 0) != 0)
+        goto done;
+    int64_t deadline = mq_now_us() + timeout_ms * 1000;
+    mq_drop_t drop;
+    while (mq_now_us() < deadline) {
+        if (mq_wire_recv(sock, reply, &drop) == 0) {
+            rc = 0;
+            goto done;
+        }
+        if (drop == MQ_DROP_NONE)
+            break; /* timed out (or interrupted) */
+    }
+    mq_err_set("no answer from %s within %ld ms (is the service running there?)", endpoint,
+               timeout_ms);
+done:
+    zsock_destroy(&sock);
+    return rc;
+}
+
+/* Asks the agent; on success REPLY is a STATUS. Prints the reason and returns 1 if not. */
+static int s_ask(const s_opts_t *o, const char *cmd, mq_msg_type_t type, const char *text,
+                 mq_msg_t *reply)
+{
+    if (s_request(o->agent, type, text, o->timeout_ms, reply) != 0) {
+        fprintf(stderr, "mqgrad %s: %s\n", cmd, mq_err_last());
+        return 1;
+    }
+    if (reply->type == MQ_MSG_ERROR) {
+        fprintf(stderr, "mqgrad %s: the agent answered: %s\n", cmd, reply->text);
+        return 1;
+    }
+    if (reply->type != MQ_MSG_STATUS) {
+        fprintf(stderr, "mqgrad %s: unexpected %s reply from %s\n", cmd,
+                mq_msg_type_name(reply->type), o->agent);
+        return 1;
+    }
+    return 0;
+}
+
+static void s_print_json(const mq_status_msg_t *st)
+{
+    char buf[4096];
+    mq_agent_status_json(st, buf, sizeof buf);
+    printf("%s\n", buf);
+}
+
+static void s_print_status(const mq_status_msg_t *st)
+{
+    printf("policy        %s\n", st->policy);
+    printf("bits          %u\n", st->bits);
+    printf("MDP step      %llu\n", (unsigned long long)st->step);
+    printf("iteration     %llu\n", (unsigned long long)st->iter);
+    if (isnan(st->last_reward))
+        printf("last reward   none yet\n");
+    else
+        printf("last reward   %.6g\n", st->last_reward);
+    printf("observations  %llu\n", (unsigned long long)st->observations);
+    printf("decisions     %llu\n", (unsigned long long)st->decisions);
+    printf("fallbacks     %llu\n", (unsigned long long)st->fallbacks);
+    bool any = false;
+    for (uint32_t i = 0; i < st->nq; i++)
+        any |= !isnan(st->q_values[i]);
+    if (!any) {
+        printf("Q-values      none (no Q-function in this policy, or no decision yet)\n");
+        return;
+    }
+    printf("Q-values\n");
+    for (uint32_t i = 0; i < st->nq; i++) {
+        uint32_t b = st->min_bits + i;
+        printf("  %u bits  %12.6g%s\n", b, st->q_values[i], b == st->bits ? "   <- current" : "");
+    }
+}
+
+int mq_cmd_bits(int argc, char **argv)
+{
+    s_opts_t o;
+    int rc = s_parse(
+        argc, argv, &o, 0, true,
+        "mqgrad bits [--agent ENDPOINT] [--json] [--timeout MS]\n"
+        "Prints the agent's current bit-width (MQGRAD_AGENT, default " MQ_AGENT_DEFAULT_ENDPOINT
+        ").");
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    mq_msg_t *m = calloc(1, sizeof *m);
+    if (!m || s_ask(&o, "bits", MQ_MSG_QUERY, NULL, m) != 0) {
+        free(m);
+        return 1;
+    }
+    if (o.json)
+        s_print_json(&m->status);
+    else
+        printf("%u\n", m->status.bits);
+    mq_msg_reset(m);
+    free(m);
+    return 0;
+}
+
+int mq_cmd_status(int argc, char **argv)
+{
+    s_opts_t o;
+    int rc = s_parse(argc, argv, &o, 0, true,
+                     "mqgrad status [--agent ENDPOINT] [--json] [--timeout MS]\n"
+                     "Shows the agent's policy, bits, MDP step, iteration, last reward, "
+                     "Q-values.");
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    mq_msg_t *m = calloc(1, sizeof *m);
+    if (!m || s_ask(&o, "status", MQ_MSG_QUERY, NULL, m) != 0) {
+        free(m);
+        return 1;
+    }
+    if (o.json)
+        s_print_json(&m->status);
+    else
+        s_print_status(&m->status);
+    mq_msg_reset(m);
+    free(m);
+    return 0;
+}
+
+int mq_cmd_policy(int argc, char **argv)
+{
+    static const char *usage =
+        "mqgrad policy set SPEC [--agent ENDPOINT] [--json] [--timeout MS]\n"
+        "       mqgrad policy get [--agent ENDPOINT] [--timeout MS]\n"
+        "SPEC: mqgrad | fixed:K | adaptive | schedule, optionally :key=value,...; swapping\n"
+        "back to the mqgrad spec last swapped away from resumes its learned state.";
+    s_opts_t o;
+    int rc = s_parse(argc, argv, &o, 2, true, usage);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    bool set = o.npos == 2 && strcmp(o.pos[0], "set") == 0;
+    bool get = o.npos == 1 && strcmp(o.pos[0], "get") == 0;
+    if (!set && !get) {
+        fprintf(stderr, "mqgrad policy: expected 'set SPEC' or 'get'\nusage: %s\n", usage);
+        return 2;
+    }
+    mq_msg_t *m = calloc(1, sizeof *m);
+    if (!m || s_ask(&o, set ? "policy set" : "policy get", set ? MQ_MSG_POLICY_SET : MQ_MSG_QUERY,
+                    set ? o.pos[1] : NULL, m) != 0) {
+        free(m);
+        return 1;
+    }
+    if (get && !o.json)
+        printf("%s\n", m->status.policy);
+    else if (o.json)
+        s_print_json(&m->status);
+    else
+        s_print_status(&m->status);
+    mq_msg_reset(m);
+    free(m);
+    return 0;
+}
+
+int mq_cmd_probe(int argc, char **argv)
+{
+    static const char *usage = "mqgrad probe ENDPOINT [--timeout MS]\n"
+                               "Exit 0 if the mqgrad service at ENDPOINT answers PING within "
+                               "the timeout (2000 ms), else 1.";
+    s_opts_t o;
+    int rc = s_parse(argc, argv, &o, 1, false, usage);
+    if (rc)
+        return rc == 1 ? 0 : rc;
+    if (o.npos != 1) {
+        fprintf(stderr, "mqgrad probe: which endpoint? (e.g. tcp://127.0.0.1:7200)\nusage: %s\n",
+                usage);
+        return 2;
+    }
+    mq_msg_t *m = calloc(1, sizeof *m);
+    int64_t t0 = mq_now_us();
+    if (!m || s_request(o.pos[0], MQ_MSG_PING, NULL, o.timeout_ms, m) != 0) {
+        fprintf(stderr, "mqgrad probe: %s\n", m ? mq_err_last() : "out of memory");
+        free(m);
+        return 1;
+    }
+    rc = m->type == MQ_MSG_PONG ? 0 : 1;
+    if (rc == 0)
+        printf("%s: pong in %.2f ms\n", o.pos[0], (double)(mq_now_us() - t0) / 1000.0);
+    else
+        fprintf(stderr, "mqgrad probe: %s answered %s, not pong\n", o.pos[0],
+                mq_msg_type_name(m->type));
+    mq_msg_reset(m);
+    free(m);
+    return rc;
+}
