@@ -19,7 +19,7 @@ typedef struct {
     bool full;
     uint32_t n;
     zmq_msg_t frames[MQ_WIRE_MAX_TENSORS];
-    uint8_t peer[MQ_WIRE_MAX_PEER];
+    uint8_t peer[MQ_WIRE_MAX_PEER]; /* the worker that owns this rank: set by its first push */
     size_t peer_len;
 } s_slot_t;
 
@@ -249,6 +249,9 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char 
         return *why = msg->iter < self->iter ? "stale iteration" : "future iteration",
                MQ_DROP_ITER;
     const s_slot_t *slot = &self->slots[msg->rank];
+    if (slot->peer_len &&
+        (slot->peer_len != msg->peer_len || memcmp(slot->peer, msg->peer, msg->peer_len) != 0))
+        return *why = "push from a peer that does not own that rank", MQ_DROP_RANK;
     if (slot->full)
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
     if (!bits_ok || !(msg->lr > 0))

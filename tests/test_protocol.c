@@ -1,0 +1,145 @@
+/* Bad messages against live services: garbage, a wrong version, an unknown type, an
+ * unregistered rank, a stale or future iteration, a shard out of range, payloads shorter or
+ * longer than their header, non-finite values. Each must be counted under its reason and
+ * dropped, and the service must go on serving its good peers (the run completes). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "harness.h"
+#include "mqgrad/wire.h"
+
+static zsock_t *s_dealer(const char *endpoint)
+{
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(s);
+    mq_wire_prepare(s, 1000);
+    zsock_set_rcvtimeo(s, 3000);
+    cr_assert_eq(zsock_connect(s, "%s", endpoint), 0);
+    return s;
+}
+
+static void s_raw(zsock_t *s, const void *data, size_t len)
+{
+    zframe_t *f = zframe_new(data, len);
+    cr_assert_eq(zframe_send(&f, s, 0), 0);
+}
+
+/* A push of COUNT fp32 values whose payload has LEN bytes (a mismatch is the point). */
+static void s_push(zsock_t *s, uint64_t iter, uint32_t rank, uint32_t shard, uint64_t count,
+                   size_t len, float fill)
+{
+    static float data[64];
+    for (int i = 0; i < 64; i++)
+        data[i] = fill;
+    mq_msg_t msg;
+    memset(&msg, 0, sizeof msg);
+    mq_msg_init(&msg, MQ_MSG_PUSH);
+    msg.iter = iter;
+    msg.rank = rank;
+    msg.shard = shard;
+    msg.bits = 32;
+    msg.lr = 0.1f;
+    msg.ntensors = 1;
+    snprintf(msg.tensors[0].name, sizeof msg.tensors[0].name, "conv1.w");
+    msg.tensors[0].count = count;
+    msg.tensors[0].codec = (mq_codec_t){.kind = MQ_CODEC_NONE, .bits = 32};
+    mq_payload_t p = {.data = data, .len = len};
+    cr_assert_eq(mq_wire_send(s, &msg, &p, 1), 0);
+}
+
+/* PING answered with PONG: the service still serves. */
+static void s_ping_ok(zsock_t *s)
+{
+    mq_msg_t msg;
+    memset(&msg, 0, sizeof msg);
+    mq_msg_init(&msg, MQ_MSG_PING);
+    cr_assert_eq(mq_wire_send(s, &msg, NULL, 0), 0);
+    mq_drop_t drop;
+    cr_assert_eq(mq_wire_recv(s, &msg, &drop), 0, "no answer to a ping after bad messages");
+    cr_assert_eq(msg.type, MQ_MSG_PONG);
+    mq_msg_reset(&msg);
+}
+
+static long s_count(const char *drops, const char *reason)
+{
+    char key[32];
+    snprintf(key, sizeof key, "%s=", reason);
+    const char *p = strstr(drops, key);
+    cr_assert_not_null(p, "no %s in '%s'", reason, drops);
+    return atol(p + strlen(key));
+}
+
+static bool s_started(const cluster_t *c)
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/run/metrics.csv", c->dir);
+    FILE *f = fopen(path, "r");
+    int lines = 0;
+    char buf[512];
+    while (f && fgets(buf, sizeof buf, f))
+        lines++;
+    if (f)
+        fclose(f);
+    return lines >= 3;
+}
+
+Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--iterations", "150", "--bits", "4",
+                     "--threshold", "1000", "--eval-every", "0", NULL};
+    cluster_start_core(&c, 2, 1, "proto", extra);
+    zstr_send(c.servers[0], "PORT");
+    char *port = zstr_recv(c.servers[0]);
+    char server_ep[64];
+    snprintf(server_ep, sizeof server_ep, "tcp://127.0.0.1:%s", port);
+    zstr_free(&port);
+    cluster_start_workers(&c);
+    for (int i = 0; i < 600 && !s_started(&c); i++)
+        zclock_sleep(50);
+    cr_assert(s_started(&c), "the run did not start");
+
+    zsock_t *evil = s_dealer(server_ep);
+    const uint8_t wrong_version[] = {0x08, 0x02, 0x10, 0x0c}; /* version 2, PING */
+    const uint8_t unknown_type[] = {0x08, 0x01, 0x10, 0x63};  /* version 1, type 99 */
+    s_raw(evil, "garbage!", 8);
+    s_raw(evil, wrong_version, sizeof wrong_version);
+    s_raw(evil, unknown_type, sizeof unknown_type);
+    s_push(evil, 0, 99, 0, 10, 40, 1.0f);        /* unregistered rank */
+    s_push(evil, 1000000, 0, 0, 10, 40, 1.0f);   /* future iteration */
+    s_push(evil, 0, 0, 5, 10, 40, 1.0f);         /* shard out of range */
+    s_push(evil, 0, 0, 0, 10, 39, 1.0f);         /* payload shorter than its header */
+    s_push(evil, 0, 0, 0, 10, 44, 1.0f);         /* payload longer than its header */
+    s_push(evil, 0, 0, 0, 10, 40, NAN);          /* non-finite values */
+    s_ping_ok(evil);
+
+    zsock_t *stranger = s_dealer(c.endpoint);
+    s_raw(stranger, "\x08\x01\x10\x06\x20\x00", 6); /* a REPORT for rank 0 from a stranger */
+    s_raw(stranger, "junk", 4);
+    s_ping_ok(stranger);
+
+    cr_assert_eq(cluster_wait(&c, 150), 0, "the run did not complete after bad messages");
+    zstr_send(c.servers[0], "DROPS");
+    char *drops = zstr_recv(c.servers[0]);
+    cr_log_info("server drops: %s", drops);
+    cr_expect_eq(s_count(drops, "garbage"), 1);
+    cr_expect_eq(s_count(drops, "version"), 1);
+    cr_expect_eq(s_count(drops, "type"), 1);
+    cr_expect_eq(s_count(drops, "rank"), 1);
+    cr_expect_eq(s_count(drops, "iter"), 1);
+    cr_expect_eq(s_count(drops, "shard"), 1);
+    cr_expect_eq(s_count(drops, "length"), 2);
+    cr_expect_eq(s_count(drops, "nonfinite"), 1);
+    zstr_free(&drops);
+    zstr_send(c.sched, "DROPS");
+    drops = zstr_recv(c.sched);
+    cr_log_info("scheduler drops: %s", drops);
+    cr_expect_eq(s_count(drops, "rank"), 1);
+    cr_expect_eq(s_count(drops, "garbage"), 1);
+    zstr_free(&drops);
+    zsock_destroy(&evil);
+    zsock_destroy(&stranger);
+    cluster_stop(&c);
+}
