@@ -15,10 +15,19 @@
 #include "mqgrad/quant.h"
 
 static const char *s_default_codecs[] = {
-    "none",           "uniform:1",           "uniform:2",          "uniform:3",
-    "uniform:4",      "uniform:6",           "uniform:8",          "uniform:2:bucket=512",
-    "uniform:4:bucket=512", "uniform:8:bucket=512", "uniform:4:bucket=64",
-    "uniform:2:stochastic", "uniform:4:stochastic:bucket=512",
+    "none",
+    "uniform:1",
+    "uniform:2",
+    "uniform:3",
+    "uniform:4",
+    "uniform:6",
+    "uniform:8",
+    "uniform:2:bucket=512",
+    "uniform:4:bucket=512",
+    "uniform:8:bucket=512",
+    "uniform:4:bucket=64",
+    "uniform:2:stochastic",
+    "uniform:4:stochastic:bucket=512",
 };
 
 typedef struct {
@@ -47,7 +56,9 @@ static int s_run(s_bench_t *b, const mq_codec_t *c, s_op_t op, size_t len, doubl
         int rc = 0;
         double t0 = s_cpu_s();
         switch (op) {
-        case S_MEMCPY: memcpy(b->y, b->x, b->n * sizeof *b->x); break;
+        case S_MEMCPY:
+            memcpy(b->y, b->x, b->n * sizeof *b->x);
+            break;
         case S_ENCODE:
             rc = mq_codec_encode(c, b->x, b->n, b->buf, len, &out, &b->rng);
             break;
@@ -104,8 +115,10 @@ static int s_codec_row(s_bench_t *b, const char *spec, double t_copy)
 
 static int s_usage(const char *msg)
 {
-    fprintf(stderr, "bench_quant: %s\nusage: bench_quant [--n VALUES] [--reps R] "
-                    "[--codec SPEC]...\n", msg);
+    fprintf(stderr,
+            "bench_quant: %s\nusage: bench_quant [--n VALUES] [--reps R] "
+            "[--codec SPEC]...\n",
+            msg);
     return 2;
 }
 
@@ -157,8 +170,8 @@ int main(int argc, char **argv)
     printf("bench_quant: %zu values (%.1f MB fp32), best of %d (thread CPU time); speeds are "
            "multiples of memcpy of the fp32 buffer in this run (%.2f GB/s here)\n",
            b.n, 4e-6 * (double)b.n, b.reps, 4e-9 * (double)b.n / t_copy);
-    printf("%-32s %12s %8s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller",
-           "rel_err", "encode", "decode", "dec+acc", "enc_ef");
+    printf("%-32s %12s %8s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller", "rel_err",
+           "encode", "decode", "dec+acc", "enc_ef");
     int rc = 0;
     for (size_t k = 0; k < ncodecs && rc == 0; k++)
         rc = s_codec_row(&b, codecs[k], t_copy);

@@ -26,8 +26,7 @@ static float *s_normal(size_t n, uint64_t seed, float sigma)
 }
 
 /* Encodes and decodes x with C; returns the payload length. */
-static size_t s_roundtrip(const mq_codec_t *c, const float *x, size_t n, float *out,
-                          mq_rng_t *rng)
+static size_t s_roundtrip(const mq_codec_t *c, const float *x, size_t n, float *out, mq_rng_t *rng)
 {
     size_t cap = mq_codec_payload_size(c, n), len = 0;
     uint8_t *buf = malloc(cap + 1);
@@ -77,8 +76,9 @@ Test(quant, spec_parse_format_roundtrip)
         cr_assert_str_eq(buf, specs[i][1]);
         cr_assert_eq(mq_codec_parse(buf, &back), 0);
         cr_assert(back.kind == c.kind && back.bucket == c.bucket &&
-                  back.stochastic == c.stochastic && (c.kind == MQ_CODEC_NONE ||
-                  back.bits == c.bits), "%s does not parse back to itself", buf);
+                      back.stochastic == c.stochastic &&
+                      (c.kind == MQ_CODEC_NONE || back.bits == c.bits),
+                  "%s does not parse back to itself", buf);
     }
     mq_codec_t c;
     cr_assert_eq(mq_codec_parse("uniform:5:bucket=7", &c), 0);
@@ -107,8 +107,8 @@ Test(quant, spec_parse_rejects_bad_specs_with_a_reason)
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 6, .bucket = 11};
         cr_assert_eq(mq_codec_parse(bad[i][0], &c), -1, "'%s' was accepted", bad[i][0]);
-        cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'",
-                  bad[i][0], mq_err_last(), bad[i][1]);
+        cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'", bad[i][0],
+                  mq_err_last(), bad[i][1]);
         cr_assert(c.kind == MQ_CODEC_UNIFORM && c.bits == 6 && c.bucket == 11,
                   "'%s': output changed on failure", bad[i][0]);
     }
@@ -153,8 +153,7 @@ ParameterizedTest(int *bits, quant, payload_is_exactly_header_plus_packed_bits)
             cr_assert_eq(mq_codec_payload_size(&c, n), want, "n=%zu bucket=%u", n, buckets[b]);
             memset(buf, 0xA5, want + 16);
             size_t len = 99;
-            cr_assert_eq(mq_codec_encode(&c, x, n, buf, want, &len, NULL), 0, "%s",
-                         mq_err_last());
+            cr_assert_eq(mq_codec_encode(&c, x, n, buf, want, &len, NULL), 0, "%s", mq_err_last());
             cr_assert_eq(len, want);
             for (size_t g = want; g < want + 16; g++)
                 cr_assert_eq(buf[g], 0xA5, "byte %zu past the payload was written", g);
@@ -184,8 +183,8 @@ Test(quant, wire_bytes_match_the_documented_layout)
     mq_codec_t c3 = {.kind = MQ_CODEC_UNIFORM, .bits = 3, .bucket = 3};
     float y[] = {0, 7, 2, 10, 10};
     cr_assert_eq(mq_codec_encode(&c3, y, 5, buf, sizeof buf, &len, NULL), 0);
-    static const uint8_t want3[] = {0, 0, 0, 0, 0, 0, 0xE0, 0x40, 0, 0, 0x20, 0x41,
-                                    0, 0, 0x20, 0x41, 0xB8, 0x00};
+    static const uint8_t want3[] = {0, 0,    0,    0, 0, 0,    0xE0, 0x40, 0,
+                                    0, 0x20, 0x41, 0, 0, 0x20, 0x41, 0xB8, 0x00};
     cr_assert_eq(len, sizeof want3);
     cr_assert_arr_eq(buf, want3, sizeof want3);
 
@@ -246,8 +245,7 @@ Test(quant, each_extra_bit_roughly_halves_the_error)
         double err = s_rms_error(x, y, n);
         if (k >= 3)
             cr_assert(prev / err > 1.6 && prev / err < 2.6,
-                      "%d bits: error %g, %d bits: %g (ratio %g)", k - 1, prev, k, err,
-                      prev / err);
+                      "%d bits: error %g, %d bits: %g (ratio %g)", k - 1, prev, k, err, prev / err);
         else
             cr_assert_lt(err, prev);
         prev = err;
@@ -472,7 +470,8 @@ Test(quant, random_payloads_are_refused_or_decode_inside_their_ranges)
     float y[257];
     uint8_t p[8 * 257 + 257];
     for (int trial = 0; trial < 3000; trial++) {
-        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 1 + (int)mq_rng_below(&rng, 8),
+        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM,
+                        .bits = 1 + (int)mq_rng_below(&rng, 8),
                         .bucket = (uint32_t)mq_rng_below(&rng, 40)};
         size_t n = 1 + mq_rng_below(&rng, 257), len = mq_codec_payload_size(&c, n);
         for (size_t i = 0; i < len; i++)
@@ -546,8 +545,7 @@ static double s_ef_run(const mq_codec_t *c, const float *g, size_t n, int T, dou
     size_t cap = mq_codec_payload_size(c, n), len;
     uint8_t *p = malloc(cap);
     for (int t = 0; t < T; t++) {
-        cr_assert_eq(mq_codec_encode_ef(c, g, res, n, p, cap, &len, NULL), 0, "%s",
-                     mq_err_last());
+        cr_assert_eq(mq_codec_encode_ef(c, g, res, n, p, cap, &len, NULL), 0, "%s", mq_err_last());
         cr_assert_eq(mq_codec_decode(c, p, len, sent, n, 1.0f, true), 0);
     }
     double err = 0, r = 0;
@@ -576,8 +574,7 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
         res[i] = (float)(i % 7) * 0.01f;
     for (size_t i = 0; i < n; i++)
         v[i] = g[i] + res[i];
-    cr_assert_eq(mq_codec_encode_ef(&c, g, res, n, p, cap, &len, NULL), 0, "%s",
-                 mq_err_last());
+    cr_assert_eq(mq_codec_encode_ef(&c, g, res, n, p, cap, &len, NULL), 0, "%s", mq_err_last());
     cr_assert_eq(mq_codec_decode(&c, p, len, dec, n, 1.0f, false), 0);
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(res[i], v[i] - dec[i], "value %zu", i);
@@ -590,8 +587,10 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
         double plain = s_rms_error(g, dec, n), r10, r200;
         s_ef_run(&ck, g, n, 10, &r10);
         double err = s_ef_run(&ck, g, n, 200, &r200);
-        cr_assert_lt(err * (k == 1 ? 5 : 50), plain, "%d bits: mean sent error %g with "
-                     "feedback, %g without", k, err, plain);
+        cr_assert_lt(err * (k == 1 ? 5 : 50), plain,
+                     "%d bits: mean sent error %g with "
+                     "feedback, %g without",
+                     k, err, plain);
         if (k >= 2) /* 1 bit: the residual creeps up before it levels off */
             cr_assert_lt(r200, 2 * r10 + 1e-6, "%d bits: residual grew from %g to %g", k, r10,
                          r200);
@@ -603,9 +602,12 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
         memset(res, 0, n * sizeof *res);
         uint8_t *ps = malloc(mq_codec_payload_size(&cs, n));
         for (int t = 0; t < 300; t++)
-            cr_assert_eq(mq_codec_encode_ef(&cs, g, res, n, ps, mq_codec_payload_size(&cs, n),
-                                            &len, &rng), 0, "%d bits "
-                         "stochastic, step %d: %s", k, t, mq_err_last());
+            cr_assert_eq(
+                mq_codec_encode_ef(&cs, g, res, n, ps, mq_codec_payload_size(&cs, n), &len, &rng),
+                0,
+                "%d bits "
+                "stochastic, step %d: %s",
+                k, t, mq_err_last());
         free(ps);
     }
     mq_codec_t c1s = {.kind = MQ_CODEC_UNIFORM, .bits = 1, .stochastic = true};

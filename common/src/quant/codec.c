@@ -104,7 +104,8 @@ int mq_codec_parse(const char *spec, mq_codec_t *out)
     }
     if (strcmp(kind, "uniform") != 0) {
         mq_err_set("codec '%s': unknown codec '%s' (expected none or uniform:K[:bucket=B]"
-                   "[:stochastic])", spec, kind);
+                   "[:stochastic])",
+                   spec, kind);
         return -1;
     }
     char *bits = strtok_r(NULL, ":", &save);
@@ -168,8 +169,7 @@ size_t mq_codec_payload_size(const mq_codec_t *c, size_t n)
         return 0;
     if (c->kind == MQ_CODEC_NONE)
         return 4 * n;
-    if (c->kind != MQ_CODEC_UNIFORM || c->bits < MQ_QUANT_MIN_BITS ||
-        c->bits > MQ_QUANT_MAX_BITS)
+    if (c->kind != MQ_CODEC_UNIFORM || c->bits < MQ_QUANT_MIN_BITS || c->bits > MQ_QUANT_MAX_BITS)
         return 0;
     return 8 * mq_codec_nbuckets(c, n) + (n / 8) * (size_t)c->bits +
            ((n % 8) * (size_t)c->bits + 7) / 8;
@@ -268,7 +268,8 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
     size_t bad = mq_quant_first_nonfinite_sum(src, residual, n);
     if (bad < n) {
         mq_err_set("codec encode: gradient + residual at value %zu of %zu is not finite "
-                   "(gradient %g, residual %g)", bad, n, (double)src[bad], (double)residual[bad]);
+                   "(gradient %g, residual %g)",
+                   bad, n, (double)src[bad], (double)residual[bad]);
         return -1;
     }
     size_t i = 0;

@@ -241,8 +241,7 @@ static inline __attribute__((always_inline)) uint64_t s_merge8(uint64_t w, const
 /* The inverse: 8K bits back into one code per byte. */
 static inline __attribute__((always_inline)) uint64_t s_split8(uint64_t w, const int K)
 {
-    const uint64_t m4 = (1ull << (4 * K)) - 1, m2 = (1ull << (2 * K)) - 1,
-                   m1 = (1ull << K) - 1;
+    const uint64_t m4 = (1ull << (4 * K)) - 1, m2 = (1ull << (2 * K)) - 1, m1 = (1ull << K) - 1;
     w = (w & m4) | ((w >> (4 * K)) & m4) << 32;
     w = (w & (m2 * 0x100000001ull)) | ((w >> (2 * K)) & (m2 * 0x100000001ull)) << 16;
     return (w & (m1 * 0x0001000100010001ull)) | ((w >> K) & (m1 * 0x0001000100010001ull)) << 8;
@@ -251,9 +250,8 @@ static inline __attribute__((always_inline)) uint64_t s_split8(uint64_t w, const
 /* Packs codes q[0..n) (each < 2^K) into ceil(n*K/8) bytes at dst. AVAIL is how many bytes
  * of the payload start at dst: while 8 remain, a group stores a whole word and the next
  * group overwrites the spill. K is a constant at every call site (see s_pack). */
-static inline __attribute__((always_inline)) void s_pack_k(const uint8_t *q, size_t n,
-                                                           uint8_t *dst, size_t avail,
-                                                           const int K)
+static inline __attribute__((always_inline)) void s_pack_k(const uint8_t *q, size_t n, uint8_t *dst,
+                                                           size_t avail, const int K)
 {
     size_t g = 0;
     for (; g + 8 <= n && avail >= 8; g += 8, dst += K, avail -= K)
@@ -273,14 +271,30 @@ static inline __attribute__((always_inline)) void s_pack_k(const uint8_t *q, siz
 static void s_pack(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K)
 {
     switch (K) {
-    case 1: s_pack_k(q, n, dst, avail, 1); break;
-    case 2: s_pack_k(q, n, dst, avail, 2); break;
-    case 3: s_pack_k(q, n, dst, avail, 3); break;
-    case 4: s_pack_k(q, n, dst, avail, 4); break;
-    case 5: s_pack_k(q, n, dst, avail, 5); break;
-    case 6: s_pack_k(q, n, dst, avail, 6); break;
-    case 7: s_pack_k(q, n, dst, avail, 7); break;
-    default: memcpy(dst, q, n); break; /* K = 8: one byte per code */
+    case 1:
+        s_pack_k(q, n, dst, avail, 1);
+        break;
+    case 2:
+        s_pack_k(q, n, dst, avail, 2);
+        break;
+    case 3:
+        s_pack_k(q, n, dst, avail, 3);
+        break;
+    case 4:
+        s_pack_k(q, n, dst, avail, 4);
+        break;
+    case 5:
+        s_pack_k(q, n, dst, avail, 5);
+        break;
+    case 6:
+        s_pack_k(q, n, dst, avail, 6);
+        break;
+    case 7:
+        s_pack_k(q, n, dst, avail, 7);
+        break;
+    default:
+        memcpy(dst, q, n);
+        break; /* K = 8: one byte per code */
     }
 }
 int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *dst,
@@ -311,7 +325,8 @@ int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uin
                 if (s_minmax(src + b * B, b_end - b * B, &lo, &hi, &bad) < 0) {
                     size_t at = b * B + bad;
                     mq_err_set("uniform:%d encode: value %zu of %zu is %s (expected finite "
-                               "numbers)", K, at, n, isnan(src[at]) ? "NaN" : "infinite");
+                               "numbers)",
+                               K, at, n, isnan(src[at]) ? "NaN" : "infinite");
                     return -1;
                 }
                 s_put_f32(dst + 8 * b, lo);
@@ -319,8 +334,8 @@ int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uin
                 p = s_qparams(lo, hi, levels);
                 next_bucket++;
             }
-            s_quantize(src + i, seg_end - i, &p, levels,
-                       c->stochastic ? noise + (i - start) : NULL, q + (i - start));
+            s_quantize(src + i, seg_end - i, &p, levels, c->stochastic ? noise + (i - start) : NULL,
+                       q + (i - start));
             i = seg_end;
         }
         size_t at = start / 8 * (size_t)K;
@@ -333,8 +348,7 @@ int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uin
 
 /* Codes q[0..n) from the packed stream at src (AVAIL bytes of payload from src on). */
 static inline __attribute__((always_inline)) void s_unpack_k(const uint8_t *src, size_t n,
-                                                             size_t avail, uint8_t *q,
-                                                             const int K)
+                                                             size_t avail, uint8_t *q, const int K)
 {
     const uint64_t mask = (1u << K) - 1;
     size_t g = 0;
@@ -355,19 +369,36 @@ static inline __attribute__((always_inline)) void s_unpack_k(const uint8_t *src,
 static void s_unpack(const uint8_t *src, size_t n, size_t avail, uint8_t *q, int K)
 {
     switch (K) {
-    case 1: s_unpack_k(src, n, avail, q, 1); break;
-    case 2: s_unpack_k(src, n, avail, q, 2); break;
-    case 3: s_unpack_k(src, n, avail, q, 3); break;
-    case 4: s_unpack_k(src, n, avail, q, 4); break;
-    case 5: s_unpack_k(src, n, avail, q, 5); break;
-    case 6: s_unpack_k(src, n, avail, q, 6); break;
-    case 7: s_unpack_k(src, n, avail, q, 7); break;
-    default: memcpy(q, src, n); break;
+    case 1:
+        s_unpack_k(src, n, avail, q, 1);
+        break;
+    case 2:
+        s_unpack_k(src, n, avail, q, 2);
+        break;
+    case 3:
+        s_unpack_k(src, n, avail, q, 3);
+        break;
+    case 4:
+        s_unpack_k(src, n, avail, q, 4);
+        break;
+    case 5:
+        s_unpack_k(src, n, avail, q, 5);
+        break;
+    case 6:
+        s_unpack_k(src, n, avail, q, 6);
+        break;
+    case 7:
+        s_unpack_k(src, n, avail, q, 7);
+        break;
+    default:
+        memcpy(q, src, n);
+        break;
     }
 }
 
-/* The vector body of s_dequantize: at -O2 GCC vectorizes neither the byte-to-float widening nor the top-code select, and a branch on a
- * 1-bit code is a coin flip for the predictor. Four values per step, no branches. */
+/* The vector body of s_dequantize: at -O2 GCC vectorizes neither the byte-to-float widening nor the
+ * top-code select, and a branch on a 1-bit code is a coin flip for the predictor. Four values per
+ * step, no branches. */
 static void s_dequantize_v4(const uint8_t *q, size_t nv, float a, float b, float top,
                             unsigned levels, bool acc, float *dst)
 {
@@ -427,7 +458,8 @@ int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst,
         float lo = s_get_f32(src + 8 * b), hi = s_get_f32(src + 8 * b + 4);
         if (!isfinite(lo) || !isfinite(hi) || lo > hi) {
             mq_err_set("uniform:%d decode: bucket %zu of %zu has range [%g, %g] (expected "
-                       "finite min <= max)", K, b, nb, (double)lo, (double)hi);
+                       "finite min <= max)",
+                       K, b, nb, (double)lo, (double)hi);
             return -1;
         }
     }
@@ -444,8 +476,7 @@ int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst,
             size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
             size_t seg_end = b_end < start + len ? b_end : start + len;
             float lo = s_get_f32(src + 8 * b), hi = s_get_f32(src + 8 * b + 4);
-            s_dequantize(q + (i - start), seg_end - i, lo, hi, levels, scale, accumulate,
-                         dst + i);
+            s_dequantize(q + (i - start), seg_end - i, lo, hi, levels, scale, accumulate, dst + i);
             i = seg_end;
         }
     }
