@@ -5,6 +5,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -259,12 +260,18 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
     }
     /* With one bit the levels are the bucket's min and max, and stochastic rounding leaves a
      * residual as large as the whole range: the residual's range can double every step and
-     * reaches infinity within ~100 steps (measured; with 2+ bits it shrinks by >= 1/3). */
+     * reached infinity within ~100 steps when measured (2+ bits shrink it by >= 1/3 a step).
+     * Feedback already removes the bias stochastic rounding is for, so round to nearest here
+     * rather than fail a run whose policy has just chosen 1 bit. */
+    mq_codec_t eff = *c;
     if (c->kind == MQ_CODEC_UNIFORM && c->bits == 1 && c->stochastic) {
-        mq_err_set("codec uniform:1:stochastic: error feedback diverges with 1-bit stochastic "
-                   "rounding (use deterministic rounding or 2+ bits)");
-        return -1;
+        static atomic_bool warned;
+        eff.stochastic = false;
+        if (!atomic_exchange(&warned, true))
+            mq_warn("quant: 1-bit error feedback rounds to nearest (stochastic rounding would "
+                    "make the residual diverge)");
     }
+    c = &eff;
     size_t bad = mq_quant_first_nonfinite_sum(src, residual, n);
     if (bad < n) {
         mq_err_set("codec encode: gradient + residual at value %zu of %zu is not finite "
