@@ -182,7 +182,7 @@ static void s_summary(s_sched_t *self, const char *status)
         .final_test_acc = self->last_acc,
         .bytes_up = self->bytes_up,
         .bytes_down = self->bytes_down,
-        .policy = self->policy,
+        .policy = self->policy[0] ? self->policy : "unknown (the agent never answered)",
         .model = self->cfg->model,
         .dataset = self->cfg->dataset,
         .workers = (int)self->cfg->workers,
@@ -373,7 +373,9 @@ static void s_on_decision(s_sched_t *self, const mq_msg_t *msg)
                       "decision with bits out of range");
         return;
     }
-    if (msg->status.policy[0] && strcmp(msg->status.policy, self->policy) != 0) {
+    if (msg->status.policy[0] && !self->policy[0]) {
+        snprintf(self->policy, sizeof self->policy, "%s", msg->status.policy);
+    } else if (msg->status.policy[0] && strcmp(msg->status.policy, self->policy) != 0) {
         char fields[256];
         snprintf(fields, sizeof fields, "\"from\":\"%s\",\"to\":\"%s\"", self->policy,
                  msg->status.policy);
@@ -651,9 +653,10 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     self->agent_timer = -1;
     self->last_acc = NAN;
     self->last_loss = NAN;
+    /* Until an agent names its policy, the run is what it does: fixed bits. */
     if (self->run.fp32)
         snprintf(self->policy, sizeof self->policy, "none");
-    else
+    else if (!self->cfg->agent[0])
         snprintf(self->policy, sizeof self->policy, "fixed:%d", self->bits);
     self->t_created = mq_now_s();
     mq_log_set_tag("scheduler");

@@ -5,6 +5,7 @@
 #include "cli.h"
 
 const mq_cmd_t mq_cmds[] = {
+    {"local", mq_cmd_local, "run a whole cluster as processes on this machine"},
     {"train", mq_cmd_train, "train in one process, no network (the reference)"},
     {"report", mq_cmd_report, "plots and paper-style tables from run directories"},
     {"bits", mq_cmd_bits, "the agent's current bit-width"},

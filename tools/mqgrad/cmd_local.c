@@ -1,0 +1,429 @@
+/* `mqgrad local`: starts the agent, the scheduler, S servers and N workers as separate
+ * processes over TCP loopback, shows the scheduler's progress, and stops every child when the
+ * run ends, when a service fails, or on Ctrl-C. Each child's log goes to RUN/logs/. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "local.h"
+#include "mqgrad/service.h"
+#include "mqgrad/util.h"
+
+#define S_MAX_CHILDREN 80
+
+typedef struct {
+    pid_t pid;
+    char name[32];
+    char log[PATH_MAX];
+    bool done;
+    int code;
+} s_child_t;
+
+static volatile sig_atomic_t s_stop_signal;
+
+static void s_on_signal(int sig)
+{
+    s_stop_signal = sig;
+}
+
+int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof *o);
+    o->workers = 2;
+    o->servers = 2;
+    strcpy(o->policy, "mqgrad");
+    const mq_flag_t flags[] = {
+        {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, 64, "worker processes"},
+        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, 16, "server processes"},
+        {"policy", "MQGRAD_POLICY", MQ_FLAG_STR, o->policy, sizeof o->policy, 0, 0,
+         "mqgrad | fixed:K | adaptive | schedule | none (fp32, no agent)"},
+        {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, o->run_dir, sizeof o->run_dir, 0, 0,
+         "run directory (default runs/local-<time>)"},
+        {"bin-dir", "MQGRAD_BIN_DIR", MQ_FLAG_STR, o->bin_dir, sizeof o->bin_dir, 0, 0,
+         "directory of the mqgrad-* executables (default: found beside mqgrad)"},
+        {"model", NULL, MQ_FLAG_STR, o->model, sizeof o->model, 0, 0, "paper | small"},
+        {"dataset", NULL, MQ_FLAG_STR, o->dataset, sizeof o->dataset, 0, 0, "dataset"},
+        {"iterations", NULL, MQ_FLAG_STR, o->iterations, sizeof o->iterations, 0, 0, ""},
+        {"time-budget", NULL, MQ_FLAG_STR, o->time_budget, sizeof o->time_budget, 0, 0,
+         "seconds of training"},
+        {"eval-every", NULL, MQ_FLAG_STR, o->eval_every, sizeof o->eval_every, 0, 0, ""},
+        {"eval-limit", NULL, MQ_FLAG_STR, o->eval_limit, sizeof o->eval_limit, 0, 0, ""},
+        {"batch", NULL, MQ_FLAG_STR, o->batch, sizeof o->batch, 0, 0, "per worker"},
+        {"lr", NULL, MQ_FLAG_STR, o->lr, sizeof o->lr, 0, 0, "learning rate"},
+        {"seed", NULL, MQ_FLAG_STR, o->seed, sizeof o->seed, 0, 0, ""},
+        {"link-mbps", NULL, MQ_FLAG_STR, o->link_mbps, sizeof o->link_mbps, 0, 0,
+         "emulated NIC speed per node, Mbit/s"},
+        {"bucket", NULL, MQ_FLAG_STR, o->bucket, sizeof o->bucket, 0, 0, ""},
+        {"threshold", NULL, MQ_FLAG_STR, o->threshold, sizeof o->threshold, 0, 0,
+         "tensors smaller than this travel as fp32"},
+        {"stochastic", NULL, MQ_FLAG_BOOL, &o->stochastic, 0, 0, 0, "stochastic rounding"},
+        {"error-feedback", NULL, MQ_FLAG_BOOL, &o->error_feedback, 0, 0, 0, ""},
+        {"agent-args", NULL, MQ_FLAG_STR, o->agent_args, sizeof o->agent_args, 0, 0,
+         "extra agent flags, space separated (e.g. \"--epsilon 0.05\")"},
+        {"data-dir", NULL, MQ_FLAG_STR, o->data_dir, sizeof o->data_dir, 0, 0, "dataset dir"},
+        {"threads", NULL, MQ_FLAG_STR, o->threads, sizeof o->threads, 0, 0,
+         "OpenBLAS threads per worker"},
+        {"quiet", NULL, MQ_FLAG_BOOL, &o->quiet, 0, 0, 0, "no progress lines"},
+        {0},
+    };
+    int rc = mq_flags_parse(flags, argc, argv,
+                            "usage: mqgrad local [flags]\n"
+                            "Runs agent, scheduler, servers and workers as processes on this "
+                            "machine.",
+                            NULL, 0, NULL);
+    if (rc == 0 && !o->run_dir[0]) {
+        time_t now = time(NULL);
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        strftime(o->run_dir, sizeof o->run_dir, "runs/local-%Y%m%d-%H%M%S", &tm);
+    }
+    return rc;
+}
+
+/* A TCP port nobody listens on right now (the OS picks it). */
+static int s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    if (fd >= 0)
+        close(fd);
+    return port;
+}
+
+/* Finds mqgrad-NAME: in --bin-dir, beside this executable, in ../services (build tree), on
+ * PATH. */
+static int s_find_exe(const mq_local_opts_t *o, const char *name, char *out, size_t len)
+{
+    char self[PATH_MAX] = "";
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    char *dir = dirname(self);
+    const char *dirs[] = {o->bin_dir, dir, NULL};
+    char build[PATH_MAX];
+    snprintf(build, sizeof build, "%s/../services", dir);
+    dirs[2] = build;
+    for (int i = 0; i < 3; i++) {
+        if (!dirs[i][0])
+            continue;
+        snprintf(out, len, "%s/mqgrad-%s", dirs[i], name);
+        if (access(out, X_OK) == 0)
+            return 0;
+    }
+    const char *path = getenv("PATH");
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", path ? path : "/usr/local/bin:/usr/bin");
+    for (char *save, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(out, len, "%s/mqgrad-%s", d, name);
+        if (access(out, X_OK) == 0)
+            return 0;
+    }
+    mq_err_set("cannot find the executable mqgrad-%s (use --bin-dir)", name);
+    return -1;
+}
+
+static int s_spawn(s_child_t *c, const char *exe, char **argv, const char *logdir, bool show)
+{
+    snprintf(c->log, sizeof c->log, "%s/%s.log", logdir, c->name);
+    int fd = open(c->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        mq_err_set("%s: %s", c->log, strerror(errno));
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fd);
+        mq_err_set("fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0); /* Ctrl-C reaches us; we stop the children in order */
+        dup2(fd, STDERR_FILENO);
+        if (!show)
+            dup2(fd, STDOUT_FILENO);
+        execv(exe, argv);
+        fprintf(stderr, "exec %s: %s\n", exe, strerror(errno));
+        _exit(127);
+    }
+    close(fd);
+    c->pid = pid;
+    return 0;
+}
+
+/* Appends "--flag value" to argv when value is non-empty. */
+static void s_fwd(char **argv, int *n, const char *flag, const char *value)
+{
+    if (value && value[0]) {
+        argv[(*n)++] = (char *)flag;
+        argv[(*n)++] = (char *)value;
+    }
+}
+
+typedef struct {
+    s_child_t kids[S_MAX_CHILDREN];
+    int n;
+    int sched, agent; /* indexes, -1 if none */
+    char sched_ep[64], agent_ep[64];
+    int http_port;
+} s_cluster_t;
+
+static s_child_t *s_new_child(s_cluster_t *cl, const char *fmt, long i)
+{
+    s_child_t *c = &cl->kids[cl->n++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, fmt, i);
+    return c;
+}
+
+static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
+{
+    char exe[PATH_MAX], bind[64], http[16], state[PATH_MAX + 16], extra[256];
+    int zport = s_free_port(), hport = s_free_port();
+    if (s_find_exe(o, "agent", exe, sizeof exe) != 0 || zport < 0 || hport < 0)
+        return -1;
+    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", zport);
+    snprintf(cl->agent_ep, sizeof cl->agent_ep, "tcp://127.0.0.1:%d", zport);
+    snprintf(http, sizeof http, "%d", hport);
+    cl->http_port = hport;
+    snprintf(state, sizeof state, "%s/agent.state", o->run_dir);
+    char *argv[48] = {exe, "--bind", bind, "--http-port", http, "--policy", (char *)o->policy,
+                      "--state", state};
+    int n = 9;
+    snprintf(extra, sizeof extra, "%s", o->agent_args);
+    for (char *save, *t = strtok_r(extra, " ", &save); t && n < 46; t = strtok_r(NULL, " ", &save))
+        argv[n++] = t;
+    argv[n] = NULL;
+    cl->agent = cl->n;
+    return s_spawn(s_new_child(cl, "agent", 0), exe, argv, logdir, false);
+}
+
+static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
+{
+    char exe[PATH_MAX], bind[64], w[16], s[16], bits[8] = "2";
+    int port = s_free_port();
+    if (s_find_exe(o, "scheduler", exe, sizeof exe) != 0 || port < 0)
+        return -1;
+    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", port);
+    snprintf(cl->sched_ep, sizeof cl->sched_ep, "tcp://127.0.0.1:%d", port);
+    snprintf(w, sizeof w, "%ld", o->workers);
+    snprintf(s, sizeof s, "%ld", o->servers);
+    bool fp32 = strcmp(o->policy, "none") == 0;
+    if (strncmp(o->policy, "fixed:", 6) == 0) /* start at K, not at the agent's n_0 */
+        snprintf(bits, sizeof bits, "%.2s", o->policy + 6);
+    char *argv[64] = {exe, "--bind", bind, "--workers", w, "--servers", s,
+                      "--run-dir", (char *)o->run_dir, "--bits", bits};
+    int n = 11;
+    if (fp32)
+        s_fwd(argv, &n, "--codec", "none");
+    else
+        s_fwd(argv, &n, "--agent", cl->agent_ep);
+    s_fwd(argv, &n, "--model", o->model);
+    s_fwd(argv, &n, "--dataset", o->dataset);
+    s_fwd(argv, &n, "--iterations", o->iterations);
+    s_fwd(argv, &n, "--time-budget", o->time_budget);
+    s_fwd(argv, &n, "--eval-every", o->eval_every);
+    s_fwd(argv, &n, "--eval-limit", o->eval_limit);
+    s_fwd(argv, &n, "--batch", o->batch);
+    s_fwd(argv, &n, "--lr", o->lr);
+    s_fwd(argv, &n, "--seed", o->seed);
+    s_fwd(argv, &n, "--link-mbps", o->link_mbps);
+    s_fwd(argv, &n, "--bucket", o->bucket);
+    s_fwd(argv, &n, "--threshold", o->threshold);
+    if (o->stochastic)
+        argv[n++] = "--stochastic";
+    if (o->error_feedback)
+        argv[n++] = "--error-feedback";
+    if (o->quiet)
+        s_fwd(argv, &n, "--progress-every", "0");
+    argv[n] = NULL;
+    cl->sched = cl->n;
+    return s_spawn(s_new_child(cl, "scheduler", 0), exe, argv, logdir, true);
+}
+
+static int s_start_nodes(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
+{
+    char server[PATH_MAX], worker[PATH_MAX];
+    if (s_find_exe(o, "server", server, sizeof server) != 0 ||
+        s_find_exe(o, "worker", worker, sizeof worker) != 0)
+        return -1;
+    for (long i = 0; i < o->servers; i++) {
+        char *argv[] = {server, "--scheduler", cl->sched_ep, "--bind", "tcp://127.0.0.1:*", NULL};
+        if (s_spawn(s_new_child(cl, "server-%ld", i), server, argv, logdir, false) != 0)
+            return -1;
+    }
+    for (long i = 0; i < o->workers; i++) {
+        char *argv[16] = {worker, "--scheduler", cl->sched_ep};
+        int n = 3;
+        s_fwd(argv, &n, "--data-dir", o->data_dir);
+        s_fwd(argv, &n, "--threads", o->threads);
+        argv[n] = NULL;
+        if (s_spawn(s_new_child(cl, "worker-%ld", i), worker, argv, logdir, false) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Reaps exited children without blocking; returns the index of one that exited, or -1. */
+static int s_reap(s_cluster_t *cl)
+{
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0)
+        return -1;
+    for (int i = 0; i < cl->n; i++)
+        if (cl->kids[i].pid == pid) {
+            cl->kids[i].done = true;
+            cl->kids[i].code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            return i;
+        }
+    return -1;
+}
+
+/* Sends SIG to every running child, then waits up to GRACE seconds before SIGKILL. */
+static void s_stop_all(s_cluster_t *cl, int sig, double grace)
+{
+    for (int i = 0; i < cl->n; i++)
+        if (!cl->kids[i].done && cl->kids[i].pid > 0)
+            kill(cl->kids[i].pid, sig);
+    double end = mq_now_s() + grace;
+    for (;;) {
+        while (s_reap(cl) >= 0)
+            ;
+        bool left = false;
+        for (int i = 0; i < cl->n; i++)
+            left |= !cl->kids[i].done && cl->kids[i].pid > 0;
+        if (!left)
+            return;
+        if (mq_now_s() > end)
+            break;
+        usleep(50000);
+    }
+    for (int i = 0; i < cl->n; i++)
+        if (!cl->kids[i].done && cl->kids[i].pid > 0) {
+            fprintf(stderr, "mqgrad local: %s did not stop within %.0f s; killing it\n",
+                    cl->kids[i].name, grace);
+            kill(cl->kids[i].pid, SIGKILL);
+            waitpid(cl->kids[i].pid, NULL, 0);
+            cl->kids[i].done = true;
+        }
+}
+
+static void s_show_tail(const s_child_t *c)
+{
+    char *data;
+    size_t len;
+    if (mq_read_file(c->log, &data, &len) != 0)
+        return;
+    const char *p = data + len;
+    for (int lines = 0; p > data && lines < 11; p--)
+        lines += p[-1] == '\n';
+    fprintf(stderr, "--- last lines of %s ---\n%s", c->log, p);
+    free(data);
+}
+
+static void s_print_summary(const mq_local_opts_t *o)
+{
+    char path[PATH_MAX], *data;
+    size_t len;
+    snprintf(path, sizeof path, "%s/summary.json", o->run_dir);
+    if (mq_read_file(path, &data, &len) != 0) {
+        fprintf(stderr, "mqgrad local: no summary: %s\n", mq_err_last());
+        return;
+    }
+    printf("summary (%s):\n%s", path, data);
+    free(data);
+}
+
+/* Watches the children until the scheduler finishes, one fails, or a signal comes. */
+static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
+{
+    while (!s_stop_signal) {
+        int i = s_reap(cl);
+        if (i < 0) {
+            usleep(50000);
+            continue;
+        }
+        s_child_t *c = &cl->kids[i];
+        if (i == cl->sched && c->code == 0) {
+            s_stop_all(cl, SIGTERM, 20); /* nodes already stop on the scheduler's word */
+            s_print_summary(o);
+            return 0;
+        }
+        if (i == cl->agent) { /* by design the run goes on without its agent */
+            fprintf(stderr, "mqgrad local: the agent exited (code %d); training goes on with "
+                            "the last bit-width\n", c->code);
+            continue;
+        }
+        if (c->code == 0 && i != cl->sched)
+            continue; /* a node that got STOP a moment before the scheduler exits */
+        fprintf(stderr, "mqgrad local: %s (pid %d) failed with exit code %d; stopping the "
+                        "cluster\n", c->name, (int)c->pid, c->code);
+        s_show_tail(c);
+        s_stop_all(cl, SIGTERM, 10);
+        return 1;
+    }
+    fprintf(stderr, "\nmqgrad local: interrupted; stopping every service\n");
+    s_stop_all(cl, SIGTERM, 10);
+    s_print_summary(o);
+    return 130;
+}
+
+int mq_local_run(const mq_local_opts_t *o)
+{
+    char logdir[PATH_MAX];
+    snprintf(logdir, sizeof logdir, "%s/logs", o->run_dir);
+    if (mq_mkdirs(logdir) != 0) {
+        fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
+        return 2;
+    }
+    struct sigaction sa = {.sa_handler = s_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    s_stop_signal = 0;
+    static s_cluster_t cl;
+    memset(&cl, 0, sizeof cl);
+    cl.agent = -1;
+    bool fp32 = strcmp(o->policy, "none") == 0;
+    if ((!fp32 && s_start_agent(o, &cl, logdir) != 0) || s_start_scheduler(o, &cl, logdir) != 0 ||
+        s_start_nodes(o, &cl, logdir) != 0) {
+        fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
+        s_stop_all(&cl, SIGTERM, 5);
+        return 1;
+    }
+    if (!o->quiet) {
+        printf("mqgrad local: %ld workers, %ld servers, policy %s; logs in %s\n", o->workers,
+               o->servers, o->policy, logdir);
+        if (!fp32)
+            printf("  ask the agent: mqgrad bits --agent %s   or   curl -s "
+                   "localhost:%d/bits\n",
+                   cl.agent_ep, cl.http_port);
+        fflush(stdout);
+    }
+    return s_watch(o, &cl);
+}
+
+int mq_cmd_local(int argc, char **argv)
+{
+    mq_local_opts_t o;
+    int rc = mq_local_parse(&o, argc, argv);
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
+    return mq_local_run(&o);
+}

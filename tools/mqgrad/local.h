@@ -1,0 +1,30 @@
+/* `mqgrad local`: the whole cluster as separate processes on this machine, over TCP loopback.
+ * Shared with `mqgrad experiment`, which runs it once per method and seed. */
+#ifndef MQGRAD_LOCAL_H
+#define MQGRAD_LOCAL_H
+
+#include <stdbool.h>
+
+typedef struct {
+    long workers, servers;
+    char policy[64];    /* agent policy spec, or "none" for fp32 without an agent */
+    char run_dir[512];
+    char bin_dir[512];  /* where the mqgrad-* executables are; empty = find them */
+    /* forwarded to the scheduler when non-empty */
+    char model[16], dataset[16], iterations[24], time_budget[24], eval_every[24],
+        eval_limit[24], batch[24], lr[24], seed[24], link_mbps[24], bucket[24], threshold[24],
+        agent_args[256];
+    bool stochastic, error_feedback;
+    /* forwarded to the workers */
+    char data_dir[512], threads[8];
+    bool quiet;         /* no progress lines (experiment prints its own) */
+} mq_local_opts_t;
+
+/* Defaults, then MQGRAD_* variables, then ARGV. Returns 0, 1 (help) or 2 (bad usage). */
+int mq_local_parse(mq_local_opts_t *o, int argc, char **argv);
+
+/* Runs the cluster until the run ends, a process fails, or SIGINT/SIGTERM. Returns 0 when the
+ * run completed, 1 when a service failed (which one is printed), 130 when interrupted. */
+int mq_local_run(const mq_local_opts_t *o);
+
+#endif
