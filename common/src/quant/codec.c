@@ -300,25 +300,62 @@ static uint32_t s_load_u32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* The none payload: every value is checked before any is stored. An exponent of all ones
- * is an infinity or a NaN. */
+static bool s_u32_nonfinite(uint32_t u)
+{
+    return (u & 0x7f800000u) == 0x7f800000u; /* exponent all ones: an infinity or a NaN */
+}
+
+/* Index of the first non-finite value in a payload of n little-endian float32 (n if none).
+ * The payload may be unaligned (a ZeroMQ frame), so lanes are loaded with memcpy. */
+static size_t s_none_first_bad(const uint8_t *src, size_t n)
+{
+    size_t i = 0;
+    bool any = false;
+#if !S_BIG_ENDIAN
+    const mq_v4i_t expo = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
+    mq_v4i_t bad = {0, 0, 0, 0};
+    for (; i + 4 <= n; i += 4) {
+        mq_v4i_t u;
+        memcpy(&u, src + 4 * i, sizeof u);
+        bad |= (u & expo) == expo;
+    }
+    any = bad[0] | bad[1] | bad[2] | bad[3];
+#endif
+    for (; i < n; i++)
+        any |= s_u32_nonfinite(s_load_u32(src + 4 * i));
+    if (!any)
+        return n;
+    for (i = 0; i < n; i++)
+        if (s_u32_nonfinite(s_load_u32(src + 4 * i)))
+            return i;
+    return n;
+}
+
+/* The none payload: every value is checked before any is stored. */
 static int s_none_decode(const uint8_t *src, float *dst, size_t n, float scale, bool acc)
 {
-    uint32_t bad_bits = 0;
-    for (size_t i = 0; i < n; i++)
-        bad_bits |= (s_load_u32(src + 4 * i) & 0x7f800000u) == 0x7f800000u;
-    if (bad_bits) {
-        for (size_t i = 0; i < n; i++)
-            if ((s_load_u32(src + 4 * i) & 0x7f800000u) == 0x7f800000u) {
-                mq_err_set("none decode: value %zu of %zu is not finite", i, n);
-                return -1;
-            }
+    size_t bad = s_none_first_bad(src, n);
+    if (bad < n) {
+        mq_err_set("none decode: value %zu of %zu is not finite", bad, n);
+        return -1;
     }
-    if (!acc && scale == 1.0f && !S_BIG_ENDIAN) {
+    size_t i = 0;
+#if !S_BIG_ENDIAN
+    if (!acc && scale == 1.0f) {
         memcpy(dst, src, 4 * n);
         return 0;
     }
-    for (size_t i = 0; i < n; i++) {
+    const mq_v4f_t vs = mq_v4f_set1(scale);
+    for (; i + 4 <= n; i += 4) {
+        mq_v4f_t v;
+        memcpy(&v, src + 4 * i, sizeof v);
+        v *= vs;
+        if (acc)
+            v += mq_v4f_load(dst + i);
+        memcpy(dst + i, &v, sizeof v);
+    }
+#endif
+    for (; i < n; i++) {
         uint32_t u = s_load_u32(src + 4 * i);
         float v;
         memcpy(&v, &u, 4);
