@@ -1,0 +1,134 @@
+/* bench_nn: training-step throughput of the paper model (batch 32, forward + backward + SGD)
+ * on 1 and 2 OpenBLAS threads, beside PyTorch running the same network (bench/torch_cnn.py)
+ * and beside a large square cblas_sgemm, all measured in the same run. The results are the
+ * ratios (ours / torch, step FLOP rate / sgemm peak); bare rates are printed as context. */
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "mqgrad/nn.h"
+#include "mqgrad/util.h"
+
+#define BATCH 32
+
+/* FLOPs of one training step of the paper model (C = 1): 2*m*n*k per matrix product; the
+ * convolutions and FC layers run one product forward, one for the weight gradient and one for
+ * the input gradient (none for conv1, whose input is the data). Element-wise work ignored. */
+static double s_step_flops(void)
+{
+    const double n = BATCH;
+    double conv1 = 2 * n * 784 * 25 * 64 * 2;
+    double conv2 = 2 * n * 196 * 1600 * 64 * 3;
+    double fc = 2 * n * (3136.0 * 2304 + 2304.0 * 3840 + 3840.0 * 10) * 3;
+    return conv1 + conv2 + fc;
+}
+
+/* Best-of-three GFLOP/s of an N x N x N sgemm. */
+static double s_sgemm_peak(int n)
+{
+    float *a = malloc(sizeof(float) * n * n), *b = malloc(sizeof(float) * n * n),
+          *c = malloc(sizeof(float) * n * n);
+    for (int i = 0; i < n * n; i++)
+        a[i] = (float)(i % 17) / 17, b[i] = (float)(i % 13) / 13;
+    double best = 0;
+    for (int r = 0; r < 4; r++) {
+        double t0 = mq_now_s();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a, n, b, n, 0, c, n);
+        double g = 2.0 * n * n * n / (mq_now_s() - t0) / 1e9;
+        if (r > 0 && g > best) /* the first run warms up the threads and caches */
+            best = g;
+    }
+    free(a), free(b), free(c);
+    return best;
+}
+
+/* Best images/s over ROUNDS rounds of STEPS training steps of the paper model. */
+static double s_ours(mq_model_t *m, int steps, int rounds)
+{
+    float *x = malloc(sizeof(float) * BATCH * 784);
+    uint8_t y[BATCH];
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 1);
+    for (int i = 0; i < BATCH * 784; i++)
+        x[i] = mq_rng_float(&rng) * 2 - 1;
+    for (int i = 0; i < BATCH; i++)
+        y[i] = (uint8_t)(i % 10);
+    double best = 0;
+    mq_model_grad(m, x, y, BATCH); /* warm-up */
+    for (int r = 0; r < rounds; r++) {
+        double t0 = mq_now_s();
+        for (int s = 0; s < steps; s++) {
+            mq_model_grad(m, x, y, BATCH);
+            mq_sgd_update(mq_model_params(m), mq_model_grads(m), mq_model_nparams(m), 0.01f);
+        }
+        double ips = BATCH * steps / (mq_now_s() - t0);
+        best = ips > best ? ips : best;
+    }
+    free(x);
+    return best;
+}
+
+/* images/s of bench/torch_cnn.py at THREADS threads, or 0 (with a message) if it cannot run. */
+static double s_torch(const char *script, int threads, int steps)
+{
+    char cmd[1200], line[256];
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' --threads %d --batch %d --steps %d 2>&1",
+             script, threads, BATCH, steps);
+    FILE *p = popen(cmd, "r");
+    double ips = 0;
+    if (!p)
+        return 0;
+    while (fgets(line, sizeof line, p))
+        if (sscanf(line, "images_per_s %lf", &ips) != 1)
+            fprintf(stderr, "  torch: %s", line);
+    int rc = pclose(p);
+    if (rc != 0 || ips <= 0) {
+        printf("  torch: skipped (%s exited with status %d; is python3-torch installed?)\n",
+               script, rc);
+        return 0;
+    }
+    return ips;
+}
+
+int main(int argc, char **argv)
+{
+    int steps = argc > 1 ? atoi(argv[1]) : 5;
+    char here[1024], script[1200];
+    snprintf(here, sizeof here, "%s", __FILE__);
+    snprintf(script, sizeof script, "%s/torch_cnn.py", dirname(here));
+    const char *env = mq_env_str("MQGRAD_TORCH_SCRIPT", script);
+    bool have_torch = access(env, R_OK) == 0 && access("/usr/bin/python3", X_OK) == 0;
+    if (!have_torch)
+        printf("torch comparison skipped: %s or /usr/bin/python3 not found\n", env);
+    mq_model_t *m = mq_model_new("paper", 1, BATCH, 1e-4f);
+    if (!m) {
+        fprintf(stderr, "bench_nn: %s\n", mq_err_last());
+        return 1;
+    }
+    mq_model_init(m, 1);
+    double flops = s_step_flops();
+    printf("paper model, batch %d, %.2f GFLOP per training step, %d steps per round\n", BATCH,
+           flops / 1e9, steps);
+    for (int t = 1; t <= 2; t++) {
+        mq_nn_set_threads(t);
+        double peak = s_sgemm_peak(2048);
+        double ours = s_ours(m, steps, 2);
+        double torch = have_torch ? s_torch(env, t, steps) : 0;
+        double ours2 = s_ours(m, steps, 1); /* again after torch: the load may have changed */
+        ours = ours2 > ours ? ours2 : ours;
+        double gflops = ours / BATCH * flops / 1e9;
+        printf("threads %d: mqgrad %.1f img/s = %.1f GFLOP/s = %.2f of sgemm peak (%.1f GFLOP/s)",
+               t, ours, gflops, gflops / peak, peak);
+        if (torch > 0)
+            printf("; torch %.1f img/s; ratio mqgrad/torch %.2f\n", torch, ours / torch);
+        else
+            printf("\n");
+        fflush(stdout);
+    }
+    mq_model_destroy(&m);
+    return 0;
+}
