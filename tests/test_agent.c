@@ -447,6 +447,33 @@ Test(agent, requested_policy_wins_over_the_state_file_and_mqgrad_stays_stashed, 
     rmdir(dir);
 }
 
+Test(agent, iterations_starting_over_begin_a_new_run, .timeout = 30)
+{
+    char dir[64], state[128], pattern[160];
+    s_tmpdir(dir, sizeof dir);
+    snprintf(state, sizeof state, "%s/agent.state", dir);
+    int bits[40];
+    s_agent_t *a = s_start("mqgrad:epsilon=0.5", state, false);
+    s_feed(a, 0, 40, bits);
+    mq_msg_t *q = s_query(a);
+    cr_assert_eq(q->status.step, 8);
+    free(q);
+    s_feed(a, 0, 5, bits); /* a new run: iteration 0 again */
+    q = s_query(a);
+    cr_assert_eq(q->status.step, 1, "the policy did not start anew");
+    cr_assert_eq(q->status.iter, 4);
+    cr_assert_eq(q->status.decisions, 9);
+    free(q);
+    s_stop(&a);
+    snprintf(pattern, sizeof pattern, "%s.run-*", state);
+    glob_t g;
+    cr_assert_eq(glob(pattern, 0, NULL, &g), 0, "the previous run's state was not kept");
+    unlink(g.gl_pathv[0]);
+    globfree(&g);
+    unlink(state);
+    rmdir(dir);
+}
+
 static char *s_slurp(const char *path)
 {
     char *data;

@@ -260,6 +260,55 @@ static void s_reply_status(s_agent_t *self, mq_msg_type_t type, uint64_t iter)
     s_send(self);
 }
 
+/* A new run: the iterations start again from the first window while the agent has seen
+ * later ones. The learned state belongs to the old run: it is kept beside the state file
+ * (PATH.run-<unix time>) and the policy starts anew with the same spec. */
+static void s_new_run(s_agent_t *self, uint64_t iter)
+{
+    mq_policy_t *fresh = s_policy_new(self, self->last.spec, self->cfg->opts.start_bits);
+    if (!fresh) {
+        mq_warn("a new run, but policy %s cannot be rebuilt: %s", self->last.spec, mq_err_last());
+        return;
+    }
+    char aside[1100] = "";
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (self->cfg->state[0] &&
+        mq_agent_state_pack(self->policy, self->stash, &self->n, &buf, &len) == 0) {
+        snprintf(aside, sizeof aside, "%s.run-%lld", self->cfg->state, (long long)time(NULL));
+        if (mq_write_file_atomic(aside, buf, len) != 0)
+            snprintf(aside, sizeof aside, "nowhere (%s)", mq_err_last());
+    }
+    free(buf);
+    mq_warn("iteration %llu after %llu: a new run; policy %s starts anew%s%s",
+            (unsigned long long)iter, (unsigned long long)self->iter, self->last.spec,
+            aside[0] ? ", the previous run's state is kept in " : "", aside);
+    mq_policy_destroy(&self->policy);
+    mq_policy_destroy(&self->stash);
+    s_activate(self, fresh);
+    self->iter = 0;
+    self->warned_old = false;
+}
+
+/* Iterations arrive in order. One from the first window after later ones starts a new run;
+ * any other step back is ignored by the policy (a scheduler resuming from a checkpoint
+ * repeats iterations already seen), which is said once. */
+static void s_check_order(s_agent_t *self, uint64_t iter)
+{
+    if (self->n.observations == 0 || self->last.observations == 0 || iter > self->iter) {
+        self->warned_old = false;
+        return;
+    }
+    if (iter < (uint64_t)self->cfg->opts.T && self->iter >= (uint64_t)self->cfg->opts.T) {
+        s_new_run(self, iter);
+    } else if (!self->warned_old) {
+        mq_warn("iteration %llu is not after the last observed (%llu): ignored, as are the "
+                "next ones until training passes it",
+                (unsigned long long)iter, (unsigned long long)self->iter);
+        self->warned_old = true;
+    }
+}
+
 /* OBSERVE: one finished iteration. The reply goes out before anything slow (the save). */
 static void s_on_observe(s_agent_t *self)
 {
@@ -271,14 +320,7 @@ static void s_on_observe(s_agent_t *self)
                           .grad_range = m->obs.grad_range,
                           .total_iters = m->obs.total_iters,
                           .progress = m->obs.progress};
-    if (self->n.observations > 0 && o.iter <= self->iter && !self->warned_old) {
-        mq_warn("iteration %llu is not after the last observed (%llu): ignored, and so are "
-                "older ones until training passes it (a new run needs a new --state file)",
-                (unsigned long long)o.iter, (unsigned long long)self->iter);
-        self->warned_old = true;
-    } else if (o.iter > self->iter) {
-        self->warned_old = false;
-    }
+    s_check_order(self, o.iter);
     if (mq_policy_observe(self->policy, &o) < 0) {
         s_reply_error(self, "observation of iteration %llu failed: %s", (unsigned long long)o.iter,
                       mq_err_last());
