@@ -4,10 +4,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <criterion/criterion.h>
 
+#include "mqgrad/data.h"
 #include "mqgrad/runlog.h"
 #include "mqgrad/util.h"
 
@@ -116,4 +118,37 @@ Test(runlog, unwritable_directory_fails_with_a_message)
     strcat(dir, "/run");
     cr_expect_null(mq_runlog_new(dir, "{}"));
     cr_expect(strlen(mq_err_last()) > 0);
+}
+
+/* mqgrad train writes its run directory through runlog: check the files a user would read. */
+Test(runlog, mqgrad_train_leaves_a_complete_run_directory, .timeout = 120)
+{
+    char bin[512], cmd[1400];
+    snprintf(bin, sizeof bin, "%s/tools/mqgrad", MQ_TEST_BIN_DIR);
+    if (access(bin, X_OK) != 0)
+        cr_skip_test("%s not built", bin);
+    if (access(MQ_DEFAULT_DATA_DIR "/train-images-idx3-ubyte.gz", R_OK) != 0)
+        cr_skip_test("Fashion-MNIST not installed");
+    snprintf(cmd, sizeof cmd,
+             "%s train --model small --iterations 20 --eval-every 10 --eval-limit 200 "
+             "--threads 1 --quiet --run-dir %s/train >/dev/null", bin, s_dir);
+    cr_assert_eq(system(cmd), 0);
+    char *csv = s_read("train", "metrics.csv"), *sum = s_read("train", "summary.json");
+    int rows = 0;
+    for (char *p = csv; (p = strchr(p, '\n')); p++)
+        rows++;
+    cr_expect_eq(rows, 21, "header + one row per iteration");
+    cr_expect(strstr(csv, "\n20,") != NULL);
+    cr_expect(strstr(sum, "\"iterations\": 20") && strstr(sum, "\"policy\": \"none\"") &&
+              strstr(sum, "\"workers\": 1") && strstr(sum, "\"servers\": 0") &&
+              strstr(sum, "\"status\": \"completed\""), "%s", sum);
+    s_expect_json("train", "summary.json", false);
+    s_expect_json("train", "config.json", false);
+    s_expect_json("train", "events.jsonl", true);
+    free(csv), free(sum);
+    snprintf(cmd, sizeof cmd, "%s train --batch 0 2>/dev/null", bin);
+    cr_expect_eq(WEXITSTATUS(system(cmd)), 2, "a bad flag exits 2");
+    snprintf(cmd, sizeof cmd, "%s train --data-dir %s/none --run-dir %s/r 2>/dev/null", bin,
+             s_dir, s_dir);
+    cr_expect_eq(WEXITSTATUS(system(cmd)), 2, "a missing dataset exits 2");
 }

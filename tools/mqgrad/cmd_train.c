@@ -130,7 +130,9 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
             *p = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
         const char *v = mq_env_str(var, NULL);
         if (v && s_set(o, s_numeric[i], v) < 0) {
-            mq_err_set("%s (from %s)", mq_err_last(), var);
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", mq_err_last());
+            mq_err_set("%s (from %s)", msg, var);
             return -1;
         }
     }
