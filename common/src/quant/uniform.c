@@ -194,17 +194,64 @@ static void s_quantize(const float *x, size_t n, const s_qparams_t *p, unsigned 
     }
 }
 
-/* Two 24-bit uniforms per generator step: the rng is the cost of stochastic rounding. */
-static void s_noise(mq_rng_t *rng, float *u, size_t n)
+/* Rounding noise: four xoshiro128** generators side by side in one vector register, seeded
+ * from the caller's generator at each encode. A scalar xoshiro256** step per value or two
+ * was most of the cost of stochastic rounding; this gives four values in about as many
+ * instructions, and the payload still depends only on the caller's seed. */
+typedef uint32_t s_v4u_t __attribute__((vector_size(16)));
+
+typedef struct {
+    s_v4u_t s[4];
+} s_noise_t;
+
+static s_v4u_t s_rotl(s_v4u_t x, int k)
 {
+    return (x << k) | (x >> (32 - k));
+}
+
+static void s_noise_seed(s_noise_t *g, mq_rng_t *rng)
+{
+    for (int w = 0; w < 4; w++)
+        for (int lane = 0; lane < 4; lane += 2) {
+            uint64_t r = mq_rng_next(rng);
+            g->s[w][lane] = (uint32_t)r;
+            g->s[w][lane + 1] = (uint32_t)(r >> 32);
+        }
+    for (int lane = 0; lane < 4; lane++) /* an all-zero state would stay zero */
+        if (!(g->s[0][lane] | g->s[1][lane] | g->s[2][lane] | g->s[3][lane]))
+            g->s[0][lane] = 0x9e3779b9u;
+}
+
+/* One step of the four generators: four 32-bit outputs. The multiplications by 5 and 9 are
+ * shifts and adds: baseline x86-64 has no 32-bit lane multiply (pmulld is SSE4.1). */
+static s_v4u_t s_noise_next(s_noise_t *g)
+{
+    s_v4u_t x = (g->s[1] << 2) + g->s[1];
+    x = s_rotl(x, 7);
+    s_v4u_t r = (x << 3) + x, t = g->s[1] << 9;
+    g->s[2] ^= g->s[0];
+    g->s[3] ^= g->s[1];
+    g->s[1] ^= g->s[2];
+    g->s[0] ^= g->s[3];
+    g->s[2] ^= t;
+    g->s[3] = s_rotl(g->s[3], 11);
+    return r;
+}
+
+/* n uniforms in [0, 1) with 24 random bits each. */
+static void s_noise(s_noise_t *g, float *u, size_t n)
+{
+    const mq_v4f_t unit = mq_v4f_set1(0x1.0p-24f);
     size_t i = 0;
-    for (; i + 2 <= n; i += 2) {
-        uint64_t r = mq_rng_next(rng);
-        u[i] = (float)(r >> 40) * 0x1.0p-24f;
-        u[i + 1] = (float)((r >> 8) & 0xffffffu) * 0x1.0p-24f;
+    for (; i + 4 <= n; i += 4) {
+        mq_v4f_t v = __builtin_convertvector((mq_v4i_t)(s_noise_next(g) >> 8), mq_v4f_t) * unit;
+        memcpy(u + i, &v, sizeof v);
     }
-    if (i < n)
-        u[i] = mq_rng_float(rng);
+    if (i < n) {
+        s_v4u_t r = s_noise_next(g) >> 8;
+        for (int j = 0; i < n; i++, j++)
+            u[i] = (float)r[j] * 0x1.0p-24f;
+    }
 }
 
 /* 64-bit little-endian loads and stores whatever the host order. */
@@ -310,11 +357,14 @@ int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uin
     float noise[S_CHUNK];
     size_t next_bucket = 0; /* buckets get their range when first reached: still in cache */
     s_qparams_t p = {0};
+    s_noise_t gen;
+    if (c->stochastic)
+        s_noise_seed(&gen, rng);
 
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         if (c->stochastic)
-            s_noise(rng, noise, len);
+            s_noise(&gen, noise, len);
         for (size_t i = start; i < start + len;) {
             size_t b = i / B;
             size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
