@@ -34,6 +34,8 @@ typedef struct {
     uint8_t *y;
     int test_n;
     uint64_t max_iter; /* from --iterations or --epochs; UINT64_MAX if only a time budget */
+    double last_print, last_train; /* the previous progress line */
+    uint64_t last_it;
 } s_run_t;
 
 static volatile sig_atomic_t s_stop;
@@ -255,22 +257,57 @@ static void s_fmt_dur(double s, char *buf, size_t len)
         snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
 }
 
+/* Evaluates on the first test_n test images into ROW and logs an "eval" event. */
+static void s_evaluate(s_run_t *r, mq_metrics_row_t *row)
+{
+    double ls = 0;
+    long correct = 0;
+    mq_model_eval(r->model, r->test_x, r->test->labels, r->test_n, &ls, &correct);
+    row->evaluated = true;
+    row->test_acc = (double)correct / r->test_n;
+    row->test_loss = ls / r->test_n;
+    char f[128];
+    snprintf(f, sizeof f, "\"test_acc\":%.6f,\"test_loss\":%.6g", row->test_acc, row->test_loss);
+    mq_runlog_event(r->log, row->iter, "eval", f);
+}
+
+/* One progress line: rates over the interval since the previous line; time left from the
+ * iteration limit or the time budget, whichever comes first. */
+static void s_progress(s_run_t *r, const mq_metrics_row_t *row)
+{
+    const s_opts_t *o = r->o;
+    double rate = (row->iter - r->last_it) / (row->train_time_s - r->last_train + 1e-12);
+    double left = INFINITY;
+    if (r->max_iter != UINT64_MAX)
+        left = (r->max_iter - row->iter) / rate;
+    if (o->time_budget && o->time_budget - row->train_time_s < left)
+        left = o->time_budget - row->train_time_s;
+    char ls[32], accs[32] = "";
+    s_fmt_dur(left, ls, sizeof ls);
+    if (row->evaluated)
+        snprintf(accs, sizeof accs, "  test_acc %.2f%%", 100 * row->test_acc);
+    printf("iter %7llu  loss %.4f (avg %.4f)%s  %.1f it/s  %.0f img/s  left %s\n",
+           (unsigned long long)row->iter, row->loss, row->smoothed_loss, accs, rate,
+           rate * o->batch, ls);
+    fflush(stdout);
+    r->last_print = mq_now_s(), r->last_it = row->iter, r->last_train = row->train_time_s;
+}
+
 /* Training loop; returns the exit code. Evaluation time is kept out of train_time_s. */
 static int s_loop(s_run_t *r, mq_summary_t *sum)
 {
     s_opts_t *o = r->o;
     mq_model_t *m = r->model;
-    size_t np = mq_model_nparams(m);
-    double train_s = 0, smooth = NAN, last_print = mq_now_s(), acc = NAN;
-    uint64_t it = 0, last_it = 0;
-    double last_train = 0;
+    double train_s = 0, smooth = NAN, acc = NAN;
+    uint64_t it = 0;
+    r->last_print = mq_now_s();
     while (it < r->max_iter && !s_stop && !(o->time_budget && train_s >= o->time_budget)) {
         double t0 = mq_now_s();
         mq_batcher_next(r->batcher, r->x, r->y);
         double t1 = mq_now_s();
         float loss = mq_model_grad(m, r->x, r->y, (int)o->batch);
         double t2 = mq_now_s();
-        mq_sgd_update(mq_model_params(m), mq_model_grads(m), np, (float)o->lr);
+        mq_sgd_update(mq_model_params(m), mq_model_grads(m), mq_model_nparams(m), (float)o->lr);
         double t3 = mq_now_s();
         train_s += t3 - t0;
         it++;
@@ -287,16 +324,8 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
                                 .compute_ms = (t2 - t1) * 1e3, .update_ms = (t3 - t2) * 1e3};
         bool last = it >= r->max_iter || s_stop || (o->time_budget && train_s >= o->time_budget);
         if ((o->eval_every && it % o->eval_every == 0) || last) {
-            double ls = 0;
-            long correct = 0;
-            mq_model_eval(m, r->test_x, r->test->labels, r->test_n, &ls, &correct);
-            row.evaluated = true;
-            acc = row.test_acc = (double)correct / r->test_n;
-            row.test_loss = ls / r->test_n;
-            char f[128];
-            snprintf(f, sizeof f, "\"test_acc\":%.6f,\"test_loss\":%.6g", row.test_acc,
-                     row.test_loss);
-            mq_runlog_event(r->log, it, "eval", f);
+            s_evaluate(r, &row);
+            acc = row.test_acc;
         }
         if (mq_runlog_row(r->log, &row) < 0) {
             fprintf(stderr, "mqgrad train: %s\n", mq_err_last());
@@ -306,22 +335,8 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
                               o->seed, 0, "running"};
         if (row.evaluated)
             mq_runlog_summary(r->log, sum);
-        double now = mq_now_s();
-        if (!o->quiet && (now - last_print >= 2 || row.evaluated || last)) {
-            double rate = (it - last_it) / (train_s - last_train + 1e-12), left = INFINITY;
-            if (r->max_iter != UINT64_MAX)
-                left = (r->max_iter - it) / rate;
-            if (o->time_budget && o->time_budget - train_s < left)
-                left = o->time_budget - train_s;
-            char ls[32], accs[32] = "";
-            s_fmt_dur(left, ls, sizeof ls);
-            if (row.evaluated)
-                snprintf(accs, sizeof accs, "  test_acc %.2f%%", 100 * row.test_acc);
-            printf("iter %7llu  loss %.4f (avg %.4f)%s  %.1f it/s  %.0f img/s  left %s\n",
-                   (unsigned long long)it, loss, smooth, accs, rate, rate * o->batch, ls);
-            fflush(stdout);
-            last_print = now, last_it = it, last_train = train_s;
-        }
+        if (!o->quiet && (mq_now_s() - r->last_print >= 2 || row.evaluated || last))
+            s_progress(r, &row);
     }
     sum->status = s_stop ? "interrupted" : "completed";
     return 0;
