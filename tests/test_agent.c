@@ -373,7 +373,7 @@ static void s_restart_case(uint64_t cut)
 {
     char dir[64], state[128];
     s_tmpdir(dir, sizeof dir);
-    snprintf(state, sizeof state, "%s/agent.state", dir);
+    snprintf(state, sizeof state, "%s/sub/agent.state", dir); /* sub/ does not exist yet */
     int with_restart[60] = {0}, straight[60] = {0};
     s_agent_t *a = s_start("mqgrad:epsilon=0.3", state, false);
     cr_assert_eq(a->cfg.start_status, 0, "%s", a->cfg.start_error);
@@ -410,6 +410,8 @@ static void s_restart_case(uint64_t cut)
     free(qa);
     free(qb);
     unlink(state);
+    *strrchr(state, '/') = '\0';
+    rmdir(state);
     rmdir(dir);
 }
 

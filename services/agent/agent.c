@@ -4,6 +4,7 @@
 #include "agent_internal.h"
 
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -157,7 +158,11 @@ static int s_save(s_agent_t *self)
         mq_agent_saver_put(self->saver, buf, len);
         return 0;
     }
-    int rc = mq_write_file_atomic(self->cfg->state, buf, len);
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s", self->cfg->state);
+    int rc = mq_mkdirs(dirname(dir)); /* a state volume may come up empty */
+    if (rc == 0)
+        rc = mq_write_file_atomic(self->cfg->state, buf, len);
     free(buf);
     if (rc != 0) {
         char why[800];
