@@ -532,6 +532,11 @@ Test(agent, probe_exits_0_on_pong_and_1_without_answer, .timeout = 20)
     snprintf(cmd, sizeof cmd, S_CLI " probe tcp://127.0.0.1:1 --timeout 300 2>&1");
     cr_assert_eq(s_run(cmd, out, sizeof out), 1);
     cr_assert(strstr(out, "no answer"), "%s", out);
+    snprintf(cmd, sizeof cmd, S_CLI " bits --agent tcp://127.0.0.1:1 --timeout 300 2>&1");
+    cr_assert_eq(s_run(cmd, out, sizeof out), 1);
+    cr_assert(strstr(out, "no answer from tcp://127.0.0.1:1 within 300 ms"), "%s", out);
+    snprintf(cmd, sizeof cmd, S_CLI " bits --timeout soon 2>&1");
+    cr_assert_eq(s_run(cmd, out, sizeof out), 2, "a bad flag value is a usage error");
 }
 
 static int s_cmp_double(const void *x, const void *y)
