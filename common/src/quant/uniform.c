@@ -150,8 +150,9 @@ static s_qparams_t s_qparams(float lo, float hi, unsigned levels)
 
 /* Codes for x[0..n) of one bucket. NOISE is NULL for round-to-nearest, else n uniforms in
  * [0, 1): floor(y + u) rounds y up with probability frac(y), so the decoded value is
- * unbiased. y >= 0 because x >= lo, so truncation is floor; the clamp catches y a hair
- * above levels from rounding in (x - lo) * inv. */
+ * unbiased (up to the float rounding of y + u: at 8 bits y < 256 keeps 15 bits of u, a bias
+ * below 2^-16 of a step). y >= 0 because x >= lo, so truncation is floor; the clamp catches
+ * y a hair above levels from rounding in (x - lo) * inv. */
 static void s_quantize(const float *x, size_t n, const s_qparams_t *p, unsigned levels,
                        const float *noise, uint8_t *q)
 {
