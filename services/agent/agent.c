@@ -443,6 +443,7 @@ static void s_destroy(s_agent_t **self_p)
     if (self->msg)
         mq_msg_reset(self->msg);
     free(self->msg);
+    mq_wire_thread_cleanup();
     free(self);
     *self_p = NULL;
 }

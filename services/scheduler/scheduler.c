@@ -677,4 +677,5 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     mq_msg_reset(&self->in);
     zloop_destroy(&self->loop);
     free(self);
+    mq_wire_thread_cleanup();
 }

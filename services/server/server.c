@@ -455,4 +455,5 @@ void mq_server_actor(zsock_t *pipe, void *args)
     mq_msg_reset(&self->in);
     zloop_destroy(&self->loop);
     free(self);
+    mq_wire_thread_cleanup();
 }

@@ -517,6 +517,7 @@ static void s_destroy(s_worker_t *self)
     mq_msg_reset(&self->in);
     zloop_destroy(&self->loop);
     free(self);
+    mq_wire_thread_cleanup();
 }
 
 void mq_worker_actor(zsock_t *pipe, void *args)

@@ -65,7 +65,8 @@ int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *ds
 
 /* Encodes with error feedback (1-bit SGD style residual accumulation): encodes
  * v = src + residual and leaves residual = v - decode(encode(v)). residual has n values,
- * zero at the start of training. src is not modified. */
+ * zero at the start of training. src is not modified. With uniform:1:stochastic it rounds to
+ * nearest instead (1-bit stochastic rounding with error feedback diverges) and warns once. */
 int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng);
 

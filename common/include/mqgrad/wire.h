@@ -200,6 +200,9 @@ int mq_wire_send_many(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads
  * reason and an error describing it; msg->peer then says who sent it when known. */
 int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop);
 
+/* Frees this thread's receive arena and pack buffer; actors call it before they end. */
+void mq_wire_thread_cleanup(void);
+
 /* Drop accounting: counts per reason; logs the first drop for each (peer, reason) pair
  * only, so a misbehaving peer cannot flood the log. */
 typedef struct {

@@ -126,10 +126,11 @@ static void s_status_to_pb(mq_status_msg_t *s, Mqgrad__Status *pb)
 }
 
 /* Packs MSG's Meta into a per-thread buffer that grows as needed (rarely: Meta is small). */
+static _Thread_local uint8_t *s_pack_buf;
+static _Thread_local size_t s_pack_cap;
+
 static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
 {
-    static _Thread_local uint8_t *buf;
-    static _Thread_local size_t cap;
     Mqgrad__Meta meta = MQGRAD__META__INIT;
     Mqgrad__RunConfig config = MQGRAD__RUN_CONFIG__INIT;
     Mqgrad__Report report = MQGRAD__REPORT__INIT;
@@ -204,17 +205,17 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.tensors = thp;
 
     size_t need = mqgrad__meta__get_packed_size(&meta);
-    if (need > cap) {
-        uint8_t *bigger = realloc(buf, need);
+    if (need > s_pack_cap) {
+        uint8_t *bigger = realloc(s_pack_buf, need);
         if (!bigger) {
             mq_err_set("out of memory packing a %zu-byte meta", need);
             return -1;
         }
-        buf = bigger;
-        cap = need;
+        s_pack_buf = bigger;
+        s_pack_cap = need;
     }
-    *out_len = mqgrad__meta__pack(&meta, buf);
-    *out = buf;
+    *out_len = mqgrad__meta__pack(&meta, s_pack_buf);
+    *out = s_pack_buf;
     return 0;
 }
 
@@ -560,9 +561,20 @@ static mq_drop_t s_recv_payloads(void *h, mq_msg_t *msg, bool more)
     return drop;
 }
 
+static _Thread_local s_arena_t *s_arena;
+
+void mq_wire_thread_cleanup(void)
+{
+    free(s_arena);
+    s_arena = NULL;
+    free(s_pack_buf);
+    s_pack_buf = NULL;
+    s_pack_cap = 0;
+}
+
 int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop)
 {
-    static _Thread_local s_arena_t *arena;
+    s_arena_t *arena = s_arena;
     void *h = zsock_resolve(sock);
     mq_msg_init(msg, MQ_MSG_UNKNOWN);
     msg->peer_len = 0;
@@ -599,7 +611,7 @@ int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop)
     }
     Mqgrad__Meta *meta = NULL;
     if (d == MQ_DROP_NONE) {
-        if (!arena && !(arena = malloc(sizeof *arena))) {
+        if (!arena && !(arena = s_arena = malloc(sizeof *arena))) {
             mq_err_set("out of memory");
             d = MQ_DROP_GARBAGE;
         } else {
