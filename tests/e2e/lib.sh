@@ -53,9 +53,11 @@ e2e_free_port() {
     echo "$p"
 }
 
-# Compose v2 (`docker compose`) if present, else docker-compose v1.
+# Compose v2 (`docker compose`) if present, else docker-compose v1; E2E_COMPOSE_CMD overrides.
 e2e_compose_cmd() {
-    if docker compose version >/dev/null 2>&1; then
+    if [ -n "${E2E_COMPOSE_CMD:-}" ]; then
+        read -r -a E2E_COMPOSE <<<"$E2E_COMPOSE_CMD"
+    elif docker compose version >/dev/null 2>&1; then
         E2E_COMPOSE=(docker compose)
     elif command -v docker-compose >/dev/null 2>&1; then
         E2E_COMPOSE=(docker-compose)
@@ -77,8 +79,10 @@ e2e_cleanup() {
     local rc=$?
     trap - EXIT TERM INT
     set +e
-    local i
-    for ((i = ${#E2E_CLEANUPS[@]} - 1; i >= 0; i--)); do eval "${E2E_CLEANUPS[$i]}"; done
+    local _e2e_k
+    for ((_e2e_k = ${#E2E_CLEANUPS[@]} - 1; _e2e_k >= 0; _e2e_k--)); do
+        eval "${E2E_CLEANUPS[$_e2e_k]}"
+    done
     if [ "$rc" != 0 ] && [ -n "${E2E_PROJECT:-}" ]; then
         e2e_log "last logs of $E2E_PROJECT:"
         compose logs --no-color --tail 30 >&2 2>/dev/null

@@ -18,7 +18,7 @@ fi
 start=$(date +%s)
 export E2E_FIGURES="${E2E_FIGURES:-$(mktemp)}"
 echo "e2e: building images offline (deploy/build-images.sh)"
-if ! timeout 3600 "$repo/deploy/build-images.sh"; then
+if ! timeout 3600 "$repo/deploy/build-images.sh" --tag "${MQGRAD_IMAGE:-mqgrad:latest}"; then
     echo "e2e: image build failed"
     echo "0 passed, 1 failed"
     exit 1

@@ -41,7 +41,7 @@ compose restart agent >"$E2E_TMP/restart.log" 2>&1 || { cat "$E2E_TMP/restart.lo
 agent_id=$(e2e_containers agent | head -n1)
 agent_healthy() { [ "$(docker inspect -f '{{.State.Health.Status}}' "$agent_id")" = healthy ]; }
 e2e_wait 90 "the restarted agent to be healthy" agent_healthy
-e2e_wait 30 "the agent's HTTP port" http_bits
+e2e_wait 30 "the agent's HTTP port" eval "http_bits >/dev/null"
 step_after=$(http_bits | e2e_json_num step)
 e2e_log "agent back at step $step_after"
 [ -n "$step_after" ] && [ "$step_after" -gt 0 ] || e2e_fail "the agent's step went back to ${step_after:-nothing} after restart"

@@ -4,9 +4,11 @@
 source "$(dirname "$0")/lib.sh"
 e2e_begin scale "${E2E_LIMIT:-1200}" "$@"
 
-e2e_log "building images offline (quick when they exist)"
-"$E2E_REPO/deploy/build-images.sh" >"$E2E_TMP/build.log" 2>&1 \
-    || { tail -n 30 "$E2E_TMP/build.log" >&2; e2e_fail "deploy/build-images.sh failed"; }
+if [ -z "${E2E_SKIP_BUILD:-}" ]; then
+    e2e_log "building images offline (quick when they exist)"
+    "$E2E_REPO/deploy/build-images.sh" --tag "$MQGRAD_IMAGE" >"$E2E_TMP/build.log" 2>&1 \
+        || { tail -n 30 "$E2E_TMP/build.log" >&2; e2e_fail "deploy/build-images.sh failed"; }
+fi
 # Nothing may have been pulled: every image in use is local and has no registry digest.
 for img in debian:bookworm debian:bookworm-slim "$MQGRAD_IMAGE"; do
     [ "$(docker image inspect -f '{{len .RepoDigests}}' "$img")" = 0 ] \

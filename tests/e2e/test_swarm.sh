@@ -11,14 +11,28 @@ if [ "$(swarm_state)" != active ]; then
     e2e_log "initialising a single-node swarm"
     docker swarm init --advertise-addr "${E2E_SWARM_ADDR:-127.0.0.1}" >"$E2E_TMP/swarm.log" 2>&1 \
         || { cat "$E2E_TMP/swarm.log" >&2; e2e_fail "docker swarm init failed"; }
-    e2e_on_cleanup 'e2e_log "leaving the swarm this test created"; docker swarm leave --force >/dev/null 2>&1'
+    had_gwbridge=$(docker network ls -q --filter name='^docker_gwbridge$')
+    leave_swarm() {
+        e2e_log "leaving the swarm this test created"
+        docker swarm leave --force >/dev/null 2>&1
+        # swarm init made the host's docker_gwbridge network; leaving keeps it.
+        [ -n "$had_gwbridge" ] || docker network rm docker_gwbridge >/dev/null 2>&1
+    }
+    e2e_on_cleanup leave_swarm
 fi
 stack_gone() {
     [ -z "$(docker ps -aq --filter "label=com.docker.stack.namespace=$stack")" ] \
         && [ -z "$(docker network ls -q --filter "label=com.docker.stack.namespace=$stack")" ]
 }
+remove_stack() {
+    docker stack rm "$stack" >/dev/null 2>&1
+    local n
+    for n in $(seq 90); do stack_gone && break; sleep 1; done
+    # Volumes outlive the stack: remove this stack's (the agent's state).
+    docker volume ls -q --filter "label=com.docker.stack.namespace=$stack" | xargs -r docker volume rm -f >/dev/null 2>&1
+}
 # Registered after the swarm's, so it runs before leaving.
-e2e_on_cleanup "docker stack rm $stack >/dev/null 2>&1; for i in \$(seq 60); do stack_gone && break; sleep 1; done; docker volume ls -q --filter label=com.docker.stack.namespace=$stack | xargs -r docker volume rm -f >/dev/null 2>&1"
+e2e_on_cleanup remove_stack
 
 export MQGRAD_WORKERS=2
 export MQGRAD_ITERATIONS="${E2E_ITERATIONS:-200}"
