@@ -34,8 +34,13 @@ plain=$(compose exec -T agent mqgrad bits)
 h=$(http_bits | e2e_json_num bits)
 grep -Eq "(^|[^0-9])$h([^0-9]|$)" <<<"$plain" || e2e_log "note: plain 'mqgrad bits' printed '$plain', http says $h"
 
+# Restart once the step is well past what a fresh agent could reach while it restarts, so
+# "not back to 0" is told apart from "started anew and caught up a little".
+step_at_least() { local s; s=$(http_bits | e2e_json_num step) && [ "${s:-0}" -ge "$1" ]; }
+e2e_wait 180 "the agent's step to reach 10" step_at_least 10
 step_before=$(http_bits | e2e_json_num step)
 iters_before=$(e2e_iterations)
+restart_at=$(date -u +%Y-%m-%dT%H:%M:%SZ)
 e2e_log "restarting the agent at step $step_before (iteration $iters_before)"
 compose restart agent >"$E2E_TMP/restart.log" 2>&1 || { cat "$E2E_TMP/restart.log" >&2; e2e_fail "compose restart agent failed"; }
 agent_id=$(e2e_containers agent | head -n1)
@@ -43,7 +48,7 @@ agent_healthy() { [ "$(docker inspect -f '{{.State.Health.Status}}' "$agent_id")
 e2e_wait 90 "the restarted agent to be healthy" agent_healthy
 e2e_wait 30 "the agent's HTTP port" eval "http_bits >/dev/null"
 step_after=$(http_bits | e2e_json_num step)
-e2e_log "agent back at step $step_after"
+e2e_log "agent back at step $step_after; its log: $(docker logs --since "$restart_at" "$agent_id" 2>&1 | grep -m1 -io 'resumed at step [0-9]*' || echo 'no "resumed" line')"
 [ -n "$step_after" ] && [ "$step_after" -gt 0 ] || e2e_fail "the agent's step went back to ${step_after:-nothing} after restart"
 [ "$step_after" -ge "$step_before" ] || e2e_fail "the agent's step went back from $step_before to $step_after"
 

@@ -56,6 +56,10 @@ docker service ls --filter "label=com.docker.stack.namespace=$stack" --format ' 
 
 e2e_wait 300 "the first iteration" e2e_training_started
 e2e_log "first iteration $(( $(date +%s) - t0 ))s after deploy"
+# The agent's host-mode port answers on this node.
+bits=$(curl -fsS --max-time 5 "http://127.0.0.1:$MQGRAD_HTTP_PORT/bits" | e2e_json_num bits || true)
+[ -n "$bits" ] || e2e_fail "curl localhost:$MQGRAD_HTTP_PORT/bits gave no bit-width on the swarm"
+e2e_log "agent on the swarm answers: $bits bits"
 e2e_wait "${E2E_TRAIN_LIMIT:-900}" "the run to complete" e2e_summary_completed
 e2e_log "run completed: $(e2e_iterations) iterations"
 
