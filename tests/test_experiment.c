@@ -1,0 +1,275 @@
+/* `mqgrad experiment` end to end, through the built binary: a tiny experiment (small model,
+ * fixed:2 and fp32, one seed) leaves both run directories and a report whose final accuracies
+ * are the runs' own; run again it skips what completed and redoes what did not; bad flags
+ * exit 2 before anything runs. */
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "mqgrad/util.h"
+
+#define MQGRAD MQ_TEST_BIN_DIR "/tools/mqgrad"
+
+static int s_rm(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/* Removes a test's directory once the test passed (a failure keeps it to look at). */
+static void s_rmtree(const char *dir)
+{
+    nftw(dir, s_rm, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static char *s_slurp(const char *path)
+{
+    char *data;
+    size_t len;
+    cr_assert_eq(mq_read_file(path, &data, &len), 0, "%s", mq_err_last());
+    return data;
+}
+
+/* Runs `mqgrad experiment ARGS... --out OUT` with stdout and stderr in LOG; returns its exit
+ * code (kills it after TIMEOUT_S). */
+static int s_experiment(const char *out, const char *log, int timeout_s, const char *const *args)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        const char *argv[48] = {"mqgrad", "experiment", "--out", out};
+        int n = 4;
+        for (int i = 0; args[i] && n < 46; i++)
+            argv[n++] = args[i];
+        argv[n] = NULL;
+        freopen(log, "w", stdout);
+        dup2(fileno(stdout), STDERR_FILENO);
+        execv(MQGRAD, (char **)argv);
+        _exit(127);
+    }
+    int status;
+    for (int i = 0; i < timeout_s * 10; i++) {
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        usleep(100000);
+    }
+    kill(pid, SIGINT);
+    waitpid(pid, &status, 0);
+    cr_assert_fail("mqgrad experiment did not finish within %d s", timeout_s);
+    return -1;
+}
+
+static const char *s_tiny[] = {"--methods",
+                               "fixed:2,none",
+                               "--seeds",
+                               "1",
+                               "--model",
+                               "small",
+                               "--iterations",
+                               "30",
+                               "--eval-every",
+                               "10",
+                               "--eval-limit",
+                               "500",
+                               "--threshold",
+                               "1000",
+                               "--workers",
+                               "2",
+                               "--servers",
+                               "1",
+                               "--threads",
+                               "1",
+                               NULL};
+
+/* The number after "KEY": in a summary.json. */
+static double s_json_num(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(json, pat);
+    cr_assert_not_null(p, "no %s in %s", key, json);
+    return strtod(p + strlen(pat), NULL);
+}
+
+/* Cell COL (0 = method) of the first row of report.md's "## SECTION" table whose first two
+ * cells are METHOD and SECOND. */
+static void s_cell(const char *md, const char *section, const char *method, const char *second,
+                   int col, char *cell, size_t len)
+{
+    char head[96], row[96];
+    snprintf(head, sizeof head, "## %s", section);
+    snprintf(row, sizeof row, "\n| %s | %s |", method, second);
+    const char *s = strstr(md, head);
+    cr_assert_not_null(s, "report.md has no section '%s'", section);
+    const char *r = strstr(s, row);
+    cr_assert_not_null(r, "no row '%s | %s' under '%s'", method, second, section);
+    const char *p = r + 2;
+    for (int c = 0; c < col; c++)
+        p = strchr(p, '|') + 1;
+    size_t n = strcspn(p, "|");
+    cr_assert(n < len);
+    snprintf(cell, len, "%.*s", (int)n, p);
+    char *e = cell + strlen(cell);
+    while (e > cell && e[-1] == ' ')
+        *--e = '\0';
+    memmove(cell, cell + strspn(cell, " "), strlen(cell + strspn(cell, " ")) + 1);
+}
+
+static bool s_exists(const char *dir, const char *name)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* The report's two tables hold the accuracy the run's summary.json gives. */
+static void s_check_report_has(const char *out, const char *md, const char *method,
+                               const char *dirname)
+{
+    char path[512], want[32], cell[96];
+    snprintf(path, sizeof path, "%s/%s/summary.json", out, dirname);
+    char *summary = s_slurp(path);
+    cr_expect(strstr(summary, "\"status\": \"completed\""), "%s: %s", path, summary);
+    double acc = s_json_num(summary, "final_test_acc");
+    cr_assert(isfinite(acc), "%s has no final accuracy", path);
+    snprintf(want, sizeof want, "%.2f", 100 * acc);
+    s_cell(md, "Runs", method, "1", 4, cell, sizeof cell);
+    cr_expect_str_eq(cell, want, "Runs table: %s final accuracy %s, summary.json says %s", method,
+                     cell, want);
+    s_cell(md, "Final results", method, "1", 3, cell, sizeof cell);
+    cr_expect_str_eq(cell, want, "Final results: %s final accuracy %s, summary.json says %s",
+                     method, cell, want);
+    free(summary);
+}
+
+Test(experiment, tiny_experiment_reports_its_runs_and_resumes, .timeout = 300)
+{
+    char root[64], out[96], log[128];
+    snprintf(root, sizeof root, "/tmp/mqgrad-exp-%d", (int)getpid());
+    snprintf(out, sizeof out, "%s/out", root);
+    snprintf(log, sizeof log, "%s/experiment.log", root);
+    cr_assert_eq(mq_mkdirs(root), 0);
+    int code = s_experiment(out, log, 240, s_tiny);
+    char *text = s_slurp(log);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, text);
+    cr_expect(strstr(text, "[1/2] none seed 1: loss"), "%s", text);
+    cr_expect(strstr(text, "[2/2] fixed:2 seed 1: loss"), "%s", text);
+    cr_expect(strstr(text, "fp32 communication/computation ratio: "), "%s", text);
+    free(text);
+
+    char report[160], md_path[200];
+    snprintf(report, sizeof report, "%s/report", out);
+    snprintf(md_path, sizeof md_path, "%s/report.md", report);
+    char *md = s_slurp(md_path);
+    s_check_report_has(out, md, "fixed:2", "fixed-2-seed1");
+    s_check_report_has(out, md, "none", "none-seed1");
+    free(md);
+    if (system("command -v gnuplot >/dev/null 2>&1") == 0)
+        for (const char **p =
+                 (const char *[]){"loss.png", "accuracy.png", "bits.png", "bytes.png", NULL};
+             *p; p++)
+            cr_expect(s_exists(report, *p), "%s/%s missing (gnuplot is installed)", report, *p);
+
+    /* Run again: both runs are skipped, their directories untouched. */
+    char sum_path[200];
+    snprintf(sum_path, sizeof sum_path, "%s/none-seed1/summary.json", out);
+    char *before = s_slurp(sum_path);
+    code = s_experiment(out, log, 120, s_tiny);
+    text = s_slurp(log);
+    cr_assert_eq(code, 0, "exit %d on the re-run:\n%s", code, text);
+    cr_expect(strstr(text, "[1/2] none seed 1: already completed"), "%s", text);
+    cr_expect(strstr(text, "[2/2] fixed:2 seed 1: already completed"), "%s", text);
+    cr_expect(strstr(text, "report in"), "%s", text);
+    free(text);
+    char *after = s_slurp(sum_path);
+    cr_expect_str_eq(after, before, "a skipped run's summary changed");
+    free(before);
+    free(after);
+    s_rmtree(root);
+}
+
+Test(experiment, unfinished_run_is_redone_and_kept_aside, .timeout = 300)
+{
+    char root[64], out[96], log[128], sum[200];
+    snprintf(root, sizeof root, "/tmp/mqgrad-exp-redo-%d", (int)getpid());
+    snprintf(out, sizeof out, "%s/out", root);
+    snprintf(log, sizeof log, "%s/experiment.log", root);
+    cr_assert_eq(mq_mkdirs(root), 0);
+    const char *args[] = {"--methods",
+                          "fixed:4",
+                          "--seeds",
+                          "7",
+                          "--model",
+                          "small",
+                          "--iterations",
+                          "10",
+                          "--eval-every",
+                          "10",
+                          "--eval-limit",
+                          "200",
+                          "--threshold",
+                          "1000",
+                          "--workers",
+                          "2",
+                          "--servers",
+                          "1",
+                          "--threads",
+                          "1",
+                          NULL};
+    cr_assert_eq(s_experiment(out, log, 120, args), 0);
+    /* Make it look like a run that was interrupted. */
+    snprintf(sum, sizeof sum, "%s/fixed-4-seed7/summary.json", out);
+    FILE *f = fopen(sum, "w");
+    cr_assert_not_null(f);
+    fputs("{\n  \"iterations\": 3,\n  \"policy\": \"fixed:4\",\n  \"seed\": 7,\n  \"status\": "
+          "\"interrupted\"\n}\n",
+          f);
+    fclose(f);
+    int code = s_experiment(out, log, 120, args);
+    char *text = s_slurp(log);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, text);
+    cr_expect(strstr(text, "[1/1] fixed:4 seed 7: loss"), "the run was not redone:\n%s", text);
+    cr_expect(strstr(text, "fixed-4-seed7.incomplete-"), "%s", text);
+    free(text);
+    char *summary = s_slurp(sum);
+    cr_expect(strstr(summary, "\"status\": \"completed\""), "%s", summary);
+    cr_expect_eq(s_json_num(summary, "iterations"), 10);
+    free(summary);
+    s_rmtree(root);
+}
+
+Test(experiment, bad_flags_exit_2_before_running, .timeout = 60)
+{
+    char root[64], out[96], log[128];
+    snprintf(root, sizeof root, "/tmp/mqgrad-exp-bad-%d", (int)getpid());
+    snprintf(out, sizeof out, "%s/out", root);
+    snprintf(log, sizeof log, "%s/experiment.log", root);
+    cr_assert_eq(mq_mkdirs(root), 0);
+    const struct {
+        const char *args[8], *says;
+    } cases[] = {
+        {{"--iterations", "5", "--bogus", "1", NULL}, "--bogus"},
+        {{"--iterations", "5", "--methods", "fixed:2,fixed:9", NULL}, "fixed:K"},
+        {{"--iterations", "5", "--methods", "sarsa", NULL}, "sarsa"},
+        {{"--iterations", "5", "--seeds", "1,x", NULL}, "--seeds"},
+        {{"--iterations", "5", "--policy", "fixed:2", NULL}, "--policy"},
+        {{"--iterations", "5", "--link-mbps", "fast", NULL}, "--link-mbps"},
+        {{"--methods", "none", NULL}, "--time-budget"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int code = s_experiment(out, log, 30, cases[i].args);
+        char *text = s_slurp(log);
+        cr_expect_eq(code, 2, "case %zu (%s): exit %d\n%s", i, cases[i].says, code, text);
+        cr_expect(strstr(text, cases[i].says), "case %zu: the message does not name %s:\n%s", i,
+                  cases[i].says, text);
+        free(text);
+        cr_expect(!s_exists(out, "."), "case %zu: created %s", i, out);
+    }
+    s_rmtree(root);
+}

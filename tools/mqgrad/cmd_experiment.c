@@ -1,0 +1,531 @@
+/* `mqgrad experiment`: the paper's comparison (section 4.2) on this machine. Runs the same
+ * local cluster once per method and seed (only the policy and the seed change), resumes an
+ * interrupted experiment by skipping completed runs, then writes the report of all runs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "local.h"
+#include "mqgrad/rl.h"
+#include "mqgrad/service.h"
+#include "mqgrad/util.h"
+#include "report.h"
+
+#define S_MAX_METHODS 16
+#define S_MAX_SEEDS 32
+#define S_ME "mqgrad experiment"
+
+typedef struct {
+    char methods[512], seeds[256], out[480], target_acc[24], checkpoints[256];
+    mq_local_opts_t base;
+    char method[S_MAX_METHODS][64];
+    int n_methods;
+    long seed[S_MAX_SEEDS];
+    int n_seeds;
+} s_opts_t;
+
+/* One planned run. */
+typedef struct {
+    const char *method;
+    long seed;
+    char dir[512];
+    enum { S_PENDING, S_DONE, S_FAILED } state;
+} s_run_t;
+
+static volatile sig_atomic_t s_interrupted;
+
+static void s_on_signal(int sig)
+{
+    (void)sig;
+    s_interrupted = 1;
+}
+
+static void s_catch_signals(void)
+{
+    struct sigaction sa = {.sa_handler = s_on_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}
+
+static const char s_usage[] =
+    "usage: mqgrad experiment [--methods LIST] [--seeds LIST] [--out DIR] [mqgrad local flags]\n"
+    "Runs the same local cluster once per method and seed (only the policy and the seed\n"
+    "change) into OUT/<method>-seed<seed>, skipping runs that already completed (so an\n"
+    "interrupted experiment resumes), then writes the report of all runs into OUT/report.\n"
+    "Every `mqgrad local` flag is accepted except --policy, --seed and --run-dir.";
+
+/* Moves this command's own flags from ARGV into MINE, the rest (local's flags) into REST;
+ * both keep argv[0]. */
+static void s_split_args(int argc, char **argv, char **mine, int *nm, char **rest, int *nr)
+{
+    static const char *const own[] = {"--methods", "--seeds", "--out", "--target-acc",
+                                      "--checkpoints"};
+    mine[0] = rest[0] = S_ME;
+    *nm = *nr = 1;
+    for (int i = 1; i < argc; i++) {
+        bool is_mine = false;
+        for (size_t k = 0; k < sizeof own / sizeof own[0] && !is_mine; k++) {
+            size_t n = strlen(own[k]);
+            if (strncmp(argv[i], own[k], n) == 0 && (argv[i][n] == '\0' || argv[i][n] == '='))
+                is_mine = true;
+        }
+        if (!is_mine) {
+            rest[(*nr)++] = argv[i];
+            continue;
+        }
+        mine[(*nm)++] = argv[i];
+        if (!strchr(argv[i], '=') && i + 1 < argc)
+            mine[(*nm)++] = argv[++i];
+    }
+    mine[*nm] = rest[*nr] = NULL;
+}
+
+/* Splits LIST into method specs. A piece with '=' and no ':' continues the previous spec
+ * ("mqgrad:epsilon=0.05,T=10"). Each spec must be "none" or a policy the agent accepts. */
+static int s_parse_methods(s_opts_t *o)
+{
+    char copy[sizeof o->methods];
+    snprintf(copy, sizeof copy, "%s", o->methods);
+    o->n_methods = 0;
+    for (char *save, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_methods > 0 && strchr(t, '=') && !strchr(t, ':')) {
+            char *prev = o->method[o->n_methods - 1];
+            size_t len = strlen(prev);
+            snprintf(prev + len, sizeof o->method[0] - len, ",%s", t);
+            continue;
+        }
+        if (o->n_methods == S_MAX_METHODS) {
+            mq_err_set("--methods: at most %d methods", S_MAX_METHODS);
+            return -1;
+        }
+        snprintf(o->method[o->n_methods++], sizeof o->method[0], "%s", t);
+    }
+    if (o->n_methods == 0) {
+        mq_err_set("--methods: no method given");
+        return -1;
+    }
+    mq_policy_opts_t po;
+    mq_policy_opts_default(&po);
+    for (int i = 0; i < o->n_methods; i++) {
+        for (int j = 0; j < i; j++)
+            if (strcmp(o->method[i], o->method[j]) == 0) {
+                mq_err_set("--methods: '%s' is listed twice", o->method[i]);
+                return -1;
+            }
+        if (strcmp(o->method[i], "none") == 0)
+            continue;
+        mq_policy_t *p = mq_policy_new(o->method[i], &po);
+        if (!p) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", mq_err_last());
+            mq_err_set("--methods: %s (none is fp32)", why);
+            return -1;
+        }
+        mq_policy_destroy(&p);
+    }
+    return 0;
+}
+
+static int s_parse_seeds(s_opts_t *o)
+{
+    char copy[sizeof o->seeds];
+    snprintf(copy, sizeof copy, "%s", o->seeds);
+    o->n_seeds = 0;
+    for (char *save, *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (o->n_seeds == S_MAX_SEEDS) {
+            mq_err_set("--seeds: at most %d seeds", S_MAX_SEEDS);
+            return -1;
+        }
+        if (mq_parse_long("--seeds", t, 0, 1L << 62, &o->seed[o->n_seeds]) < 0)
+            return -1;
+        for (int j = 0; j < o->n_seeds; j++)
+            if (o->seed[j] == o->seed[o->n_seeds]) {
+                mq_err_set("--seeds: seed %s is listed twice", t);
+                return -1;
+            }
+        o->n_seeds++;
+    }
+    if (o->n_seeds == 0) {
+        mq_err_set("--seeds: no seed given");
+        return -1;
+    }
+    return 0;
+}
+
+/* The numeric local flags are forwarded as text; check them now, not an hour into the run. */
+static int s_check_local(const mq_local_opts_t *b, int nr, char **rest)
+{
+    static const char *const per_run[] = {"--policy", "--seed", "--run-dir"};
+    for (int i = 1; i < nr; i++)
+        for (size_t k = 0; k < 3; k++) {
+            size_t n = strlen(per_run[k]);
+            if (strncmp(rest[i], per_run[k], n) == 0 && (!rest[i][n] || rest[i][n] == '=')) {
+                mq_err_set("%s is set per run by the experiment (use --methods, --seeds, --out)",
+                           per_run[k]);
+                return -1;
+            }
+        }
+    const struct {
+        const char *name, *value;
+        double lo, hi;
+    } nums[] = {{"--iterations", b->iterations, 0, 1e9}, {"--time-budget", b->time_budget, 0, 1e7},
+                {"--eval-every", b->eval_every, 0, 1e9}, {"--eval-limit", b->eval_limit, 0, 1e7},
+                {"--batch", b->batch, 1, 4096},          {"--lr", b->lr, 1e-9, 100},
+                {"--link-mbps", b->link_mbps, 0, 1e6},   {"--bucket", b->bucket, 0, 1e9},
+                {"--threshold", b->threshold, 0, 1e12},  {"--threads", b->threads, 0, 256}};
+    double v;
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
+        if (nums[i].value[0] &&
+            mq_parse_double(nums[i].name, nums[i].value, nums[i].lo, nums[i].hi, &v) < 0)
+            return -1;
+    if (!b->iterations[0] && !b->time_budget[0]) {
+        mq_err_set("give --iterations or --time-budget (every run needs an end)");
+        return -1;
+    }
+    return 0;
+}
+
+/* 0 ok, 1 help printed, 2 bad usage (message printed). */
+static int s_parse(s_opts_t *o, int argc, char **argv)
+{
+    memset(o, 0, sizeof *o);
+    strcpy(o->methods, "mqgrad,fixed:2,fixed:4,fixed:8,adaptive,schedule,none");
+    strcpy(o->seeds, "1,2,3");
+    strcpy(o->out, "experiment");
+    const mq_flag_t flags[] = {
+        {"methods", NULL, MQ_FLAG_STR, o->methods, sizeof o->methods, 0, 0,
+         "comma-separated: mqgrad, fixed:K, adaptive, schedule, none (fp32)"},
+        {"seeds", NULL, MQ_FLAG_STR, o->seeds, sizeof o->seeds, 0, 0, "comma-separated seeds"},
+        {"out", NULL, MQ_FLAG_STR, o->out, sizeof o->out, 0, 0, "experiment directory"},
+        {"target-acc", NULL, MQ_FLAG_STR, o->target_acc, sizeof o->target_acc, 0, 0,
+         "report: accuracy for the time-to-target table (default 0.85)"},
+        {"checkpoints", NULL, MQ_FLAG_STR, o->checkpoints, sizeof o->checkpoints, 0, 0,
+         "report: times (s) of the accuracy table (default 25..100% of the shortest run)"},
+        {0},
+    };
+    char *mine[argc + 2], *rest[argc + 2];
+    int nm, nr;
+    s_split_args(argc, argv, mine, &nm, rest, &nr);
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            mq_flags_usage(flags, s_usage, stdout);
+            char *help[] = {"mqgrad local", "--help", NULL};
+            printf("\nand the flags of `mqgrad local`:\n");
+            mq_local_parse(&o->base, 2, help);
+            return 1;
+        }
+    int rc = mq_flags_parse(flags, nm, mine, s_usage, NULL, 0, NULL);
+    if (rc == 0)
+        rc = mq_local_parse(&o->base, nr, rest);
+    if (rc != 0)
+        return rc;
+    double v;
+    if (s_parse_methods(o) < 0 || s_parse_seeds(o) < 0 || s_check_local(&o->base, nr, rest) < 0 ||
+        (o->target_acc[0] && mq_parse_double("--target-acc", o->target_acc, 0, 1, &v) < 0) ||
+        !o->out[0]) {
+        fprintf(stderr, "%s: %s\n", S_ME, o->out[0] ? mq_err_last() : "--out: empty");
+        return 2;
+    }
+    return 0;
+}
+
+/* Seed-major order, with fp32 first so the regime is known before the other runs. */
+static s_run_t *s_plan(const s_opts_t *o, int *n)
+{
+    s_run_t *runs = calloc((size_t)(o->n_methods * o->n_seeds), sizeof *runs);
+    if (!runs)
+        return NULL;
+    *n = 0;
+    for (int s = 0; s < o->n_seeds; s++)
+        for (int pass = 0; pass < 2; pass++)
+            for (int m = 0; m < o->n_methods; m++) {
+                bool fp32 = strcmp(o->method[m], "none") == 0;
+                if (fp32 != (pass == 0))
+                    continue;
+                s_run_t *r = &runs[(*n)++];
+                r->method = o->method[m];
+                r->seed = o->seed[s];
+                int len =
+                    snprintf(r->dir, sizeof r->dir, "%s/%s-seed%ld", o->out, r->method, r->seed);
+                for (char *p = r->dir + strlen(o->out) + 1; p < r->dir + len; p++)
+                    if (*p == ':' || *p == ',' || *p == '=' || *p == '/')
+                        *p = '-';
+            }
+    return runs;
+}
+
+/* Whether DIR holds a run whose summary says it completed; its final values in RUN if so
+ * (the caller frees RUN). */
+static bool s_completed(const char *dir, mq_rep_run_t *run)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    if (access(path, F_OK) != 0 || mq_rep_load_run(dir, run) < 0)
+        return false;
+    if (strcmp(run->status, "completed") == 0)
+        return true;
+    mq_rep_run_free(run);
+    return false;
+}
+
+/* An unfinished run directory is kept beside the new one (its agent state would otherwise be
+ * resumed by the new run's agent). */
+static int s_set_aside(const char *dir)
+{
+    if (access(dir, F_OK) != 0)
+        return 0;
+    char to[PATH_MAX];
+    snprintf(to, sizeof to, "%s.incomplete-%ld", dir, (long)time(NULL));
+    if (rename(dir, to) != 0) {
+        mq_err_set("cannot move the unfinished run %s aside: %s", dir, strerror(errno));
+        return -1;
+    }
+    printf("  (an unfinished %s was moved to %s)\n", dir, to);
+    return 0;
+}
+
+/* The agent's exploration follows the run's seed too. */
+static int s_agent_args(mq_local_opts_t *lo, long seed)
+{
+    char user[sizeof lo->agent_args];
+    memcpy(user, lo->agent_args, sizeof user);
+    if ((size_t)snprintf(lo->agent_args, sizeof lo->agent_args, "--seed %ld %s", seed, user) >=
+        sizeof lo->agent_args) {
+        mq_err_set("--agent-args is too long");
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs one cluster with its chatter (summary, scheduler lines) in DIR/logs/local.log. */
+static int s_run_cluster(const s_opts_t *o, const s_run_t *r)
+{
+    mq_local_opts_t lo = o->base;
+    snprintf(lo.policy, sizeof lo.policy, "%s", r->method);
+    snprintf(lo.run_dir, sizeof lo.run_dir, "%s", r->dir);
+    snprintf(lo.seed, sizeof lo.seed, "%ld", r->seed);
+    lo.quiet = true;
+    char logdir[PATH_MAX], log[PATH_MAX + 16];
+    snprintf(logdir, sizeof logdir, "%s/logs", r->dir);
+    snprintf(log, sizeof log, "%s/local.log", logdir);
+    if (s_agent_args(&lo, r->seed) < 0 || s_set_aside(r->dir) < 0 || mq_mkdirs(logdir) < 0) {
+        fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
+        return 1;
+    }
+    fflush(stdout);
+    int saved = dup(STDOUT_FILENO);
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0 && saved >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        close(fd);
+    }
+    int rc = mq_local_run(&lo);
+    fflush(stdout);
+    if (saved >= 0) {
+        dup2(saved, STDOUT_FILENO);
+        close(saved);
+    }
+    s_catch_signals(); /* mq_local_run installed its own handler */
+    return rc;
+}
+
+static void s_fmt_duration(char *buf, size_t len, double s)
+{
+    if (s < 90)
+        snprintf(buf, len, "%.0f s", s);
+    else if (s < 5400)
+        snprintf(buf, len, "%.0f min", s / 60);
+    else
+        snprintf(buf, len, "%.1f h", s / 3600);
+}
+
+static void s_fmt_result(char *buf, size_t len, const mq_rep_run_t *run)
+{
+    if (isnan(run->final_acc))
+        snprintf(buf, len, "loss %.4f, test accuracy N/A", run->final_loss);
+    else
+        snprintf(buf, len, "loss %.4f, test accuracy %.2f%%", run->final_loss,
+                 100 * run->final_acc);
+}
+
+/* fp32's communication vs computation per iteration: the worker's mean wait (push to the
+ * last pulled shard: the transfers, and the servers' work) over its mean compute time. */
+static void s_print_regime(const s_run_t *r)
+{
+    mq_rep_run_t run;
+    if (mq_rep_load_run(r->dir, &run) < 0) {
+        fprintf(stderr, "%s: regime: %s\n", S_ME, mq_err_last());
+        return;
+    }
+    double wait = 0, compute = 0;
+    for (size_t i = 0; i < run.n_rows; i++) {
+        wait += run.rows[i].wait_ms / (double)run.n_rows;
+        compute += run.rows[i].compute_ms / (double)run.n_rows;
+    }
+    if (run.n_rows > 0 && compute > 0)
+        printf("fp32 communication/computation ratio: %.2f (mean wait %.1f ms / mean compute "
+               "%.1f ms per iteration over %zu iterations of %s)\n",
+               wait / compute, wait, compute, run.n_rows, r->dir);
+    mq_rep_run_free(&run);
+    fflush(stdout);
+}
+
+/* The progress line of run K of N, or its failure. */
+static void s_after_run(s_run_t *r, int k, int n, int rc, double elapsed, double left)
+{
+    mq_rep_run_t run;
+    char res[160] = "", dur[32], eta[48] = "";
+    s_fmt_duration(dur, sizeof dur, elapsed);
+    if (left >= 0) {
+        char l[32];
+        s_fmt_duration(l, sizeof l, left);
+        snprintf(eta, sizeof eta, "; about %s left", left > 0 ? l : "0 s");
+    }
+    if (rc == 0 && s_completed(r->dir, &run)) {
+        r->state = S_DONE;
+        s_fmt_result(res, sizeof res, &run);
+        mq_rep_run_free(&run);
+        printf("[%d/%d] %s seed %ld: %s, %s%s\n", k, n, r->method, r->seed, res, dur, eta);
+    } else {
+        r->state = S_FAILED;
+        printf("[%d/%d] %s seed %ld: FAILED (exit %d; logs in %s/logs), %s%s\n", k, n, r->method,
+               r->seed, rc, r->dir, dur, eta);
+    }
+    fflush(stdout);
+}
+
+/* Runs every pending run; returns 130 if interrupted, else 0. */
+static int s_run_all(const s_opts_t *o, s_run_t *runs, int n)
+{
+    int pending = 0, executed = 0;
+    double spent = 0;
+    bool regime_shown = false;
+    for (int i = 0; i < n; i++) {
+        mq_rep_run_t run;
+        if (s_completed(runs[i].dir, &run)) {
+            runs[i].state = S_DONE;
+            mq_rep_run_free(&run);
+        } else
+            pending++;
+    }
+    printf("%s: %d methods x %d seeds = %d runs in %s (%d already completed)\n", S_ME, o->n_methods,
+           o->n_seeds, n, o->out, n - pending);
+    fflush(stdout);
+    for (int i = 0; i < n && !s_interrupted; i++) {
+        s_run_t *r = &runs[i];
+        if (r->state == S_DONE) {
+            mq_rep_run_t run;
+            char res[160] = "";
+            if (s_completed(r->dir, &run)) {
+                s_fmt_result(res, sizeof res, &run);
+                mq_rep_run_free(&run);
+            }
+            printf("[%d/%d] %s seed %ld: already completed (%s), skipped\n", i + 1, n, r->method,
+                   r->seed, res);
+        } else {
+            double t0 = mq_now_s();
+            int rc = s_run_cluster(o, r);
+            if (rc == 130 || s_interrupted)
+                return 130;
+            double dt = mq_now_s() - t0;
+            spent += dt;
+            executed++;
+            s_after_run(r, i + 1, n, rc, dt, spent / executed * (pending - executed));
+        }
+        if (!regime_shown && strcmp(r->method, "none") == 0 && r->state == S_DONE) {
+            s_print_regime(r);
+            regime_shown = true;
+        }
+    }
+    return s_interrupted ? 130 : 0;
+}
+
+/* The report of the completed runs, by the report command itself. */
+static int s_report(const s_opts_t *o, const s_run_t *runs, int n)
+{
+    char out[PATH_MAX], title[256];
+    snprintf(out, sizeof out, "%s/report", o->out);
+    const mq_local_opts_t *b = &o->base;
+    snprintf(title, sizeof title, "mqgrad experiment: %s model, %ld workers, %ld servers, link %s",
+             b->model[0] ? b->model : "default", b->workers, b->servers,
+             b->link_mbps[0] ? b->link_mbps : "unlimited");
+    if (b->link_mbps[0])
+        strncat(title, " Mbit/s", sizeof title - strlen(title) - 1);
+    char *argv[n + 12];
+    int k = 0;
+    argv[k++] = "report";
+    argv[k++] = "--out";
+    argv[k++] = out;
+    argv[k++] = "--title";
+    argv[k++] = title;
+    if (o->target_acc[0]) {
+        argv[k++] = "--target-acc";
+        argv[k++] = (char *)o->target_acc;
+    }
+    if (o->checkpoints[0]) {
+        argv[k++] = "--checkpoints";
+        argv[k++] = (char *)o->checkpoints;
+    }
+    int done = 0;
+    for (int i = 0; i < n; i++)
+        if (runs[i].state == S_DONE) {
+            argv[k++] = (char *)runs[i].dir;
+            done++;
+        }
+    argv[k] = NULL;
+    if (done == 0) {
+        fprintf(stderr, "%s: no run completed; no report\n", S_ME);
+        return 1;
+    }
+    int rc = mq_cmd_report(k, argv);
+    if (rc == 0)
+        printf("%s: report in %s/report.md\n", S_ME, out);
+    return rc;
+}
+
+int mq_cmd_experiment(int argc, char **argv)
+{
+    static s_opts_t o;
+    int rc = s_parse(&o, argc, argv);
+    if (rc != 0)
+        return rc == 1 ? 0 : 2;
+    if (mq_mkdirs(o.out) < 0) {
+        fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
+        return 2;
+    }
+    int n = 0;
+    s_run_t *runs = s_plan(&o, &n);
+    if (!runs) {
+        fprintf(stderr, "%s: out of memory\n", S_ME);
+        return 1;
+    }
+    s_interrupted = 0;
+    s_catch_signals();
+    rc = s_run_all(&o, runs, n);
+    if (rc == 130) {
+        printf("\n%s: interrupted; run the same command again to resume (completed runs are "
+               "kept)\n",
+               S_ME);
+        free(runs);
+        return 130;
+    }
+    int failed = 0;
+    for (int i = 0; i < n; i++)
+        failed += runs[i].state == S_FAILED;
+    rc = s_report(&o, runs, n);
+    if (failed)
+        fprintf(stderr, "%s: %d of %d runs failed (see their logs); the report has the others\n",
+                S_ME, failed, n);
+    free(runs);
+    return rc != 0 || failed ? 1 : 0;
+}
