@@ -22,7 +22,7 @@ static void s_defaults(mq_scheduler_config_t *c)
     strcpy(c->model, "paper");
     strcpy(c->dataset, "fashion-mnist");
     c->batch = 32;
-    c->lr = 0.05;
+    c->lr = 0.01;
     c->l2 = 1e-4;
     c->iterations = 200;
     c->eval_every = 100;
