@@ -14,6 +14,7 @@
 #include "mqgrad/nn.h"
 #include "mqgrad/util.h"
 #include "mqgrad/wire.h"
+#include "agent.h"
 #include "harness.h"
 
 /* The one-process reference: batch W*B from the same batcher, plain SGD. */
@@ -135,4 +136,107 @@ ParameterizedTest(int *bits, cluster, quantized_runs_learn, .timeout = 180)
     double first = s_mean_loss(c.dir, 0, 10), last = s_mean_loss(c.dir, 70, 80);
     cr_log_info("%d bits: loss %.4f -> %.4f", *bits, first, last);
     cr_assert_lt(last, 0.8 * first, "%d-bit run did not learn: %.4f -> %.4f", *bits, first, last);
+}
+
+/* ---- the agent in a live cluster ------------------------------------------------------ */
+
+
+static zactor_t *s_agent_start(mq_agent_config_t *cfg, const char *endpoint, const char *state,
+                               const char *policy)
+{
+    char *argv[] = {"agent", "--bind", (char *)endpoint, "--http-port", "0", "--policy",
+                    (char *)policy, "--state", (char *)state, NULL};
+    cr_assert_eq(mq_agent_config_parse(cfg, 9, argv), 0, "%s", mq_err_last());
+    zactor_t *a = zactor_new(mq_agent_actor, cfg);
+    cr_assert_eq(cfg->start_status, 0, "agent did not start: %s", cfg->start_error);
+    return a;
+}
+
+/* One request to the agent; returns the reply (caller resets it). */
+static void s_agent_ask(const char *endpoint, mq_msg_type_t type, const char *text,
+                        mq_msg_t *reply)
+{
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    mq_wire_prepare(s, 500);
+    zsock_set_rcvtimeo(s, 3000);
+    cr_assert_eq(zsock_connect(s, "%s", endpoint), 0);
+    memset(reply, 0, sizeof *reply);
+    mq_msg_init(reply, type);
+    snprintf(reply->text, sizeof reply->text, "%s", text ? text : "");
+    cr_assert_eq(mq_wire_send(s, reply, NULL, 0), 0);
+    mq_drop_t drop;
+    cr_assert_eq(mq_wire_recv(s, reply, &drop), 0, "the agent did not answer");
+    zsock_destroy(&s);
+}
+
+static int s_rows_done(const cluster_t *c)
+{
+    char path[400], line[1024];
+    snprintf(path, sizeof path, "%s/run/metrics.csv", c->dir);
+    FILE *f = fopen(path, "r");
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        n++;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+static void s_wait_rows(const cluster_t *c, int rows)
+{
+    for (int i = 0; i < 1500 && s_rows_done(c) < rows; i++)
+        zclock_sleep(20);
+    cr_assert_geq(s_rows_done(c), rows, "the run stalled before iteration %d", rows);
+}
+
+Test(cluster, agent_swaps_and_restarts_while_training, .timeout = 240)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    char endpoint[64], state[128];
+    int port = 20000 + (int)(getpid() % 20000);
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    snprintf(state, sizeof state, "/tmp/mqgrad-agent-%d.state", (int)getpid());
+    unlink(state);
+    static mq_agent_config_t acfg, acfg2;
+    zactor_t *agent = s_agent_start(&acfg, endpoint, state, "mqgrad");
+
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--iterations", "400", "--threshold", "1000",
+                     "--eval-every", "0", "--agent", endpoint, NULL};
+    cluster_start_core(&c, 2, 1, "agent", extra);
+    cluster_start_workers(&c);
+
+    mq_msg_t reply;
+    s_wait_rows(&c, 60);
+    s_agent_ask(endpoint, MQ_MSG_POLICY_SET, "fixed:4", &reply);
+    cr_assert_eq(reply.type, MQ_MSG_STATUS, "swap refused: %s", reply.text);
+    s_wait_rows(&c, 100);
+    s_agent_ask(endpoint, MQ_MSG_POLICY_SET, "mqgrad", &reply);
+    cr_assert_eq(reply.type, MQ_MSG_STATUS);
+    s_wait_rows(&c, 140);
+    s_agent_ask(endpoint, MQ_MSG_QUERY, NULL, &reply);
+    uint64_t step_before = reply.status.step;
+    cr_assert_gt(step_before, 0);
+
+    zactor_destroy(&agent); /* the agent goes away mid-run */
+    int rows = s_rows_done(&c);
+    s_wait_rows(&c, rows + 30); /* training goes on without it */
+    agent = s_agent_start(&acfg2, endpoint, state, "mqgrad");
+    s_agent_ask(endpoint, MQ_MSG_QUERY, NULL, &reply);
+    cr_assert_geq(reply.status.step, step_before, "the restarted agent lost its state");
+
+    cr_assert_eq(cluster_wait(&c, 200), 0, "the run did not complete");
+    cluster_stop(&c);
+    zactor_destroy(&agent);
+
+    char path[400], *events;
+    size_t len;
+    snprintf(path, sizeof path, "%s/run/events.jsonl", c.dir);
+    cr_assert_eq(mq_read_file(path, &events, &len), 0);
+    cr_expect(strstr(events, "\"from\":\"mqgrad\",\"to\":\"fixed:4\""), "%s", events);
+    cr_expect(strstr(events, "\"from\":\"fixed:4\",\"to\":\"mqgrad\""), "%s", events);
+    cr_expect(strstr(events, "agent_fallback"), "%s", events);
+    cr_expect(strstr(events, "agent_back"), "%s", events);
+    free(events);
+    unlink(state);
 }
