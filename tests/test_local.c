@@ -177,3 +177,23 @@ Test(local, run_finishes_when_the_agent_is_killed, .timeout = 240)
     cr_expect(strstr(events, "agent_fallback"), "no fallback recorded: %s", events);
     free(events);
 }
+
+Test(local, sigterm_stops_every_service_cleanly, .timeout = 240)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-sigterm-%d", (int)getpid());
+    pid_t local = s_spawn_local(dir, "5000", "mqgrad");
+    for (int i = 0; i < 1200 && s_rows(dir) < 20; i++)
+        usleep(100000);
+    cr_assert_geq(s_rows(dir), 20, "the run did not get going");
+    cr_assert_eq(kill(local, SIGTERM), 0);
+    /* 130: interrupted, and every service exited 0 (any other code means one did not). */
+    int code = s_wait(local, 60);
+    cr_assert_eq(code, 130, "mqgrad local exited with %d on SIGTERM", code);
+    char *summary = s_slurp(dir, "summary.json");
+    cr_expect(strstr(summary, "\"status\": \"interrupted\""), "%s", summary);
+    free(summary);
+    char *events = s_slurp(dir, "events.jsonl");
+    cr_expect(strstr(events, "\"status\":\"interrupted\""), "%s", events);
+    free(events);
+}

@@ -321,6 +321,7 @@ static void s_stop_all(s_cluster_t *cl, int sig, double grace)
             kill(cl->kids[i].pid, SIGKILL);
             waitpid(cl->kids[i].pid, NULL, 0);
             cl->kids[i].done = true;
+            cl->kids[i].code = 128 + SIGKILL;
         }
 }
 
@@ -380,8 +381,15 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
     }
     fprintf(stderr, "\nmqgrad local: interrupted; stopping every service\n");
     s_stop_all(cl, SIGTERM, 10);
+    int unclean = 0;
+    for (int i = 0; i < cl->n; i++)
+        if (cl->kids[i].code != 0) {
+            fprintf(stderr, "mqgrad local: %s exited with code %d\n", cl->kids[i].name,
+                    cl->kids[i].code);
+            unclean++;
+        }
     s_print_summary(o);
-    return 130;
+    return unclean ? 1 : 130;
 }
 
 int mq_local_run(const mq_local_opts_t *o)
