@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "mqgrad/nn.h"
+#include "mqgrad/node.h"
 #include "mqgrad/ps.h"
 #include "mqgrad/service.h"
 #include "mqgrad/util.h"
@@ -24,14 +25,12 @@ typedef struct {
 } s_slot_t;
 
 typedef struct {
-    zsock_t *pipe;
+    mq_node_t node; /* scheduler link, pipe, drops, port */
     const mq_server_config_t *cfg;
     zloop_t *loop;
-    zsock_t *data, *sched;
-    int port;
+    zsock_t *data;
     char endpoint[256];
-    uint64_t incarnation;
-    bool welcomed, finished;
+    bool welcomed;
     uint32_t rank;
     mq_run_config_t run;
     mq_model_t *model; /* its parameters are the master copy (this shard's range is used) */
@@ -46,9 +45,7 @@ typedef struct {
     float lr;
     mq_rng_t rng;
     mq_link_t link;
-    double last_heard;
     mq_msg_t in, out;
-    mq_drops_t drops;
 } s_server_t;
 
 int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
@@ -75,11 +72,7 @@ int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
 
 static void s_fail(s_server_t *self, const char *what)
 {
-    mq_error("%s: %s", what, mq_err_last());
-    if (!self->finished) {
-        self->finished = true;
-        mq_service_done(self->pipe, 1);
-    }
+    mq_node_finish(&self->node, 1, what);
 }
 
 static int s_setup(s_server_t *self)
@@ -126,10 +119,7 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
     mq_info("ready: shard %u holds [%llu, %llu) in %u segments, %u workers", self->rank,
             (unsigned long long)self->shard.begin, (unsigned long long)self->shard.end,
             self->shard.nsegs, self->run.workers);
-    mq_msg_init(&self->out, MQ_MSG_READY);
-    self->out.role = MQ_ROLE_SERVER;
-    self->out.rank = self->rank;
-    if (mq_wire_send(self->sched, &self->out, NULL, 0) != 0)
+    if (mq_node_ready(&self->node, self->rank) != 0)
         s_fail(self, "ready");
 }
 
@@ -268,7 +258,7 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
     const char *why = "";
     mq_drop_t d = s_check_push(self, msg, &why);
     if (d != MQ_DROP_NONE) {
-        mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why);
+        mq_drops_note(&self->node.drops, d, msg->peer, msg->peer_len, why);
         return;
     }
     mq_link_ingress(&self->link, msg->wire_bytes);
@@ -297,7 +287,7 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
     mq_drop_t drop;
     if (mq_wire_recv(sock, &self->in, &drop) != 0) {
         if (drop != MQ_DROP_NONE)
-            mq_drops_note(&self->drops, drop, self->in.peer, self->in.peer_len, mq_err_last());
+            mq_drops_note(&self->node.drops, drop, self->in.peer, self->in.peer_len, mq_err_last());
         return 0;
     }
     mq_msg_t *msg = &self->in;
@@ -305,10 +295,10 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
         mq_msg_init(msg, MQ_MSG_PONG);
         mq_wire_send(sock, msg, NULL, 0);
     } else if (msg->type == MQ_MSG_PUSH) {
-        if (!self->finished)
+        if (!self->node.finished)
             s_on_push(self, msg);
     } else {
-        mq_drops_note(&self->drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
+        mq_drops_note(&self->node.drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
                       mq_msg_type_name(msg->type));
     }
     mq_msg_reset(msg);
@@ -328,31 +318,18 @@ static void s_dump(s_server_t *self)
 static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_server_t *self = arg;
-    mq_drop_t drop;
-    if (mq_wire_recv(sock, &self->in, &drop) != 0) {
-        if (drop != MQ_DROP_NONE)
-            mq_drops_note(&self->drops, drop, (const uint8_t *)"sched", 5, mq_err_last());
-        return 0;
-    }
-    self->last_heard = mq_now_s();
     mq_msg_t *msg = &self->in;
-    if (self->finished) {
-        mq_msg_reset(msg);
+    if (mq_node_recv(&self->node, msg) != 0)
         return 0;
-    }
     if (msg->type == MQ_MSG_WELCOME) {
         s_on_welcome(self, msg);
     } else if (msg->type == MQ_MSG_STOP) {
         mq_info("stop after %llu iterations: %s", (unsigned long long)self->iter,
                 msg->text[0] ? msg->text : "run over");
         s_dump(self);
-        self->finished = true;
-        mq_service_done(self->pipe, 0);
-    } else if (msg->type == MQ_MSG_ERROR) {
-        mq_err_set("scheduler refused us: %s", msg->text);
-        s_fail(self, "register");
-    } else if (msg->type != MQ_MSG_HEARTBEAT) {
-        mq_drops_note(&self->drops, MQ_DROP_TYPE, (const uint8_t *)"sched", 5,
+        mq_node_finish(&self->node, 0, NULL);
+    } else {
+        mq_drops_note(&self->node.drops, MQ_DROP_TYPE, (const uint8_t *)"sched", 5,
                       mq_msg_type_name(msg->type));
     }
     mq_msg_reset(msg);
@@ -362,66 +339,35 @@ static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
 static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     s_server_t *self = arg;
-    if (!self->finished && mq_now_s() - self->last_heard > self->cfg->peer_timeout) {
-        mq_err_set("no word from the scheduler at %s for %.0f s", self->cfg->scheduler,
-                   mq_now_s() - self->last_heard);
-        s_fail(self, "scheduler gone");
-    }
+    mq_node_check_peer(&self->node);
     return 0;
 }
 
-static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
-{
-    s_server_t *self = arg;
-    char *cmd = zstr_recv(pipe);
-    int rc = 0;
-    if (!cmd || streq(cmd, "$TERM"))
-        rc = -1;
-    else if (streq(cmd, "PORT"))
-        zstr_sendf(pipe, "%d", self->port);
-    else if (streq(cmd, "DROPS")) {
-        char buf[512];
-        mq_drops_format(&self->drops, buf, sizeof buf);
-        zstr_send(pipe, buf);
-    }
-    zstr_free(&cmd);
-    return rc;
-}
-
-static int s_start(s_server_t *self)
+static int s_start(s_server_t *self, zsock_t *pipe)
 {
     self->data = zsock_new(ZMQ_ROUTER);
-    self->sched = zsock_new(ZMQ_DEALER);
-    if (!self->data || !self->sched) {
-        mq_err_set("cannot create sockets");
+    if (!self->data) {
+        mq_err_set("cannot create a socket");
         return -1;
     }
     mq_wire_prepare(self->data, 2000);
-    mq_wire_prepare(self->sched, 2000);
-    if (mq_bind(self->data, self->cfg->bind, &self->port) != 0)
+    if (mq_bind(self->data, self->cfg->bind, &self->node.port) != 0)
         return -1;
     char bound[300];
     snprintf(bound, sizeof bound, "%.*s:%d",
              (int)(strrchr(self->cfg->bind, ':') - self->cfg->bind), self->cfg->bind,
-             self->port);
+             self->node.port);
     if (self->cfg->advertise[0])
         snprintf(self->endpoint, sizeof self->endpoint, "%s", self->cfg->advertise);
     else if (mq_advertise_endpoint(bound, self->endpoint, sizeof self->endpoint) != 0)
         return -1;
-    if (zsock_connect(self->sched, "%s", self->cfg->scheduler) != 0) {
-        mq_err_set("cannot connect to the scheduler at '%s'", self->cfg->scheduler);
-        return -1;
-    }
-    mq_msg_init(&self->out, MQ_MSG_REGISTER);
-    self->out.role = MQ_ROLE_SERVER;
-    self->out.incarnation = self->incarnation;
-    snprintf(self->out.endpoint, sizeof self->out.endpoint, "%s", self->endpoint);
-    if (mq_wire_send(self->sched, &self->out, NULL, 0) != 0)
+    if (mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_SERVER, self->endpoint,
+                     self->cfg->peer_timeout) != 0)
         return -1;
     mq_info("listening on %s (advertised as %s), registering with %s", self->cfg->bind,
             self->endpoint, self->cfg->scheduler);
     zloop_reader(self->loop, self->data, s_on_data, self);
-    zloop_reader(self->loop, self->sched, s_on_sched, self);
+    zloop_reader(self->loop, self->node.sched, s_on_sched, self);
     zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     return 0;
 }
@@ -429,15 +375,13 @@ static int s_start(s_server_t *self)
 void mq_server_actor(zsock_t *pipe, void *args)
 {
     s_server_t *self = calloc(1, sizeof *self);
-    self->pipe = pipe;
+    self->node.pipe = pipe;
     self->cfg = args;
-    self->incarnation = zclock_time() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)self;
-    self->last_heard = mq_now_s();
     mq_log_set_tag("server");
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
-    zloop_reader(self->loop, pipe, s_on_pipe, self);
-    int rc = s_start(self);
+    zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
+    int rc = s_start(self, pipe);
     zsock_signal(pipe, 0);
     if (rc != 0)
         s_fail(self, "start");
@@ -445,7 +389,7 @@ void mq_server_actor(zsock_t *pipe, void *args)
     if (self->slots)
         s_release_slots(self);
     zsock_destroy(&self->data);
-    zsock_destroy(&self->sched);
+    mq_node_close(&self->node);
     for (int i = 0; i < MQ_WIRE_MAX_TENSORS; i++)
         mq_sendbuf_release(&self->bufs[i]);
     mq_sendbuf_release(&self->sum_ref);

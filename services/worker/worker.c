@@ -10,6 +10,7 @@
 
 #include "mqgrad/data.h"
 #include "mqgrad/nn.h"
+#include "mqgrad/node.h"
 #include "mqgrad/ps.h"
 #include "mqgrad/service.h"
 #include "mqgrad/util.h"
@@ -18,13 +19,11 @@
 #define S_BUF_TIMEOUT_MS 5000
 
 typedef struct {
-    zsock_t *pipe;
+    mq_node_t node; /* scheduler link, pipe, drops */
     const mq_worker_config_t *cfg;
     zloop_t *loop;
-    zsock_t *sched;
     zsock_t *servers[MQ_WIRE_MAX_SERVERS];
-    uint64_t incarnation;
-    bool welcomed, finished;
+    bool welcomed;
     uint32_t rank;
     mq_run_config_t run;
     uint32_t nservers;
@@ -50,9 +49,7 @@ typedef struct {
     bool got_shard[MQ_WIRE_MAX_SERVERS];
     double t_pushed;
     mq_report_t report;
-    double last_heard;
     mq_msg_t in, out;
-    mq_drops_t drops;
 } s_worker_t;
 
 int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
@@ -82,11 +79,7 @@ int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
 
 static void s_fail(s_worker_t *self, const char *what)
 {
-    mq_error("%s: %s", what, mq_err_last());
-    if (!self->finished) {
-        self->finished = true;
-        mq_service_done(self->pipe, 1);
-    }
+    mq_node_finish(&self->node, 1, what);
 }
 
 /* ---- setup after WELCOME --------------------------------------------------------------- */
@@ -198,10 +191,7 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
     }
     mq_info("ready: model %s (%zu parameters), %d training examples, %u servers",
             self->run.model, mq_model_nparams(self->model), self->train->n, self->nservers);
-    mq_msg_init(&self->out, MQ_MSG_READY);
-    self->out.role = MQ_ROLE_WORKER;
-    self->out.rank = self->rank;
-    if (mq_wire_send(self->sched, &self->out, NULL, 0) != 0)
+    if (mq_node_ready(&self->node, self->rank) != 0)
         s_fail(self, "ready");
 }
 
@@ -291,11 +281,11 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     bool bits_ok = self->run.fp32 ? msg->bits == 32
                                   : (msg->bits >= MQ_QUANT_MIN_BITS && msg->bits <= MQ_QUANT_MAX_BITS);
     if (!bits_ok || !(msg->lr > 0)) {
-        mq_drops_note(&self->drops, MQ_DROP_CODEC, NULL, 0, "iterate with bad bits or lr");
+        mq_drops_note(&self->node.drops, MQ_DROP_CODEC, NULL, 0, "iterate with bad bits or lr");
         return;
     }
     if (self->busy || msg->iter != self->next_iter) {
-        mq_drops_note(&self->drops, MQ_DROP_ITER, NULL, 0, "iterate out of order");
+        mq_drops_note(&self->node.drops, MQ_DROP_ITER, NULL, 0, "iterate out of order");
         return;
     }
     self->busy = true;
@@ -346,7 +336,7 @@ static void s_finish_iteration(s_worker_t *self)
     out->iter = self->iter;
     out->rank = self->rank;
     out->report = *r;
-    if (mq_wire_send(self->sched, out, NULL, 0) != 0) {
+    if (mq_wire_send(self->node.sched, out, NULL, 0) != 0) {
         s_fail(self, "report");
         return;
     }
@@ -370,7 +360,7 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
     else if (mq_shard_check(&self->shards[s], msg, self->bits, &self->run) != 0)
         reason = MQ_DROP_LAYOUT, why = mq_err_last();
     if (reason != MQ_DROP_NONE) {
-        mq_drops_note(&self->drops, reason, (const uint8_t *)&s, sizeof s, why);
+        mq_drops_note(&self->node.drops, reason, (const uint8_t *)&s, sizeof s, why);
         return;
     }
     double t0 = mq_now_s();
@@ -406,10 +396,10 @@ static int s_on_server(zloop_t *loop, zsock_t *sock, void *arg)
     mq_drop_t drop;
     if (mq_wire_recv(sock, &self->in, &drop) != 0) {
         if (drop != MQ_DROP_NONE)
-            mq_drops_note(&self->drops, drop, (const uint8_t *)&s, sizeof s, mq_err_last());
+            mq_drops_note(&self->node.drops, drop, (const uint8_t *)&s, sizeof s, mq_err_last());
         return 0;
     }
-    if (!self->finished)
+    if (!self->node.finished)
         s_on_aggregate(self, s, &self->in);
     mq_msg_reset(&self->in);
     return 0;
@@ -427,41 +417,18 @@ static void s_dump(s_worker_t *self)
 static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_worker_t *self = arg;
-    mq_drop_t drop;
-    if (mq_wire_recv(sock, &self->in, &drop) != 0) {
-        if (drop != MQ_DROP_NONE)
-            mq_drops_note(&self->drops, drop, (const uint8_t *)"sched", 5, mq_err_last());
-        return 0;
-    }
-    self->last_heard = mq_now_s();
     mq_msg_t *msg = &self->in;
-    if (self->finished) {
-        mq_msg_reset(msg);
+    if (mq_node_recv(&self->node, msg) != 0)
         return 0;
-    }
-    switch (msg->type) {
-    case MQ_MSG_WELCOME:
+    if (msg->type == MQ_MSG_WELCOME) {
         s_on_welcome(self, msg);
-        break;
-    case MQ_MSG_ITERATE:
+    } else if (msg->type == MQ_MSG_ITERATE) {
         if (self->welcomed)
             s_on_iterate(self, msg);
-        break;
-    case MQ_MSG_STOP:
+    } else if (msg->type == MQ_MSG_STOP) {
         mq_info("stop: %s", msg->text[0] ? msg->text : "run over");
         s_dump(self);
-        self->finished = true;
-        mq_service_done(self->pipe, 0);
-        break;
-    case MQ_MSG_ERROR:
-        mq_err_set("scheduler refused us: %s", msg->text);
-        s_fail(self, "register");
-        break;
-    case MQ_MSG_HEARTBEAT:
-        break;
-    default:
-        mq_drops_note(&self->drops, MQ_DROP_TYPE, (const uint8_t *)"sched", 5,
-                      mq_msg_type_name(msg->type));
+        mq_node_finish(&self->node, 0, NULL);
     }
     mq_msg_reset(msg);
     return 0;
@@ -470,14 +437,9 @@ static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
 static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     s_worker_t *self = arg;
-    if (self->finished)
-        return 0;
-    double now = mq_now_s();
-    if (now - self->last_heard > self->cfg->peer_timeout) {
-        mq_err_set("no word from the scheduler at %s for %.0f s", self->cfg->scheduler,
-                   now - self->last_heard);
-        s_fail(self, "scheduler gone");
-    } else if (self->busy && now - self->t_pushed > self->cfg->iter_timeout) {
+    mq_node_check_peer(&self->node);
+    if (!self->node.finished && self->busy &&
+        mq_now_s() - self->t_pushed > self->cfg->iter_timeout) {
         mq_err_set("iteration %llu: %u of %u servers replied within %.0f s",
                    (unsigned long long)self->iter, self->got, self->nservers,
                    self->cfg->iter_timeout);
@@ -486,19 +448,11 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
-{
-    char *cmd = zstr_recv(pipe);
-    int rc = (!cmd || streq(cmd, "$TERM")) ? -1 : 0;
-    zstr_free(&cmd);
-    return rc;
-}
-
 static void s_destroy(s_worker_t *self)
 {
     for (uint32_t s = 0; s < MQ_WIRE_MAX_SERVERS; s++)
         zsock_destroy(&self->servers[s]);
-    zsock_destroy(&self->sched);
+    mq_node_close(&self->node);
     mq_sendbuf_release(&self->grads_ref);
     if (self->bufs)
         for (size_t i = 0; i < (size_t)self->nservers * MQ_WIRE_MAX_TENSORS; i++)
@@ -523,29 +477,20 @@ static void s_destroy(s_worker_t *self)
 void mq_worker_actor(zsock_t *pipe, void *args)
 {
     s_worker_t *self = calloc(1, sizeof *self);
-    self->pipe = pipe;
+    self->node.pipe = pipe;
     self->cfg = args;
-    self->incarnation = zclock_time() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)self;
-    self->last_heard = mq_now_s();
     mq_log_set_tag("worker");
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
-    self->sched = zsock_new(ZMQ_DEALER);
-    mq_wire_prepare(self->sched, 2000);
+    zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
     zsock_signal(pipe, 0);
-    if (zsock_connect(self->sched, "%s", self->cfg->scheduler) != 0) {
-        mq_err_set("cannot connect to the scheduler at '%s'", self->cfg->scheduler);
+    if (mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_WORKER, NULL,
+                     self->cfg->peer_timeout) != 0) {
         s_fail(self, "start");
     } else {
-        mq_msg_init(&self->out, MQ_MSG_REGISTER);
-        self->out.role = MQ_ROLE_WORKER;
-        self->out.incarnation = self->incarnation;
-        if (mq_wire_send(self->sched, &self->out, NULL, 0) != 0)
-            s_fail(self, "register");
-        zloop_reader(self->loop, self->sched, s_on_sched, self);
+        zloop_reader(self->loop, self->node.sched, s_on_sched, self);
         zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     }
-    zloop_reader(self->loop, pipe, s_on_pipe, self);
     zloop_start(self->loop);
     s_destroy(self);
 }
