@@ -116,12 +116,8 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
     int rc = mq_flags_parse(flags, argc, argv, "usage: mqgrad-scheduler [flags]", NULL, 0, NULL);
     if (rc == 0)
         rc = s_check(c);
-    if (rc == 0 && !c->run_dir[0]) {
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(c->run_dir, sizeof c->run_dir, "runs/cluster-%Y%m%d-%H%M%S", &tm);
-    }
+    if (rc == 0 && !c->run_dir[0])
+        mq_default_run_dir("cluster", c->run_dir, sizeof c->run_dir);
     return rc;
 }
 

@@ -83,12 +83,8 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
                             "Runs agent, scheduler, servers and workers as processes on this "
                             "machine.",
                             NULL, 0, NULL);
-    if (rc == 0 && !o->run_dir[0]) {
-        time_t now = time(NULL);
-        struct tm tm;
-        gmtime_r(&now, &tm);
-        strftime(o->run_dir, sizeof o->run_dir, "runs/local-%Y%m%d-%H%M%S", &tm);
-    }
+    if (rc == 0 && !o->run_dir[0])
+        mq_default_run_dir("local", o->run_dir, sizeof o->run_dir);
     return rc;
 }
 

@@ -68,6 +68,8 @@ double mq_rng_normal(mq_rng_t *rng);
 int mq_write_file_atomic(const char *path, const void *data, size_t len);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated, length without the NUL). */
 int mq_read_file(const char *path, char **data, size_t *len);
+/* The default run directory for a KIND of run: "runs/KIND-YYYYmmdd-HHMMSS" (UTC). */
+void mq_default_run_dir(const char *kind, char *buf, size_t len);
 /* mkdir -p. */
 int mq_mkdirs(const char *path);
 

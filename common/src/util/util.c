@@ -287,6 +287,16 @@ int mq_read_file(const char *path, char **data, size_t *len)
     return 0;
 }
 
+void mq_default_run_dir(const char *kind, char *buf, size_t len)
+{
+    time_t now = time(NULL);
+    struct tm tm;
+    char stamp[32];
+    gmtime_r(&now, &tm);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", &tm);
+    snprintf(buf, len, "runs/%s-%s", kind, stamp);
+}
+
 int mq_mkdirs(const char *path)
 {
     char buf[PATH_MAX];
