@@ -197,6 +197,39 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
 
 /* ---- one iteration ------------------------------------------------------------------- */
 
+/* Sum of squares, minimum and maximum of p[0..n): eight independent lanes so the compiler
+ * vectorizes it without -ffast-math; partial sums in float per block of 4096, then double. */
+static void s_stats(const float *p, uint64_t n, double *sq, float *lo, float *hi)
+{
+    float mn[8], mx[8];
+    for (int l = 0; l < 8; l++) {
+        mn[l] = *lo;
+        mx[l] = *hi;
+    }
+    uint64_t i = 0;
+    for (; i + 4096 <= n; i += 4096) {
+        float acc[8] = {0};
+        for (uint64_t k = i; k < i + 4096; k += 8)
+            for (int l = 0; l < 8; l++) {
+                float x = p[k + l];
+                acc[l] += x * x;
+                mn[l] = x < mn[l] ? x : mn[l];
+                mx[l] = x > mx[l] ? x : mx[l];
+            }
+        for (int l = 0; l < 8; l++)
+            *sq += acc[l];
+    }
+    for (; i < n; i++) {
+        *sq += (double)p[i] * p[i];
+        mn[0] = p[i] < mn[0] ? p[i] : mn[0];
+        mx[0] = p[i] > mx[0] ? p[i] : mx[0];
+    }
+    for (int l = 0; l < 8; l++) {
+        *lo = mn[l] < *lo ? mn[l] : *lo;
+        *hi = mx[l] > *hi ? mx[l] : *hi;
+    }
+}
+
 /* Mean of g^2 and the value range over the quantized part of the gradient. */
 static void s_grad_stats(s_worker_t *self, const float *g)
 {
@@ -206,15 +239,10 @@ static void s_grad_stats(s_worker_t *self, const float *g)
     for (uint32_t s = 0; s < self->nservers; s++)
         for (uint32_t i = 0; i < self->shards[s].nsegs; i++) {
             const mq_segment_t *seg = &self->shards[s].segs[i];
-            if (!seg->quantized)
-                continue;
-            const float *p = g + seg->flat;
-            for (uint64_t k = 0; k < seg->count; k++) {
-                sq += (double)p[k] * p[k];
-                lo = p[k] < lo ? p[k] : lo;
-                hi = p[k] > hi ? p[k] : hi;
+            if (seg->quantized) {
+                s_stats(g + seg->flat, seg->count, &sq, &lo, &hi);
+                n += seg->count;
             }
-            n += seg->count;
         }
     self->report.grad_sqmean = n ? sq / (double)n : 0;
     self->report.grad_range = n ? (double)hi - lo : 0;
