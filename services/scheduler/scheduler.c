@@ -230,12 +230,14 @@ static void s_progress(s_sched_t *self, bool force)
     char acc[32] = "-";
     if (!isnan(self->last_acc))
         snprintf(acc, sizeof acc, "%.2f%%", self->last_acc * 100);
-    printf("iter %6llu%s%-8.0ld loss %.4f  acc %s  bits %2d  sent %.1f MB  %.2f it/s  left "
-           "%.0f s\n",
-           (unsigned long long)self->iter, c->iterations ? "/" : " ",
-           c->iterations ? c->iterations : 0L, self->smoothed, acc,
-           self->run.fp32 ? 32 : self->bits, (double)(self->bytes_up + self->bytes_down) / 1e6,
-           rate, left < 0 ? 0 : left);
+    char it[48];
+    if (c->iterations)
+        snprintf(it, sizeof it, "%llu/%ld", (unsigned long long)self->iter, c->iterations);
+    else
+        snprintf(it, sizeof it, "%llu", (unsigned long long)self->iter);
+    printf("iter %-11s loss %.4f  acc %-6s  bits %2d  sent %8.1f MB  %5.2f it/s  left %.0f s\n",
+           it, self->smoothed, acc, self->run.fp32 ? 32 : self->bits,
+           (double)(self->bytes_up + self->bytes_down) / 1e6, rate, left < 0 ? 0 : left);
     fflush(stdout);
 }
 
