@@ -1,10 +1,15 @@
 /* Gradient codec micro-benchmark: for each codec, how fast encode, decode and the server's
  * decode-and-accumulate run compared with memcpy of the same fp32 buffer in the same run
- * (machines here are shared and noisy, so only ratios are results), what the payload weighs,
- * and how much it distorts a Gaussian gradient. Times are this thread's CPU time, best of R:
- * on a box shared with other jobs, wall time mostly measures the scheduler.
+ * (machines here are shared and noisy, so only ratios are results; each row's memcpy is
+ * measured right before the row), what the payload weighs, and how much it distorts a
+ * Gaussian gradient. Then PyTorch's per-tensor 8-bit quantization on the same size, run by
+ * bench/torch_quant.py under /usr/bin/python3 (Debian's python3-torch), against uniform:8.
+ * Times are this thread's CPU time, best of R: on a box shared with other jobs, wall time
+ * mostly measures the scheduler.
  *
- *   bench_quant [--n VALUES] [--reps R] [--codec SPEC]...      (defaults: 4194304, 7) */
+ *   bench_quant [--n VALUES] [--reps R] [--codec SPEC]... [--kernels c|sse2|avx2] [--torch 0|1]
+ *   (defaults: 16777216 values, the MQGrad paper's FC layer; 7 reps; the fastest kernels;
+ *   torch on) */
 
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +17,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common/src/quant/quant_internal.h" /* mq_quant_use_kernels */
 #include "mqgrad/quant.h"
+
+#ifndef MQ_BENCH_DIR
+#define MQ_BENCH_DIR "bench"
+#endif
+#define S_PYTHON "/usr/bin/python3" /* Debian's torch is importable by this one only */
 
 static const char *s_default_codecs[] = {
     "none",
@@ -27,7 +38,11 @@ static const char *s_default_codecs[] = {
     "uniform:8:bucket=512",
     "uniform:4:bucket=64",
     "uniform:2:stochastic",
+    "uniform:4:stochastic",
+    "uniform:8:stochastic",
+    "uniform:2:stochastic:bucket=512",
     "uniform:4:stochastic:bucket=512",
+    "uniform:8:stochastic:bucket=512",
 };
 
 typedef struct {
@@ -84,8 +99,11 @@ static int s_run(s_bench_t *b, const mq_codec_t *c, s_op_t op, size_t len, doubl
 }
 
 /* One table row: payload, compression, error, and speeds as multiples of memcpy's. */
-static int s_codec_row(s_bench_t *b, const char *spec, double t_copy)
+static int s_codec_row(s_bench_t *b, const char *spec)
 {
+    double t_copy;
+    if (s_run(b, NULL, S_MEMCPY, 0, &t_copy) < 0)
+        return -1;
     mq_codec_t c;
     if (mq_codec_parse(spec, &c) < 0) {
         fprintf(stderr, "bench_quant: %s\n", mq_err_last());
@@ -105,24 +123,77 @@ static int s_codec_row(s_bench_t *b, const char *spec, double t_copy)
     memset(b->residual, 0, b->n * sizeof *b->residual);
     if (s_run(b, &c, S_ENCODE_EF, len, &t_ef) < 0)
         return -1;
-    printf("%-32s %12zu %7.1fx %9.2e %9.3f %9.3f %9.3f %9.3f\n", spec, len,
+    printf("%-32s %12zu %7.1fx %9.2e %9.3f %9.3f %9.3f %9.3f %9.2f\n", spec, len,
            4.0 * (double)b->n / (double)len, sqrt(err / norm), t_copy / t_enc, t_copy / t_dec,
-           t_copy / t_acc, t_copy / t_ef);
+           t_copy / t_acc, t_copy / t_ef, 4e-9 * (double)b->n / t_copy);
+    fflush(stdout);
+    return 0;
+}
+
+/* Reads NAME's number from torch_quant.py's one-line JSON; -1 if it is not there. */
+static double s_json_num(const char *json, const char *name)
+{
+    char key[64];
+    snprintf(key, sizeof key, "\"%s\":", name);
+    const char *p = strstr(json, key);
+    return p ? strtod(p + strlen(key), NULL) : -1.0;
+}
+
+/* PyTorch's quantize_per_tensor / dequantize against our uniform:8 encode / decode, both
+ * timed in this run on the same number of values. Torch times its own input; the ratios
+ * compare GB/s of fp32 input. */
+static int s_torch_rows(s_bench_t *b)
+{
+    char cmd[512], json[1024] = "";
+    snprintf(cmd, sizeof cmd, "%s %s/torch_quant.py --n %zu --reps %d 2>&1", S_PYTHON, MQ_BENCH_DIR,
+             b->n, b->reps);
+    FILE *f = popen(cmd, "r");
+    if (f) {
+        if (!fgets(json, sizeof json, f))
+            json[0] = 0;
+        pclose(f);
+    }
+    double tq = s_json_num(json, "quantize_gbps"), tdq = s_json_num(json, "dequantize_gbps");
+    double trq = s_json_num(json, "range_quantize_gbps");
+    if (!strstr(json, "\"available\": true") || tq <= 0 || tdq <= 0) {
+        json[strcspn(json, "\n")] = 0;
+        printf("torch not available: skipped (%s: %s)\n", cmd, json[0] ? json : "no output");
+        return 0;
+    }
+    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 8};
+    size_t len = mq_codec_payload_size(&c, b->n);
+    double t_copy, t_enc, t_dec;
+    if (s_run(b, NULL, S_MEMCPY, 0, &t_copy) < 0 || s_run(b, &c, S_ENCODE, len, &t_enc) < 0 ||
+        s_run(b, &c, S_DECODE, len, &t_dec) < 0)
+        return -1;
+    double gb = 4e-9 * (double)b->n, enc = gb / t_enc, dec = gb / t_dec;
+    char ver[32] = "?";
+    const char *v = strstr(json, "\"torch\": \"");
+    if (v)
+        snprintf(ver, sizeof ver, "%.*s", (int)strcspn(v + 10, "\""), v + 10);
+    printf("\ntorch %s quint8, 1 thread, %zu values (GB/s of fp32 input; memcpy %.2f GB/s here)\n",
+           ver, b->n, gb / t_copy);
+    printf("  uniform:8 encode %.2f / torch.quantize_per_tensor %.2f  = %.2fx\n", enc, tq,
+           enc / tq);
+    if (trq > 0)
+        printf("  uniform:8 encode %.2f / torch.aminmax + quantize_per_tensor %.2f  = %.2fx\n", enc,
+               trq, enc / trq);
+    printf("  uniform:8 decode %.2f / torch .dequantize() %.2f  = %.2fx\n", dec, tdq, dec / tdq);
     return 0;
 }
 
 static int s_usage(const char *msg)
 {
     fprintf(stderr,
-            "bench_quant: %s\nusage: bench_quant [--n VALUES] [--reps R] "
-            "[--codec SPEC]...\n",
+            "bench_quant: %s\nusage: bench_quant [--n VALUES] [--reps R] [--codec SPEC]... "
+            "[--kernels c|sse2|avx2] [--torch 0|1]\n",
             msg);
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    long n = 4194304, reps = 7;
+    long n = 16777216, reps = 7, torch = 1;
     const char *given[64];
     const char **codecs = given;
     size_t ncodecs = 0;
@@ -134,6 +205,12 @@ int main(int argc, char **argv)
                 return s_usage(mq_err_last());
         } else if (strcmp(argv[i], "--reps") == 0) {
             if (mq_parse_long("--reps", argv[++i], 1, 1000, &reps) < 0)
+                return s_usage(mq_err_last());
+        } else if (strcmp(argv[i], "--kernels") == 0) {
+            if (mq_quant_use_kernels(argv[++i]) < 0)
+                return s_usage(mq_err_last());
+        } else if (strcmp(argv[i], "--torch") == 0) {
+            if (mq_parse_long("--torch", argv[++i], 0, 1, &torch) < 0)
                 return s_usage(mq_err_last());
         } else if (strcmp(argv[i], "--codec") == 0) {
             if (ncodecs == sizeof given / sizeof given[0])
@@ -165,14 +242,17 @@ int main(int argc, char **argv)
     double t_copy;
     if (s_run(&b, NULL, S_MEMCPY, 0, &t_copy) < 0)
         return 1;
-    printf("bench_quant: %zu values (%.1f MB fp32), best of %d (thread CPU time); speeds are "
-           "multiples of memcpy of the fp32 buffer in this run (%.2f GB/s here)\n",
-           b.n, 4e-6 * (double)b.n, b.reps, 4e-9 * (double)b.n / t_copy);
-    printf("%-32s %12s %8s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller", "rel_err",
-           "encode", "decode", "dec+acc", "enc_ef");
+    printf("bench_quant: %zu values (%.1f MB fp32), best of %d (thread CPU time), %s kernels; "
+           "speeds are multiples of memcpy of the fp32 buffer, measured before each row "
+           "(%.2f GB/s at the start)\n",
+           b.n, 4e-6 * (double)b.n, b.reps, mq_quant_kernels()->name, 4e-9 * (double)b.n / t_copy);
+    printf("%-32s %12s %8s %9s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller", "rel_err",
+           "encode", "decode", "dec+acc", "enc_ef", "cpy_GB/s");
     int rc = 0;
     for (size_t k = 0; k < ncodecs && rc == 0; k++)
-        rc = s_codec_row(&b, codecs[k], t_copy);
+        rc = s_codec_row(&b, codecs[k]);
+    if (rc == 0 && torch)
+        rc = s_torch_rows(&b);
     free(b.x);
     free(b.y);
     free(b.residual);

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "mqgrad/quant.h"
+/* For mq_quant_use_kernels: the tests compare the codec's instruction-set builds. */
+#include "../common/src/quant/quant_internal.h"
 
 static int s_all_bits[] = {1, 2, 3, 4, 5, 6, 7, 8};
 
@@ -682,4 +684,158 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
     free(res);
     free(dec);
     free(v);
+}
+
+/* ---- one payload whatever the CPU -----------------------------------------------------------*/
+
+/* Kernel sets this build and CPU can run; "c" (portable) first, the reference. */
+static size_t s_kernel_sets(const char **names)
+{
+    static const char *all[] = {"c", "sse2", "avx2"};
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (mq_quant_use_kernels(all[i]) == 0)
+            names[k++] = all[i];
+    mq_quant_use_kernels(NULL);
+    return k;
+}
+
+/* A gradient with the awkward values: both zeros, repeated extremes, a constant run, a
+ * bucket spanning nearly the whole float range. */
+static float *s_awkward(size_t n, uint64_t seed)
+{
+    float *x = s_normal(n, seed, 0.01f);
+    for (size_t i = 0; i < n; i += 97)
+        x[i] = (i / 97) % 2 ? 0.0f : -0.0f;
+    for (size_t i = 40; i < n && i < 60; i++)
+        x[i] = 0.25f;
+    if (n > 3000) {
+        x[2000] = 3e38f;
+        x[2001] = -3e38f;
+    }
+    return x;
+}
+
+/* Encodes and decodes (plain, with scale, accumulating) with kernel set NAME. */
+static void s_codec_run(const char *name, const mq_codec_t *c, const float *x, size_t n,
+                        uint8_t *payload, float *plain, float *sum)
+{
+    cr_assert_eq(mq_quant_use_kernels(name), 0, "%s", mq_err_last());
+    size_t cap = mq_codec_payload_size(c, n), len;
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 77);
+    cr_assert_eq(mq_codec_encode(c, x, n, payload, cap, &len, &rng), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_codec_decode(c, payload, len, plain, n, 0.3f, false), 0, "%s", mq_err_last());
+    for (size_t i = 0; i < n; i++)
+        sum[i] = (float)i * 1e-3f;
+    cr_assert_eq(mq_codec_decode(c, payload, len, sum, n, -0.7f, true), 0, "%s", mq_err_last());
+    mq_quant_use_kernels(NULL);
+}
+
+Test(quant, every_kernel_set_writes_and_decodes_the_same_bits)
+{
+    const char *names[3];
+    size_t nk = s_kernel_sets(names);
+    static const size_t ns[] = {1, 31, 33, 100, 2047, 5003, 20011};
+    static const uint32_t buckets[] = {0, 1, 7, 64, 100, 512, 3000};
+    const size_t nmax = 20011;
+    float *x = s_awkward(nmax, 23);
+    uint8_t *p0 = malloc(nmax + 8 * nmax), *p1 = malloc(nmax + 8 * nmax);
+    float *d0 = malloc(nmax * sizeof *d0), *d1 = malloc(nmax * sizeof *d1);
+    float *s0 = malloc(nmax * sizeof *s0), *s1 = malloc(nmax * sizeof *s1);
+    for (int bits = 1; bits <= 8; bits++)
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+            for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++)
+                for (int st = 0; st < 2; st++) {
+                    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM,
+                                    .bits = bits,
+                                    .bucket = buckets[b],
+                                    .stochastic = st};
+                    size_t n = ns[a], cap = mq_codec_payload_size(&c, n);
+                    s_codec_run(names[0], &c, x, n, p0, d0, s0);
+                    for (size_t k = 1; k < nk; k++) {
+                        s_codec_run(names[k], &c, x, n, p1, d1, s1);
+                        char spec[64];
+                        mq_codec_format(&c, spec, sizeof spec);
+                        cr_assert_arr_eq(p0, p1, cap, "%s n=%zu: %s payload differs from c", spec,
+                                         n, names[k]);
+                        cr_assert_arr_eq(d0, d1, n * sizeof *d0, "%s n=%zu: %s decode differs",
+                                         spec, n, names[k]);
+                        cr_assert_arr_eq(s0, s1, n * sizeof *s0, "%s n=%zu: %s accumulate differs",
+                                         spec, n, names[k]);
+                    }
+                }
+    free(x);
+    free(p0);
+    free(p1);
+    free(d0);
+    free(d1);
+    free(s0);
+    free(s1);
+}
+
+/* Decodes of 16 MB and more use streaming stores; the output must be the same at any
+ * alignment of dst, and the same as the portable code's. */
+Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
+{
+    const char *names[3];
+    size_t nk = s_kernel_sets(names);
+    const size_t n = (16u << 20) / sizeof(float) + 1001;
+    float *x = s_normal(n, 29, 1.0f);
+    float *ref = malloc(n * sizeof *ref), *out = malloc((n + 16) * sizeof *out);
+    static const char *specs[] = {"uniform:3", "uniform:8:bucket=100"};
+    for (size_t s = 0; s < 2; s++) {
+        mq_codec_t c;
+        cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
+        size_t cap = mq_codec_payload_size(&c, n), len;
+        uint8_t *p = malloc(cap);
+        cr_assert_eq(mq_codec_encode(&c, x, n, p, cap, &len, NULL), 0);
+        cr_assert_eq(mq_quant_use_kernels("c"), 0);
+        cr_assert_eq(mq_codec_decode(&c, p, len, ref, n, 1.0f, false), 0);
+        for (size_t k = 0; k < nk; k++)
+            for (size_t off = 0; off < 16; off += 5) {
+                cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+                cr_assert_eq(mq_codec_decode(&c, p, len, out + off, n, 1.0f, false), 0);
+                cr_assert_arr_eq(out + off, ref, n * sizeof *ref, "%s %s dst+%zu", specs[s],
+                                 names[k], off);
+            }
+        mq_quant_use_kernels(NULL);
+        free(p);
+    }
+    free(x);
+    free(ref);
+    free(out);
+}
+
+Test(quant, every_kernel_set_refuses_nan_and_infinity)
+{
+    const char *names[3];
+    size_t nk = s_kernel_sets(names);
+    const size_t n = 3001;
+    float *x = s_normal(n, 31, 1.0f);
+    uint8_t *buf = malloc(2 * n + 8 * n);
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const size_t where[] = {0, 7, 8, 33, 1500, 2999, 3000};
+    static const char *specs[] = {"uniform:4", "uniform:8:bucket=64", "uniform:2:bucket=1000"};
+    for (size_t k = 0; k < nk; k++)
+        for (size_t s = 0; s < 3; s++)
+            for (size_t b = 0; b < 3; b++)
+                for (size_t w = 0; w < sizeof where / sizeof where[0]; w++) {
+                    mq_codec_t c;
+                    cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
+                    cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+                    float keep = x[where[w]];
+                    x[where[w]] = bad[b];
+                    size_t len;
+                    int rc = mq_codec_encode(&c, x, n, buf, 2 * n + 8 * n, &len, NULL);
+                    x[where[w]] = keep;
+                    mq_quant_use_kernels(NULL);
+                    cr_assert_eq(rc, -1, "%s %s accepted %g at %zu", names[k], specs[s], bad[b],
+                                 where[w]);
+                    char idx[32];
+                    snprintf(idx, sizeof idx, "value %zu ", where[w]);
+                    cr_assert(strstr(mq_err_last(), idx), "%s: '%s'", names[k], mq_err_last());
+                }
+    free(buf);
+    free(x);
 }

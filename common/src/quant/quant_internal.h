@@ -40,6 +40,59 @@ size_t mq_quant_first_nonfinite(const float *x, size_t n);
 /* Same for a + b element-wise (the error-feedback input), without storing the sum. */
 size_t mq_quant_first_nonfinite_sum(const float *a, const float *b, size_t n);
 
+/* ---- the uniform codec's inner loops (kernels.c), one table per instruction set ---- */
+
+/* Rounding noise for stochastic rounding: eight xoshiro128** generators side by side, each
+ * output split into two 16-bit uniforms (kernels.c says which value gets which), seeded from
+ * the caller's mq_rng_t at each encode: a payload depends only on that seed, whichever
+ * kernels run. */
+typedef struct {
+    uint32_t s[4][8];
+} mq_quant_noise_t;
+
+/* What dequantizing one bucket needs: code q decodes to q == levels ? top : a + q * b. */
+typedef struct {
+    float a, b, top;
+    uint32_t levels;
+} mq_quant_deq_t;
+
+typedef struct {
+    const char *name;
+    /* Min and max of x[0..n), n > 0; false if a value is NaN or infinite. */
+    bool (*minmax)(const float *x, size_t n, float *lo, float *hi);
+    /* q[i] = trunc(min((x[i] - lo) * inv + r_i, top)), r_i = noise[i] or 0.5 if noise is
+     * NULL; x[i] >= lo, and inv and the result finite. */
+    void (*quantize)(const float *x, size_t n, float lo, float inv, float top, const float *noise,
+                     uint8_t *q);
+    /* n uniforms in [0, 1) with 16 random bits each. */
+    void (*noise)(mq_quant_noise_t *g, float *u, size_t n);
+    /* Packs codes q[0..n) (each < 2^K, K < 8) into ceil(n*K/8) bytes at dst, of which AVAIL
+     * bytes are the payload's: nothing past them is written. */
+    void (*pack)(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K);
+    /* The inverse, reading no more than AVAIL bytes from src. */
+    void (*unpack)(const uint8_t *src, size_t n, size_t avail, uint8_t *q, int K);
+    /* dst[i] (+)= decoded q[i]. */
+    void (*dequantize)(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc, float *dst);
+    /* Plain dequantize that may use non-temporal stores for dst's whole cache lines. */
+    void (*dequantize_stream)(const uint8_t *q, size_t n, const mq_quant_deq_t *d, float *dst);
+    /* memcpy of floats that may use non-temporal stores for dst's whole cache lines. Both
+     * streaming kernels are to be followed by mq_quant_stream_fence before the caller
+     * returns. */
+    void (*stream)(float *dst, const float *src, size_t n);
+} mq_quant_kernels_t;
+
+/* Orders streaming stores made by dequantize before what follows (once per decode: a fence
+ * waits for every pending line). */
+void mq_quant_stream_fence(void);
+
+/* The kernels in use: the fastest this CPU runs, unless mq_quant_use_kernels chose others. */
+const mq_quant_kernels_t *mq_quant_kernels(void);
+
+/* For tests and benchmarks: "c", "sse2", "avx2" or NULL (the fastest available). Returns -1
+ * with an error if this build or CPU lacks them. Not meant to be called while another thread
+ * encodes or decodes. */
+int mq_quant_use_kernels(const char *name);
+
 /* The uniform codec. The caller (codec.c) has validated C, checked that dst holds
  * mq_codec_payload_size(c, n) bytes, that rng is set when c->stochastic, and that n > 0.
  * Encode fails only on non-finite input (error names the index); decode only on a bad

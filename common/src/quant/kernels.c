@@ -1,0 +1,234 @@
+/* The uniform codec's inner loops, in three builds chosen once at run time: portable C (the
+ * reference), SSE2 (the x86-64 baseline) and AVX2 (when the CPU has it). Every path does the
+ * same IEEE single-precision operations in the same order per value, with no FMA, so a payload
+ * and its decode are bit-identical whichever path ran; test_quant checks that. The vector
+ * loops do the bulk and hand leftovers to the portable code. */
+
+#include <string.h>
+
+#include "quant_internal.h"
+
+#if defined(__x86_64__) && defined(__SSE2__)
+#define S_X86 1
+#include <immintrin.h>
+#else
+#define S_X86 0
+#endif
+
+/* ---- portable reference ------------------------------------------------------------------*/
+
+static bool s_minmax_c(const float *x, size_t n, float *lo, float *hi)
+{
+    float l = x[0], h = x[0], c = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        l = x[i] < l ? x[i] : l;
+        h = x[i] > h ? x[i] : h;
+        c += x[i] - x[i]; /* +0 for finite values, NaN otherwise */
+    }
+    *lo = l;
+    *hi = h;
+    return c == 0.0f && l - l == 0.0f && h - h == 0.0f;
+}
+
+/* q = trunc(min((x - lo) * inv + r, top)), r = 0.5 (nearest) or a uniform in [0, 1). The
+ * float clamp equals clamping the integer: both give top once y >= top. */
+static void s_quantize_c(const float *x, size_t n, float lo, float inv, float top,
+                         const float *noise, uint8_t *q)
+{
+    for (size_t i = 0; i < n; i++) {
+        float y = (x[i] - lo) * inv + (noise ? noise[i] : 0.5f);
+        q[i] = (uint8_t)(int)(y < top ? y : top);
+    }
+}
+
+/* Eight xoshiro128** generators, lane j giving every eighth value. */
+static void s_noise_step_c(mq_quant_noise_t *g, uint32_t r[8])
+{
+    for (int j = 0; j < 8; j++) {
+        uint32_t s0 = g->s[0][j], s1 = g->s[1][j], s2 = g->s[2][j], s3 = g->s[3][j];
+        uint32_t x = s1 * 5;
+        r[j] = ((x << 7) | (x >> 25)) * 9;
+        uint32_t t = s1 << 9;
+        s2 ^= s0;
+        s3 ^= s1;
+        s1 ^= s2;
+        s0 ^= s3;
+        s2 ^= t;
+        s3 = (s3 << 11) | (s3 >> 21);
+        g->s[0][j] = s0;
+        g->s[1][j] = s1;
+        g->s[2][j] = s2;
+        g->s[3][j] = s3;
+    }
+}
+
+/* Each 32-bit output gives two 16-bit uniforms: lane j's low half is value j of a group of
+ * 16, its high half value 8 + j. Sixteen bits are all stochastic rounding can use at 8 bits
+ * (y + u is a float below 256), and half the generator steps are half its cost. */
+static void s_noise_c(mq_quant_noise_t *g, float *u, size_t n)
+{
+    uint32_t r[8];
+    for (size_t i = 0; i < n; i += 16) {
+        s_noise_step_c(g, r);
+        for (size_t j = 0; j < 16 && i + j < n; j++)
+            u[i + j] = (float)(int32_t)(j < 8 ? r[j] & 0xffff : r[j - 8] >> 16) * 0x1.0p-16f;
+    }
+}
+
+/* 64-bit little-endian loads and stores whatever the host order. */
+static inline uint64_t s_load64(const uint8_t *p)
+{
+    uint64_t w;
+    memcpy(&w, p, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    return w;
+}
+
+static inline void s_store64(uint8_t *p, uint64_t w)
+{
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
+    memcpy(p, &w, 8);
+}
+
+#define S_L16 0x00ff00ff00ff00ffull
+#define S_L32 0x0000ffff0000ffffull
+
+/* Eight codes (one per byte, each < 2^K) merged into 8K bits: pairs, quads, halves. */
+static inline uint64_t s_merge8(uint64_t w, int K)
+{
+    w = (w & S_L16) | ((w >> 8) & S_L16) << K;
+    w = (w & S_L32) | ((w >> 16) & S_L32) << (2 * K);
+    return (w & 0xffffffffull) | (w >> 32) << (4 * K);
+}
+
+/* The inverse: 8K bits back into one code per byte. */
+static inline uint64_t s_split8(uint64_t w, int K)
+{
+    const uint64_t m4 = (1ull << (4 * K)) - 1, m2 = ((1ull << (2 * K)) - 1) * 0x100000001ull,
+                   m1 = ((1ull << K) - 1) * 0x0001000100010001ull;
+    w = (w & m4) | ((w >> (4 * K)) & m4) << 32;
+    w = (w & m2) | ((w >> (2 * K)) & m2) << 16;
+    return (w & m1) | ((w >> K) & m1) << 8;
+}
+
+/* Packs q[0..n) into ceil(n*K/8) bytes at dst, K < 8. AVAIL is how many payload bytes start
+ * at dst: while 8 remain a group stores a whole word and the next overwrites the spill. */
+static void s_pack_c(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K)
+{
+    size_t g = 0;
+    for (; g + 8 <= n && avail >= 8; g += 8, dst += K, avail -= (size_t)K)
+        s_store64(dst, s_merge8(s_load64(q + g), K));
+    for (; g < n; g += 8, dst += K) {
+        size_t rest = n - g < 8 ? n - g : 8;
+        uint64_t w = 0;
+        for (size_t j = 0; j < rest; j++)
+            w |= (uint64_t)q[g + j] << (j * (size_t)K);
+        for (size_t b = 0; b < (rest * (size_t)K + 7) / 8; b++)
+            dst[b] = (uint8_t)(w >> (8 * b));
+    }
+}
+
+static void s_unpack_c(const uint8_t *src, size_t n, size_t avail, uint8_t *q, int K)
+{
+    const uint64_t mask = (1u << K) - 1;
+    size_t g = 0;
+    for (; g + 8 <= n && avail >= 8; g += 8, src += K, avail -= (size_t)K)
+        s_store64(q + g, s_split8(s_load64(src), K));
+    for (; g < n; g += 8, src += K) {
+        size_t rest = n - g < 8 ? n - g : 8;
+        uint64_t w = 0;
+        for (size_t b = 0; b < (rest * (size_t)K + 7) / 8; b++)
+            w |= (uint64_t)src[b] << (8 * b);
+        for (size_t j = 0; j < rest; j++)
+            q[g + j] = (uint8_t)((w >> (j * (size_t)K)) & mask);
+    }
+}
+
+/* dst[i] (+)= q[i] == levels ? top : a + q[i] * b. */
+static void s_dequantize_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc,
+                           float *dst)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = q[i] == d->levels ? d->top : d->a + (float)q[i] * d->b;
+        dst[i] = acc ? dst[i] + v : v;
+    }
+}
+
+static void s_stream_c(float *dst, const float *src, size_t n);
+
+static void s_dequantize_stream_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, float *dst)
+{
+    s_dequantize_c(q, n, d, false, dst);
+}
+
+static const mq_quant_kernels_t s_kernels_c = {
+    "c",        s_minmax_c,     s_quantize_c,          s_noise_c,  s_pack_c,
+    s_unpack_c, s_dequantize_c, s_dequantize_stream_c, s_stream_c,
+};
+
+#if S_X86
+#include "kernels_x86.h"
+#else
+static void s_stream_c(float *dst, const float *src, size_t n)
+{
+    memcpy(dst, src, n * sizeof *dst);
+}
+#endif
+
+void mq_quant_stream_fence(void)
+{
+#if S_X86
+    _mm_sfence();
+#endif
+}
+
+/* ---- dispatch ------------------------------------------------------------------------------*/
+
+static const mq_quant_kernels_t *_Atomic s_active;
+
+static const mq_quant_kernels_t *s_best(void)
+{
+#if S_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2"))
+        return &s_kernels_avx2;
+    return &s_kernels_sse2;
+#else
+    return &s_kernels_c;
+#endif
+}
+
+const mq_quant_kernels_t *mq_quant_kernels(void)
+{
+    const mq_quant_kernels_t *k = s_active;
+    if (!k) {
+        k = s_best();
+        s_active = k;
+    }
+    return k;
+}
+
+int mq_quant_use_kernels(const char *name)
+{
+    const mq_quant_kernels_t *k = NULL;
+    if (!name)
+        k = s_best();
+    else if (strcmp(name, "c") == 0)
+        k = &s_kernels_c;
+#if S_X86
+    else if (strcmp(name, "sse2") == 0)
+        k = &s_kernels_sse2;
+    else if (strcmp(name, "avx2") == 0 && (__builtin_cpu_init(), __builtin_cpu_supports("avx2")))
+        k = &s_kernels_avx2;
+#endif
+    if (!k) {
+        mq_err_set("quant: kernels '%s' are not available here (expected c, sse2 or avx2)", name);
+        return -1;
+    }
+    s_active = k;
+    return 0;
+}

@@ -1,0 +1,519 @@
+/* SSE2 and AVX2 builds of the uniform codec's loops; included by kernels.c only, after the
+ * portable versions, which finish every loop's leftovers. The AVX2 functions carry a target
+ * attribute (the library is built for baseline x86-64) and run only when the CPU has AVX2.
+ * Neither build uses FMA: a fused multiply-add rounds once where the portable code rounds
+ * twice, which would change codes and decoded values between machines. An AVX2 function
+ * clears the upper register halves before calling SSE code (GCC leaves that out on tail
+ * calls), which otherwise stalls every SSE instruction that follows. */
+
+#ifndef MQGRAD_QUANT_KERNELS_X86_H
+#define MQGRAD_QUANT_KERNELS_X86_H
+
+#define S_AVX2 __attribute__((target("avx2")))
+#define S_INLINE static inline __attribute__((always_inline))
+
+#ifndef S_AHEAD
+#define S_AHEAD 1024
+#endif
+
+/* ---- SSE2 ----------------------------------------------------------------------------------*/
+
+static float s_hmin4(__m128 v)
+{
+    float f[4];
+    _mm_storeu_ps(f, v);
+    float m = f[0];
+    for (int j = 1; j < 4; j++)
+        m = f[j] < m ? f[j] : m;
+    return m;
+}
+
+static float s_hmax4(__m128 v)
+{
+    float f[4];
+    _mm_storeu_ps(f, v);
+    float m = f[0];
+    for (int j = 1; j < 4; j++)
+        m = f[j] > m ? f[j] : m;
+    return m;
+}
+
+/* minps(a, m) returns m when a is NaN, so a NaN never reaches the extremes: an unordered
+ * compare of each pair of vectors catches it (and an infinity shows up as an extreme). */
+static bool s_minmax_sse2(const float *x, size_t n, float *lo, float *hi)
+{
+    __m128 mn0 = _mm_set1_ps(x[0]), mn1 = mn0, mx0 = mn0, mx1 = mn0, bad = _mm_setzero_ps();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128 a = _mm_loadu_ps(x + i), b = _mm_loadu_ps(x + i + 4);
+        mn0 = _mm_min_ps(a, mn0);
+        mn1 = _mm_min_ps(b, mn1);
+        mx0 = _mm_max_ps(a, mx0);
+        mx1 = _mm_max_ps(b, mx1);
+        bad = _mm_or_ps(bad, _mm_cmpunord_ps(a, b));
+    }
+    float l = x[0], h = x[0];
+    bool ok = (i == n || s_minmax_c(x + i, n - i, &l, &h)) && !_mm_movemask_ps(bad);
+    float vl = s_hmin4(_mm_min_ps(mn0, mn1)), vh = s_hmax4(_mm_max_ps(mx0, mx1));
+    *lo = vl < l ? vl : l;
+    *hi = vh > h ? vh : h;
+    return ok && *lo - *lo == 0.0f && *hi - *hi == 0.0f;
+}
+
+S_INLINE __m128i s_q4_sse2(const float *x, __m128 lo, __m128 inv, __m128 r, __m128 top)
+{
+    __m128 y = _mm_add_ps(_mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(x), lo), inv), r);
+    return _mm_cvttps_epi32(_mm_min_ps(y, top));
+}
+
+static void s_quantize_sse2(const float *x, size_t n, float lo, float inv, float top,
+                            const float *noise, uint8_t *q)
+{
+    const __m128 vlo = _mm_set1_ps(lo), vinv = _mm_set1_ps(inv), vtop = _mm_set1_ps(top);
+    const __m128 half = _mm_set1_ps(0.5f);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m128 r0 = half, r1 = half, r2 = half, r3 = half;
+        if (noise) {
+            r0 = _mm_loadu_ps(noise + i);
+            r1 = _mm_loadu_ps(noise + i + 4);
+            r2 = _mm_loadu_ps(noise + i + 8);
+            r3 = _mm_loadu_ps(noise + i + 12);
+        }
+        __m128i k0 = s_q4_sse2(x + i, vlo, vinv, r0, vtop);
+        __m128i k1 = s_q4_sse2(x + i + 4, vlo, vinv, r1, vtop);
+        __m128i k2 = s_q4_sse2(x + i + 8, vlo, vinv, r2, vtop);
+        __m128i k3 = s_q4_sse2(x + i + 12, vlo, vinv, r3, vtop);
+        __m128i b = _mm_packus_epi16(_mm_packs_epi32(k0, k1), _mm_packs_epi32(k2, k3));
+        _mm_storeu_si128((__m128i *)(q + i), b);
+    }
+    s_quantize_c(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i);
+}
+
+S_INLINE __m128i s_rotl_sse2(__m128i x, int k)
+{
+    return _mm_or_si128(_mm_slli_epi32(x, k), _mm_srli_epi32(x, 32 - k));
+}
+
+/* The eight generators as two four-lane halves; x*5 and x*9 as shifts and adds (SSE2 has
+ * no 32-bit lane multiply). */
+static void s_noise_sse2(mq_quant_noise_t *g, float *u, size_t n)
+{
+    __m128i s[4][2];
+    for (int w = 0; w < 4; w++)
+        for (int h = 0; h < 2; h++)
+            s[w][h] = _mm_loadu_si128((const __m128i *)&g->s[w][4 * h]);
+    const __m128 unit = _mm_set1_ps(0x1.0p-16f);
+    const __m128i low = _mm_set1_epi32(0xffff);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int h = 0; h < 2; h++) {
+            __m128i x = _mm_add_epi32(_mm_slli_epi32(s[1][h], 2), s[1][h]);
+            x = s_rotl_sse2(x, 7);
+            __m128i r = _mm_add_epi32(_mm_slli_epi32(x, 3), x), t = _mm_slli_epi32(s[1][h], 9);
+            s[2][h] = _mm_xor_si128(s[2][h], s[0][h]);
+            s[3][h] = _mm_xor_si128(s[3][h], s[1][h]);
+            s[1][h] = _mm_xor_si128(s[1][h], s[2][h]);
+            s[0][h] = _mm_xor_si128(s[0][h], s[3][h]);
+            s[2][h] = _mm_xor_si128(s[2][h], t);
+            s[3][h] = s_rotl_sse2(s[3][h], 11);
+            _mm_storeu_ps(u + i + 4 * h, _mm_mul_ps(_mm_cvtepi32_ps(_mm_and_si128(r, low)), unit));
+            _mm_storeu_ps(u + i + 8 + 4 * h,
+                          _mm_mul_ps(_mm_cvtepi32_ps(_mm_srli_epi32(r, 16)), unit));
+        }
+    for (int w = 0; w < 4; w++)
+        for (int h = 0; h < 2; h++)
+            _mm_storeu_si128((__m128i *)&g->s[w][4 * h], s[w][h]);
+    s_noise_c(g, u + i, n - i);
+}
+
+/* s_merge8 / s_split8 on each 64-bit lane. */
+#define S_MERGE8(P, w, K)                                                                          \
+    do {                                                                                           \
+        w = P## or (P## and (w, l16), P##slli_epi64(P## and (P##srli_epi64(w, 8), l16), (K)));     \
+        w = P## or                                                                                 \
+            (P## and (w, l32), P##slli_epi64(P## and (P##srli_epi64(w, 16), l32), 2 * (K)));       \
+        w = P## or (P## and (w, l64), P##slli_epi64(P##srli_epi64(w, 32), 4 * (K)));               \
+    } while (0)
+
+#define S_SPLIT8(P, w, K)                                                                          \
+    do {                                                                                           \
+        w = P## or (P## and (w, m4), P##slli_epi64(P## and (P##srli_epi64(w, 4 * (K)), m4), 32));  \
+        w = P## or (P## and (w, m2), P##slli_epi64(P## and (P##srli_epi64(w, 2 * (K)), m2), 16));  \
+        w = P## or (P## and (w, m1), P##slli_epi64(P## and (P##srli_epi64(w, (K)), m1), 8));       \
+    } while (0)
+
+#define s_mm_or _mm_or_si128
+#define s_mm_and _mm_and_si128
+#define s_mm_slli_epi64 _mm_slli_epi64
+#define s_mm_srli_epi64 _mm_srli_epi64
+
+/* Sixteen codes per step: two 8-byte stores, the second K bytes on (the spill of each is
+ * overwritten by the next), while 8 bytes of payload remain at the last store. */
+S_INLINE void s_pack_sse2_k(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, const int K)
+{
+    const __m128i l16 = _mm_set1_epi64x((long long)S_L16), l32 = _mm_set1_epi64x((long long)S_L32),
+                  l64 = _mm_set1_epi64x(0xffffffffll);
+    size_t g = 0;
+    for (; g + 16 <= n && avail >= (size_t)K + 8; g += 16, dst += 2 * K, avail -= 2 * (size_t)K) {
+        __m128i w = _mm_loadu_si128((const __m128i *)(q + g));
+        S_MERGE8(s_mm_, w, K);
+        _mm_storel_epi64((__m128i *)dst, w);
+        _mm_storel_epi64((__m128i *)(dst + K), _mm_unpackhi_epi64(w, w));
+    }
+    s_pack_c(q + g, n - g, dst, avail, K);
+}
+
+S_INLINE void s_unpack_sse2_k(const uint8_t *src, size_t n, size_t avail, uint8_t *q, const int K)
+{
+    const __m128i m4 = _mm_set1_epi64x((1ll << (4 * K)) - 1),
+                  m2 = _mm_set1_epi64x((long long)(((1ull << (2 * K)) - 1) * 0x100000001ull)),
+                  m1 = _mm_set1_epi64x((long long)(((1ull << K) - 1) * 0x0001000100010001ull));
+    size_t g = 0;
+    for (; g + 16 <= n && avail >= (size_t)K + 8; g += 16, src += 2 * K, avail -= 2 * (size_t)K) {
+        __m128i w = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)src),
+                                       _mm_loadl_epi64((const __m128i *)(src + K)));
+        S_SPLIT8(s_mm_, w, K);
+        _mm_storeu_si128((__m128i *)(q + g), w);
+    }
+    s_unpack_c(src, n - g, avail, q + g, K);
+}
+
+/* One function per K so every shift count is an immediate. */
+#define S_BY_K(fn, K, ...)                                                                         \
+    switch (K) {                                                                                   \
+    case 1:                                                                                        \
+        fn(__VA_ARGS__, 1);                                                                        \
+        break;                                                                                     \
+    case 2:                                                                                        \
+        fn(__VA_ARGS__, 2);                                                                        \
+        break;                                                                                     \
+    case 3:                                                                                        \
+        fn(__VA_ARGS__, 3);                                                                        \
+        break;                                                                                     \
+    case 4:                                                                                        \
+        fn(__VA_ARGS__, 4);                                                                        \
+        break;                                                                                     \
+    case 5:                                                                                        \
+        fn(__VA_ARGS__, 5);                                                                        \
+        break;                                                                                     \
+    case 6:                                                                                        \
+        fn(__VA_ARGS__, 6);                                                                        \
+        break;                                                                                     \
+    default:                                                                                       \
+        fn(__VA_ARGS__, 7);                                                                        \
+        break;                                                                                     \
+    }
+
+static void s_pack_sse2(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K)
+{
+    S_BY_K(s_pack_sse2_k, K, q, n, dst, avail)
+}
+
+static void s_unpack_sse2(const uint8_t *src, size_t n, size_t avail, uint8_t *q,
+                          int K){S_BY_K(s_unpack_sse2_k, K, src, n, avail, q)}
+
+S_INLINE __m128 s_deq4_sse2(__m128i qi, __m128 a, __m128 b, __m128 top, __m128i lev)
+{
+    __m128 v = _mm_add_ps(a, _mm_mul_ps(_mm_cvtepi32_ps(qi), b));
+    __m128 m = _mm_castsi128_ps(_mm_cmpeq_epi32(qi, lev));
+    return _mm_or_ps(_mm_and_ps(m, top), _mm_andnot_ps(m, v));
+}
+
+/* Where streaming stores may go in dst[0..n): whole 64-byte lines only. The partial lines at
+ * either end are shared with the neighbouring chunks, which write them with ordinary stores
+ * too: mixing the two kinds of store in one line is what makes streaming slow. */
+static void s_stream_span(const float *dst, size_t n, size_t *from, size_t *to)
+{
+    size_t h = ((64 - ((uintptr_t)dst & 63)) & 63) / sizeof(float);
+    if (((uintptr_t)dst & 3) || h >= n) {
+        *from = *to = 0;
+        return;
+    }
+    *from = h;
+    *to = h + (n - h) / 16 * 16;
+}
+
+static void s_stream_c(float *dst, const float *src, size_t n)
+{
+    memcpy(dst, src, n * sizeof *dst);
+}
+
+static void s_stream_sse2(float *dst, const float *src, size_t n)
+{
+    size_t from, to;
+    s_stream_span(dst, n, &from, &to);
+    memcpy(dst, src, from * sizeof *dst);
+    for (size_t i = from; i < to; i += 8) {
+        _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+        _mm_stream_ps(dst + i + 4, _mm_loadu_ps(src + i + 4));
+    }
+    memcpy(dst + to, src + to, (n - to) * sizeof *dst);
+}
+
+static void s_dequantize_sse2(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc,
+                              float *dst)
+{
+    const __m128 a = _mm_set1_ps(d->a), b = _mm_set1_ps(d->b), top = _mm_set1_ps(d->top);
+    const __m128i lev = _mm_set1_epi32((int)d->levels), z = _mm_setzero_si128();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m128i w = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(q + i)), z);
+        __m128 v0 = s_deq4_sse2(_mm_unpacklo_epi16(w, z), a, b, top, lev);
+        __m128 v1 = s_deq4_sse2(_mm_unpackhi_epi16(w, z), a, b, top, lev);
+        if (acc) {
+            v0 = _mm_add_ps(_mm_loadu_ps(dst + i), v0);
+            v1 = _mm_add_ps(_mm_loadu_ps(dst + i + 4), v1);
+        }
+        _mm_storeu_ps(dst + i, v0);
+        _mm_storeu_ps(dst + i + 4, v1);
+    }
+    s_dequantize_c(q + i, n - i, d, acc, dst + i);
+}
+
+/* Decode straight into dst with streaming stores over its whole lines. */
+static void s_dequantize_stream_sse2(const uint8_t *q, size_t n, const mq_quant_deq_t *d,
+                                     float *dst)
+{
+    const __m128 a = _mm_set1_ps(d->a), b = _mm_set1_ps(d->b), top = _mm_set1_ps(d->top);
+    const __m128i lev = _mm_set1_epi32((int)d->levels), z = _mm_setzero_si128();
+    size_t from, to;
+    s_stream_span(dst, n, &from, &to);
+    s_dequantize_sse2(q, from, d, false, dst);
+    for (size_t i = from; i < to; i += 8) {
+        __m128i w = _mm_unpacklo_epi8(_mm_loadl_epi64((const __m128i *)(q + i)), z);
+        _mm_stream_ps(dst + i, s_deq4_sse2(_mm_unpacklo_epi16(w, z), a, b, top, lev));
+        _mm_stream_ps(dst + i + 4, s_deq4_sse2(_mm_unpackhi_epi16(w, z), a, b, top, lev));
+    }
+    s_dequantize_sse2(q + to, n - to, d, false, dst + to);
+}
+
+static const mq_quant_kernels_t s_kernels_sse2 = {
+    "sse2",        s_minmax_sse2,     s_quantize_sse2,          s_noise_sse2,  s_pack_sse2,
+    s_unpack_sse2, s_dequantize_sse2, s_dequantize_stream_sse2, s_stream_sse2,
+};
+
+/* ---- AVX2 ----------------------------------------------------------------------------------*/
+
+S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
+{
+    __m256 mn0 = _mm256_set1_ps(x[0]), mn1 = mn0, mn2 = mn0, mn3 = mn0;
+    __m256 mx0 = mn0, mx1 = mn0, mx2 = mn0, mx3 = mn0, bad = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(x + i + S_AHEAD), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + S_AHEAD + 16), _MM_HINT_T0);
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        __m256 c = _mm256_loadu_ps(x + i + 16), d = _mm256_loadu_ps(x + i + 24);
+        mn0 = _mm256_min_ps(a, mn0);
+        mn1 = _mm256_min_ps(b, mn1);
+        mn2 = _mm256_min_ps(c, mn2);
+        mn3 = _mm256_min_ps(d, mn3);
+        mx0 = _mm256_max_ps(a, mx0);
+        mx1 = _mm256_max_ps(b, mx1);
+        mx2 = _mm256_max_ps(c, mx2);
+        mx3 = _mm256_max_ps(d, mx3);
+        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q),
+                                             _mm256_cmp_ps(c, d, _CMP_UNORD_Q)));
+    }
+    __m256 mn = _mm256_min_ps(_mm256_min_ps(mn0, mn1), _mm256_min_ps(mn2, mn3));
+    __m256 mx = _mm256_max_ps(_mm256_max_ps(mx0, mx1), _mm256_max_ps(mx2, mx3));
+    bool ok = !_mm256_movemask_ps(bad);
+    __m128 mn4 = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
+    __m128 mx4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    _mm256_zeroupper();
+    float l = x[0], h = x[0];
+    ok = (i == n || s_minmax_sse2(x + i, n - i, &l, &h)) && ok;
+    float vl = s_hmin4(mn4), vh = s_hmax4(mx4);
+    *lo = vl < l ? vl : l;
+    *hi = vh > h ? vh : h;
+    return ok && *lo - *lo == 0.0f && *hi - *hi == 0.0f;
+}
+
+S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 r, __m256 top)
+{
+    __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x), lo), inv), r);
+    return _mm256_cvttps_epi32(_mm256_min_ps(y, top));
+}
+
+S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv, float top,
+                                   const float *noise, uint8_t *q)
+{
+    const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
+    const __m256 half = _mm256_set1_ps(0.5f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        _mm_prefetch((const char *)(x + i + S_AHEAD), _MM_HINT_T0);
+        _mm_prefetch((const char *)(x + i + S_AHEAD + 16), _MM_HINT_T0);
+        __m256 r0 = half, r1 = half, r2 = half, r3 = half;
+        if (noise) {
+            r0 = _mm256_loadu_ps(noise + i);
+            r1 = _mm256_loadu_ps(noise + i + 8);
+            r2 = _mm256_loadu_ps(noise + i + 16);
+            r3 = _mm256_loadu_ps(noise + i + 24);
+        }
+        __m256i k0 = s_q8_avx2(x + i, vlo, vinv, r0, vtop);
+        __m256i k1 = s_q8_avx2(x + i + 8, vlo, vinv, r1, vtop);
+        __m256i k2 = s_q8_avx2(x + i + 16, vlo, vinv, r2, vtop);
+        __m256i k3 = s_q8_avx2(x + i + 24, vlo, vinv, r3, vtop);
+        /* packs work within 128-bit halves: the dwords come out as 0,2,4,6,1,3,5,7 */
+        __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
+        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, order));
+    }
+    _mm256_zeroupper();
+    s_quantize_sse2(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i);
+}
+
+S_AVX2 S_INLINE __m256i s_rotl_avx2(__m256i x, int k)
+{
+    return _mm256_or_si256(_mm256_slli_epi32(x, k), _mm256_srli_epi32(x, 32 - k));
+}
+
+S_AVX2 static void s_noise_avx2(mq_quant_noise_t *g, float *u, size_t n)
+{
+    __m256i s[4];
+    for (int w = 0; w < 4; w++)
+        s[w] = _mm256_loadu_si256((const __m256i *)g->s[w]);
+    const __m256 unit = _mm256_set1_ps(0x1.0p-16f);
+    const __m256i low = _mm256_set1_epi32(0xffff);
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256i x = _mm256_add_epi32(_mm256_slli_epi32(s[1], 2), s[1]);
+        x = s_rotl_avx2(x, 7);
+        __m256i r = _mm256_add_epi32(_mm256_slli_epi32(x, 3), x), t = _mm256_slli_epi32(s[1], 9);
+        s[2] = _mm256_xor_si256(s[2], s[0]);
+        s[3] = _mm256_xor_si256(s[3], s[1]);
+        s[1] = _mm256_xor_si256(s[1], s[2]);
+        s[0] = _mm256_xor_si256(s[0], s[3]);
+        s[2] = _mm256_xor_si256(s[2], t);
+        s[3] = s_rotl_avx2(s[3], 11);
+        __m256 lo16 = _mm256_cvtepi32_ps(_mm256_and_si256(r, low));
+        __m256 hi16 = _mm256_cvtepi32_ps(_mm256_srli_epi32(r, 16));
+        _mm256_storeu_ps(u + i, _mm256_mul_ps(lo16, unit));
+        _mm256_storeu_ps(u + i + 8, _mm256_mul_ps(hi16, unit));
+    }
+    for (int w = 0; w < 4; w++)
+        _mm256_storeu_si256((__m256i *)g->s[w], s[w]);
+    _mm256_zeroupper();
+    s_noise_c(g, u + i, n - i);
+}
+
+#define s_mm256_or _mm256_or_si256
+#define s_mm256_and _mm256_and_si256
+#define s_mm256_slli_epi64 _mm256_slli_epi64
+#define s_mm256_srli_epi64 _mm256_srli_epi64
+
+/* Thirty-two codes per step: four 8-byte stores K bytes apart. */
+S_AVX2 S_INLINE void s_pack_avx2_k(const uint8_t *q, size_t n, uint8_t *dst, size_t avail,
+                                   const int K)
+{
+    const __m256i l16 = _mm256_set1_epi64x((long long)S_L16),
+                  l32 = _mm256_set1_epi64x((long long)S_L32),
+                  l64 = _mm256_set1_epi64x(0xffffffffll);
+    size_t g = 0;
+    for (; g + 32 <= n && avail >= 3 * (size_t)K + 8;
+         g += 32, dst += 4 * K, avail -= 4 * (size_t)K) {
+        __m256i w = _mm256_loadu_si256((const __m256i *)(q + g));
+        S_MERGE8(s_mm256_, w, K);
+        __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+        _mm_storel_epi64((__m128i *)dst, lo);
+        _mm_storel_epi64((__m128i *)(dst + K), _mm_unpackhi_epi64(lo, lo));
+        _mm_storel_epi64((__m128i *)(dst + 2 * K), hi);
+        _mm_storel_epi64((__m128i *)(dst + 3 * K), _mm_unpackhi_epi64(hi, hi));
+    }
+    _mm256_zeroupper();
+    s_pack_sse2_k(q + g, n - g, dst, avail, K);
+}
+
+S_AVX2 S_INLINE void s_unpack_avx2_k(const uint8_t *src, size_t n, size_t avail, uint8_t *q,
+                                     const int K)
+{
+    const __m256i m4 = _mm256_set1_epi64x((1ll << (4 * K)) - 1),
+                  m2 = _mm256_set1_epi64x((long long)(((1ull << (2 * K)) - 1) * 0x100000001ull)),
+                  m1 = _mm256_set1_epi64x((long long)(((1ull << K) - 1) * 0x0001000100010001ull));
+    size_t g = 0;
+    for (; g + 32 <= n && avail >= 3 * (size_t)K + 8;
+         g += 32, src += 4 * K, avail -= 4 * (size_t)K) {
+        __m128i lo = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)src),
+                                        _mm_loadl_epi64((const __m128i *)(src + K)));
+        __m128i hi = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(src + 2 * K)),
+                                        _mm_loadl_epi64((const __m128i *)(src + 3 * K)));
+        __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+        S_SPLIT8(s_mm256_, w, K);
+        _mm256_storeu_si256((__m256i *)(q + g), w);
+    }
+    _mm256_zeroupper();
+    s_unpack_sse2_k(src, n - g, avail, q + g, K);
+}
+
+S_AVX2 static void s_pack_avx2(const uint8_t *q, size_t n, uint8_t *dst, size_t avail,
+                               int K){S_BY_K(s_pack_avx2_k, K, q, n, dst, avail)}
+
+S_AVX2 static void s_unpack_avx2(const uint8_t *src, size_t n, size_t avail, uint8_t *q,
+                                 int K){S_BY_K(s_unpack_avx2_k, K, src, n, avail, q)}
+
+S_AVX2 S_INLINE __m256 s_deq8_avx2(const uint8_t *q, __m256 a, __m256 b, __m256 top, __m256i lev)
+{
+    __m256i qi = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
+    __m256 v = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(qi), b));
+    return _mm256_blendv_ps(v, top, _mm256_castsi256_ps(_mm256_cmpeq_epi32(qi, lev)));
+}
+
+S_AVX2 static void s_dequantize_avx2(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc,
+                                     float *dst)
+{
+    const __m256 a = _mm256_set1_ps(d->a), b = _mm256_set1_ps(d->b), top = _mm256_set1_ps(d->top);
+    const __m256i lev = _mm256_set1_epi32((int)d->levels);
+    size_t i = 0;
+    if (acc)
+        for (; i + 16 <= n; i += 16) {
+            __m256 v0 = s_deq8_avx2(q + i, a, b, top, lev);
+            __m256 v1 = s_deq8_avx2(q + i + 8, a, b, top, lev);
+            _mm256_storeu_ps(dst + i, _mm256_add_ps(_mm256_loadu_ps(dst + i), v0));
+            _mm256_storeu_ps(dst + i + 8, _mm256_add_ps(_mm256_loadu_ps(dst + i + 8), v1));
+        }
+    else
+        for (; i + 16 <= n; i += 16) {
+            _mm256_storeu_ps(dst + i, s_deq8_avx2(q + i, a, b, top, lev));
+            _mm256_storeu_ps(dst + i + 8, s_deq8_avx2(q + i + 8, a, b, top, lev));
+        }
+    _mm256_zeroupper();
+    s_dequantize_c(q + i, n - i, d, acc, dst + i);
+}
+
+S_AVX2 static void s_stream_avx2(float *dst, const float *src, size_t n)
+{
+    size_t from, to;
+    s_stream_span(dst, n, &from, &to);
+    memcpy(dst, src, from * sizeof *dst);
+    for (size_t i = from; i < to; i += 16) {
+        _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
+        _mm256_stream_ps(dst + i + 8, _mm256_loadu_ps(src + i + 8));
+    }
+    _mm256_zeroupper();
+    memcpy(dst + to, src + to, (n - to) * sizeof *dst);
+}
+
+S_AVX2 static void s_dequantize_stream_avx2(const uint8_t *q, size_t n, const mq_quant_deq_t *d,
+                                            float *dst)
+{
+    const __m256 a = _mm256_set1_ps(d->a), b = _mm256_set1_ps(d->b), top = _mm256_set1_ps(d->top);
+    const __m256i lev = _mm256_set1_epi32((int)d->levels);
+    size_t from, to;
+    s_stream_span(dst, n, &from, &to);
+    s_dequantize_avx2(q, from, d, false, dst);
+    for (size_t i = from; i < to; i += 16) {
+        _mm256_stream_ps(dst + i, s_deq8_avx2(q + i, a, b, top, lev));
+        _mm256_stream_ps(dst + i + 8, s_deq8_avx2(q + i + 8, a, b, top, lev));
+    }
+    _mm256_zeroupper();
+    s_dequantize_avx2(q + to, n - to, d, false, dst + to);
+}
+
+static const mq_quant_kernels_t s_kernels_avx2 = {
+    "avx2",        s_minmax_avx2,     s_quantize_avx2,          s_noise_avx2,  s_pack_avx2,
+    s_unpack_avx2, s_dequantize_avx2, s_dequantize_stream_avx2, s_stream_avx2,
+};
+
+#endif
