@@ -158,7 +158,7 @@ static void s_dequantize_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, 
     }
 }
 
-static void s_stream_c(float *dst, const float *src, size_t n);
+static void s_stream_c(void *dst, const void *src, size_t n);
 
 static void s_dequantize_stream_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, float *dst)
 {
@@ -173,9 +173,9 @@ static const mq_quant_kernels_t s_kernels_c = {
 #if S_X86
 #include "kernels_x86.h"
 #else
-static void s_stream_c(float *dst, const float *src, size_t n)
+static void s_stream_c(void *dst, const void *src, size_t n)
 {
-    memcpy(dst, src, n * sizeof *dst);
+    memcpy(dst, src, n);
 }
 #endif
 

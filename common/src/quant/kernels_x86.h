@@ -220,35 +220,41 @@ S_INLINE __m128 s_deq4_sse2(__m128i qi, __m128 a, __m128 b, __m128 top, __m128i 
     return _mm_or_ps(_mm_and_ps(m, top), _mm_andnot_ps(m, v));
 }
 
-/* Where streaming stores may go in dst[0..n): whole 64-byte lines only. The partial lines at
- * either end are shared with the neighbouring chunks, which write them with ordinary stores
- * too: mixing the two kinds of store in one line is what makes streaming slow. */
+/* Where streaming stores may go in the N bytes at ADDR: whole 64-byte lines only. The
+ * partial lines at either end are shared with the neighbouring chunks, which write them with
+ * ordinary stores too: mixing the two kinds of store in one line is what makes streaming
+ * slow. */
+static void s_span64(uintptr_t addr, size_t n, size_t *from, size_t *to)
+{
+    size_t h = (64 - (addr & 63)) & 63;
+    *from = h < n ? h : 0;
+    *to = h < n ? h + (n - h) / 64 * 64 : 0;
+}
+
+/* The same in floats. */
 static void s_stream_span(const float *dst, size_t n, size_t *from, size_t *to)
 {
-    size_t h = ((64 - ((uintptr_t)dst & 63)) & 63) / sizeof(float);
-    if (((uintptr_t)dst & 3) || h >= n) {
-        *from = *to = 0;
-        return;
-    }
-    *from = h;
-    *to = h + (n - h) / 16 * 16;
+    s_span64((uintptr_t)dst, n * sizeof *dst, from, to);
+    *from /= sizeof *dst;
+    *to /= sizeof *dst;
 }
 
-static void s_stream_c(float *dst, const float *src, size_t n)
+static void s_stream_c(void *dst, const void *src, size_t n)
 {
-    memcpy(dst, src, n * sizeof *dst);
+    memcpy(dst, src, n);
 }
 
-static void s_stream_sse2(float *dst, const float *src, size_t n)
+static void s_stream_sse2(void *dst, const void *src, size_t n)
 {
+    uint8_t *d = dst;
+    const uint8_t *s = src;
     size_t from, to;
-    s_stream_span(dst, n, &from, &to);
-    memcpy(dst, src, from * sizeof *dst);
-    for (size_t i = from; i < to; i += 8) {
-        _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-        _mm_stream_ps(dst + i + 4, _mm_loadu_ps(src + i + 4));
-    }
-    memcpy(dst + to, src + to, (n - to) * sizeof *dst);
+    s_span64((uintptr_t)d, n, &from, &to);
+    memcpy(d, s, from);
+    for (size_t i = from; i < to; i += 64)
+        for (int k = 0; k < 64; k += 16)
+            _mm_stream_si128((__m128i *)(d + i + k), _mm_loadu_si128((const __m128i *)(s + i + k)));
+    memcpy(d + to, s + to, n - to);
 }
 
 static void s_dequantize_sse2(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc,
@@ -482,17 +488,20 @@ S_AVX2 static void s_dequantize_avx2(const uint8_t *q, size_t n, const mq_quant_
     s_dequantize_c(q + i, n - i, d, acc, dst + i);
 }
 
-S_AVX2 static void s_stream_avx2(float *dst, const float *src, size_t n)
+S_AVX2 static void s_stream_avx2(void *dst, const void *src, size_t n)
 {
+    uint8_t *d = dst;
+    const uint8_t *s = src;
     size_t from, to;
-    s_stream_span(dst, n, &from, &to);
-    memcpy(dst, src, from * sizeof *dst);
-    for (size_t i = from; i < to; i += 16) {
-        _mm256_stream_ps(dst + i, _mm256_loadu_ps(src + i));
-        _mm256_stream_ps(dst + i + 8, _mm256_loadu_ps(src + i + 8));
+    s_span64((uintptr_t)d, n, &from, &to);
+    memcpy(d, s, from);
+    for (size_t i = from; i < to; i += 64) {
+        _mm256_stream_si256((__m256i *)(d + i), _mm256_loadu_si256((const __m256i *)(s + i)));
+        _mm256_stream_si256((__m256i *)(d + i + 32),
+                            _mm256_loadu_si256((const __m256i *)(s + i + 32)));
     }
     _mm256_zeroupper();
-    memcpy(dst + to, src + to, (n - to) * sizeof *dst);
+    memcpy(d + to, s + to, n - to);
 }
 
 S_AVX2 static void s_dequantize_stream_avx2(const uint8_t *q, size_t n, const mq_quant_deq_t *d,

@@ -75,13 +75,12 @@ typedef struct {
     void (*dequantize)(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc, float *dst);
     /* Plain dequantize that may use non-temporal stores for dst's whole cache lines. */
     void (*dequantize_stream)(const uint8_t *q, size_t n, const mq_quant_deq_t *d, float *dst);
-    /* memcpy of floats that may use non-temporal stores for dst's whole cache lines. Both
-     * streaming kernels are to be followed by mq_quant_stream_fence before the caller
-     * returns. */
-    void (*stream)(float *dst, const float *src, size_t n);
+    /* memcpy that may use non-temporal stores for dst's whole cache lines. Both streaming
+     * kernels are to be followed by mq_quant_stream_fence before the caller returns. */
+    void (*stream)(void *dst, const void *src, size_t n);
 } mq_quant_kernels_t;
 
-/* Orders streaming stores made by dequantize before what follows (once per decode: a fence
+/* Orders the streaming kernels' stores before what follows (once per decode: a fence
  * waits for every pending line). */
 void mq_quant_stream_fence(void);
 
