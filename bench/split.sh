@@ -59,6 +59,7 @@ s_summarize() {
         echo "|---|---|---|---|---|---|---|---|---|---|---|"
         base=""
         shares=""
+        model=""
         for c in $CODECS; do
             csv=$out/link$link-$c/metrics.csv
             if [ ! -s "$csv" ]; then echo "| $(s_label "$c") | missing: $csv |"; continue; fi
@@ -78,6 +79,16 @@ s_summarize() {
                 printf "| %s | %.0f%% | %.0f%% | %.0f%% | %.0f%% | %.0f%% |", l, 100 * cp / it,
                        100 * en / it, 100 * wa / it, 100 * de / it, 100 * o / it }')
 "
+            # Link time by the NIC model (DESIGN 7): a push of b bytes per worker and server;
+            # server S-1 has its last push in after (S-1+W) push times, then sends W replies one
+            # after the other: the last worker is served after 2W+S-1 push times.
+            model="$model$(awk -v l="$(s_label "$c")" -v up="$up" -v w="$WORKERS" -v s="$SERVERS" \
+                -v mbps="$link" -v it="$it" -v cp="$cp" 'BEGIN {
+                if (mbps == 0) exit
+                b = up / (w * s); t = (2 * w + s - 1) * b / (mbps * 1e6 / 8) * 1000
+                printf "| %s | %.2f | %.0f | %.0f | %.0f | %.2f |", l, b / 1e6, t, cp + t, it,
+                       it / (cp + t) }')
+"
         done
         echo
         echo "Share of the iteration (medians; other = iteration - phases: scheduler, reports, skew)"
@@ -86,6 +97,14 @@ s_summarize() {
         echo "|---|---|---|---|---|---|"
         printf "%s" "$shares"
         echo
+        if [ -n "$model" ]; then
+            echo "Link time by the NIC model: (2W+S-1) pushes of MB per worker and server at the rate"
+            echo
+            echo "| codec | MB per push | link ms | compute + link ms | iter ms | iter / (compute + link) |"
+            echo "|---|---|---|---|---|---|"
+            printf "%s" "$model"
+            echo
+        fi
     done
 }
 
