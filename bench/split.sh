@@ -97,7 +97,7 @@ s_summarize() {
         echo "|---|---|---|---|---|---|"
         printf "%s" "$shares"
         echo
-        if [ -n "$model" ]; then
+        if [ "$link" != 0 ]; then
             echo "Link time by the NIC model: (2W+S-1) pushes of MB per worker and server at the rate"
             echo
             echo "| codec | MB per push | link ms | compute + link ms | iter ms | iter / (compute + link) |"
