@@ -421,7 +421,14 @@ S_AVX2 S_INLINE void s_pack_avx2_k(const uint8_t *q, size_t n, uint8_t *dst, siz
     for (; g + 32 <= n && avail >= 3 * (size_t)K + 8;
          g += 32, dst += 4 * K, avail -= 4 * (size_t)K) {
         __m256i w = _mm256_loadu_si256((const __m256i *)(q + g));
-        S_MERGE8(s_mm256_, w, K);
+        if (K <= 6) { /* the first two merges as multiply-adds: q0 + q1 * 2^K, p0 + p1 * 2^2K */
+            w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
+            w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (1 << (16 + 2 * K))));
+            w = _mm256_or_si256(_mm256_and_si256(w, l64),
+                                _mm256_slli_epi64(_mm256_srli_epi64(w, 32), 4 * K));
+        } else {
+            S_MERGE8(s_mm256_, w, K);
+        }
         __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
         _mm_storel_epi64((__m128i *)dst, lo);
         _mm_storel_epi64((__m128i *)(dst + K), _mm_unpackhi_epi64(lo, lo));
