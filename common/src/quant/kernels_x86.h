@@ -18,24 +18,18 @@
 
 /* ---- SSE2 ----------------------------------------------------------------------------------*/
 
-static float s_hmin4(__m128 v)
+/* Smallest / largest lane (extremes are exact whatever the order, but for the sign of a zero,
+ * which the caller settles). */
+S_INLINE float s_hmin4(__m128 v)
 {
-    float f[4];
-    _mm_storeu_ps(f, v);
-    float m = f[0];
-    for (int j = 1; j < 4; j++)
-        m = f[j] < m ? f[j] : m;
-    return m;
+    v = _mm_min_ps(v, _mm_shuffle_ps(v, v, 0x4e));
+    return _mm_cvtss_f32(_mm_min_ps(v, _mm_shuffle_ps(v, v, 0xb1)));
 }
 
-static float s_hmax4(__m128 v)
+S_INLINE float s_hmax4(__m128 v)
 {
-    float f[4];
-    _mm_storeu_ps(f, v);
-    float m = f[0];
-    for (int j = 1; j < 4; j++)
-        m = f[j] > m ? f[j] : m;
-    return m;
+    v = _mm_max_ps(v, _mm_shuffle_ps(v, v, 0x4e));
+    return _mm_cvtss_f32(_mm_max_ps(v, _mm_shuffle_ps(v, v, 0xb1)));
 }
 
 /* minps(a, m) returns m when a is NaN, so a NaN never reaches the extremes: an unordered
@@ -327,10 +321,9 @@ S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
     bool ok = !_mm256_movemask_ps(bad);
     __m128 mn4 = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
     __m128 mx4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    float vl = s_hmin4(mn4), vh = s_hmax4(mx4), l = x[0], h = x[0];
     _mm256_zeroupper();
-    float l = x[0], h = x[0];
     ok = (i == n || s_minmax_sse2(x + i, n - i, &l, &h)) && ok;
-    float vl = s_hmin4(mn4), vh = s_hmax4(mx4);
     *lo = vl < l ? vl : l;
     *hi = vh > h ? vh : h;
     return ok && *lo - *lo == 0.0f && *hi - *hi == 0.0f;
@@ -368,7 +361,8 @@ S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv
         _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, order));
     }
     _mm256_zeroupper();
-    s_quantize_sse2(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i);
+    if (i < n)
+        s_quantize_sse2(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i);
 }
 
 S_AVX2 S_INLINE __m256i s_rotl_avx2(__m256i x, int k)
