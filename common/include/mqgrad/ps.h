@@ -73,6 +73,7 @@ void mq_sendbuf_release(mq_sendbuf_t *buf);
 typedef struct {
     double bytes_per_s;
     double next_free; /* mq_now_s() at which the link is idle again */
+    double overslept; /* how late the last egress sleep returned: credited to the next send */
 } mq_bucket_t;
 
 typedef struct {

@@ -172,9 +172,11 @@ void mq_link_egress(mq_link_t *link, size_t bytes)
     if (b->bytes_per_s <= 0)
         return;
     double now = mq_now_s();
-    double start = b->next_free > now ? b->next_free : now;
+    /* A sender woken late (preempted, overslept) has not lost link time it was owed. */
+    double start = fmax(b->next_free, now - b->overslept);
     b->next_free = start + (double)bytes / b->bytes_per_s;
     s_sleep_until(b->next_free);
+    b->overslept = fmax(0, mq_now_s() - b->next_free);
 }
 
 void mq_link_ingress(mq_link_t *link, size_t bytes)
