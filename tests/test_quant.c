@@ -783,8 +783,8 @@ Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
     const size_t n = (16u << 20) / sizeof(float) + 1001;
     float *x = s_normal(n, 29, 1.0f);
     float *ref = malloc(n * sizeof *ref), *out = malloc((n + 16) * sizeof *out);
-    static const char *specs[] = {"uniform:3", "uniform:8:bucket=100"};
-    for (size_t s = 0; s < 2; s++) {
+    static const char *specs[] = {"uniform:3", "uniform:8:bucket=100", "uniform:4:bucket=1000"};
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
         mq_codec_t c;
         cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
         size_t cap = mq_codec_payload_size(&c, n), len;

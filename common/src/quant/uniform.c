@@ -19,6 +19,7 @@
  * cannot stay in a core's cache anyway, and skipping the read-for-ownership of every line
  * saves a third of the memory traffic. Accumulating decode reads dst, so it never streams. */
 #define S_STREAM_BYTES ((size_t)16 << 20)
+#define S_FLUSH 128 /* values decoded between two flushes of streamed lines */
 
 /* ---- range header: float32 little-endian, written byte by byte (host-order free) ---- */
 
@@ -225,31 +226,41 @@ int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uin
 
 /* ---- decoding ------------------------------------------------------------------------*/
 
-/* dst[i] (+)= scale * (lo + q[i] * step) for one bucket segment. The top code decodes to
+/* How one bucket decodes: dst[i] (+)= scale * (lo + q[i] * step). The top code decodes to
  * scale * hi exactly, the bottom one to scale * lo, so a 1-bit bucket gives back its two
  * extremes bit for bit. A range wider than FLT_MAX goes through doubles. */
-static void s_dequantize(const mq_quant_kernels_t *kn, const uint8_t *q, size_t n, float lo,
-                         float hi, unsigned levels, float scale, bool acc, bool stream, float *dst)
+typedef struct {
+    mq_quant_deq_t d;
+    bool wide;
+    double lo, step, scale;
+} s_deq_t;
+
+static s_deq_t s_deq_params(float lo, float hi, unsigned levels, float scale)
 {
     double range = (double)hi - (double)lo;
-    if (range > FLT_MAX) {
-        double step = range / levels;
-        for (size_t i = 0; i < n; i++) {
-            float v = (float)(scale * ((double)lo + q[i] * step));
-            dst[i] = acc ? dst[i] + v : v;
-        }
-        return;
-    }
-    const mq_quant_deq_t d = {
+    s_deq_t p = {.wide = range > FLT_MAX, .lo = lo, .step = range / levels, .scale = scale};
+    p.d = (mq_quant_deq_t){
         .a = scale * lo,
         .b = (float)((double)scale * (range / levels)),
         .top = scale * hi,
         .levels = levels,
     };
-    if (stream)
-        kn->dequantize_stream(q, n, &d, dst);
-    else
-        kn->dequantize(q, n, &d, acc, dst);
+    return p;
+}
+
+static void s_dequantize(const mq_quant_kernels_t *kn, const s_deq_t *p, const uint8_t *q, size_t n,
+                         bool acc, bool stream, float *dst)
+{
+    if (p->wide) {
+        for (size_t i = 0; i < n; i++) {
+            float v = (float)(p->scale * (p->lo + q[i] * p->step));
+            dst[i] = acc ? dst[i] + v : v;
+        }
+    } else if (stream) {
+        kn->dequantize_stream(q, n, &p->d, dst);
+    } else {
+        kn->dequantize(q, n, &p->d, acc, dst);
+    }
 }
 
 /* Streams out[flushed, upto) to dst, stopping at the last cache-line boundary of dst unless
@@ -301,8 +312,8 @@ int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst,
             q = buf;
         }
         /* A chunk of one bucket streams straight to dst. One of several is decoded into
-         * OUT, and each whole cache line of it streamed as soon as it is complete: no line
-         * gets both kinds of store, and memory stays busy while the next bucket decodes. */
+         * OUT a few lines at a time, each whole line streamed as soon as it is complete: no
+         * line gets both kinds of store, and memory stays busy while decoding goes on. */
         bool whole = stream && start / B == (start + len - 1) / B;
         float *to = stream && !whole ? out : dst + start;
         size_t flushed = 0;
@@ -310,12 +321,19 @@ int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst,
             size_t b = i / B;
             size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
             size_t seg_end = b_end < start + len ? b_end : start + len;
-            float lo = s_get_f32(src + 8 * b), hi = s_get_f32(src + 8 * b + 4);
-            s_dequantize(kn, q + (i - start), seg_end - i, lo, hi, levels, scale, accumulate, whole,
-                         to + (i - start));
-            i = seg_end;
-            if (stream && !whole)
-                flushed = s_flush(kn, dst + start, out, flushed, i - start, len);
+            s_deq_t p =
+                s_deq_params(s_get_f32(src + 8 * b), s_get_f32(src + 8 * b + 4), levels, scale);
+            if (!stream || whole) {
+                s_dequantize(kn, &p, q + (i - start), seg_end - i, accumulate, whole,
+                             to + (i - start));
+                i = seg_end;
+                continue;
+            }
+            for (size_t e; i < seg_end; i = e) {
+                e = seg_end - i > S_FLUSH ? i + S_FLUSH : seg_end;
+                s_dequantize(kn, &p, q + (i - start), e - i, false, false, out + (i - start));
+                flushed = s_flush(kn, dst + start, out, flushed, e - start, len);
+            }
         }
     }
     if (stream)
