@@ -16,9 +16,11 @@ if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev
 fi
 
 start=$(date +%s)
-export E2E_FIGURES="${E2E_FIGURES:-$(mktemp)}"
-build_log="$(mktemp)"
-echo "e2e: building images offline (deploy/build-images.sh; log in $build_log)"
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+export E2E_FIGURES="${E2E_FIGURES:-$scratch/figures}"
+build_log="$scratch/build.log"
+echo "e2e: building images offline (deploy/build-images.sh)"
 if ! timeout 3600 "$repo/deploy/build-images.sh" --tag "${MQGRAD_IMAGE:-mqgrad:latest}" >"$build_log" 2>&1; then
     tail -n 60 "$build_log"
     echo "e2e: image build failed"
