@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e 3: `docker compose down` in the middle of a run: every container gets SIGTERM and
-# exits 0 within its stop grace period (none is killed).
+# exits 0 within its stop grace period (none is killed), and the run is recorded as interrupted.
 source "$(dirname "$0")/lib.sh"
 e2e_begin down "${E2E_LIMIT:-900}" "$@"
 
@@ -18,6 +18,11 @@ docker events --filter "label=com.docker.compose.project=$E2E_PROJECT" --filter 
     --format '{{.Actor.Attributes.name}} {{.Actor.Attributes.exitCode}}' >"$E2E_TMP/die.log" &
 events_pid=$!
 e2e_on_cleanup "kill $events_pid 2>/dev/null"
+# `down` removes the containers and their logs: keep a copy to show when a test fails.
+compose logs -f --no-color >"$E2E_TMP/logs.txt" 2>&1 &
+logs_pid=$!
+e2e_on_cleanup "kill $logs_pid 2>/dev/null"
+e2e_on_cleanup '[ "$rc" = 0 ] || { e2e_log "their last words:"; grep -E "(E|W) [0-9:.]+ |Assertion|dangling|stop" "$E2E_TMP/logs.txt" | tail -n 20 >&2; }'
 sleep 1
 t0=$(date +%s)
 compose down >"$E2E_TMP/down.log" 2>&1 || { cat "$E2E_TMP/down.log" >&2; e2e_fail "compose down failed"; }
@@ -33,3 +38,6 @@ bad=$(awk '$2 != 0' "$E2E_TMP/die.log")
 # Containers stop in dependency order, so the total is bounded by a few grace periods;
 # one killed at the end of its grace period would show exit 137 above.
 [ "$took" -le $((3 * grace + 10)) ] || e2e_fail "down took ${took}s"
+# Stopped first (see docker-compose.override.yml), the scheduler recorded the run as interrupted.
+grep -Eq '"status"[[:space:]]*:[[:space:]]*"interrupted"' "$E2E_RUN/summary.json" 2>/dev/null \
+    || e2e_fail "summary.json does not say the run was interrupted: $(tr -d '\n' <"$E2E_RUN/summary.json" 2>/dev/null | cut -c1-200)"
