@@ -2,9 +2,11 @@
  * the state). Exit 0 on a signal, 1 if the agent could not start or ended by itself, 2 on
  * bad flags or an unusable state file. */
 #include "agent.h"
+#include "mqgrad/service.h"
 
 int main(int argc, char **argv)
 {
+    mq_service_block_signals(); /* before any thread: see service.h */
     mq_agent_config_t cfg;
     int rc = mq_agent_config_parse(&cfg, argc, argv);
     if (rc == 1) {
@@ -30,7 +32,7 @@ int main(int argc, char **argv)
     fflush(stdout);
     zpoller_t *poller = zpoller_new(agent, NULL);
     bool ended = false;
-    while (!zsys_interrupted && !ended)
+    while (!mq_service_signalled() && !ended)
         ended = zpoller_wait(poller, 500) == agent; /* the actor only speaks when it ends */
     zpoller_destroy(&poller);
     zactor_destroy(&agent);

@@ -5,6 +5,7 @@
 
 int main(int argc, char **argv)
 {
+    mq_service_block_signals(); /* before any thread: see service.h */
     static mq_server_config_t cfg;
     int rc = mq_server_config_parse(&cfg, argc, argv);
     if (rc != 0)

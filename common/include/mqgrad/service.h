@@ -37,6 +37,13 @@ int mq_flags_parse(const mq_flag_t *flags, int argc, char **argv, const char *us
                    char **positional, int maxpos, int *npos);
 void mq_flags_usage(const mq_flag_t *flags, const char *usage, FILE *out);
 
+/* Blocks SIGINT and SIGTERM in the calling thread and every thread started after it, and
+ * turns off CZMQ's own handlers. Call it first in main: a signal then never interrupts a
+ * shutdown half-way or kills a service before it is ready; mq_service_signalled polls. */
+void mq_service_block_signals(void);
+/* True if SIGINT or SIGTERM is pending (and consumes it). Needs mq_service_block_signals. */
+bool mq_service_signalled(void);
+
 /* Runs ACTOR_FN(pipe, ARGS) as a service: waits until the actor reports "DONE <code>" on its
  * pipe or SIGINT/SIGTERM arrives (then the actor gets $TERM and shuts down cleanly), and
  * returns the exit code (0 after a signal). */

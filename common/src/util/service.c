@@ -1,9 +1,12 @@
 /* Flags with environment defaults, and the run-until-done-or-signal loop of service mains. */
 #include "mqgrad/service.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mqgrad/util.h"
 
@@ -125,8 +128,49 @@ void mq_service_done(zsock_t *pipe, int code)
     zstr_sendf(pipe, "DONE %d", code);
 }
 
+static void s_stop_signals(sigset_t *set)
+{
+    sigemptyset(set);
+    sigaddset(set, SIGINT);
+    sigaddset(set, SIGTERM);
+}
+
+static volatile sig_atomic_t s_signalled;
+
+static void s_on_signal(int sig)
+{
+    (void)sig;
+    s_signalled = 1;
+}
+
+/* Threads started before main (OpenBLAS's pool) keep the signals unblocked: one of them may
+ * take a signal, and then only this flag is set. Every thread started later has them blocked,
+ * so no wait in the service's own threads is ever interrupted. */
+void mq_service_block_signals(void)
+{
+    zsys_handler_set(NULL);
+    struct sigaction sa = {.sa_handler = s_on_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigset_t set;
+    s_stop_signals(&set);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+bool mq_service_signalled(void)
+{
+    sigset_t set;
+    s_stop_signals(&set);
+    struct timespec zero = {0, 0};
+    if (sigtimedwait(&set, NULL, &zero) > 0)
+        s_signalled = 1;
+    return s_signalled != 0;
+}
+
 int mq_service_run(zactor_fn *actor_fn, void *args)
 {
+    mq_service_block_signals(); /* idempotent; mains call it first */
     zactor_t *actor = zactor_new(actor_fn, args);
     if (!actor) {
         mq_error("cannot start the service thread");
@@ -134,7 +178,7 @@ int mq_service_run(zactor_fn *actor_fn, void *args)
     }
     int code = 0;
     zpoller_t *poller = zpoller_new(zactor_sock(actor), NULL);
-    while (!zsys_interrupted) {
+    while (!mq_service_signalled()) {
         void *which = zpoller_wait(poller, 200);
         if (which) {
             char *msg = zstr_recv(which);
@@ -144,8 +188,6 @@ int mq_service_run(zactor_fn *actor_fn, void *args)
                 break;
             }
             zstr_free(&msg);
-        } else if (zpoller_terminated(poller)) {
-            break;
         }
     }
     zpoller_destroy(&poller);
