@@ -118,7 +118,8 @@ static int s_find_exe(const mq_local_opts_t *o, const char *name, char *out, siz
     for (int i = 0; i < 3; i++) {
         if (!dirs[i][0])
             continue;
-        snprintf(out, len, "%s/mqgrad-%s", dirs[i], name);
+        if (snprintf(out, len, "%s/mqgrad-%s", dirs[i], name) >= (int)len)
+            continue;
         if (access(out, X_OK) == 0)
             return 0;
     }
@@ -126,7 +127,8 @@ static int s_find_exe(const mq_local_opts_t *o, const char *name, char *out, siz
     char copy[4096];
     snprintf(copy, sizeof copy, "%s", path ? path : "/usr/local/bin:/usr/bin");
     for (char *save, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        snprintf(out, len, "%s/mqgrad-%s", d, name);
+        if (snprintf(out, len, "%s/mqgrad-%s", d, name) >= (int)len)
+            continue;
         if (access(out, X_OK) == 0)
             return 0;
     }
