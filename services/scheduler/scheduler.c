@@ -52,6 +52,7 @@ typedef struct {
     double max_eval_ms;
     /* run totals */
     double train_time, smoothed, agent_ms;
+    double last_iter_s; /* the last iteration's training time, to foresee the budget's end */
     uint64_t bytes_up, bytes_down;
     double last_acc, last_loss;
     /* agent */
@@ -97,7 +98,11 @@ static void s_event(s_sched_t *self, const char *event, const char *fields)
 static void s_issue(s_sched_t *self)
 {
     const mq_scheduler_config_t *c = self->cfg;
-    bool last = c->iterations > 0 && self->iter + 1 >= (uint64_t)c->iterations;
+    /* The last iteration is evaluated; under a time budget, foresee it from the last one's
+     * duration (a wrong guess costs one extra, evaluated iteration in s_next). */
+    bool last = (c->iterations > 0 && self->iter + 1 >= (uint64_t)c->iterations) ||
+                (c->time_budget > 0 && self->iter > 0 &&
+                 self->train_time + self->last_iter_s >= c->time_budget);
     self->evaluate = self->final_pending || last ||
                      (c->eval_every > 0 && (self->iter + 1) % (uint64_t)c->eval_every == 0);
     mq_msg_init(&self->out, MQ_MSG_ITERATE);
@@ -408,6 +413,7 @@ static void s_iteration_done(s_sched_t *self)
 {
     double iter_ms = (mq_now_s() - self->t_issued) * 1e3 - self->max_eval_ms;
     self->train_time += iter_ms / 1e3;
+    self->last_iter_s = iter_ms / 1e3;
     s_record(self, iter_ms);
     self->agent_ms = 0;
     self->iter++;
