@@ -149,51 +149,49 @@ static void s_print_status(const mq_status_msg_t *st)
     }
 }
 
-int mq_cmd_bits(int argc, char **argv)
+static void s_print_bits(const mq_status_msg_t *st)
+{
+    printf("%u\n", st->bits);
+}
+
+/* bits and status: one QUERY, printed as JSON with --json, else by PRINT. */
+static int s_query(int argc, char **argv, const char *what, const char *usage,
+                   void (*print)(const mq_status_msg_t *))
 {
     s_opts_t o;
-    int rc = s_parse(
-        argc, argv, &o, 0, true,
-        "mqgrad bits [--agent ENDPOINT] [--json] [--timeout MS]\n"
-        "Prints the agent's current bit-width (MQGRAD_AGENT, default " MQ_AGENT_DEFAULT_ENDPOINT
-        ").");
+    int rc = s_parse(argc, argv, &o, 0, true, usage);
     if (rc)
         return rc == 1 ? 0 : rc;
     mq_msg_t *m = calloc(1, sizeof *m);
-    if (!m || s_ask(&o, "bits", MQ_MSG_QUERY, NULL, m) != 0) {
+    if (!m || s_ask(&o, what, MQ_MSG_QUERY, NULL, m) != 0) {
         free(m);
         return 1;
     }
     if (o.json)
         s_print_json(&m->status);
     else
-        printf("%u\n", m->status.bits);
+        print(&m->status);
     mq_msg_reset(m);
     free(m);
     return 0;
 }
 
+int mq_cmd_bits(int argc, char **argv)
+{
+    return s_query(argc, argv, "bits",
+                   "mqgrad bits [--agent ENDPOINT] [--json] [--timeout MS]\n"
+                   "Prints the agent's current bit-width (MQGRAD_AGENT, default " MQ_AGENT_DEFAULT_ENDPOINT
+                   ").",
+                   s_print_bits);
+}
+
 int mq_cmd_status(int argc, char **argv)
 {
-    s_opts_t o;
-    int rc = s_parse(argc, argv, &o, 0, true,
-                     "mqgrad status [--agent ENDPOINT] [--json] [--timeout MS]\n"
-                     "Shows the agent's policy, bits, MDP step, iteration, last reward, "
-                     "Q-values.");
-    if (rc)
-        return rc == 1 ? 0 : rc;
-    mq_msg_t *m = calloc(1, sizeof *m);
-    if (!m || s_ask(&o, "status", MQ_MSG_QUERY, NULL, m) != 0) {
-        free(m);
-        return 1;
-    }
-    if (o.json)
-        s_print_json(&m->status);
-    else
-        s_print_status(&m->status);
-    mq_msg_reset(m);
-    free(m);
-    return 0;
+    return s_query(argc, argv, "status",
+                   "mqgrad status [--agent ENDPOINT] [--json] [--timeout MS]\n"
+                   "Shows the agent's policy, bits, MDP step, iteration, last reward, "
+                   "Q-values.",
+                   s_print_status);
 }
 
 int mq_cmd_policy(int argc, char **argv)
