@@ -272,7 +272,7 @@ static void s_next(s_sched_t *self)
     s_issue(self);
 }
 
-static void s_record(s_sched_t *self, double iter_ms)
+static void s_record(s_sched_t *self)
 {
     uint32_t W = self->nworkers;
     const mq_report_t *s = &self->sum;
@@ -303,7 +303,6 @@ static void s_record(s_sched_t *self, double iter_ms)
         row.test_loss = s->eval_loss_sum / (double)s->eval_total;
         self->last_acc = row.test_acc;
     }
-    (void)iter_ms;
     if (mq_runlog_row(self->log, &row) != 0)
         mq_error("metrics: %s", mq_err_last());
 }
@@ -414,7 +413,7 @@ static void s_iteration_done(s_sched_t *self)
     double iter_ms = (mq_now_s() - self->t_issued) * 1e3 - self->max_eval_ms;
     self->train_time += iter_ms / 1e3;
     self->last_iter_s = iter_ms / 1e3;
-    s_record(self, iter_ms);
+    s_record(self);
     self->agent_ms = 0;
     self->iter++;
     if (!self->agent || self->run.fp32) {

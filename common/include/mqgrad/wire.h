@@ -187,13 +187,6 @@ void mq_wire_prepare(zsock_t *sock, int linger_ms);
  * error (e.g. unroutable peer). The payloads' free functions run whatever happens. */
 int mq_wire_send(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads, size_t npayloads);
 
-/* Sends the same MSG and payloads to NPEERS peers of a ROUTER socket, sharing the payload
- * bytes (reference-counted ZeroMQ messages: no copy per peer). peers[i]/peer_lens[i] are the
- * routing ids. Returns the number of peers it could not reach (0 on full success). */
-int mq_wire_send_many(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads,
-                      size_t npayloads, uint8_t (*peers)[MQ_WIRE_MAX_PEER],
-                      const size_t *peer_lens, size_t npeers);
-
 /* Receives one message into MSG (non-blocking if the socket has a receive timeout or
  * nothing is ready: returns -1 with *drop = MQ_DROP_NONE and errno EAGAIN). On success 0.
  * A message that fails validation is consumed whole and gives -1 with *drop set to the

@@ -295,27 +295,6 @@ int mq_wire_send(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads, siz
                          npayloads + 1);
 }
 
-int mq_wire_send_many(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads,
-                      size_t npayloads, uint8_t (*peers)[MQ_WIRE_MAX_PEER],
-                      const size_t *peer_lens, size_t npeers)
-{
-    zmq_msg_t base[MQ_WIRE_MAX_TENSORS + 1], copy[MQ_WIRE_MAX_TENSORS + 1];
-    if (s_build(msg, payloads, npayloads, base) != 0)
-        return (int)npeers;
-    int failed = 0;
-    for (size_t p = 0; p < npeers; p++) {
-        for (size_t i = 0; i <= npayloads; i++) {
-            zmq_msg_init(&copy[i]);
-            zmq_msg_copy(&copy[i], &base[i]); /* shares the bytes, counts a reference */
-        }
-        if (s_send_frames(zsock_resolve(sock), peers[p], peer_lens[p], copy, npayloads + 1))
-            failed++;
-    }
-    for (size_t i = 0; i <= npayloads; i++)
-        zmq_msg_close(&base[i]);
-    return failed;
-}
-
 /* ---- receiving ---------------------------------------------------------------------- */
 
 typedef struct {
