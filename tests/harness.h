@@ -125,4 +125,27 @@ static inline float *s_read_floats(const char *path, size_t *n)
     return (float *)data;
 }
 
+/* Rows in RUN_DIR/metrics.csv so far (header not counted; -1 if there is none yet). */
+static inline int mq_test_rows(const char *run_dir)
+{
+    char path[512], line[1024];
+    snprintf(path, sizeof path, "%s/metrics.csv", run_dir);
+    FILE *f = fopen(path, "r");
+    int n = -1;
+    while (f && fgets(line, sizeof line, f))
+        n++;
+    if (f)
+        fclose(f);
+    return n;
+}
+
+/* Waits (at most TIMEOUT_S) until RUN_DIR/metrics.csv has ROWS rows; fails the test if not. */
+static inline void mq_test_wait_rows(const char *run_dir, int rows, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 20 && mq_test_rows(run_dir) < rows; i++)
+        zclock_sleep(50);
+    cr_assert_geq(mq_test_rows(run_dir), rows, "%s: the run stalled before iteration %d",
+                  run_dir, rows);
+}
+
 #endif

@@ -78,12 +78,10 @@ Test(cluster, fp32_matches_reference_and_replicas_agree, .timeout = 180)
     float *ref = s_reference(2, 16, 12, 0.05f, 7, &nref);
     cr_assert_eq(nref, n0);
     double maxdiff = 0, maxabs = 0;
-    float init_diff = 0;
     for (size_t i = 0; i < n0; i++) {
         maxdiff = fmax(maxdiff, fabs((double)w0[i] - ref[i]));
         maxabs = fmax(maxabs, fabs((double)ref[i]));
     }
-    (void)init_diff;
     cr_log_info("max |cluster - reference| = %g (max |w| = %g)", maxdiff, maxabs);
     cr_assert_lt(maxdiff, 1e-4 * maxabs, "cluster and reference diverge: %g", maxdiff);
     free(ref);
@@ -169,26 +167,6 @@ static void s_agent_ask(const char *endpoint, mq_msg_type_t type, const char *te
     zsock_destroy(&s);
 }
 
-static int s_rows_done(const cluster_t *c)
-{
-    char path[400], line[1024];
-    snprintf(path, sizeof path, "%s/run/metrics.csv", c->dir);
-    FILE *f = fopen(path, "r");
-    int n = -1;
-    while (f && fgets(line, sizeof line, f))
-        n++;
-    if (f)
-        fclose(f);
-    return n;
-}
-
-static void s_wait_rows(const cluster_t *c, int rows)
-{
-    for (int i = 0; i < 1500 && s_rows_done(c) < rows; i++)
-        zclock_sleep(20);
-    cr_assert_geq(s_rows_done(c), rows, "the run stalled before iteration %d", rows);
-}
-
 Test(cluster, agent_swaps_and_restarts_while_training, .timeout = 240)
 {
     mq_log_set_level(MQ_LOG_ERROR);
@@ -206,21 +184,23 @@ Test(cluster, agent_swaps_and_restarts_while_training, .timeout = 240)
     cluster_start_core(&c, 2, 1, "agent", extra);
     cluster_start_workers(&c);
 
+    char run[300];
+    snprintf(run, sizeof run, "%s/run", c.dir);
     mq_msg_t reply;
-    s_wait_rows(&c, 60);
+    mq_test_wait_rows(run, 60, 75);
     s_agent_ask(endpoint, MQ_MSG_POLICY_SET, "fixed:4", &reply);
     cr_assert_eq(reply.type, MQ_MSG_STATUS, "swap refused: %s", reply.text);
-    s_wait_rows(&c, 100);
+    mq_test_wait_rows(run, 100, 75);
     s_agent_ask(endpoint, MQ_MSG_POLICY_SET, "mqgrad", &reply);
     cr_assert_eq(reply.type, MQ_MSG_STATUS);
-    s_wait_rows(&c, 140);
+    mq_test_wait_rows(run, 140, 75);
     s_agent_ask(endpoint, MQ_MSG_QUERY, NULL, &reply);
     uint64_t step_before = reply.status.step;
     cr_assert_gt(step_before, 0);
 
     zactor_destroy(&agent); /* the agent goes away mid-run */
-    int rows = s_rows_done(&c);
-    s_wait_rows(&c, rows + 30); /* training goes on without it */
+    int rows = mq_test_rows(run);
+    mq_test_wait_rows(run, rows + 30, 75); /* training goes on without it */
     agent = s_agent_start(&acfg2, endpoint, state, "mqgrad");
     s_agent_ask(endpoint, MQ_MSG_QUERY, NULL, &reply);
     cr_assert_geq(reply.status.step, step_before, "the restarted agent lost its state");

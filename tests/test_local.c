@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "harness.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/ps.h"
 #include "mqgrad/util.h"
@@ -142,27 +143,12 @@ static pid_t s_find_agent(const char *dir)
     return found;
 }
 
-static int s_rows(const char *dir)
-{
-    char path[300], line[1024];
-    snprintf(path, sizeof path, "%s/metrics.csv", dir);
-    FILE *f = fopen(path, "r");
-    int n = 0;
-    while (f && fgets(line, sizeof line, f))
-        n++;
-    if (f)
-        fclose(f);
-    return n - 1;
-}
-
 Test(local, run_finishes_when_the_agent_is_killed, .timeout = 240)
 {
     char dir[128];
     snprintf(dir, sizeof dir, "/tmp/mqgrad-killtest-%d", (int)getpid());
     pid_t local = s_spawn_local(dir, "200", "mqgrad");
-    for (int i = 0; i < 1200 && s_rows(dir) < 30; i++)
-        usleep(100000);
-    cr_assert_geq(s_rows(dir), 30, "the run did not get going");
+    mq_test_wait_rows(dir, 30, 120);
     pid_t agent = s_find_agent(dir);
     cr_assert_gt(agent, 0, "no agent process found");
     cr_log_info("killing agent pid %d (local %d)", (int)agent, (int)local);
@@ -183,9 +169,7 @@ Test(local, sigterm_stops_every_service_cleanly, .timeout = 240)
     char dir[128];
     snprintf(dir, sizeof dir, "/tmp/mqgrad-sigterm-%d", (int)getpid());
     pid_t local = s_spawn_local(dir, "5000", "mqgrad");
-    for (int i = 0; i < 1200 && s_rows(dir) < 20; i++)
-        usleep(100000);
-    cr_assert_geq(s_rows(dir), 20, "the run did not get going");
+    mq_test_wait_rows(dir, 20, 120);
     cr_assert_eq(kill(local, SIGTERM), 0);
     /* 130: interrupted, and every service exited 0 (any other code means one did not). */
     int code = s_wait(local, 60);
