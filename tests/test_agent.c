@@ -324,9 +324,10 @@ Test(agent, bad_messages_are_counted_drops_and_service_goes_on, .timeout = 20)
     zsock_t *c = s_client(a->port);
     void *h = zsock_resolve(c);
     zmq_send(h, "hello, not protobuf", 19, 0);
-    const uint8_t wrong_version[] = {0x08, 0x02, 0x10, 0x0c}; /* version 2, PING */
+    /* field 1 (version) and field 2 (type) as one-byte varints */
+    const uint8_t wrong_version[] = {0x08, MQ_WIRE_VERSION + 1, 0x10, 0x0c}; /* a later, PING */
     zmq_send(h, wrong_version, sizeof wrong_version, 0);
-    const uint8_t unknown_type[] = {0x08, 0x01, 0x10, 0x63}; /* version 1, type 99 */
+    const uint8_t unknown_type[] = {0x08, MQ_WIRE_VERSION, 0x10, 0x63}; /* this one, type 99 */
     zmq_send(h, unknown_type, sizeof unknown_type, 0);
     mq_msg_t *m = s_ask(c, MQ_MSG_REGISTER, NULL); /* a type the agent does not take */
     cr_assert_eq(m->type, MQ_MSG_ERROR);
@@ -634,6 +635,9 @@ Test(agent, program_refuses_bad_flags_with_exit_2, .timeout = 30)
     char *help[] = {S_AGENT, "--help", NULL};
     cr_assert_eq(s_agent_exit(help, out, sizeof out), 0);
     cr_assert(strstr(out, "--epsilon"), "%s", out);
+    char policies[2048];
+    mq_policy_help(policies, sizeof policies);
+    cr_assert(strstr(out, policies), "--help lacks the registry's policy list:\n%s", out);
     char *alpha[] = {S_AGENT, "--alpha", "abc", NULL};
     cr_assert_eq(s_agent_exit(alpha, out, sizeof out), 2);
     cr_assert(strstr(out, "--alpha"), "%s", out);

@@ -13,63 +13,18 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "local_run.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/ps.h"
 #include "mqgrad/util.h"
 #include "mqgrad/watch.h"
-
-#define MQGRAD MQ_TEST_BIN_DIR "/tools/mqgrad"
-
-static char *s_slurp(const char *dir, const char *name)
-{
-    char path[512], *data;
-    size_t len;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    cr_assert_eq(mq_read_file(path, &data, &len), 0, "%s", mq_err_last());
-    return data;
-}
-
-/* Starts `mqgrad local` with ARGS (NULL-terminated, after "local"), 2 workers, 2 servers, one
- * BLAS thread each, quiet, into run directory DIR. */
-static pid_t s_spawn_args(const char *dir, const char *const *args)
-{
-    const char *argv[64] = {"mqgrad", "local", "--workers", "2", "--servers", "2", "--threads",
-                            "1", "--run-dir", dir, "--quiet"};
-    int n = 11;
-    while (*args && n < 63)
-        argv[n++] = *args++;
-    argv[n] = NULL;
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        freopen("/dev/null", "w", stdout);
-        execv(MQGRAD, (char *const *)argv);
-        _exit(127);
-    }
-    return pid;
-}
 
 static pid_t s_spawn_local(const char *dir, const char *iters, const char *policy)
 {
     const char *args[] = {"--model", "small", "--iterations", iters, "--eval-every", "20",
                           "--eval-limit", "1000", "--policy", policy, "--threshold", "1000",
                           NULL};
-    return s_spawn_args(dir, args);
-}
-
-/* Waits for PID up to TIMEOUT_S seconds; returns its exit code (kills it on timeout). */
-static int s_wait(pid_t pid, int timeout_s)
-{
-    int status;
-    for (int i = 0; i < timeout_s * 10; i++) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        usleep(100000);
-    }
-    kill(pid, SIGTERM);
-    waitpid(pid, &status, 0);
-    cr_assert_fail("mqgrad local did not finish within %d s", timeout_s);
-    return -1;
+    return test_spawn_args(dir, args);
 }
 
 /* Payload bytes one worker pushes per iteration at BITS for the small model, 2 shards. */
@@ -78,11 +33,11 @@ static size_t s_payload_per_worker(int bits)
     mq_model_t *m = mq_model_new("small", 1, 1, 1e-4f);
     mq_shard_t shards[2];
     cr_assert_eq(mq_shard_plan(m, 2, 1000, false, shards), 0);
-    mq_run_config_t cfg = {.bucket = MQ_DEFAULT_BUCKET}; /* mqgrad local's default codec */
+    mq_codec_t base = mq_codec_uniform(0, MQ_DEFAULT_BUCKET, false); /* mqgrad local's default */
     size_t total = 0;
     for (int s = 0; s < 2; s++)
         for (uint32_t i = 0; i < shards[s].nsegs; i++) {
-            mq_codec_t c = mq_segment_codec(&shards[s].segs[i], bits, &cfg);
+            mq_codec_t c = mq_segment_codec(&shards[s].segs[i], bits, &base);
             total += mq_codec_payload_size(&c, shards[s].segs[i].count);
         }
     mq_model_destroy(&m);
@@ -93,23 +48,23 @@ Test(local, short_run_leaves_a_consistent_run_directory, .timeout = 240)
 {
     char dir[128];
     snprintf(dir, sizeof dir, "/tmp/mqgrad-local-%d", (int)getpid());
-    int code = s_wait(s_spawn_local(dir, "40", "fixed:4"), 200);
+    int code = test_wait(s_spawn_local(dir, "40", "fixed:4"), 200);
     cr_assert_eq(code, 0, "mqgrad local exited with %d (logs in %s/logs)", code, dir);
 
-    char *summary = s_slurp(dir, "summary.json");
+    char *summary = test_slurp(dir, "summary.json");
     cr_expect(strstr(summary, "\"status\": \"completed\""), "%s", summary);
     cr_expect(strstr(summary, "\"iterations\": 40"), "%s", summary);
     cr_expect(strstr(summary, "\"policy\": \"fixed:4\""), "%s", summary);
     free(summary);
-    char *config = s_slurp(dir, "config.json");
+    char *config = test_slurp(dir, "config.json");
     cr_expect(strstr(config, "\"workers\":2"), "%s", config);
     free(config);
-    char *events = s_slurp(dir, "events.jsonl");
+    char *events = test_slurp(dir, "events.jsonl");
     cr_expect(strstr(events, "\"event\":\"stop\""), "%s", events);
     free(events);
 
     size_t payload = s_payload_per_worker(4);
-    char *csv = s_slurp(dir, "metrics.csv"), *save;
+    char *csv = test_slurp(dir, "metrics.csv"), *save;
     int rows = 0, evaluated = 0;
     for (char *line = strtok_r(csv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         if (rows++ == 0)
@@ -169,13 +124,13 @@ Test(local, run_finishes_when_the_agent_is_killed, .timeout = 240)
     cr_assert_gt(agent, 0, "no agent process found");
     cr_log_info("killing agent pid %d (local %d)", (int)agent, (int)local);
     cr_assert_eq(kill(agent, SIGKILL), 0);
-    int code = s_wait(local, 200);
+    int code = test_wait(local, 200);
     cr_assert_eq(code, 0, "mqgrad local exited with %d after the agent died", code);
-    char *summary = s_slurp(dir, "summary.json");
+    char *summary = test_slurp(dir, "summary.json");
     cr_expect(strstr(summary, "\"status\": \"completed\""), "%s", summary);
     cr_expect(strstr(summary, "\"iterations\": 200"), "%s", summary);
     free(summary);
-    char *events = s_slurp(dir, "events.jsonl");
+    char *events = test_slurp(dir, "events.jsonl");
     cr_expect(strstr(events, "agent_fallback"), "no fallback recorded: %s", events);
     free(events);
 }
@@ -188,26 +143,17 @@ Test(local, sigterm_stops_every_service_cleanly, .timeout = 240)
     mq_test_wait_rows(dir, 20, 120);
     cr_assert_eq(kill(local, SIGTERM), 0);
     /* 130: interrupted, and every service exited 0 (any other code means one did not). */
-    int code = s_wait(local, 60);
+    int code = test_wait(local, 60);
     cr_assert_eq(code, 130, "mqgrad local exited with %d on SIGTERM", code);
-    char *summary = s_slurp(dir, "summary.json");
+    char *summary = test_slurp(dir, "summary.json");
     cr_expect(strstr(summary, "\"status\": \"interrupted\""), "%s", summary);
     free(summary);
-    char *events = s_slurp(dir, "events.jsonl");
+    char *events = test_slurp(dir, "events.jsonl");
     cr_expect(strstr(events, "\"status\":\"interrupted\""), "%s", events);
     free(events);
 }
 
 /* ---- the run's health: what a user's first run must never be again ----------------------- */
-
-/* The value of numeric field NAME in a summary.json or a JSON line (NAN when absent). */
-static double s_json_num(const char *json, const char *name)
-{
-    char key[64];
-    snprintf(key, sizeof key, "\"%s\":", name);
-    const char *p = strstr(json, key);
-    return p ? strtod(p + strlen(key), NULL) : NAN;
-}
 
 /* The paper model with the cluster's default codec and the default policy (the SARSA agent)
  * past iteration 120, where the old default (one range per tensor at 2 bits) had already died
@@ -219,21 +165,21 @@ Test(local, default_paper_cluster_learns, .timeout = 600)
     snprintf(dir, sizeof dir, "/tmp/mqgrad-default-%d", (int)getpid());
     const char *args[] = {"--model", "paper", "--iterations", "150", "--eval-every", "50",
                           "--eval-limit", "1000", NULL};
-    int code = s_wait(s_spawn_args(dir, args), 560);
-    char *summary = s_slurp(dir, "summary.json");
+    int code = test_wait(test_spawn_args(dir, args), 560);
+    char *summary = test_slurp(dir, "summary.json");
     cr_assert_eq(code, 0, "mqgrad local exited with %d: %s", code, summary);
     cr_expect(strstr(summary, "\"status\": \"completed\""), "%s", summary);
     cr_expect(strstr(summary, "\"policy\": \"mqgrad\""), "%s", summary);
-    double acc = s_json_num(summary, "final_test_acc");
+    double acc = test_json_num(summary, "final_test_acc");
     cr_log_info("default paper cluster, 150 iterations: test accuracy %.2f%%", acc * 100);
     cr_expect(acc >= 0.65, "test accuracy %.2f%% after 150 iterations (measured 77.9%%; chance "
               "is 10%%)", acc * 100);
     free(summary);
-    char *config = s_slurp(dir, "config.json");
+    char *config = test_slurp(dir, "config.json");
     cr_expect(strstr(config, "\"bucket\":512"), "the default codec has per-bucket ranges: %s",
               config);
     free(config);
-    char *events = s_slurp(dir, "events.jsonl");
+    char *events = test_slurp(dir, "events.jsonl");
     cr_expect(!strstr(events, "\"diverged\""), "%s", events);
     free(events);
 }
@@ -246,18 +192,18 @@ Test(local, absurd_learning_rate_is_declared_diverged, .timeout = 240)
     snprintf(dir, sizeof dir, "/tmp/mqgrad-diverge-%d", (int)getpid());
     const char *args[] = {"--model", "small", "--iterations", "500", "--eval-every", "50",
                           "--eval-limit", "200", "--policy", "fixed:4", "--lr", "30", NULL};
-    int code = s_wait(s_spawn_args(dir, args), 200);
+    int code = test_wait(test_spawn_args(dir, args), 200);
     cr_expect_eq(code, MQ_EXIT_DIVERGED, "exit code %d, expected %d (diverged)", code,
                  MQ_EXIT_DIVERGED);
-    char *summary = s_slurp(dir, "summary.json");
+    char *summary = test_slurp(dir, "summary.json");
     cr_expect(strstr(summary, "\"status\": \"diverged\""), "%s", summary);
     cr_expect(strstr(summary, "\"divergence_rule\": \"loss\""), "%s", summary);
     cr_expect(strstr(summary, "stayed above 2 x its best"), "%s", summary);
-    double at = s_json_num(summary, "divergence_iter"), iters = s_json_num(summary, "iterations");
+    double at = test_json_num(summary, "divergence_iter"), iters = test_json_num(summary, "iterations");
     cr_expect(at >= 14 && at <= 40, "declared at iteration %g: the loss explodes at once", at);
     cr_expect(iters <= at + 1, "the run stopped at %g iterations, not 500", iters);
     free(summary);
-    char *events = s_slurp(dir, "events.jsonl");
+    char *events = test_slurp(dir, "events.jsonl");
     cr_expect(strstr(events, "\"event\":\"diverged\",\"rule\":\"loss\""), "%s", events);
     cr_expect(strstr(events, "\"status\":\"diverged\""), "%s", events);
     free(events);
@@ -273,21 +219,21 @@ Test(local, guard_raises_the_bits_on_a_loss_spike, .timeout = 600)
     const char *args[] = {"--model", "paper", "--iterations", "100", "--eval-every", "0",
                           "--eval-limit", "500", "--policy", "fixed:2", "--bucket", "0",
                           "--on-divergence", "continue", NULL};
-    int code = s_wait(s_spawn_args(dir, args), 560);
+    int code = test_wait(test_spawn_args(dir, args), 560);
     cr_expect(code == 0 || code == MQ_EXIT_DIVERGED, "exit code %d", code);
-    char *events = s_slurp(dir, "events.jsonl");
+    char *events = test_slurp(dir, "events.jsonl");
     const char *guard = strstr(events, "\"event\":\"guard\"");
     cr_assert(guard, "no guard event in 100 paper-exact 2-bit iterations: %s", events);
     const char *line = guard;
     while (line > events && line[-1] != '\n')
         line--;
-    long at = (long)s_json_num(line, "iter"), floor = (long)s_json_num(line, "floor");
-    long until = (long)s_json_num(line, "until_iter");
+    long at = (long)test_json_num(line, "iter"), floor = (long)test_json_num(line, "floor");
+    long until = (long)test_json_num(line, "until_iter");
     cr_expect_eq(floor, 4, "2 bits + 2: %.200s", line);
-    cr_expect(s_json_num(line, "loss") > 1.5 * s_json_num(line, "smoothed"), "%.200s", line);
+    cr_expect(test_json_num(line, "loss") > 1.5 * test_json_num(line, "smoothed"), "%.200s", line);
     free(events);
     /* The iterations after the spike ran with at least the floor. */
-    char *csv = s_slurp(dir, "metrics.csv"), *save;
+    char *csv = test_slurp(dir, "metrics.csv"), *save;
     int raised = 0;
     for (char *row = strtok_r(csv, "\n", &save); row; row = strtok_r(NULL, "\n", &save)) {
         long iter, bits;
@@ -312,12 +258,12 @@ Test(local, nonfinite_gradient_is_counted_and_declared_diverged, .timeout = 240)
     const char *args[] = {"--model", "small", "--iterations", "500", "--eval-every", "0",
                           "--eval-limit", "200", "--policy", "fixed:4", "--lr", "100",
                           "--threshold", "1000", NULL};
-    int code = s_wait(s_spawn_args(dir, args), 200);
+    int code = test_wait(test_spawn_args(dir, args), 200);
     cr_expect_eq(code, MQ_EXIT_DIVERGED, "exit code %d", code);
-    char *summary = s_slurp(dir, "summary.json");
+    char *summary = test_slurp(dir, "summary.json");
     cr_expect(strstr(summary, "\"divergence_rule\": \"nonfinite\""), "%s", summary);
     cr_expect(strstr(summary, "non-finite values in the loss or the gradient"), "%s", summary);
     cr_expect(strstr(summary, "\"final_loss\": null"), "%s", summary);
-    cr_expect(s_json_num(summary, "iterations") < 20, "%s", summary);
+    cr_expect(test_json_num(summary, "iterations") < 20, "%s", summary);
     free(summary);
 }

@@ -93,21 +93,20 @@ Test(quant, spec_parse_format_roundtrip)
         mq_codec_format(&c, buf, sizeof buf);
         cr_assert_str_eq(buf, specs[i][1]);
         cr_assert_eq(mq_codec_parse(buf, &back), 0);
-        cr_assert(back.kind == c.kind && back.bucket == c.bucket &&
-                      back.stochastic == c.stochastic &&
-                      (c.kind == MQ_CODEC_NONE || back.bits == c.bits),
+        cr_assert(back.id == c.id && back.param[0] == c.param[0] &&
+                      back.param[1] == c.param[1] &&
+                      (c.id == MQ_CODEC_NONE || back.bits == c.bits),
                   "%s does not parse back to itself", buf);
     }
     mq_codec_t c;
     cr_assert_eq(mq_codec_parse("uniform:5:bucket=7", &c), 0);
-    cr_assert(c.kind == MQ_CODEC_UNIFORM && c.bits == 5 && c.bucket == 7 && !c.stochastic);
+    cr_assert(c.id == MQ_CODEC_UNIFORM && c.bits == 5 && c.param[0] == 7 && !c.param[1]);
 }
 
 Test(quant, spec_parse_rejects_bad_specs_with_a_reason)
 {
     static const char *bad[][2] = {
         {"", "empty"},
-        {"uniform", "missing bit-width"},
         {"uniform:0", "1..8"},
         {"uniform:9", "1..8"},
         {"uniform:4x", "not an integer"},
@@ -123,11 +122,11 @@ Test(quant, spec_parse_rejects_bad_specs_with_a_reason)
         {"fp16", "unknown codec 'fp16'"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 6, .bucket = 11};
+        mq_codec_t c = mq_codec_uniform(6, 11, false);
         cr_assert_eq(mq_codec_parse(bad[i][0], &c), -1, "'%s' was accepted", bad[i][0]);
         cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'", bad[i][0],
                   mq_err_last(), bad[i][1]);
-        cr_assert(c.kind == MQ_CODEC_UNIFORM && c.bits == 6 && c.bucket == 11,
+        cr_assert(c.id == MQ_CODEC_UNIFORM && c.bits == 6 && c.param[0] == 11,
                   "'%s': output changed on failure", bad[i][0]);
     }
     cr_assert_eq(mq_codec_parse(NULL, &(mq_codec_t){0}), -1);
@@ -135,15 +134,15 @@ Test(quant, spec_parse_rejects_bad_specs_with_a_reason)
 
 Test(quant, validate_rejects_out_of_range_codecs)
 {
-    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.kind = MQ_CODEC_UNIFORM, .bits = 0}), -1);
-    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.kind = MQ_CODEC_UNIFORM, .bits = 9}), -1);
+    cr_assert_eq(mq_codec_validate((mq_codec_t[]){mq_codec_uniform(0, 0, false)}), -1);
+    cr_assert_eq(mq_codec_validate((mq_codec_t[]){mq_codec_uniform(9, 0, false)}), -1);
     cr_assert(strstr(mq_err_last(), "9 bits"));
-    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.kind = (mq_codec_kind_t)7, .bits = 4}), -1);
-    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.kind = MQ_CODEC_NONE}), 0);
+    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.id = 77, .bits = 4}), -1);
+    cr_assert_eq(mq_codec_validate((mq_codec_t[]){mq_codec_none()}), 0);
     float x[4] = {1, 2, 3, 4}, y[4];
     uint8_t buf[64];
     size_t len;
-    mq_codec_t bad = {.kind = MQ_CODEC_UNIFORM, .bits = 12};
+    mq_codec_t bad = mq_codec_uniform(12, 0, false);
     cr_assert_eq(mq_codec_encode(&bad, x, 4, buf, sizeof buf, &len, NULL, NULL), -1);
     cr_assert_eq(mq_codec_decode(&bad, buf, 8, y, 4, 1.0f, false, NULL), -1);
 }
@@ -164,7 +163,7 @@ ParameterizedTest(int *bits, quant, payload_is_exactly_header_plus_packed_bits)
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
         for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++) {
             size_t n = ns[a];
-            mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = *bits, .bucket = buckets[b]};
+            mq_codec_t c = mq_codec_uniform(*bits, buckets[b], false);
             size_t nb = n == 0 ? 0 : buckets[b] == 0 ? 1 : (n + buckets[b] - 1) / buckets[b];
             size_t want = 8 * nb + (n * (size_t)*bits + 7) / 8;
             cr_assert_eq(mq_codec_nbuckets(&c, n), nb);
@@ -188,7 +187,7 @@ ParameterizedTest(int *bits, quant, payload_is_exactly_header_plus_packed_bits)
 Test(quant, wire_bytes_match_the_documented_layout)
 {
     /* 4 values, 2 bits, one range [0, 3]: codes 0,1,2,3 packed LSB first = 0b11100100. */
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 2};
+    mq_codec_t c = mq_codec_uniform(2, 0, false);
     float x[] = {0, 1, 2, 3};
     uint8_t buf[32];
     size_t len;
@@ -199,7 +198,7 @@ Test(quant, wire_bytes_match_the_documented_layout)
 
     /* Buckets of 3, 3 bits: codes 0,7,2 | 0,0 run on across the bucket boundary with no
      * padding: 15 bits in 2 bytes after ranges [0,7] and [10,10]. */
-    mq_codec_t c3 = {.kind = MQ_CODEC_UNIFORM, .bits = 3, .bucket = 3};
+    mq_codec_t c3 = mq_codec_uniform(3, 3, false);
     float y[] = {0, 7, 2, 10, 10};
     cr_assert_eq(mq_codec_encode(&c3, y, 5, buf, sizeof buf, &len, NULL, NULL), 0);
     static const uint8_t want3[] = {0, 0,    0,    0, 0, 0,    0xE0, 0x40, 0,
@@ -208,7 +207,7 @@ Test(quant, wire_bytes_match_the_documented_layout)
     cr_assert_arr_eq(buf, want3, sizeof want3);
 
     /* none: float32 little-endian. */
-    mq_codec_t none = {.kind = MQ_CODEC_NONE};
+    mq_codec_t none = mq_codec_none();
     float one[] = {1.0f, -2.0f};
     cr_assert_eq(mq_codec_encode(&none, one, 2, buf, sizeof buf, &len, NULL, NULL), 0);
     static const uint8_t want_none[] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0xc0};
@@ -230,7 +229,7 @@ ParameterizedTest(int *bits, quant, error_is_at_most_half_a_step_and_extremes_ar
     float *x = s_normal(n, 11 + (uint64_t)*bits, 0.01f), *y = malloc(n * sizeof *y);
     const unsigned levels = (1u << *bits) - 1;
     for (size_t k = 0; k < sizeof buckets / sizeof buckets[0]; k++) {
-        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = *bits, .bucket = buckets[k]};
+        mq_codec_t c = mq_codec_uniform(*bits, buckets[k], false);
         s_roundtrip(&c, x, n, y, NULL);
         size_t B = buckets[k] ? buckets[k] : n;
         for (size_t b0 = 0; b0 < n; b0 += B) {
@@ -258,7 +257,7 @@ Test(quant, each_extra_bit_roughly_halves_the_error)
     float *x = s_normal(n, 3, 1.0f), *y = malloc(n * sizeof *y);
     double prev = INFINITY;
     for (int k = 1; k <= 8; k++) {
-        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = k};
+        mq_codec_t c = mq_codec_uniform(k, 0, false);
         size_t len = s_roundtrip(&c, x, n, y, NULL);
         cr_assert_eq(len, 8 + (n * k + 7) / 8);
         double err = s_rms_error(x, y, n);
@@ -281,8 +280,8 @@ Test(quant, buckets_keep_small_gradients_from_being_flattened)
     float *x = s_normal(n, 5, 1.0f), *y = malloc(n * sizeof *y);
     for (size_t i = 0; i < n / 2; i++)
         x[i] *= 1e-3f;
-    mq_codec_t one = {.kind = MQ_CODEC_UNIFORM, .bits = 4};
-    mq_codec_t bucketed = {.kind = MQ_CODEC_UNIFORM, .bits = 4, .bucket = 512};
+    mq_codec_t one = mq_codec_uniform(4, 0, false);
+    mq_codec_t bucketed = mq_codec_uniform(4, 512, false);
     s_roundtrip(&one, x, n, y, NULL);
     double err_one = s_rms_error(x, y, n / 2);
     s_roundtrip(&bucketed, x, n, y, NULL);
@@ -299,10 +298,10 @@ Test(quant, constant_and_single_value_buckets_decode_exactly)
         x[i] = i < 500 ? 0.125f : -3.5e-20f;
     float y[1000];
     for (int k = 1; k <= 8; k++) {
-        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = k, .bucket = 500};
+        mq_codec_t c = mq_codec_uniform(k, 500, false);
         s_roundtrip(&c, x, 1000, y, NULL);
         cr_assert_arr_eq(y, x, sizeof x, "%d bits", k);
-        mq_codec_t c1 = {.kind = MQ_CODEC_UNIFORM, .bits = k, .bucket = 1};
+        mq_codec_t c1 = mq_codec_uniform(k, 1, false);
         float *z = s_normal(1000, 9, 3.0f);
         s_roundtrip(&c1, z, 1000, y, NULL);
         cr_assert_arr_eq(y, z, 1000 * sizeof *z, "bucket=1 is lossless");
@@ -315,7 +314,7 @@ Test(quant, ranges_near_float_max_stay_finite)
     float x[] = {-FLT_MAX, FLT_MAX, 0.0f, 1e38f, -2e38f, 1.0f, FLT_MAX / 3};
     float y[7];
     for (int k = 1; k <= 8; k++) {
-        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = k};
+        mq_codec_t c = mq_codec_uniform(k, 0, false);
         s_roundtrip(&c, x, 7, y, NULL);
         double step = 2.0 * FLT_MAX / ((1u << k) - 1);
         for (int i = 0; i < 7; i++) {
@@ -327,7 +326,7 @@ Test(quant, ranges_near_float_max_stay_finite)
     }
     /* A range in the denormals: the step would overflow a float. */
     float t[] = {1e-45f, 0.0f, 2e-45f};
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 8};
+    mq_codec_t c = mq_codec_uniform(8, 0, false);
     s_roundtrip(&c, t, 3, y, NULL);
     cr_assert(y[0] >= 0 && y[0] <= 2e-45f && y[1] == 0.0f && y[2] == t[2]);
 }
@@ -339,7 +338,7 @@ Test(quant, none_is_lossless)
     x[0] = FLT_MAX;
     x[1] = -0.0f;
     x[2] = FLT_TRUE_MIN;
-    mq_codec_t c = {.kind = MQ_CODEC_NONE};
+    mq_codec_t c = mq_codec_none();
     cr_assert_eq(s_roundtrip(&c, x, n, y, NULL), 4 * n);
     cr_assert_arr_eq(y, x, n * sizeof *x);
     free(x);
@@ -359,7 +358,7 @@ Test(quant, stochastic_rounding_is_unbiased_where_nearest_is_not)
         x[i] = (float)(2 * mq_rng_double(&rng) - 1);
     x[0] = -1.0f; /* pin the range so the step is known */
     x[1] = 1.0f;
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 2, .stochastic = true};
+    mq_codec_t c = mq_codec_uniform(2, 0, true);
     double step = 2.0 / 3.0;
     double sum[64] = {0};
     for (int r = 0; r < reps; r++) {
@@ -372,7 +371,7 @@ Test(quant, stochastic_rounding_is_unbiased_where_nearest_is_not)
     }
     /* Each decode is within step of x, so its standard deviation is at most step/2. */
     double tol = 5 * (step / 2) / sqrt(reps), worst_nearest = 0;
-    mq_codec_t det = {.kind = MQ_CODEC_UNIFORM, .bits = 2};
+    mq_codec_t det = mq_codec_uniform(2, 0, false);
     s_roundtrip(&det, x, n, y, NULL);
     for (size_t i = 0; i < n; i++) {
         cr_assert_lt(fabs(sum[i] / reps - x[i]), tol, "value %zu: mean %g, true %g", i,
@@ -386,7 +385,7 @@ Test(quant, stochastic_rounding_is_reproducible_from_the_seed)
 {
     const size_t n = 3000;
     float *x = s_normal(n, 17, 1.0f);
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 3, .bucket = 100, .stochastic = true};
+    mq_codec_t c = mq_codec_uniform(3, 100, true);
     size_t cap = mq_codec_payload_size(&c, n), la, lb;
     uint8_t *a = malloc(cap), *b = malloc(cap);
     mq_rng_t r1, r2;
@@ -446,7 +445,7 @@ Test(quant, decode_refuses_bad_payloads_and_keeps_the_running_sum)
     float *x = s_normal(n, 23, 1.0f), sum[300], before[300];
     for (size_t i = 0; i < n; i++)
         sum[i] = before[i] = (float)i;
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 5, .bucket = 64};
+    mq_codec_t c = mq_codec_uniform(5, 64, false);
     size_t cap = mq_codec_payload_size(&c, n), len;
     uint8_t *p = malloc(cap + 1);
     cr_assert_eq(mq_codec_encode(&c, x, n, p, cap, &len, NULL, NULL), 0);
@@ -469,7 +468,7 @@ Test(quant, decode_refuses_bad_payloads_and_keeps_the_running_sum)
     cr_assert_arr_eq(sum, before, sizeof sum, "a refused payload changed the running sum");
 
     /* none: a NaN hidden in the middle of an fp32 payload. */
-    mq_codec_t none = {.kind = MQ_CODEC_NONE};
+    mq_codec_t none = mq_codec_none();
     uint8_t *f = malloc(4 * n);
     cr_assert_eq(mq_codec_encode(&none, x, n, f, 4 * n, &len, NULL, NULL), 0);
     float nan = NAN;
@@ -499,7 +498,7 @@ Test(quant, payloads_at_odd_addresses_decode_the_same)
         memcpy(aligned, raw + 1, cap);
         cr_assert_eq(mq_codec_decode(&c, aligned, len, z, n, 0.5f, false, NULL), 0);
         cr_assert_arr_eq(y, z, n * sizeof *y, "%s", specs[s]);
-        if (c.kind == MQ_CODEC_NONE) { /* a NaN in the last, odd-sized group */
+        if (c.id == MQ_CODEC_NONE) { /* a NaN in the last, odd-sized group */
             float inf = -INFINITY;
             memcpy(raw + 1 + 4 * (n - 1), &inf, 4);
             cr_assert_eq(mq_codec_decode(&c, raw + 1, len, y, n, 1.0f, true, NULL), -1);
@@ -520,9 +519,7 @@ Test(quant, random_payloads_are_refused_or_decode_inside_their_ranges)
     float y[257];
     uint8_t p[8 * 257 + 257];
     for (int trial = 0; trial < 3000; trial++) {
-        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM,
-                        .bits = 1 + (int)mq_rng_below(&rng, 8),
-                        .bucket = (uint32_t)mq_rng_below(&rng, 40)};
+        mq_codec_t c = mq_codec_uniform(1 + (int)mq_rng_below(&rng, 8), (uint32_t)mq_rng_below(&rng, 40), false);
         size_t n = 1 + mq_rng_below(&rng, 257), len = mq_codec_payload_size(&c, n);
         for (size_t i = 0; i < len; i++)
             p[i] = (uint8_t)mq_rng_next(&rng);
@@ -533,7 +530,7 @@ Test(quant, random_payloads_are_refused_or_decode_inside_their_ranges)
             }
         if (mq_codec_decode(&c, p, len, y, n, 1.0f, false, NULL) < 0)
             continue;
-        size_t B = c.bucket ? c.bucket : n;
+        size_t B = c.param[0] ? c.param[0] : n;
         for (size_t i = 0; i < n; i++) {
             float r[2];
             memcpy(r, p + 8 * (i / B), 8);
@@ -545,7 +542,7 @@ Test(quant, random_payloads_are_refused_or_decode_inside_their_ranges)
 
 Test(quant, empty_tensor_is_an_empty_payload)
 {
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 3, .bucket = 4};
+    mq_codec_t c = mq_codec_uniform(3, 4, false);
     size_t len = 5;
     cr_assert_eq(mq_codec_payload_size(&c, 0), 0);
     cr_assert_eq(mq_codec_encode(&c, NULL, 0, NULL, 0, &len, NULL, NULL), 0, "%s", mq_err_last());
@@ -616,7 +613,7 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
     const size_t n = 2000;
     float *g = s_normal(n, 31, 1.0f), *res = calloc(n, sizeof *res);
     float *dec = malloc(n * sizeof *dec), *v = malloc(n * sizeof *v);
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 2, .bucket = 128};
+    mq_codec_t c = mq_codec_uniform(2, 128, false);
     size_t cap = mq_codec_payload_size(&c, n), len;
     uint8_t *p = malloc(cap);
 
@@ -634,7 +631,7 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
     /* Many steps of the same gradient: sent = T*g - residual, so with a bounded residual the
      * mean of what was sent converges to the gradient, where plain quantization stays off. */
     for (int k = 1; k <= 8; k++) {
-        mq_codec_t ck = {.kind = MQ_CODEC_UNIFORM, .bits = k, .bucket = 128};
+        mq_codec_t ck = mq_codec_uniform(k, 128, false);
         s_roundtrip(&ck, g, n, dec, NULL);
         double plain = s_rms_error(g, dec, n), r10, r200;
         s_ef_run(&ck, g, n, 10, &r10);
@@ -648,7 +645,7 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
                          r200);
     }
     for (int k = 2; k <= 8; k += 3) {
-        mq_codec_t cs = {.kind = MQ_CODEC_UNIFORM, .bits = k, .stochastic = true};
+        mq_codec_t cs = mq_codec_uniform(k, 0, true);
         mq_rng_t rng;
         mq_rng_seed(&rng, 8);
         memset(res, 0, n * sizeof *res);
@@ -665,8 +662,8 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
     }
     /* 1-bit stochastic rounding would make the residual diverge (its range can double each
      * step): feedback at 1 bit rounds to nearest instead, so a run that reaches 1 bit goes on. */
-    mq_codec_t c1s = {.kind = MQ_CODEC_UNIFORM, .bits = 1, .stochastic = true};
-    mq_codec_t c1d = {.kind = MQ_CODEC_UNIFORM, .bits = 1};
+    mq_codec_t c1s = mq_codec_uniform(1, 0, true);
+    mq_codec_t c1d = mq_codec_uniform(1, 0, false);
     float *res_d = calloc(n, sizeof *res_d);
     uint8_t *pd = malloc(cap);
     size_t len_d;
@@ -693,7 +690,7 @@ Test(quant, error_feedback_keeps_what_quantization_dropped)
     cr_assert_arr_eq(res, v, n * sizeof *res);
 
     /* With the lossless codec the residual is always zero. */
-    mq_codec_t none = {.kind = MQ_CODEC_NONE};
+    mq_codec_t none = mq_codec_none();
     uint8_t *f = malloc(4 * n);
     cr_assert_eq(mq_codec_encode_ef(&none, g, res, n, f, 4 * n, &len, NULL, NULL), 0);
     for (size_t i = 0; i < n; i++)
@@ -759,10 +756,7 @@ ParameterizedTest(int *bits, quant, stats_are_the_sum_of_squares_of_the_decoded_
     for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
         for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++)
             for (int st = 0; st < 2; st++) {
-                mq_codec_t c = {.kind = MQ_CODEC_UNIFORM,
-                                .bits = *bits,
-                                .bucket = buckets[b],
-                                .stochastic = st};
+                mq_codec_t c = mq_codec_uniform(*bits, buckets[b], st);
                 s_check_stats(&c, gauss, ns[a], y);
                 s_check_stats(&c, odd, ns[a], y); /* zeros, constant runs, a range near 2^128 */
                 s_check_stats(&c, top, ns[a], y);
@@ -788,9 +782,9 @@ Test(quant, stats_show_a_norm_blown_up_by_quantization)
     size_t len;
     double truth = s_sum_sq(x, n);
     mq_codec_stats_t one, bucketed;
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 2};
+    mq_codec_t c = mq_codec_uniform(2, 0, false);
     cr_assert_eq(mq_codec_encode(&c, x, n, p, 4 * n, &len, NULL, &one), 0);
-    c.bucket = 512;
+    c.param[0] = 512;
     cr_assert_eq(mq_codec_encode(&c, x, n, p, 4 * n, &len, NULL, &bucketed), 0);
     cr_assert_gt(one.sq, 1000 * truth, "one range: %g vs true %g", one.sq, truth);
     cr_assert_lt(bucketed.sq * 100, one.sq, "bucket=512: %g, one range %g", bucketed.sq, one.sq);
@@ -807,7 +801,7 @@ Test(quant, stats_of_constant_buckets_are_exact)
     float y[1000];
     size_t len;
     for (int k = 1; k <= 8; k++) {
-        mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = k, .bucket = 500};
+        mq_codec_t c = mq_codec_uniform(k, 500, false);
         mq_codec_stats_t enc, dec;
         cr_assert_eq(mq_codec_encode(&c, x, 1000, p, sizeof p, &len, NULL, &enc), 0);
         double want = 500 * (0.125 * 0.125) + 500 * (3.5e-20 * 3.5e-20);
@@ -826,7 +820,7 @@ Test(quant, stats_of_none_are_the_sum_of_squares)
     float *x = s_normal(n, 13, 2.0f), *y = malloc(n * sizeof *y);
     uint8_t *p = malloc(4 * n + 1);
     size_t len;
-    mq_codec_t c = {.kind = MQ_CODEC_NONE};
+    mq_codec_t c = mq_codec_none();
     mq_codec_stats_t enc, dec;
     cr_assert_eq(mq_codec_encode(&c, x, n, p, 4 * n, &len, NULL, &enc), 0);
     double want = s_sum_sq(x, n);
@@ -843,7 +837,7 @@ Test(quant, stats_of_error_feedback_are_those_of_the_payload_sent)
 {
     const size_t n = 3001;
     float *g = s_normal(n, 17, 0.01f), *res = calloc(n, sizeof *res), *y = malloc(n * sizeof *y);
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 2, .bucket = 100};
+    mq_codec_t c = mq_codec_uniform(2, 100, false);
     size_t cap = mq_codec_payload_size(&c, n), len;
     uint8_t *p = malloc(cap);
     for (int t = 0; t < 5; t++) {
@@ -865,7 +859,7 @@ Test(quant, stats_are_untouched_on_error_and_zero_when_empty)
     uint8_t p[64];
     float y[3];
     size_t len;
-    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM, .bits = 4};
+    mq_codec_t c = mq_codec_uniform(4, 0, false);
     mq_codec_stats_t st = {42.0};
     cr_assert_eq(mq_codec_encode(&c, x, 3, p, sizeof p, &len, NULL, &st), -1);
     cr_assert_eq(st.sq, 42.0);
@@ -936,10 +930,7 @@ Test(quant, every_kernel_set_writes_and_decodes_the_same_bits)
         for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
             for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++)
                 for (int st = 0; st < 2; st++) {
-                    mq_codec_t c = {.kind = MQ_CODEC_UNIFORM,
-                                    .bits = bits,
-                                    .bucket = buckets[b],
-                                    .stochastic = st};
+                    mq_codec_t c = mq_codec_uniform(bits, buckets[b], st);
                     size_t n = ns[a], cap = mq_codec_payload_size(&c, n);
                     double q0[2], q1[2];
                     s_codec_run(names[0], &c, x, n, p0, d0, s0, q0);

@@ -1,6 +1,7 @@
 /* Tests of the bit-width policies: the numbers of equations (1)-(3) and of one SARSA update
  * checked against hand computations, epsilon-greedy statistics, the baselines' decisions,
- * and save/restore (exact resume, corrupt buffers refused). */
+ * save/restore (exact resume, corrupt buffers refused, states of the previous format still
+ * read) and the registry. DQ-SGD has its own file, test_rl_dqsgd.c. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 
 #include "../common/src/rl/rl_internal.h"
+#include "rl_v1_fixtures.h"
 
 #define EPS 1e-12
 
@@ -20,6 +22,13 @@ static mq_policy_t *s_new(const char *spec, const mq_policy_opts_t *o)
     mq_policy_t *p = mq_policy_new(spec, o);
     cr_assert_not_null(p, "mq_policy_new(%s): %s", spec, mq_err_last());
     return p;
+}
+
+/* mqgrad's own data (network, MDP state). */
+static mq_rl_mqgrad_t *s_mq(mq_policy_t *p)
+{
+    cr_assert_str_eq(p->ops->name, "mqgrad");
+    return p->priv;
 }
 
 Test(rl, defaults_are_the_papers)
@@ -64,7 +73,7 @@ Test(rl, smoothing_follows_equation_1)
         mq_policy_observe(p, &(mq_observation_t){.iter = i, .loss = loss[i], .iter_ms = 10});
     for (int i = 0; i < 5; i++) {
         cr_expect_float_eq(p->win.lbar[i], want[i], 1e-12, "Lbar[%d]", i);
-        cr_expect_float_eq(p->x[i], want[i] / 2, 1e-12, "x[%d]", i);
+        cr_expect_float_eq(s_mq(p)->x[i], want[i] / 2, 1e-12, "x[%d]", i);
     }
     mq_policy_observe(p, &(mq_observation_t){.iter = 5, .loss = loss[5], .iter_ms = 10});
     cr_expect_float_eq(p->win.lbar[0], 1.5561, 1e-12);
@@ -108,12 +117,13 @@ static mq_policy_t *s_small_net(double epsilon, bool literal, bool keep_first)
     o.T = 2, o.alpha = 1, o.epsilon = epsilon, o.eta = 0.5, o.discount = 0.5, o.gamma = 100;
     o.min_bits = 2, o.max_bits = 4, o.start_bits = 2, o.hidden = 2, o.literal_eq3 = literal;
     mq_policy_t *p = s_new("mqgrad", &o);
+    mq_rl_qnet_t *net = &s_mq(p)->net;
     const double w1[] = {1, 0, 0, -1}, b1[] = {0, 0.5};
     const double w2a[] = {0, 1, 1, 0, 0.5, 0.5}, w2b[] = {1, 0, 0, 1, 0.5, 0.5};
-    memcpy(p->net.w1, w1, sizeof w1);
-    memcpy(p->net.b1, b1, sizeof b1);
-    memcpy(p->net.w2, keep_first ? w2b : w2a, sizeof w2a);
-    memset(p->net.b2, 0, 3 * sizeof(double));
+    memcpy(net->w1, w1, sizeof w1);
+    memcpy(net->b1, b1, sizeof b1);
+    memcpy(net->w2, keep_first ? w2b : w2a, sizeof w2a);
+    memset(net->b2, 0, 3 * sizeof(double));
     return p;
 }
 
@@ -129,25 +139,26 @@ static mq_policy_t *s_small_net(double epsilon, bool literal, bool keep_first)
 Test(rl, one_sarsa_update_by_hand)
 {
     mq_policy_t *p = s_small_net(0, false, false);
+    mq_rl_mqgrad_t *m = s_mq(p);
     cr_expect_eq(mq_policy_observe(p, &(mq_observation_t){.iter = 0, .loss = 1, .iter_ms = 1}), 2);
     cr_expect_eq(mq_policy_observe(p, &(mq_observation_t){.iter = 1, .loss = 1, .iter_ms = 1}), 3);
-    cr_expect_eq(p->n, 2);
-    cr_expect_eq(p->action, 1);
+    cr_expect_eq(m->n, 2);
+    cr_expect_eq(m->action, 1);
     mq_policy_observe(p, &(mq_observation_t){.iter = 2, .loss = 0.5, .iter_ms = 10});
     int bits = mq_policy_observe(p, &(mq_observation_t){.iter = 3, .loss = 0.3, .iter_ms = 10});
     cr_expect_eq(bits, 3);
-    cr_expect_eq(p->n, 3, "equation (3): n1 = n0 + argmax Q(s0, .)");
-    cr_expect_eq(p->action, 0);
+    cr_expect_eq(m->n, 3, "equation (3): n1 = n0 + argmax Q(s0, .)");
+    cr_expect_eq(m->action, 0);
     const double w1[] = {1.125, 0.125, 0, -1}, b1[] = {0.125, 0.5};
     const double w2[] = {0, 1, 1.125, 0, 0.5, 0.5}, b2[] = {0, 0.125, 0};
     for (int k = 0; k < 4; k++)
-        cr_expect_float_eq(p->net.w1[k], w1[k], EPS, "w1[%d]", k);
+        cr_expect_float_eq(m->net.w1[k], w1[k], EPS, "w1[%d]", k);
     for (int k = 0; k < 2; k++)
-        cr_expect_float_eq(p->net.b1[k], b1[k], EPS, "b1[%d]", k);
+        cr_expect_float_eq(m->net.b1[k], b1[k], EPS, "b1[%d]", k);
     for (int k = 0; k < 6; k++)
-        cr_expect_float_eq(p->net.w2[k], w2[k], EPS, "w2[%d]", k);
+        cr_expect_float_eq(m->net.w2[k], w2[k], EPS, "w2[%d]", k);
     for (int k = 0; k < 3; k++)
-        cr_expect_float_eq(p->net.b2[k], b2[k], EPS, "b2[%d]", k);
+        cr_expect_float_eq(m->net.b2[k], b2[k], EPS, "b2[%d]", k);
     /* Status shows Q(s1, .) with the new weights: z = [1.125*0.5 + 0.125*0.3 + 0.125, 0.2]
      * = [0.725, 0.2]; Q = [0.2, 1.125*0.725 + 0.125, 0.5*0.725 + 0.5*0.2]
      * = [0.2, 0.940625, 0.4625]. */
@@ -184,8 +195,8 @@ Test(rl, transition_follows_equation_3)
             if (i == 1)
                 cr_expect_eq(bits, 3, "explored +1");
         }
-        cr_expect_eq(p->n, literal ? 2 : 3);
-        cr_expect_eq(p->action, literal ? 1 : 0);
+        cr_expect_eq(s_mq(p)->n, literal ? 2 : 3);
+        cr_expect_eq(s_mq(p)->action, literal ? 1 : 0);
         cr_expect_eq(bits, 3);
         mq_policy_destroy(&p);
     }
@@ -230,10 +241,11 @@ Test(rl, mqgrad_bits_never_decrease_long_run)
             cr_assert(bits >= 2 && bits <= 8, "bits %d at %lu", bits, (unsigned long)m);
             if (!literal)
                 cr_assert_geq(bits, prev, "bits fell at iteration %lu", (unsigned long)m);
-            if (p->have_state)
-                cr_assert_geq(p->n, prev_n);
+            const mq_rl_mqgrad_t *m = s_mq(p);
+            if (m->have_state)
+                cr_assert_geq(m->n, prev_n);
             prev = bits;
-            prev_n = p->have_state ? p->n : prev_n;
+            prev_n = m->have_state ? m->n : prev_n;
         }
         cr_expect_eq(p->step, 4000);
         mq_policy_destroy(&p);
@@ -423,6 +435,7 @@ static mq_observation_t s_obs_at(uint64_t m)
                               .iter_ms = 50 + (double)(m % 7),
                               .grad_range = 10 + m % 3,
                               .grad_sqmean = 1,
+                              .grad_norm = 0.5 + 0.3 * cos(m * 0.3),
                               .total_iters = 100};
 }
 
@@ -488,6 +501,8 @@ Test(rl, resume_is_exact)
     s_check_resume("adaptive", 47);
     s_check_resume("schedule", 50);
     s_check_resume("fixed:6", 50);
+    s_check_resume("dqsgd", 52);
+    s_check_resume("dqsgd:k=30,alpha=0.97", 50);
 }
 
 static void s_saved(uint8_t **buf, size_t *len)
@@ -523,15 +538,18 @@ Test(rl, corrupt_state_refused)
     c[0] = 'X';
     s_expect_refused(c, len, "magic");
     memcpy(c, buf, len);
-    c[8] = 2;
-    s_expect_refused(c, len, "version 2");
+    c[8] = 3;
+    s_expect_refused(c, len, "version 3");
+    memcpy(c, buf, len);
+    c[8] = 0;
+    s_expect_refused(c, len, "version 0");
     memcpy(c, buf, len);
     c[len] = 0;
     s_expect_refused(c, len + 1, "unexpected bytes");
     /* A size that disagrees with the options, under a valid checksum: T = 3 in the payload
-     * (offset: kind 4 + spec length 4 + "mqgrad" 6) while 5 window losses are stored. */
+     * (offset: spec length 4 + "mqgrad" 6) while 5 window losses are stored. */
     memcpy(c, buf, len);
-    c[24 + 14] = 3;
+    c[24 + 10] = 3;
     uint32_t crc = mq_rl_crc32(mq_rl_crc32(0, c, 20), c + 24, len - 24);
     for (int i = 0; i < 4; i++)
         c[20 + i] = (uint8_t)(crc >> (8 * i));
@@ -542,6 +560,208 @@ Test(rl, corrupt_state_refused)
     mq_policy_destroy(&p);
     free(c);
     free(buf);
+}
+
+/* The observations the version 1 fixtures were written after (rl_v1_fixtures.h). */
+static mq_observation_t s_fixture_obs(uint64_t m)
+{
+    return (mq_observation_t){.iter = m,
+                              .loss = 2.0 / (1 + 0.1 * (double)m),
+                              .iter_ms = 10 + (double)(m % 3),
+                              .grad_range = 10,
+                              .grad_sqmean = 1};
+}
+
+/* A version 1 state restores into the policy this build makes of the same spec and
+ * observations: same status and history, the same decisions after, the same bytes saved. */
+static void s_check_v1(const uint8_t *buf, size_t len, const char *spec, uint64_t count)
+{
+    mq_policy_t *old = mq_policy_restore(buf, len);
+    cr_assert_not_null(old, "%s: %s", spec, mq_err_last());
+    mq_policy_t *now = s_new(spec, NULL);
+    for (uint64_t m = 0; m < count; m++) {
+        mq_observation_t o = s_fixture_obs(m);
+        mq_policy_observe(now, &o);
+    }
+    mq_policy_status_t a, b;
+    mq_policy_status(old, &a);
+    mq_policy_status(now, &b);
+    cr_expect_str_eq(a.spec, spec);
+    cr_expect_eq(a.bits, b.bits);
+    cr_expect_eq(a.step, b.step);
+    cr_expect_eq(a.observations, count);
+    cr_expect_eq(memcmp(&a.last_reward, &b.last_reward, sizeof(double)), 0);
+    for (uint64_t m = count; m < count + 21; m++) {
+        mq_observation_t o = s_fixture_obs(m);
+        int bo = mq_policy_observe(old, &o), bn = mq_policy_observe(now, &o);
+        cr_expect_eq(bo, bn, "%s at %lu", spec, (unsigned long)m);
+    }
+    uint8_t *ba, *bb;
+    size_t la, lb;
+    cr_assert_eq(mq_policy_save(old, &ba, &la), 0);
+    cr_assert_eq(mq_policy_save(now, &bb, &lb), 0);
+    cr_expect(la == lb && memcmp(ba, bb, la) == 0, "%s: resumed and fresh states differ", spec);
+    free(ba);
+    free(bb);
+    mq_policy_destroy(&old);
+    mq_policy_destroy(&now);
+}
+
+Test(rl, version_1_states_still_restore)
+{
+    s_check_v1(s_v1_mqgrad, sizeof s_v1_mqgrad, "mqgrad:T=2,hidden=2,max=4", 7);
+    s_check_v1(s_v1_fixed, sizeof s_v1_fixed, "fixed:5,T=2", 3);
+    /* version 1 named the policy by number too: a number that disagrees is refused
+     * (the kind is the first payload word; the checksum is redone) */
+    uint8_t c[sizeof s_v1_fixed];
+    memcpy(c, s_v1_fixed, sizeof c);
+    c[24] = 3;
+    uint32_t crc = mq_rl_crc32(mq_rl_crc32(0, c, 20), c + 24, sizeof c - 24);
+    for (int i = 0; i < 4; i++)
+        c[20 + i] = (uint8_t)(crc >> (8 * i));
+    s_expect_refused(c, sizeof c, "unknown policy kind 3 for spec 'fixed:5,T=2'");
+}
+
+/* An open window must hold the last iteration with no more losses than it has seen: a
+ * fill of T at position 1 (under a valid checksum) once let the next observation write past
+ * the window's buffer. Offset of the fill: header 24, spec 4 + 7, options 80, then rng 32,
+ * bits 4, four counters 32, carry 12, scale 12, open 4, index 8. */
+Test(rl, open_window_must_hold_the_last_iteration)
+{
+    mq_policy_t *p = s_new("fixed:3", NULL);
+    for (uint64_t m = 0; m < 7; m++)
+        mq_policy_observe(p, OBS(m, 1, 1));
+    cr_assert_eq(p->win.filled, 2);
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(mq_policy_save(p, &buf, &len), 0);
+    mq_policy_destroy(&p);
+    size_t at = 24 + 4 + 7 + 80 + 32 + 4 + 32 + 12 + 12 + 4 + 8;
+    cr_assert_eq(buf[at], 2);
+    buf[at] = 5;
+    uint32_t crc = mq_rl_crc32(mq_rl_crc32(0, buf, 20), buf + 24, len - 24);
+    for (int i = 0; i < 4; i++)
+        buf[20 + i] = (uint8_t)(crc >> (8 * i));
+    s_expect_refused(buf, len, "an open window that does not hold the last iteration");
+    free(buf);
+}
+
+/* A policy's section is framed: one that does not fill it exactly is refused. The section
+ * length of a fixed policy (nothing of its own) sits just before the history count. */
+Test(rl, policy_section_is_framed)
+{
+    mq_policy_t *p = s_new("fixed:3", NULL);
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(mq_policy_save(p, &buf, &len), 0);
+    mq_policy_destroy(&p);
+    uint8_t *c = malloc(len + 4);
+    cr_assert_not_null(c);
+    size_t at = len - 12; /* u32 section length 0, then u64 history count 0 */
+    memcpy(c, buf, at);
+    const uint8_t section[] = {4, 0, 0, 0, 1, 2, 3, 4};
+    memcpy(c + at, section, sizeof section);
+    memcpy(c + at + sizeof section, buf + at + 4, 8);
+    uint64_t pl = len + 4 - 24;
+    for (int i = 0; i < 8; i++)
+        c[12 + i] = (uint8_t)(pl >> (8 * i));
+    uint32_t crc = mq_rl_crc32(mq_rl_crc32(0, c, 20), c + 24, (size_t)pl);
+    for (int i = 0; i < 4; i++)
+        c[20 + i] = (uint8_t)(crc >> (8 * i));
+    s_expect_refused(c, len + 4, "4 bytes left in fixed's section");
+    free(c);
+    free(buf);
+}
+
+/* ---- the registry ------------------------------------------------------------------ */
+
+/* A spec every policy accepts: its short usage form, with fixed's K as 3. */
+static void s_plain_spec(const mq_policy_ops_t *ops, char *spec, size_t len)
+{
+    snprintf(spec, len, "%.*s", (int)strcspn(ops->usage, "["), ops->usage);
+    char *k = strstr(spec, ":K");
+    if (k)
+        strcpy(k, ":3");
+}
+
+/* Every policy of this build is registered under its name, and the help and the error
+ * messages list all the registered ones (a new policy is then listed without a change
+ * here; the five below must stay). */
+Test(rl, registry_lists_every_policy_with_its_help)
+{
+    static const char *const known[] = {"mqgrad", "fixed", "adaptive", "schedule", "dqsgd"};
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        cr_expect_not_null(mq_rl_policy_by_name(known[i]), "%s is not registered", known[i]);
+    cr_expect_null(mq_rl_policy_by_name("sarsa"));
+    size_t n;
+    const mq_policy_ops_t *const *all = mq_rl_policies(&n);
+    char help[4096], names[512], want_names[512] = "", expected[600] = "";
+    mq_policy_help(help, sizeof help);
+    mq_policy_names(names, sizeof names, " | ");
+    cr_expect_eq(strncmp(names, "mqgrad | fixed:K | adaptive | schedule | dqsgd", 46), 0, "%s",
+                 names);
+    const char *line = help;
+    for (size_t i = 0; i < n; i++) {
+        const mq_policy_ops_t *ops = all[i];
+        cr_expect_eq(mq_rl_policy_by_name(ops->name), ops, "%s is registered twice", ops->name);
+        cr_expect_eq(strncmp(ops->usage, ops->name, strlen(ops->name)), 0, "%s: usage '%s'",
+                     ops->name, ops->usage);
+        cr_expect(ops->help && strlen(ops->help) > 20, "%s has no help", ops->name);
+        /* one line each, in registry order: "  usage  help" */
+        const char *eol = strchr(line, '\n');
+        cr_assert_not_null(eol, "help has %zu lines, want %zu:\n%s", i, n, help);
+        char want[256];
+        snprintf(want, sizeof want, "  %s ", ops->usage);
+        cr_expect_eq(strncmp(line, want, strlen(want)), 0, "line %zu: %.*s", i,
+                     (int)(eol - line), line);
+        size_t hl = strlen(ops->help);
+        cr_expect((size_t)(eol - line) > hl && strncmp(eol - hl, ops->help, hl) == 0,
+                  "line %zu lacks %s's help", i, ops->name);
+        line = eol + 1;
+        /* the short forms, as the names list and the errors give them */
+        char spec[64];
+        snprintf(spec, sizeof spec, "%.*s", (int)strcspn(ops->usage, "["), ops->usage);
+        snprintf(want_names + strlen(want_names), sizeof want_names - strlen(want_names),
+                 "%s%s", i ? " | " : "", spec);
+        snprintf(expected + strlen(expected), sizeof expected - strlen(expected), "%s%s",
+                 i == 0 ? "(expected " : i + 1 < n ? ", " : " or ", spec);
+    }
+    cr_expect_eq(*line, '\0', "help has more lines than policies:\n%s", help);
+    cr_expect_str_eq(names, want_names);
+    /* cut, still terminated */
+    char small[10];
+    mq_policy_help(small, sizeof small);
+    cr_expect_eq(strlen(small), 9);
+    mq_policy_names(small, sizeof small, " | ");
+    cr_expect_str_eq(small, "mqgrad | ");
+    /* the list in errors comes from the registry too */
+    cr_expect_null(mq_policy_new("sarsa", NULL));
+    cr_expect(strstr(mq_err_last(), expected), "'%s' lacks '%s'", mq_err_last(), expected);
+}
+
+/* What every registered policy must do, whatever it decides: build from its plain spec,
+ * answer widths in 1..8, step once per window, and resume exactly from a saved state. */
+Test(rl, every_registered_policy_behaves)
+{
+    size_t n;
+    const mq_policy_ops_t *const *all = mq_rl_policies(&n);
+    for (size_t i = 0; i < n; i++) {
+        char spec[64];
+        s_plain_spec(all[i], spec, sizeof spec);
+        mq_policy_t *p = s_new(spec, NULL);
+        mq_policy_status_t st;
+        mq_policy_status(p, &st);
+        cr_expect_str_eq(st.spec, spec);
+        int bits[100];
+        s_feed(p, 0, 100, bits);
+        for (int m = 0; m < 100; m++)
+            cr_expect(bits[m] >= 1 && bits[m] <= 8, "%s: %d bits at %d", spec, bits[m], m);
+        mq_policy_status(p, &st);
+        cr_expect_eq(st.step, 20, "%s: one step per window of 5", spec);
+        cr_expect_eq(st.observations, 100);
+        mq_policy_destroy(&p);
+        s_check_resume(spec, 37);
+    }
 }
 
 /* ---- specs and options ------------------------------------------------------------- */
@@ -575,6 +795,8 @@ Test(rl, bad_specs_refused)
         {"fixed:0", "1..8"},
         {"fixed:9", "1..8"},
         {"fixed:x", "1..8"},
+        {"fixed:epsilon=0.1", "needs a bit width"},
+        {"fixed:4,5", "not key=value"},
         {"mqgrad:T=1", "T"},
         {"mqgrad:alpha=0", "alpha"},
         {"mqgrad:alpha=1.5", "alpha"},

@@ -195,7 +195,7 @@ void mq_agent_usage(FILE *out)
             "/bits, /metrics, /healthz over HTTP.\n\n"
             "  --bind ENDPOINT     ZeroMQ endpoint to bind (MQGRAD_AGENT_BIND, %s)\n"
             "  --http-port PORT    HTTP port, 0 = no HTTP (MQGRAD_HTTP_PORT, %d)\n"
-            "  --policy SPEC       mqgrad | fixed:K | adaptive | schedule, optionally with\n"
+            "  --policy SPEC       one of the policies listed below, optionally with\n"
             "                      :key=value,... (MQGRAD_POLICY, mqgrad)\n"
             "  --state PATH        state file, written after every decision and swap and\n"
             "                      resumed at start (MQGRAD_STATE_FILE; default: none)\n"
@@ -219,4 +219,10 @@ void mq_agent_usage(FILE *out)
             MQ_AGENT_DEFAULT_BIND, MQ_AGENT_DEFAULT_HTTP_PORT, (unsigned long long)d.seed, d.T,
             d.alpha, d.epsilon, d.eta, d.discount, d.gamma, d.min_bits, d.max_bits, d.start_bits,
             d.hidden, d.tau);
+    char policies[2048];
+    mq_policy_help(policies, sizeof policies);
+    fprintf(out,
+            "\npolicies (SPEC); each also takes :key=value of T, alpha, epsilon, eta, discount,\n"
+            "gamma, min, max, start, hidden, tau, seed, literal_eq3 (its own key wins):\n%s",
+            policies);
 }

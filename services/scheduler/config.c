@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "mqgrad/ps.h"
 #include "mqgrad/quant.h"
 #include "mqgrad/runlog.h"
 #include "mqgrad/service.h"
@@ -32,7 +33,8 @@ static void s_defaults(mq_scheduler_config_t *c)
     c->agent_deadline_ms = 200;
     c->bits = 2;
     strcpy(c->codec, "uniform");
-    c->bucket = MQ_DEFAULT_BUCKET;
+    c->bucket = -1;
+    strcpy(c->optimizer, "sgd");
     c->threshold = 100000;
     c->seed = 1;
     c->start_timeout = 120;
@@ -48,10 +50,46 @@ static void s_defaults(mq_scheduler_config_t *c)
     c->guard_bits = w.guard_bits;
 }
 
+int mq_sched_codec(const mq_scheduler_config_t *c, mq_codec_t *out)
+{
+    mq_codec_t k;
+    if (mq_codec_parse(c->codec, &k) != 0)
+        return -1;
+    bool uniform = k.id == MQ_CODEC_UNIFORM;
+    if ((c->bucket >= 0 || c->stochastic) && !uniform) {
+        mq_err_set("--%s applies to the uniform codec only (codec is '%s'; give the codec's own "
+                   "options in --codec)",
+                   c->bucket >= 0 ? "bucket" : "stochastic", c->codec);
+        return -1;
+    }
+    if (uniform && c->bucket >= 0)
+        k.param[0] = (uint32_t)c->bucket;
+    else if (uniform && !strstr(c->codec, "bucket="))
+        k.param[0] = MQ_DEFAULT_BUCKET;
+    if (c->stochastic)
+        k.param[1] = 1;
+    k.bits = k.id == MQ_CODEC_NONE ? 32 : 0; /* the level is the controller's */
+    *out = k;
+    return 0;
+}
+
 static int s_check(const mq_scheduler_config_t *c)
 {
-    if (strcmp(c->codec, "uniform") != 0 && strcmp(c->codec, "none") != 0) {
-        fprintf(stderr, "mqgrad-scheduler: --codec '%s' is not 'uniform' or 'none'\n", c->codec);
+    mq_codec_t k;
+    mq_optim_t o;
+    if (mq_sched_codec(c, &k) != 0 || mq_optim_parse(c->optimizer, &o) != 0) {
+        fprintf(stderr, "mqgrad-scheduler: %s\n", mq_err_last());
+        return 2;
+    }
+    if (c->error_feedback && mq_codec_state_floats(&k, 1024) > 0) {
+        fprintf(stderr,
+                "mqgrad-scheduler: --error-feedback: codec '%s' keeps its own residual\n",
+                c->codec);
+        return 2;
+    }
+    if (k.id != MQ_CODEC_NONE && !mq_bits_ok(&k, (int)c->bits)) {
+        fprintf(stderr, "mqgrad-scheduler: --bits %ld is outside the levels codec '%s' takes\n",
+                c->bits, c->codec);
         return 2;
     }
     if (strcmp(c->model, "paper") != 0 && strcmp(c->model, "small") != 0) {
@@ -111,11 +149,14 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
         {"bits", "MQGRAD_BITS", MQ_FLAG_LONG, &c->bits, 0, MQ_QUANT_MIN_BITS, MQ_QUANT_MAX_BITS,
          "bits until the agent decides"},
         {"codec", "MQGRAD_CODEC", MQ_FLAG_STR, c->codec, sizeof c->codec, 0, 0,
-         "uniform | none (fp32)"},
-        {"bucket", "MQGRAD_BUCKET", MQ_FLAG_LONG, &c->bucket, 0, 0, 1L << 30,
-         "values per quantization range (0 = one per tensor slice: the paper-exact codec)"},
+         "codec of the big tensors (listed above; none = fp32)"},
+        {"bucket", "MQGRAD_BUCKET", MQ_FLAG_LONG, &c->bucket, 0, -1, 1L << 30,
+         "uniform: values per range (0 = one per tensor slice: the paper-exact codec; "
+         "default 512)"},
         {"stochastic", "MQGRAD_STOCHASTIC", MQ_FLAG_BOOL, &c->stochastic, 0, 0, 0,
-         "stochastic rounding"},
+         "uniform: stochastic rounding"},
+        {"optimizer", "MQGRAD_OPTIMIZER", MQ_FLAG_STR, c->optimizer, sizeof c->optimizer, 0, 0,
+         "update rule every node applies to the aggregate (listed above)"},
         {"error-feedback", "MQGRAD_ERROR_FEEDBACK", MQ_FLAG_BOOL, &c->error_feedback, 0, 0, 0,
          "accumulate quantization residuals on workers"},
         {"threshold", "MQGRAD_QUANT_THRESHOLD", MQ_FLAG_LONG, &c->threshold, 0, 0, 1L << 40,
@@ -145,7 +186,14 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          "bits the guard adds"},
         {0},
     };
-    int rc = mq_flags_parse(flags, argc, argv, "usage: mqgrad-scheduler [flags]", NULL, 0, NULL);
+    char codecs[2048], rules[1024], usage[3300];
+    mq_codec_help(codecs, sizeof codecs);
+    mq_optim_help(rules, sizeof rules);
+    snprintf(usage, sizeof usage,
+             "usage: mqgrad-scheduler [flags]\n\ncodecs (--codec; K, the bit-width, comes from the "
+             "agent):\n%s\nupdate rules (--optimizer):\n%s",
+             codecs, rules);
+    int rc = mq_flags_parse(flags, argc, argv, usage, NULL, 0, NULL);
     if (rc == 0)
         rc = s_check(c);
     if (rc == 0 && !c->run_dir[0])
@@ -164,30 +212,39 @@ void mq_sched_run_config(const mq_scheduler_config_t *c, mq_run_config_t *r)
     r->workers = (uint32_t)c->workers;
     r->servers = (uint32_t)c->servers;
     r->quant_threshold = (uint64_t)c->threshold;
-    r->bucket = (uint32_t)c->bucket;
-    r->stochastic = c->stochastic;
+    mq_codec_t k = mq_codec_none();
+    mq_sched_codec(c, &k); /* checked when the flags were parsed */
+    mq_codec_format(&k, r->codec, sizeof r->codec);
+    snprintf(r->optimizer, sizeof r->optimizer, "%s", c->optimizer);
     r->error_feedback = c->error_feedback;
     r->link_mbps = c->link_mbps;
-    r->fp32 = strcmp(c->codec, "none") == 0;
+    r->fp32 = k.id == MQ_CODEC_NONE;
     r->eval_limit = (uint32_t)c->eval_limit;
 }
 
 int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
 {
-    char agent[512];
+    char agent[512], spec[MQ_CODEC_MAX_SPEC] = "none";
     mq_json_escape(c->agent, agent, sizeof agent);
+    mq_codec_t k = mq_codec_none();
+    mq_sched_codec(c, &k);
+    mq_codec_format(&k, spec, sizeof spec);
+    const mq_codec_ops_t *ops = mq_codec_ops(&k);
+    bool uniform = k.id == MQ_CODEC_UNIFORM;
     int n = snprintf(
         buf, len,
         "{\"model\":\"%s\",\"dataset\":\"%s\",\"workers\":%ld,\"servers\":%ld,\"batch\":%ld,"
         "\"lr\":%.9g,\"lr_decay\":%g,\"l2\":%.9g,\"iterations\":%ld,\"time_budget_s\":%g,\"eval_every\":%ld,"
         "\"eval_limit\":%ld,\"agent\":\"%s\",\"agent_deadline_ms\":%g,\"initial_bits\":%ld,"
-        "\"codec\":\"%s\",\"bucket\":%ld,\"stochastic\":%s,\"error_feedback\":%s,"
+        "\"codec\":\"%s\",\"codec_spec\":\"%s\",\"optimizer\":\"%s\",\"bucket\":%ld,"
+        "\"stochastic\":%s,\"error_feedback\":%s,"
         "\"quant_threshold\":%ld,\"link_mbps\":%g,\"seed\":%ld,\"final_eval_limit\":%ld,"
         "\"diverge_factor\":%g,\"diverge_patience\":%ld,\"on_divergence\":\"%s\","
         "\"guard_spike\":%g,\"guard_iters\":%ld,\"guard_bits\":%ld}",
         c->model, c->dataset, c->workers, c->servers, c->batch, c->lr, c->lr_decay, c->l2,
         c->iterations, c->time_budget, c->eval_every, c->eval_limit, agent, c->agent_deadline_ms, c->bits,
-        c->codec, c->bucket, c->stochastic ? "true" : "false",
+        ops ? ops->name : "none", spec, c->optimizer, uniform ? (long)k.param[0] : 0L,
+        uniform && k.param[1] ? "true" : "false",
         c->error_feedback ? "true" : "false", c->threshold, c->link_mbps, c->seed,
         c->final_eval_limit < 0 ? c->eval_limit : c->final_eval_limit, c->diverge_factor,
         c->diverge_patience, c->on_divergence, c->guard_spike, c->guard_iters, c->guard_bits);

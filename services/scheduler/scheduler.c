@@ -56,6 +56,8 @@ typedef struct {
     double last_iter_s; /* the last iteration's training time, to foresee the budget's end */
     uint64_t bytes_up, bytes_down;
     double last_acc, last_loss;
+    double last_sparsity; /* fraction of parameters exactly zero at the last evaluation */
+    mq_codec_t codec;     /* the run's codec (its level range bounds the bits sent) */
     /* agent */
     bool agent_ok;
     int agent_timer;
@@ -118,6 +120,12 @@ static void s_issue(s_sched_t *self)
     self->evaluate = self->final_pending || last ||
                      (c->eval_every > 0 && (self->iter + 1) % (uint64_t)c->eval_every == 0);
     self->used_bits = self->run.fp32 ? 32 : mq_watch_bits(&self->watch, self->iter, self->bits);
+    /* A policy may range wider than the codec (qsgd needs 2 bits for a sign and a level). */
+    const mq_codec_ops_t *ops = mq_codec_ops(&self->codec);
+    if (!self->run.fp32 && ops->max_bits > 0)
+        self->used_bits = self->used_bits < ops->min_bits   ? ops->min_bits
+                          : self->used_bits > ops->max_bits ? ops->max_bits
+                                                            : self->used_bits;
     mq_msg_init(&self->out, MQ_MSG_ITERATE);
     self->out.iter = self->iter;
     self->out.bits = (uint32_t)self->used_bits;
@@ -201,6 +209,7 @@ static void s_summary(s_sched_t *self, const char *status)
         .train_time_s = self->train_time,
         .final_loss = self->last_loss,
         .final_test_acc = self->last_acc,
+        .final_sparsity = self->last_sparsity,
         .bytes_up = self->bytes_up,
         .bytes_down = self->bytes_down,
         .policy = self->policy[0] ? self->policy : "unknown (the agent never answered)",
@@ -397,6 +406,7 @@ static bool s_record(s_sched_t *self)
         row.test_acc = (double)s->eval_correct / (double)s->eval_total;
         row.test_loss = s->eval_loss_sum / (double)s->eval_total;
         self->last_acc = row.test_acc;
+        self->last_sparsity = s->params ? (double)s->zero_params / (double)s->params : NAN;
         self->acc_iter = (double)self->iter;
         if (!stop && mq_watch_accuracy(&self->watch, self->iter, row.test_acc)) {
             s_diverged(self);
@@ -623,6 +633,9 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
         s->eval_correct += r->eval_correct;
         s->eval_total += r->eval_total;
         s->eval_loss_sum += r->eval_loss_sum;
+        /* every worker holds the same parameters: any one's count is the model's */
+        s->zero_params = r->zero_params;
+        s->params = r->params;
         self->max_eval_ms = r->eval_ms > self->max_eval_ms ? r->eval_ms : self->max_eval_ms;
     }
     if (++self->nreports == self->nworkers)
@@ -777,6 +790,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     self->agent_ok = true;
     self->agent_timer = -1;
     self->last_acc = NAN;
+    self->last_sparsity = NAN;
     self->last_loss = NAN;
     self->acc_iter = -1;
     mq_watch_opts_t wo;
@@ -788,9 +802,16 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     wo.guard_bits = (int)self->cfg->guard_bits;
     wo.max_bits = MQ_QUANT_MAX_BITS;
     mq_watch_init(&self->watch, &wo);
-    /* Until an agent names its policy, the run is what it does: fixed bits. */
+    /* Until an agent names its policy, the run is what it does: fixed bits, or, for a codec
+     * that takes no bit-width, the codec itself (and its update rule when not plain SGD). */
+    self->codec = mq_codec_none();
+    mq_sched_codec(self->cfg, &self->codec);
     if (self->run.fp32)
         snprintf(self->policy, sizeof self->policy, "none");
+    else if (mq_codec_ops(&self->codec)->max_bits == 0)
+        snprintf(self->policy, sizeof self->policy, "%.40s%s%.20s", self->run.codec,
+                 strcmp(self->run.optimizer, "sgd") ? "/" : "", 
+                 strcmp(self->run.optimizer, "sgd") ? self->run.optimizer : "");
     else if (!self->cfg->agent[0])
         snprintf(self->policy, sizeof self->policy, "fixed:%d", self->bits);
     self->t_created = mq_now_s();

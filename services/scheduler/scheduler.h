@@ -7,6 +7,8 @@
 #include <czmq.h>
 #include <stdbool.h>
 
+#include "mqgrad/optim.h"
+#include "mqgrad/quant.h"
 #include "mqgrad/watch.h"
 
 #define MQ_MAX_WORKERS 256
@@ -31,9 +33,10 @@ typedef struct {
     char agent[256];      /* agent endpoint; empty = no agent, bits stay at --bits */
     double agent_deadline_ms;
     long bits;            /* bits until the agent says otherwise */
-    char codec[16];       /* uniform | none (fp32 everywhere) */
-    long bucket;
+    char codec[MQ_CODEC_MAX_SPEC]; /* codec spec (mqgrad/quant.h); none = fp32 everywhere */
+    long bucket;          /* uniform's values per range, -1 = the spec's (or the default) */
     bool stochastic, error_feedback;
+    char optimizer[MQ_OPTIM_MAX_SPEC]; /* update rule (mqgrad/optim.h) */
     long threshold;       /* tensors with fewer elements travel as fp32 */
     double link_mbps;     /* NIC emulation on every node, 0 = off */
     long seed;
@@ -47,6 +50,11 @@ typedef struct {
     double guard_spike;    /* spike guard: loss / smoothed loss that fires it, 0 = off */
     long guard_iters, guard_bits;
 } mq_scheduler_config_t;
+
+/* The run's codec: --codec with the --bucket and --stochastic shorthands applied (uniform's
+ * bucket defaults to MQ_DEFAULT_BUCKET when neither the spec nor --bucket sets it). -1 with
+ * an error on a bad spec or a shorthand the codec does not take. */
+int mq_sched_codec(const mq_scheduler_config_t *c, mq_codec_t *out);
 
 /* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help) or 2 (bad). */
 int mq_scheduler_config_parse(mq_scheduler_config_t *cfg, int argc, char **argv);

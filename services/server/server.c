@@ -36,7 +36,11 @@ typedef struct {
     mq_model_t *model; /* its parameters are the master copy (this shard's range is used) */
     mq_shard_t shard;
     float *sum;        /* the mean of the current iteration, shard-local */
-    mq_sendbuf_t bufs[MQ_WIRE_MAX_TENSORS];
+    mq_codec_t codec;  /* the run's codec for quantized segments, level set per iteration */
+    mq_optim_t optim;  /* the update rule, applied to the master copy as workers apply it */
+    float *opt_state;  /* its state over this shard's range */
+    float *scratch;    /* one decoded segment, for rules other than plain SGD */
+    mq_seg_coder_t coders[MQ_WIRE_MAX_TENSORS]; /* reply buffers and reply-codec state */
     mq_sendbuf_t sum_ref;
     s_slot_t *slots;   /* one per worker */
     uint32_t filled;
@@ -87,9 +91,16 @@ static int s_setup(s_server_t *self)
     if (mq_shard_plan(self->model, r->servers, r->quant_threshold, r->fp32, all) != 0)
         return -1;
     self->shard = all[self->rank];
-    self->sum = malloc(sizeof(float) * (self->shard.end - self->shard.begin + 1));
+    if (mq_codec_parse(r->codec, &self->codec) != 0 || mq_optim_parse(r->optimizer, &self->optim))
+        return -1;
+    size_t len = self->shard.end - self->shard.begin;
+    size_t nstate = mq_optim_state_floats(&self->optim, len);
+    bool sgd = mq_optim_is_sgd(&self->optim);
+    self->sum = malloc(sizeof(float) * (len + 1));
     self->slots = calloc(r->workers, sizeof *self->slots);
-    if (!self->sum || !self->slots) {
+    self->opt_state = nstate ? calloc(nstate, sizeof(float)) : NULL;
+    self->scratch = sgd ? NULL : malloc(sizeof(float) * (len + 1));
+    if (!self->sum || !self->slots || (nstate && !self->opt_state) || (!sgd && !self->scratch)) {
         mq_err_set("out of memory");
         return -1;
     }
@@ -137,50 +148,40 @@ static void s_release_slots(s_server_t *self)
     self->filled = 0;
 }
 
-/* The mean of segment I over all workers, in rank order, into sum. */
-static int s_average(s_server_t *self, uint32_t i)
+/* The mean of segment I over all workers, in rank order, into sum. The wire has validated
+ * every payload, so nothing here can fail. */
+static void s_average(s_server_t *self, uint32_t i)
 {
     const mq_segment_t *seg = &self->shard.segs[i];
-    mq_codec_t codec = mq_segment_codec(seg, (int)self->bits, &self->run);
+    mq_codec_t codec = mq_segment_codec(seg, (int)self->bits, &self->codec);
     float *dst = self->sum + (seg->flat - self->shard.begin);
     float scale = 1.0f / (float)self->run.workers;
     for (uint32_t r = 0; r < self->run.workers; r++) {
         zmq_msg_t *f = &self->slots[r].frames[i];
-        if (mq_codec_decode(&codec, zmq_msg_data(f), zmq_msg_size(f), dst, seg->count, scale,
-                            r > 0, NULL) != 0)
-            return -1;
+        mq_codec_decode_valid(&codec, zmq_msg_data(f), zmq_msg_size(f), dst, seg->count, scale,
+                              r > 0, NULL);
     }
-    return 0;
 }
 
-/* Re-quantizes segment I of the mean, applies it to the master copy, returns the payload. */
+/* Encodes segment I of the mean with the reply codec, applies exactly that update to the
+ * master copy, returns the payload. */
 static int s_requantize(s_server_t *self, uint32_t i, mq_payload_t *out)
 {
     const mq_segment_t *seg = &self->shard.segs[i];
-    mq_codec_t codec = mq_segment_codec(seg, (int)self->bits, &self->run);
+    mq_codec_t push = mq_segment_codec(seg, (int)self->bits, &self->codec);
+    mq_codec_t reply = mq_codec_reply(&push);
     const float *mean = self->sum + (seg->flat - self->shard.begin);
-    mq_tensor_hdr_t *h = &self->out.tensors[i];
-    snprintf(h->name, sizeof h->name, "%s", seg->name);
-    h->offset = seg->offset;
-    h->count = seg->count;
-    h->codec = codec;
-    size_t len = seg->count * sizeof(float);
-    const uint8_t *bytes = (const uint8_t *)mean;
-    if (codec.kind == MQ_CODEC_NONE) {
-        *out = mq_sendbuf_payload(&self->sum_ref, mean, len);
-    } else {
-        mq_sendbuf_t *buf = &self->bufs[i];
-        if (mq_sendbuf_acquire(buf, mq_codec_payload_size(&codec, seg->count),
-                               S_BUF_TIMEOUT_MS) != 0 ||
-            mq_codec_encode(&codec, mean, seg->count, buf->data, buf->cap, &len, &self->rng,
-                            NULL))
-            return -1;
-        bytes = buf->data;
-        *out = mq_sendbuf_payload(buf, NULL, len);
-    }
+    if (mq_ps_encode_segment(seg, &reply, mean, &self->coders[i], &self->sum_ref, NULL,
+                             &self->rng, self->lr, &self->out.tensors[i], out, NULL) != 0)
+        return -1;
     /* The master copy takes exactly the update the workers will apply. */
-    float *master = mq_model_params(self->model) + seg->flat;
-    return mq_codec_decode(&codec, bytes, len, master, seg->count, -self->lr, true, NULL);
+    size_t local = seg->flat - self->shard.begin;
+    size_t per = self->opt_state ? mq_optim_state_floats(&self->optim, 1) : 0;
+    mq_ps_apply(&self->optim, &reply, out->data, out->len,
+                mq_model_params(self->model) + seg->flat, seg->count, self->scratch,
+                self->opt_state ? self->opt_state + per * local : NULL, self->lr, self->iter + 1,
+                NULL);
+    return 0;
 }
 
 static void s_complete(s_server_t *self)
@@ -196,7 +197,8 @@ static void s_complete(s_server_t *self)
     self->out.shard = self->rank;
     self->out.ntensors = self->shard.nsegs;
     for (uint32_t i = 0; i < self->shard.nsegs; i++) {
-        if (s_average(self, i) != 0 || s_requantize(self, i, &payloads[i]) != 0) {
+        s_average(self, i);
+        if (s_requantize(self, i, &payloads[i]) != 0) {
             for (uint32_t k = 0; k < i; k++)
                 payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
             s_fail(self, "aggregate");
@@ -228,8 +230,7 @@ static void s_complete(s_server_t *self)
 static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char **why)
 {
     const mq_run_config_t *r = &self->run;
-    bool bits_ok = r->fp32 ? msg->bits == 32
-                           : (msg->bits >= MQ_QUANT_MIN_BITS && msg->bits <= MQ_QUANT_MAX_BITS);
+    bool bits_ok = r->fp32 ? msg->bits == 32 : mq_bits_ok(&self->codec, (int)msg->bits);
     if (!self->welcomed)
         return *why = "push before the run started", MQ_DROP_ITER;
     if (msg->shard != self->rank)
@@ -249,7 +250,7 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char 
         return *why = "bad bits or learning rate", MQ_DROP_CODEC;
     if (self->filled > 0 && (msg->bits != self->bits || msg->lr != self->lr))
         return *why = "bits or learning rate differ from the other pushes", MQ_DROP_LAYOUT;
-    if (mq_shard_check(&self->shard, msg, (int)msg->bits, r) != 0)
+    if (mq_shard_check(&self->shard, msg, (int)msg->bits, &self->codec, false) != 0)
         return *why = mq_err_last(), MQ_DROP_LAYOUT;
     return MQ_DROP_NONE;
 }
@@ -392,10 +393,12 @@ void mq_server_actor(zsock_t *pipe, void *args)
     zsock_destroy(&self->data);
     mq_node_close(&self->node);
     for (int i = 0; i < MQ_WIRE_MAX_TENSORS; i++)
-        mq_sendbuf_release(&self->bufs[i]);
+        mq_seg_coder_release(&self->coders[i]);
     mq_sendbuf_release(&self->sum_ref);
     free(self->slots);
     free(self->sum);
+    free(self->opt_state);
+    free(self->scratch);
     mq_model_destroy(&self->model);
     mq_msg_reset(&self->in);
     zloop_destroy(&self->loop);

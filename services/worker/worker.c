@@ -35,7 +35,11 @@ typedef struct {
                         * worker's slice of its first eval_limit images */
     uint8_t *y;
     mq_shard_t *shards;
-    mq_sendbuf_t *bufs; /* nservers x MQ_WIRE_MAX_TENSORS */
+    mq_codec_t codec;         /* the run's codec for quantized segments, level set per iteration */
+    mq_optim_t optim;         /* the update rule every node applies to the aggregate */
+    float *opt_state;         /* its state, mq_optim_state_floats over all parameters */
+    float *scratch;           /* one decoded segment, for rules other than plain SGD */
+    mq_seg_coder_t *coders;   /* nservers x MQ_WIRE_MAX_TENSORS */
     mq_sendbuf_t grads_ref; /* counts messages still pointing into the gradient */
     float *residual;        /* error feedback, one per parameter */
     mq_rng_t rng;
@@ -130,6 +134,8 @@ static void s_evaluate(s_worker_t *self, uint32_t limit)
     rep->eval_total = (uint64_t)(hi - lo);
     rep->eval_loss_sum = loss_sum;
     rep->eval_ms = (mq_now_s() - t0) * 1e3;
+    rep->params = mq_model_nparams(self->model);
+    rep->zero_params = mq_optim_count_zeros(mq_model_params(self->model), rep->params);
 }
 
 static int s_setup(s_worker_t *self)
@@ -142,9 +148,16 @@ static int s_setup(s_worker_t *self)
     if (!self->model)
         return -1;
     mq_model_init(self->model, r->seed);
+    if (mq_codec_parse(r->codec, &self->codec) != 0 || mq_optim_parse(r->optimizer, &self->optim))
+        return -1;
+    size_t np = mq_model_nparams(self->model);
     self->shards = calloc(self->nservers, sizeof *self->shards);
-    self->bufs = calloc((size_t)self->nservers * MQ_WIRE_MAX_TENSORS, sizeof *self->bufs);
-    if (!self->shards || !self->bufs) {
+    self->coders = calloc((size_t)self->nservers * MQ_WIRE_MAX_TENSORS, sizeof *self->coders);
+    size_t nstate = mq_optim_state_floats(&self->optim, np);
+    self->opt_state = nstate ? calloc(nstate, sizeof(float)) : NULL;
+    self->scratch = mq_optim_is_sgd(&self->optim) ? NULL : malloc(np * sizeof(float));
+    if (!self->shards || !self->coders || (nstate && !self->opt_state) ||
+        (!mq_optim_is_sgd(&self->optim) && !self->scratch)) {
         mq_err_set("out of memory");
         return -1;
     }
@@ -300,30 +313,14 @@ static int s_encode_segment(s_worker_t *self, uint32_t s, uint32_t i, mq_payload
 {
     const mq_segment_t *seg = &self->shards[s].segs[i];
     const float *g = mq_model_grads(self->model) + seg->flat;
-    mq_codec_t codec = mq_segment_codec(seg, self->bits, &self->run);
-    mq_tensor_hdr_t *h = &self->out.tensors[i];
-    snprintf(h->name, sizeof h->name, "%s", seg->name);
-    h->offset = seg->offset;
-    h->count = seg->count;
-    h->codec = codec;
-    if (codec.kind == MQ_CODEC_NONE) { /* straight from the gradient, no copy */
-        *out = mq_sendbuf_payload(&self->grads_ref, g, seg->count * sizeof(float));
-        return 0;
-    }
-    mq_sendbuf_t *buf = &self->bufs[(size_t)s * MQ_WIRE_MAX_TENSORS + i];
-    size_t need = mq_codec_payload_size(&codec, seg->count), len;
-    if (mq_sendbuf_acquire(buf, need, S_BUF_TIMEOUT_MS) != 0)
-        return -1;
+    mq_codec_t codec = mq_segment_codec(seg, self->bits, &self->codec);
     mq_codec_stats_t st; /* |Q(g)|^2, counted from the codes while they are in cache */
-    int rc = self->residual ? mq_codec_encode_ef(&codec, g, self->residual + seg->flat,
-                                                 seg->count, buf->data, buf->cap, &len, &self->rng,
-                                                 &st)
-                            : mq_codec_encode(&codec, g, seg->count, buf->data, buf->cap, &len,
-                                              &self->rng, &st);
-    if (rc != 0)
+    if (mq_ps_encode_segment(seg, &codec, g, &self->coders[(size_t)s * MQ_WIRE_MAX_TENSORS + i],
+                             &self->grads_ref, self->residual ? self->residual + seg->flat : NULL,
+                             &self->rng, self->lr, &self->out.tensors[i], out, &st) != 0)
         return -1;
-    self->report.sent_sq += st.sq;
-    *out = mq_sendbuf_payload(buf, NULL, len);
+    if (seg->quantized)
+        self->report.sent_sq += st.sq;
     return 0;
 }
 
@@ -359,8 +356,7 @@ static int s_push(s_worker_t *self, uint32_t s)
 
 static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
 {
-    bool bits_ok = self->run.fp32 ? msg->bits == 32
-                                  : (msg->bits >= MQ_QUANT_MIN_BITS && msg->bits <= MQ_QUANT_MAX_BITS);
+    bool bits_ok = self->run.fp32 ? msg->bits == 32 : mq_bits_ok(&self->codec, (int)msg->bits);
     if (!bits_ok || !(msg->lr > 0)) {
         mq_drops_note(&self->node.drops, MQ_DROP_CODEC, NULL, 0, "iterate with bad bits or lr");
         return;
@@ -438,7 +434,7 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
         reason = MQ_DROP_SHARD, why = "aggregate for another shard";
     else if (self->got_shard[s])
         reason = MQ_DROP_DUPLICATE, why = "second aggregate for a shard";
-    else if (mq_shard_check(&self->shards[s], msg, self->bits, &self->run) != 0)
+    else if (mq_shard_check(&self->shards[s], msg, self->bits, &self->codec, true) != 0)
         reason = MQ_DROP_LAYOUT, why = mq_err_last();
     if (reason != MQ_DROP_NONE) {
         mq_drops_note(&self->node.drops, reason, (const uint8_t *)&s, sizeof s, why);
@@ -448,15 +444,15 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
     mq_link_ingress(&self->link, msg->wire_bytes);
     double t1 = mq_now_s();
     float *w = mq_model_params(self->model);
+    size_t per = self->opt_state ? mq_optim_state_floats(&self->optim, 1) : 0;
     for (uint32_t i = 0; i < msg->ntensors; i++) {
         const mq_segment_t *seg = &self->shards[s].segs[i];
         mq_codec_stats_t st;
-        if (mq_codec_decode(&msg->tensors[i].codec, msg->payload[i], msg->payload_len[i],
-                            w + seg->flat, seg->count, -self->lr, true,
-                            seg->quantized ? &st : NULL) != 0) {
-            s_fail(self, "decode");
-            return;
-        }
+        /* the wire has validated the payload; the rule's state for a segment is contiguous */
+        mq_ps_apply(&self->optim, &msg->tensors[i].codec, msg->payload[i], msg->payload_len[i],
+                    w + seg->flat, seg->count, self->scratch,
+                    self->opt_state ? self->opt_state + per * seg->flat : NULL, self->lr,
+                    self->iter + 1, seg->quantized ? &st : NULL);
         if (seg->quantized)
             self->report.update_sq += st.sq;
     }
@@ -539,10 +535,12 @@ static void s_destroy(s_worker_t *self)
         zsock_destroy(&self->servers[s]);
     mq_node_close(&self->node);
     mq_sendbuf_release(&self->grads_ref);
-    if (self->bufs)
+    if (self->coders)
         for (size_t i = 0; i < (size_t)self->nservers * MQ_WIRE_MAX_TENSORS; i++)
-            mq_sendbuf_release(&self->bufs[i]);
-    free(self->bufs);
+            mq_seg_coder_release(&self->coders[i]);
+    free(self->coders);
+    free(self->opt_state);
+    free(self->scratch);
     free(self->shards);
     free(self->residual);
     free(self->x);

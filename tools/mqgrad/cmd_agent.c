@@ -196,11 +196,14 @@ int mq_cmd_status(int argc, char **argv)
 
 int mq_cmd_policy(int argc, char **argv)
 {
-    static const char *usage =
+    static const char *head =
         "mqgrad policy set SPEC [--agent ENDPOINT] [--json] [--timeout MS]\n"
         "       mqgrad policy get [--agent ENDPOINT] [--timeout MS]\n"
-        "SPEC: mqgrad | fixed:K | adaptive | schedule, optionally :key=value,...; swapping\n"
-        "back to the mqgrad spec last swapped away from resumes its learned state.";
+        "SPEC: a policy below, optionally :key=value,...; swapping back to the mqgrad spec\n"
+        "last swapped away from resumes its learned state.\n\npolicies:\n";
+    char usage[2048];
+    snprintf(usage, sizeof usage, "%s", head);
+    mq_policy_help(usage + strlen(usage), sizeof usage - strlen(usage));
     s_opts_t o;
     int rc = s_parse(argc, argv, &o, 2, true, usage);
     if (rc)

@@ -16,6 +16,7 @@
 
 #include "cli.h"
 #include "local.h"
+#include "methods.h"
 #include "mqgrad/rl.h"
 #include "mqgrad/service.h"
 #include "mqgrad/util.h"
@@ -25,18 +26,6 @@
 #define S_MAX_METHODS 16
 #define S_MAX_SEEDS 32
 #define S_ME "mqgrad experiment"
-/* A method suffix: the same policy with the paper's exact codec (one range per tensor, nearest
- * rounding, no error feedback), so the comparison with the paper stays one row away. */
-#define S_EXACT "+exact"
-
-/* Whether METHOD ends with S_EXACT; *BASE_LEN is the length of the policy before it. */
-static bool s_is_exact(const char *method, size_t *base_len)
-{
-    size_t n = strlen(method), k = strlen(S_EXACT);
-    bool exact = n > k && strcmp(method + n - k, S_EXACT) == 0;
-    *base_len = exact ? n - k : n;
-    return exact;
-}
 
 typedef struct {
     char methods[512], seeds[256], out[480], target_acc[24], checkpoints[256];
@@ -78,10 +67,13 @@ static const char s_usage[] =
     "change) into OUT/<method>-seed<seed>, skipping runs that already completed or diverged\n"
     "(so an interrupted experiment resumes), then writes the report of all runs into\n"
     "OUT/report. A diverged run is a result (reported as such, exit 0), not a failure.\n"
+    "A method is a policy (`mqgrad policy set --help` lists them; none = fp32), a preset\n"
+    "below, or POLICY@CODEC[/OPTIMIZER] (fixed:3@qsgd:bucket=512, fixed:2@thresh/qrda:l1=1e-6).\n"
     "A method may end with \"+exact\" (mqgrad+exact, fixed:2+exact): the same policy with\n"
     "the paper-exact codec: one range per tensor slice, nearest rounding (--bucket 0, no\n"
     "--stochastic, no --error-feedback); none+exact is refused (fp32 has no codec).\n"
-    "Every `mqgrad local` flag is accepted except --policy, --seed and --run-dir.";
+    "Every `mqgrad local` flag is accepted except --policy, --seed and --run-dir.\n\n"
+    "presets:\n";
 
 /* Moves this command's own flags from ARGV into MINE, the rest (local's flags) into REST;
  * both keep argv[0]. */
@@ -133,32 +125,19 @@ static int s_parse_methods(s_opts_t *o)
         mq_err_set("--methods: no method given");
         return -1;
     }
-    mq_policy_opts_t po;
-    mq_policy_opts_default(&po);
     for (int i = 0; i < o->n_methods; i++) {
         for (int j = 0; j < i; j++)
             if (strcmp(o->method[i], o->method[j]) == 0) {
                 mq_err_set("--methods: '%s' is listed twice", o->method[i]);
                 return -1;
             }
-        size_t len;
-        bool exact = s_is_exact(o->method[i], &len);
-        char policy[sizeof o->method[0]];
-        snprintf(policy, sizeof policy, "%.*s", (int)len, o->method[i]);
-        if (strcmp(policy, "none") == 0) {
-            if (!exact)
-                continue;
-            mq_err_set("--methods: 'none+exact': fp32 (none) has no codec to make exact");
-            return -1;
-        }
-        mq_policy_t *p = mq_policy_new(policy, &po);
-        if (!p) {
-            char why[256];
+        mq_method_t m;
+        if (mq_method_resolve(o->method[i], &m) != 0) {
+            char why[300];
             snprintf(why, sizeof why, "%s", mq_err_last());
-            mq_err_set("--methods: %s (none is fp32)", why);
+            mq_err_set("--methods: %s", why);
             return -1;
         }
-        mq_policy_destroy(&p);
     }
     return 0;
 }
@@ -232,7 +211,7 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
     strcpy(o->out, "experiment");
     const mq_flag_t flags[] = {
         {"methods", NULL, MQ_FLAG_STR, o->methods, sizeof o->methods, 0, 0,
-         "comma-separated: mqgrad, fixed:K, adaptive, schedule, none (fp32); METHOD+exact: "
+         "comma-separated methods (above); METHOD+exact: "
          "the paper-exact codec: one range per tensor slice, nearest rounding"},
         {"seeds", NULL, MQ_FLAG_STR, o->seeds, sizeof o->seeds, 0, 0, "comma-separated seeds"},
         {"out", NULL, MQ_FLAG_STR, o->out, sizeof o->out, 0, 0, "experiment directory"},
@@ -242,18 +221,21 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
          "report: times (s) of the accuracy table (default 25..100% of the shortest run)"},
         {0},
     };
+    char usage[sizeof s_usage + 2048];
+    snprintf(usage, sizeof usage, "%s", s_usage);
+    mq_method_help(usage + strlen(usage), sizeof usage - strlen(usage));
     char *mine[argc + 2], *rest[argc + 2];
     int nm, nr;
     s_split_args(argc, argv, mine, &nm, rest, &nr);
     for (int i = 1; i < argc; i++)
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            mq_flags_usage(flags, s_usage, stdout);
+            mq_flags_usage(flags, usage, stdout);
             char *help[] = {"mqgrad local", "--help", NULL};
             printf("\nand the flags of `mqgrad local`:\n");
             mq_local_parse(&o->base, 2, help);
             return 1;
         }
-    int rc = mq_flags_parse(flags, nm, mine, s_usage, NULL, 0, NULL);
+    int rc = mq_flags_parse(flags, nm, mine, usage, NULL, 0, NULL);
     if (rc == 0)
         rc = mq_local_parse(&o->base, nr, rest);
     if (rc != 0)
@@ -341,12 +323,23 @@ static int s_agent_args(mq_local_opts_t *lo, long seed)
 static int s_run_cluster(const s_opts_t *o, const s_run_t *r)
 {
     mq_local_opts_t lo = o->base;
-    size_t len;
-    if (s_is_exact(r->method, &len)) {
+    mq_method_t m;
+    if (mq_method_resolve(r->method, &m) != 0) { /* checked when the flags were parsed */
+        fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
+        return 1;
+    }
+    if (m.exact) {
         snprintf(lo.bucket, sizeof lo.bucket, "0");
         lo.stochastic = lo.error_feedback = false;
     }
-    snprintf(lo.policy, sizeof lo.policy, "%.*s", (int)len, r->method);
+    if (m.codec[0]) {
+        snprintf(lo.codec, sizeof lo.codec, "%s", m.codec);
+        if (strncmp(m.codec, "uniform", 7) != 0) /* uniform's shorthands do not apply */
+            lo.bucket[0] = 0, lo.stochastic = false;
+    }
+    if (m.optimizer[0])
+        snprintf(lo.optimizer, sizeof lo.optimizer, "%s", m.optimizer);
+    snprintf(lo.policy, sizeof lo.policy, "%s", m.policy);
     snprintf(lo.run_dir, sizeof lo.run_dir, "%s", r->dir);
     snprintf(lo.seed, sizeof lo.seed, "%ld", r->seed);
     lo.quiet = true;

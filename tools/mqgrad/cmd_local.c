@@ -21,6 +21,8 @@
 #include "run_summary.h"
 #include "mqgrad/service.h"
 #include "mqgrad/watch.h"
+#include "mqgrad/quant.h"
+#include "mqgrad/rl.h"
 #include "mqgrad/util.h"
 
 #define S_MAX_CHILDREN 80
@@ -46,11 +48,14 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
     o->workers = 2;
     o->servers = 2;
     strcpy(o->policy, "mqgrad");
+    char policies[256];
+    mq_policy_names(policies, sizeof policies - 24, " | ");
+    strcat(policies, " | none (fp32, no agent)");
     const mq_flag_t flags[] = {
         {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, 64, "worker processes"},
         {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, 16, "server processes"},
         {"policy", "MQGRAD_POLICY", MQ_FLAG_STR, o->policy, sizeof o->policy, 0, 0,
-         "mqgrad | fixed:K | adaptive | schedule | none (fp32, no agent)"},
+         policies},
         {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, o->run_dir, sizeof o->run_dir, 0, 0,
          "run directory (default runs/local-<time>)"},
         {"bin-dir", "MQGRAD_BIN_DIR", MQ_FLAG_STR, o->bin_dir, sizeof o->bin_dir, 0, 0,
@@ -72,8 +77,13 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
         {"seed", NULL, MQ_FLAG_STR, o->seed, sizeof o->seed, 0, 0, ""},
         {"link-mbps", NULL, MQ_FLAG_STR, o->link_mbps, sizeof o->link_mbps, 0, 0,
          "emulated NIC speed per node, Mbit/s"},
+        {"codec", NULL, MQ_FLAG_STR, o->codec, sizeof o->codec, 0, 0,
+         "codec of the big tensors, e.g. qsgd, topk:ratio=0.01 (default uniform; "
+         "mqgrad-scheduler --help lists them)"},
+        {"optimizer", NULL, MQ_FLAG_STR, o->optimizer, sizeof o->optimizer, 0, 0,
+         "update rule, e.g. momentum, qrda:l1=1e-6 (default sgd)"},
         {"bucket", NULL, MQ_FLAG_STR, o->bucket, sizeof o->bucket, 0, 0,
-         "values per quantization range (default 512; 0 = the paper-exact codec)"},
+         "uniform: values per range (default 512; 0 = the paper-exact codec)"},
         {"threshold", NULL, MQ_FLAG_STR, o->threshold, sizeof o->threshold, 0, 0,
          "tensors smaller than this travel as fp32"},
         {"stochastic", NULL, MQ_FLAG_BOOL, &o->stochastic, 0, 0, 0, "stochastic rounding"},
@@ -211,6 +221,16 @@ static s_child_t *s_new_child(s_cluster_t *cl, const char *fmt, long i)
     return c;
 }
 
+/* Whether the run's codec takes no bit-width (top-k, sign, ...): then no agent runs, as it
+ * would have nothing to decide. */
+static bool s_levelless(const mq_local_opts_t *o)
+{
+    mq_codec_t c;
+    if (!o->codec[0] || mq_codec_parse(o->codec, &c) != 0)
+        return false; /* a bad spec is the scheduler's to refuse, with its message */
+    return c.id != MQ_CODEC_NONE && mq_codec_ops(&c)->max_bits == 0;
+}
+
 static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
 {
     char exe[PATH_MAX], bind[64], http[16], state[PATH_MAX + 16], extra[256];
@@ -251,7 +271,7 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     int n = 11;
     if (fp32)
         s_fwd(argv, &n, "--codec", "none");
-    else
+    else if (!s_levelless(o))
         s_fwd(argv, &n, "--agent", cl->agent_ep);
     s_fwd(argv, &n, "--model", o->model);
     s_fwd(argv, &n, "--dataset", o->dataset);
@@ -271,6 +291,9 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     s_fwd(argv, &n, "--lr-decay", o->lr_decay);
     s_fwd(argv, &n, "--seed", o->seed);
     s_fwd(argv, &n, "--link-mbps", o->link_mbps);
+    if (!fp32)
+        s_fwd(argv, &n, "--codec", o->codec);
+    s_fwd(argv, &n, "--optimizer", o->optimizer);
     s_fwd(argv, &n, "--bucket", o->bucket);
     s_fwd(argv, &n, "--threshold", o->threshold);
     if (o->stochastic)
@@ -431,17 +454,17 @@ int mq_local_run(const mq_local_opts_t *o)
     static s_cluster_t cl;
     memset(&cl, 0, sizeof cl);
     cl.agent = -1;
-    bool fp32 = strcmp(o->policy, "none") == 0;
-    if ((!fp32 && s_start_agent(o, &cl, logdir) != 0) || s_start_scheduler(o, &cl, logdir) != 0 ||
+    bool agent = strcmp(o->policy, "none") != 0 && !s_levelless(o);
+    if ((agent && s_start_agent(o, &cl, logdir) != 0) || s_start_scheduler(o, &cl, logdir) != 0 ||
         s_start_nodes(o, &cl, logdir) != 0) {
         fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
         s_stop_all(&cl, SIGTERM, 5);
         return 1;
     }
     if (!o->quiet) {
-        printf("mqgrad local: %ld workers, %ld servers, policy %s; logs in %s\n", o->workers,
-               o->servers, o->policy, logdir);
-        if (!fp32)
+        printf("mqgrad local: %ld workers, %ld servers, %s %s; logs in %s\n", o->workers,
+               o->servers, agent ? "policy" : "codec", agent ? o->policy : o->codec, logdir);
+        if (agent)
             printf("  ask the agent: mqgrad bits --agent %s   or   curl -s "
                    "localhost:%d/bits\n",
                    cl.agent_ep, cl.http_port);

@@ -329,7 +329,7 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
             fprintf(stderr, "mqgrad train: %s\n", mq_err_last());
             return 1;
         }
-        *sum = (mq_summary_t){it, train_s, loss, acc, 0, 0, "none", o->model, o->dataset, 1, 0,
+        *sum = (mq_summary_t){it, train_s, loss, acc, NAN, 0, 0, "none", o->model, o->dataset, 1, 0,
                               o->seed, 0, "running", NULL, 0, NULL};
         if (diverged) {
             fprintf(stderr, "mqgrad train: DIVERGED at iteration %llu: %s; lower --lr\n",
@@ -339,7 +339,7 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
             snprintf(fields, sizeof fields, "\"rule\":\"%s\",\"detail\":\"%s\"", watch->rule,
                      detail);
             mq_runlog_event(r->log, it, "diverged", fields);
-            *sum = (mq_summary_t){it, train_s, loss, row.evaluated ? acc : NAN, 0, 0, "none",
+            *sum = (mq_summary_t){it, train_s, loss, row.evaluated ? acc : NAN, NAN, 0, 0, "none",
                                   o->model, o->dataset, 1, 0, o->seed, 0, "diverged",
                                   watch->rule, it, watch->detail};
             mq_runlog_summary(r->log, sum);
@@ -368,7 +368,7 @@ int mq_cmd_train(int argc, char **argv)
         return 2;
     }
     s_run_t r = {.o = &o};
-    mq_summary_t sum = {.final_test_acc = NAN, .final_loss = NAN, .policy = "none",
+    mq_summary_t sum = {.final_test_acc = NAN, .final_sparsity = NAN, .final_loss = NAN, .policy = "none",
                         .model = o.model, .dataset = o.dataset, .workers = 1,
                         .seed = o.seed, .status = "failed"};
     rc = s_setup(&r);

@@ -25,8 +25,10 @@ typedef struct {
  * written before config.json had these fields: their method is the plain policy. */
 typedef struct {
     bool known;
-    char kind[16]; /* "uniform" or "none" */
-    long bucket;   /* values per range; 0 = one range per tensor slice */
+    char kind[16]; /* the codec's name: "uniform", "qsgd", "topk", ... */
+    char spec[96]; /* its whole spec ("topk:ratio=0.01"); "" in runs from before it was kept */
+    char optimizer[64]; /* the update rule ("sgd" when not recorded) */
+    long bucket;   /* uniform: values per range; 0 = one range per tensor slice */
     bool stochastic, error_feedback;
 } mq_rep_codec_t;
 

@@ -105,6 +105,11 @@ static int s_load_codec(const char *dir, mq_rep_run_t *run)
     run->codec.error_feedback = ef && ef->num != 0;
     snprintf(run->codec.kind, sizeof run->codec.kind, "%.15s",
              k && k->kind == MQ_JSON_STR ? k->str : "uniform");
+    const mq_json_field_t *sp = mq_json_get(j, "codec_spec"), *op = mq_json_get(j, "optimizer");
+    snprintf(run->codec.spec, sizeof run->codec.spec, "%.95s",
+             sp && sp->kind == MQ_JSON_STR ? sp->str : "");
+    snprintf(run->codec.optimizer, sizeof run->codec.optimizer, "%.63s",
+             op && op->kind == MQ_JSON_STR ? op->str : "sgd");
     rc = 0;
 done:
     mq_json_free(j);

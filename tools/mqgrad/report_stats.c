@@ -15,7 +15,9 @@
 static bool s_codec_eq(const mq_rep_codec_t *a, const mq_rep_codec_t *b)
 {
     return strcmp(a->kind, b->kind) == 0 && a->bucket == b->bucket &&
-           a->stochastic == b->stochastic && a->error_feedback == b->error_feedback;
+           a->stochastic == b->stochastic && a->error_feedback == b->error_feedback &&
+           strcmp(a->optimizer, b->optimizer) == 0 &&
+           (strcmp(a->kind, "uniform") == 0 || strcmp(a->spec, b->spec) == 0);
 }
 
 bool mq_rep_paper_exact(const mq_rep_codec_t *c)
@@ -39,7 +41,8 @@ static size_t s_votes(const mq_rep_set_t *set, const mq_rep_codec_t *c)
  * then to the earliest run. False if no run votes. */
 static bool s_common(const mq_rep_set_t *set, mq_rep_codec_t *common)
 {
-    *common = (mq_rep_codec_t){.known = true, .kind = "uniform", .bucket = S_DEFAULT_BUCKET};
+    *common = (mq_rep_codec_t){
+        .known = true, .kind = "uniform", .optimizer = "sgd", .bucket = S_DEFAULT_BUCKET};
     size_t best = s_votes(set, common);
     for (size_t i = 0; i < set->n_runs; i++) {
         const mq_rep_codec_t *c = &set->runs[i].codec;
@@ -63,11 +66,21 @@ static void s_part(char *buf, size_t len, const char *part)
  * stochastic". */
 static void s_describe(const mq_rep_codec_t *c, const mq_rep_codec_t *ref, char *buf, size_t len)
 {
-    char part[48];
+    char part[128];
     buf[0] = '\0';
-    if (!ref || strcmp(c->kind, ref->kind) != 0) {
-        snprintf(part, sizeof part, "codec %s", c->kind);
+    bool uniform = strcmp(c->kind, "uniform") == 0;
+    if (!ref || strcmp(c->kind, ref->kind) != 0 || (!uniform && strcmp(c->spec, ref->spec))) {
+        snprintf(part, sizeof part, "codec %s", uniform || !c->spec[0] ? c->kind : c->spec);
         s_part(buf, len, part);
+    }
+    if (ref && strcmp(c->optimizer, ref->optimizer) != 0) {
+        snprintf(part, sizeof part, "%s", c->optimizer);
+        s_part(buf, len, part);
+    }
+    if (!uniform) {
+        if (ref && c->error_feedback != ref->error_feedback)
+            s_part(buf, len, c->error_feedback ? "error feedback" : "no error feedback");
+        return;
     }
     if (!ref || c->bucket != ref->bucket) {
         if (c->bucket)
@@ -99,8 +112,9 @@ static void s_name_methods(mq_rep_set_t *set)
         diff[0] = '\0';
         if (mq_rep_paper_exact(c))
             snprintf(diff, sizeof diff, "paper-exact codec");
-        else if (c->known && !(any && s_codec_eq(c, &common)))
-            s_describe(c, &common, diff, sizeof diff);
+        else if (c->known && !(any && s_codec_eq(c, &common)) &&
+                 !(c->spec[0] && strncmp(run->policy, c->spec, strlen(c->spec)) == 0))
+            s_describe(c, &common, diff, sizeof diff); /* a codec-named run says it all */
         if (diff[0])
             snprintf(run->method, sizeof run->method, "%.63s (%.60s)", run->policy, diff);
         else

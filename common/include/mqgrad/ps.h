@@ -1,5 +1,7 @@
 /* Parameter-server plumbing shared by the services: how the flat parameter vector is cut into
- * server shards, reusable zero-copy send buffers, and NIC emulation (token buckets). */
+ * server shards, the segment codec and update recipes workers and servers share (encode a
+ * segment for sending, apply an aggregate), reusable zero-copy send buffers, and NIC
+ * emulation (token buckets). */
 #ifndef MQGRAD_PS_H
 #define MQGRAD_PS_H
 
@@ -9,6 +11,7 @@
 #include <stdint.h>
 
 #include "mqgrad/nn.h"
+#include "mqgrad/optim.h"
 #include "mqgrad/wire.h"
 
 #ifdef __cplusplus
@@ -40,13 +43,19 @@ typedef struct {
 int mq_shard_plan(const mq_model_t *m, uint32_t nservers, uint64_t threshold, bool fp32,
                   mq_shard_t *shards);
 
-/* The codec a segment travels with at BITS (32 = fp32) under CFG. */
-mq_codec_t mq_segment_codec(const mq_segment_t *seg, int bits, const mq_run_config_t *cfg);
+/* The codec a segment's push travels with at BITS (32 = fp32) when the run's codec is BASE:
+ * BASE at that level for a quantized segment, none otherwise. */
+mq_codec_t mq_segment_codec(const mq_segment_t *seg, int bits, const mq_codec_t *base);
+
+/* Whether BITS is a level an iteration may use with the run's codec BASE: the codec's own
+ * range when it takes a level, else any controller level (1..8, then ignored). */
+bool mq_bits_ok(const mq_codec_t *base, int bits);
 
 /* Checks a received message's tensor headers against SHARD's segments and the codec
- * expected at BITS. Sets an error and returns -1 on the first mismatch. */
+ * expected at BITS: the push's codec, or with REPLY the codec servers answer with
+ * (mq_codec_reply). Sets an error and returns -1 on the first mismatch. */
 int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, int bits,
-                   const mq_run_config_t *cfg);
+                   const mq_codec_t *base, bool reply);
 
 /* ---- reusable send buffers ----------------------------------------------------------
  * A buffer that ZeroMQ sends without copying. Each zmq message built on it holds a
@@ -64,6 +73,34 @@ int mq_sendbuf_acquire(mq_sendbuf_t *buf, size_t need, int timeout_ms);
 /* A payload of LEN bytes of BUF (or of an external pointer DATA held by BUF's count). */
 mq_payload_t mq_sendbuf_payload(mq_sendbuf_t *buf, const void *data, size_t len);
 void mq_sendbuf_release(mq_sendbuf_t *buf);
+
+/* ---- the segment recipes ------------------------------------------------------------
+ * A segment's encoder: a reusable send buffer and the codec's state (residuals, momentum),
+ * allocated zeroed on first use and kept across iterations. */
+typedef struct {
+    mq_sendbuf_t buf;
+    float *state;
+    size_t nstate;
+} mq_seg_coder_t;
+
+/* Encodes VALUES (seg->count floats) with codec C for sending and fills header H and payload
+ * OUT. fp32 goes out without a copy, its payload counted on REF; the other codecs encode into
+ * CODER's buffer with CODER's state, or with generic error feedback through RESIDUAL
+ * (seg->count floats) when it is not NULL. RNG and LR as mq_codec_ctx_t. STATS as
+ * mq_codec_encode (may be NULL). Returns 0, or -1 with an error. */
+int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const float *values,
+                         mq_seg_coder_t *coder, mq_sendbuf_t *ref, float *residual,
+                         mq_rng_t *rng, float lr, mq_tensor_hdr_t *h, mq_payload_t *out,
+                         mq_codec_stats_t *stats);
+void mq_seg_coder_release(mq_seg_coder_t *coder);
+
+/* Applies an aggregate payload (validated by the wire) to W[0..n) under rule O at learning
+ * rate LR, update number T (from 1): plain SGD decodes straight into W (w -= lr g^); other
+ * rules decode into SCRATCH (n floats) and run with STATE (mq_optim_state_floats(o, n)).
+ * STATS as mq_codec_decode. */
+void mq_ps_apply(const mq_optim_t *o, const mq_codec_t *c, const uint8_t *payload, size_t len,
+                 float *w, size_t n, float *scratch, float *state, float lr, uint64_t t,
+                 mq_codec_stats_t *stats);
 
 /* ---- link emulation -----------------------------------------------------------------
  * A node's NIC: egress and ingress token buckets of RATE megabits per second (0 = off).

@@ -1,21 +1,19 @@
-/* Gradient codecs: one interface, several ways to turn a float array into bytes and back.
- * Nothing here knows about sockets; the wire module carries (codec params, payload bytes).
+/* Gradient codecs as plug-ins: one operations table per codec, registered in one place
+ * (common/src/quant/registry.c). Nothing here knows about sockets; the wire carries a codec
+ * as (id, bits, an opaque parameter block) and its payload as bytes.
  *
- * Payload layout of the `uniform` codec (little-endian), for n values, bucket size B
- * (B = 0 means one bucket holding the whole tensor), nb = ceil(n / B) buckets, K bits:
+ * A codec is described by mq_codec_t: its registry id, the controller's level (`bits`, for
+ * the codecs that take one) and up to MQ_CODEC_NPARAMS 32-bit parameter words whose meaning
+ * only the codec's own file knows (a float travels as its bit pattern). Specs are strings:
  *
- *     nb x { float32 min, float32 max }          the range header, 8*nb bytes
- *     ceil(n*K/8) bytes of codes                 value i uses bits [i*K, i*K+K) of the
- *                                                code stream, least significant bit first
+ *     NAME[:K][:OPTION...]       e.g. "uniform:4:bucket=512", "qsgd:3", "topk:ratio=0.01"
  *
- * Codes are packed across bucket boundaries, so there is no padding anywhere: the payload is
- * exactly 8*nb + ceil(n*K/8) bytes (for n = 0: 0 bytes). The `none` codec's payload is the
- * n float32 values, 4*n bytes.
+ * where K is the level (bits per value) of a codec that takes one; without K the level is
+ * left to the controller (0 here, set per iteration by mq_codec_with_bits).
  *
- * Quantization follows TensorFlow's Quantize with MIN_COMBINED (the MQGrad paper uses it):
- * q = round((x - min) * (2^K - 1) / (max - min)), x^ = min + q * (max - min) / (2^K - 1);
- * a constant bucket (max == min) decodes exactly. Stochastic rounding rounds up with
- * probability equal to the fractional part, which makes x^ unbiased (QSGD-style). */
+ * Adding a codec: one file, common/src/quant/c_<name>.c, defining
+ * `const mq_codec_ops_t mq_codec_<name>_ops`, and one line in mqgrad/codecs.def. Payloads may have any size up to ops->max_size; the codec alone validates its
+ * payloads (mq_codec_validate_payload), once per received payload. */
 #ifndef MQGRAD_QUANT_H
 #define MQGRAD_QUANT_H
 
@@ -29,73 +27,170 @@
 extern "C" {
 #endif
 
-typedef enum {
-    MQ_CODEC_NONE = 0,    /* fp32, bits = 32 */
-    MQ_CODEC_UNIFORM = 1, /* min-max linear, bits 1..8 */
-} mq_codec_kind_t;
+/* Registry ids (mqgrad/codecs.def): MQ_CODEC_NONE, MQ_CODEC_UNIFORM, ... On the wire, so an id
+ * is never reused. */
+enum {
+#define MQ_CODEC_DEF(name, id) MQ_CODEC_ID_##name = id,
+#include "mqgrad/codecs.def"
+#undef MQ_CODEC_DEF
+};
+#define MQ_CODEC_NONE MQ_CODEC_ID_none
+#define MQ_CODEC_UNIFORM MQ_CODEC_ID_uniform
+#define MQ_CODEC_QSGD MQ_CODEC_ID_qsgd
+#define MQ_CODEC_TERNGRAD MQ_CODEC_ID_terngrad
+#define MQ_CODEC_TOPK MQ_CODEC_ID_topk
+#define MQ_CODEC_DGC MQ_CODEC_ID_dgc
+#define MQ_CODEC_SIGN MQ_CODEC_ID_sign
+#define MQ_CODEC_ONEBIT MQ_CODEC_ID_onebit
+#define MQ_CODEC_THRESH MQ_CODEC_ID_thresh
+#define MQ_CODEC_SDAGC MQ_CODEC_ID_sdagc
+#define MQ_CODEC_SPARSE MQ_CODEC_ID_sparse
 
 #define MQ_QUANT_MIN_BITS 1
 #define MQ_QUANT_MAX_BITS 8
+#define MQ_CODEC_NPARAMS 6
+#define MQ_CODEC_MAX_SPEC 128
 
 typedef struct {
-    mq_codec_kind_t kind;
-    int bits;        /* 1..8 for uniform; ignored (32) for none */
-    uint32_t bucket; /* values per range; 0 = one range for the whole tensor */
-    bool stochastic; /* stochastic rounding (needs an rng at encode time) */
+    uint32_t id;                      /* registry id, as on the wire */
+    int bits;                         /* level: 1..8 for codecs that take one, else 0; 32 = none */
+    uint32_t param[MQ_CODEC_NPARAMS]; /* the codec's own; unused words are 0 */
 } mq_codec_t;
 
 /* What a payload decodes to, for a controller that compares a gradient's norm after
- * quantization with its norm before (min-max quantization with few bits and one wide range
- * can multiply the norm). Filled by the codec calls that take one without another pass over
- * the floats: the uniform codec sums the integer codes it holds in cache anyway (measured
- * by bench_quant: a few percent of an encode with one range, 10-25% with 512-value buckets,
- * where encoding itself is cheaper per value and the sums are taken bucket by bucket). */
+ * quantization with its norm before. Filled by the codec calls that take one. */
 typedef struct {
     double sq; /* sum of the squares of the decoded values x^_i, before any decode scale */
 } mq_codec_stats_t;
 
-/* Checks that C describes a codec this build supports; sets an error otherwise. */
-int mq_codec_validate(const mq_codec_t *c);
-/* Parses "none", "uniform:K", "uniform:K:bucket=B", "uniform:K:stochastic" (options may be
- * combined with ':'). */
-int mq_codec_parse(const char *spec, mq_codec_t *out);
-/* Writes a spec that mq_codec_parse reads back. */
-void mq_codec_format(const mq_codec_t *c, char *buf, size_t len);
+/* What an encode may use besides its input. */
+typedef struct {
+    mq_rng_t *rng; /* stochastic codecs; NULL for the others */
+    float *state;  /* ops->state_floats(c, n) floats, zero at the start of training and kept
+                    * between iterations by the caller (residuals, momentum); NULL when the
+                    * codec keeps none */
+    float lr;      /* the learning rate this iteration's update is applied with (0 = unknown):
+                    * codecs that keep a residual across a change of lr rescale it */
+} mq_codec_ctx_t;
 
-/* Number of buckets / exact payload size in bytes for n values. */
-size_t mq_codec_nbuckets(const mq_codec_t *c, size_t n);
+typedef struct mq_codec_ops {
+    const char *name;  /* spec name */
+    uint32_t id;       /* MQ_CODEC_* */
+    const char *usage; /* spec syntax, e.g. "topk[:ratio=R]" */
+    const char *help;  /* one line: what it is, whose method */
+    int min_bits, max_bits; /* the level range it takes; 0, 0 = it takes none */
+    bool unbiased;     /* E[decode(encode(x))] = x for stateless use (tests check it) */
+    bool exact_size;   /* every payload is exactly max_size bytes */
+    /* Sets C's parameter words to the defaults (may be NULL: all zero). */
+    void (*defaults)(mq_codec_t *c);
+    /* Applies one ':'-separated option ("key=value" or a flag) to C; -1 with an error. */
+    int (*option)(mq_codec_t *c, const char *opt);
+    /* Writes C's options as ":opt..." (what option reads back; "" when all are defaults). */
+    void (*format)(const mq_codec_t *c, char *buf, size_t len);
+    /* 0 if C's parameter words are valid (they may come from the network), else -1. */
+    int (*check)(const mq_codec_t *c);
+    /* Largest payload for n values (a bound: the wire refuses anything longer). */
+    size_t (*max_size)(const mq_codec_t *c, size_t n);
+    /* Floats of encoder state for n values (NULL: stateless). */
+    size_t (*state_floats)(const mq_codec_t *c, size_t n);
+    /* Whether an encode needs ctx->rng (NULL: never). */
+    bool (*stochastic)(const mq_codec_t *c);
+    /* Encodes src[0..n), n > 0, into dst (which holds max_size bytes); refuses a non-finite
+     * input with an error naming its index. STATS may be NULL. */
+    int (*encode)(const mq_codec_t *c, const float *src, size_t n, const mq_codec_ctx_t *ctx,
+                  uint8_t *dst, size_t *len, mq_codec_stats_t *stats);
+    /* 0 if src[0..len) is a payload this codec could have written for n > 0 values (length,
+     * headers, indices in range, finite values), else -1 with an error. */
+    int (*validate)(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n);
+    /* dst[i] (+)= scale * x^_i for a validated payload. STATS may be NULL. */
+    void (*decode)(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
+                   float scale, bool acc, mq_codec_stats_t *stats);
+    /* The codec a server re-encodes the mean with (NULL: C itself). A method whose mean cannot
+     * be written in its own format (the union of sparse pushes) names the one that can. */
+    void (*reply)(const mq_codec_t *c, mq_codec_t *out);
+} mq_codec_ops_t;
+
+/* ---- the registry ------------------------------------------------------------------- */
+
+/* The codec registered under ID, or NULL. */
+const mq_codec_ops_t *mq_codec_lookup(uint32_t id);
+/* The codec named NAME, or NULL. */
+const mq_codec_ops_t *mq_codec_by_name(const char *name);
+/* The registered codecs, in id order; *N gets how many. */
+const mq_codec_ops_t *const *mq_codec_all(size_t *n);
+/* C's operations (NULL for an unknown id). */
+static inline const mq_codec_ops_t *mq_codec_ops(const mq_codec_t *c)
+{
+    return c ? mq_codec_lookup(c->id) : NULL;
+}
+/* Writes one line per codec, "  usage  help", for a --help text. */
+void mq_codec_help(char *buf, size_t len);
+
+/* ---- specs and parameters ------------------------------------------------------------ */
+
+/* Checks that C is a registered codec with valid parameters, and a level in its range (or
+ * 0 when it takes none); sets an error otherwise. */
+int mq_codec_validate(const mq_codec_t *c);
+/* The same, except that a codec taking a level may have none yet (bits 0): a run's codec
+ * before the controller's first decision. */
+int mq_codec_validate_base(const mq_codec_t *c);
+/* Parses SPEC (see above) into *OUT; -1 with an error naming the bad part, OUT untouched. */
+int mq_codec_parse(const char *spec, mq_codec_t *out);
+/* Writes a spec that mq_codec_parse reads back to an equal codec. */
+void mq_codec_format(const mq_codec_t *c, char *buf, size_t len);
+/* True if A and B are the same codec with the same level and parameters. */
+bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b);
+/* BASE at level BITS: 32 gives none (fp32); a codec that takes no level ignores BITS. */
+mq_codec_t mq_codec_with_bits(const mq_codec_t *base, int bits);
+/* What a server re-encodes a mean of C-encoded pushes with. */
+mq_codec_t mq_codec_reply(const mq_codec_t *c);
+/* Shorthands. */
+mq_codec_t mq_codec_none(void);
+mq_codec_t mq_codec_uniform(int bits, uint32_t bucket, bool stochastic);
+/* The parameter word I of C as a float / set from a float. */
+float mq_codec_param_f(const mq_codec_t *c, int i);
+void mq_codec_set_param_f(mq_codec_t *c, int i, float v);
+
+/* Largest payload for n values; 0 for an invalid codec. For the codecs with exact_size this
+ * is every payload's size. */
 size_t mq_codec_payload_size(const mq_codec_t *c, size_t n);
+/* The uniform codec's number of ranges for n values (0 for other codecs and n = 0). */
+size_t mq_codec_nbuckets(const mq_codec_t *c, size_t n);
+/* Floats of encoder state for n values (0 for stateless codecs). */
+size_t mq_codec_state_floats(const mq_codec_t *c, size_t n);
 
 /* Index of the first NaN or infinite value of x[0..n), or n when all are finite: one
  * branch-free pass at memory speed (what every encode checks its input with). */
 size_t mq_codec_first_nonfinite(const float *x, size_t n);
 
-/* Encodes src[0..n) into dst, which must hold mq_codec_payload_size(c, n) bytes (cap says
- * how many it holds). RNG is used only for stochastic rounding and may be NULL otherwise.
- * Refuses non-finite input (returns -1 with an error naming the first bad index) and writes
- * nothing meaningful then. Returns 0 and the payload size in *out_len.
- * STATS, when not NULL, is set (not added to) on success to the statistics of the payload's
- * decoded values, computed exactly from the codes and ranges (mq_codec_decode rounds each
- * value to float, so its squares may differ in the last float digits); left as it was on
- * error. NULL costs nothing. */
+/* ---- encode and decode ---------------------------------------------------------------- */
+
+/* Encodes src[0..n) into dst (cap bytes, at least mq_codec_payload_size); CTX as above (may
+ * be NULL for a stateless, deterministic codec). Refuses non-finite input. Returns 0 and the
+ * payload's size in *out_len. STATS, when not NULL, is set to the statistics of the values
+ * the payload decodes to. */
+int mq_codec_encode_ctx(const mq_codec_t *c, const float *src, size_t n,
+                        const mq_codec_ctx_t *ctx, uint8_t *dst, size_t cap, size_t *out_len,
+                        mq_codec_stats_t *stats);
+/* The same for a stateless codec, with RNG for the stochastic ones. */
 int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *dst, size_t cap,
                     size_t *out_len, mq_rng_t *rng, mq_codec_stats_t *stats);
 
-/* Encodes with error feedback (1-bit SGD style residual accumulation): encodes
+/* Encodes with error feedback around any stateless codec (1-bit SGD style): encodes
  * v = src + residual and leaves residual = v - decode(encode(v)). residual has n values,
- * zero at the start of training. src is not modified. With uniform:1:stochastic it rounds to
- * nearest instead (1-bit stochastic rounding with error feedback diverges) and warns once.
- * STATS as for mq_codec_encode: those of the payload sent (v quantized). */
+ * zero at the start of training; on error it is left as it was. With uniform:1:stochastic
+ * it rounds to nearest instead (stochastic 1-bit feedback diverges) and warns once. */
 int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats);
 
-/* Decodes a payload of LEN bytes into dst[0..n): dst[i] = scale * x^_i, or, when accumulate
- * is true, dst[i] += scale * x^_i (so a server sums pushes without a temporary and averages
- * with scale = 1/P). LEN must equal mq_codec_payload_size(c, n) exactly; a range header
- * with a non-finite value or min > max is refused. Returns 0 or -1 with an error.
- * STATS as for mq_codec_encode: those of the payload's own x^_i, whatever scale and
- * accumulate are (so they match the sender's). */
+/* 0 if src[0..len) is a valid payload of C for n values, else -1 with an error. */
+int mq_codec_validate_payload(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n);
+/* Decodes a payload already validated by mq_codec_validate_payload: dst[i] = scale * x^_i,
+ * or dst[i] += scale * x^_i when accumulate is true. */
+void mq_codec_decode_valid(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst,
+                           size_t n, float scale, bool accumulate, mq_codec_stats_t *stats);
+/* Validate, then decode: -1 with an error (dst untouched) on a bad payload. */
 int mq_codec_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
                     float scale, bool accumulate, mq_codec_stats_t *stats);
 

@@ -1,7 +1,8 @@
 /* Bit-width policies behind one interface: the MQGrad SARSA agent (paper section 3.3,
- * Algorithm 2), fixed:K, adaptive (Oland & Raj as the paper describes them) and schedule.
- * No sockets here: a policy sees one observation per training iteration and says which bit
- * width the next iterations use. */
+ * Algorithm 2), fixed:K, adaptive (Oland & Raj as the paper describes them), schedule and
+ * DQ-SGD (Yan et al., eqs. 18/20). No sockets here: a policy sees one observation per
+ * training iteration and says which bit width the next iterations use. Each policy is a
+ * plug-in of the rl module (common/src/rl/registry.c lists them); mq_policy_help prints them. */
 #ifndef MQGRAD_RL_H
 #define MQGRAD_RL_H
 
@@ -59,18 +60,22 @@ void mq_policy_opts_default(mq_policy_opts_t *o);
 
 typedef struct mq_policy_t mq_policy_t;
 
-/* Makes a policy from SPEC: "mqgrad", "fixed:K", "adaptive", "schedule", each optionally
- * followed by ":key=value,..." overriding OPTS (keys T, alpha, epsilon, eta, discount, gamma,
- * min, max, start, hidden, tau, seed, literal_eq3), e.g. "mqgrad:T=10,epsilon=0.05". OPTS
- * NULL means the defaults. NULL with an error on a bad spec or options. */
+/* Makes a policy from SPEC: a registered policy's name ("mqgrad", "fixed:K", "adaptive",
+ * "schedule", "dqsgd", ...; mq_policy_help lists them), optionally followed by
+ * ":key=value,..." giving the policy's own options (e.g. dqsgd's k, alpha, bits) or
+ * overriding OPTS (keys T, alpha, epsilon, eta, discount, gamma, min, max, start, hidden,
+ * tau, seed, literal_eq3; a policy's own key wins over a common one of the same name), e.g.
+ * "mqgrad:T=10,epsilon=0.05". OPTS NULL means the defaults. NULL with an error on a bad
+ * spec or options. */
 mq_policy_t *mq_policy_new(const char *spec, const mq_policy_opts_t *opts);
 void mq_policy_destroy(mq_policy_t **self_p);
 
 /* Feeds one observation (iterations arrive in order; a repeated or older iteration is
  * ignored and returns the current bits). Returns the bit width to use from iteration
- * obs->iter + 1 on, or -1 with an error if P or OBS is NULL. A decision (MDP step) happens
- * when a window of T observations is complete; between decisions the answer is the
- * current bits. */
+ * obs->iter + 1 on, or -1 with an error if P or OBS is NULL. A step (MDP step, history
+ * entry) happens when a window of T observations is complete; most policies decide only
+ * then and answer the current bits between steps, a policy deciding every iteration
+ * (dqsgd) may change the bits at any observation. */
 int mq_policy_observe(mq_policy_t *p, const mq_observation_t *obs);
 
 /* What a query shows. q_values has one entry per bit width min..max (NaN where the policy
@@ -78,12 +83,13 @@ int mq_policy_observe(mq_policy_t *p, const mq_observation_t *obs);
 typedef struct {
     char spec[64];
     int bits;
-    uint64_t step;        /* MDP steps (decisions) taken */
+    uint64_t step;        /* MDP steps (closed windows, history entries) taken */
     uint64_t iter;        /* last observed iteration */
     uint64_t observations;
     double last_reward;   /* NaN before the first */
     int nq;
     double q_values[16];
+    char detail[128];     /* the policy's own state in one line ("" if it has none) */
 } mq_policy_status_t;
 void mq_policy_status(const mq_policy_t *p, mq_policy_status_t *st);
 
@@ -93,14 +99,21 @@ void mq_policy_status(const mq_policy_t *p, mq_policy_status_t *st);
 int mq_policy_save(const mq_policy_t *p, uint8_t **buf, size_t *len);
 mq_policy_t *mq_policy_restore(const uint8_t *buf, size_t len);
 
-/* The decision history: one entry per MDP step. */
+/* The decision history: one entry per MDP step (closed window). */
 typedef struct {
     uint64_t step, iter;
     int bits;
-    int action;
+    int action; /* mqgrad: a_t (0 keep, 1 up); the others: bits minus the previous entry's */
     double reward;
 } mq_decision_t;
 size_t mq_policy_history(const mq_policy_t *p, const mq_decision_t **out);
+
+/* The registered policies for a --help text: one line each, "  USAGE  HELP\n", in
+ * registry order, NUL-terminated and cut at LEN. */
+void mq_policy_help(char *buf, size_t len);
+/* The policies' short spec forms joined by SEP ("mqgrad | fixed:K | adaptive | ..." with
+ * SEP " | "), for a one-line flag description; NUL-terminated and cut at LEN. */
+void mq_policy_names(char *buf, size_t len, const char *sep);
 
 #ifdef __cplusplus
 }

@@ -40,6 +40,7 @@ typedef struct {
     double train_time_s;
     double final_loss;
     double final_test_acc; /* NaN if never evaluated */
+    double final_sparsity; /* parameters exactly zero at the last evaluation / all; NaN if none */
     uint64_t bytes_up, bytes_down;
     const char *policy;    /* "fixed:4", "mqgrad", "none" (fp32), ... */
     const char *model, *dataset;

@@ -4,8 +4,9 @@
  *
  * Receiving validates everything that can be checked without knowing the receiver's state:
  * protocol version, message type, frame count against the tensor headers, each payload's
- * length against its header and against the codec's exact size, codec and bits in range,
- * finite range headers and fp32 values. State-dependent checks (is the rank registered, is
+ * length against its header, its codec (registered, parameters and level valid) and the
+ * codec's own validation of the payload (mq_codec_validate_payload: sizes, headers, indices,
+ * finite values), done here once so receivers decode with mq_codec_decode_valid. State-dependent checks (is the rank registered, is
  * the iteration current, is the shard ours) belong to the service, which counts drops by
  * reason through mq_drops_t. */
 #ifndef MQGRAD_WIRE_H
@@ -22,7 +23,7 @@
 extern "C" {
 #endif
 
-#define MQ_WIRE_VERSION 1
+#define MQ_WIRE_VERSION 2
 #define MQ_WIRE_MAX_TENSORS 32
 #define MQ_WIRE_MAX_SERVERS 64
 #define MQ_WIRE_MAX_PEER 256
@@ -66,15 +67,16 @@ typedef enum {
     MQ_DROP_VERSION,        /* protocol version mismatch */
     MQ_DROP_TYPE,           /* unknown type, or a type this service does not take */
     MQ_DROP_FRAMES,         /* frame count differs from the tensor headers */
-    MQ_DROP_LENGTH,         /* payload length differs from its header or the codec's size */
-    MQ_DROP_CODEC,          /* unknown codec, bits out of range, bad bucket */
-    MQ_DROP_NONFINITE,      /* NaN/Inf in a range header, fp32 payload or scalar field */
+    MQ_DROP_LENGTH,         /* payload length differs from its header or exceeds the codec's bound */
+    MQ_DROP_CODEC,          /* unknown codec, bits out of range, bad parameters */
+    MQ_DROP_NONFINITE,      /* NaN/Inf in a scalar field */
     MQ_DROP_RANK,           /* rank not registered, or not this peer's */
     MQ_DROP_ITER,           /* stale or future iteration */
     MQ_DROP_SHARD,          /* shard index out of range or not ours */
     MQ_DROP_LAYOUT,         /* tensor slices do not match the shard's layout */
     MQ_DROP_DUPLICATE,      /* a second copy of something already counted */
     MQ_DROP_TOO_MANY,       /* more tensors, servers or bytes than the limits */
+    MQ_DROP_PAYLOAD,        /* the codec refused the payload (header, index, non-finite value) */
     MQ_DROP_COUNT_
 } mq_drop_t;
 
@@ -95,8 +97,8 @@ typedef struct {
     float l2;
     uint32_t workers, servers;
     uint64_t quant_threshold;
-    uint32_t bucket;
-    bool stochastic;
+    char codec[MQ_CODEC_MAX_SPEC]; /* the quantized tensors' codec, without a level */
+    char optimizer[64];            /* the update rule (mqgrad/optim.h) */
     bool error_feedback;
     double link_mbps;
     bool fp32;
@@ -115,6 +117,7 @@ typedef struct {
     double sent_sq;     /* the same over what the push decodes to */
     double update_sq;   /* the same over the decoded aggregate applied */
     bool loss_nonfinite; /* the loss was NaN or infinite (loss is then 0) */
+    uint64_t zero_params, params; /* with evaluated: zeros among the model's parameters */
 } mq_report_t;
 
 typedef struct {

@@ -51,18 +51,23 @@ int mq_shard_plan(const mq_model_t *m, uint32_t nservers, uint64_t threshold, bo
     return 0;
 }
 
-mq_codec_t mq_segment_codec(const mq_segment_t *seg, int bits, const mq_run_config_t *cfg)
+mq_codec_t mq_segment_codec(const mq_segment_t *seg, int bits, const mq_codec_t *base)
 {
-    if (!seg->quantized || bits >= 32)
-        return (mq_codec_t){.kind = MQ_CODEC_NONE, .bits = 32};
-    return (mq_codec_t){.kind = MQ_CODEC_UNIFORM,
-                        .bits = bits,
-                        .bucket = cfg->bucket,
-                        .stochastic = cfg->stochastic};
+    if (!seg->quantized)
+        return mq_codec_none();
+    return mq_codec_with_bits(base, bits);
+}
+
+bool mq_bits_ok(const mq_codec_t *base, int bits)
+{
+    const mq_codec_ops_t *ops = mq_codec_ops(base);
+    if (ops && ops->max_bits > 0)
+        return bits >= ops->min_bits && bits <= ops->max_bits;
+    return bits >= MQ_QUANT_MIN_BITS && bits <= MQ_QUANT_MAX_BITS;
 }
 
 int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, int bits,
-                   const mq_run_config_t *cfg)
+                   const mq_codec_t *base, bool reply)
 {
     if (msg->ntensors != shard->nsegs) {
         mq_err_set("%u tensors, shard has %u segments", msg->ntensors, shard->nsegs);
@@ -71,22 +76,95 @@ int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, int bits,
     for (uint32_t i = 0; i < shard->nsegs; i++) {
         const mq_segment_t *s = &shard->segs[i];
         const mq_tensor_hdr_t *h = &msg->tensors[i];
-        mq_codec_t want = mq_segment_codec(s, bits, cfg);
+        mq_codec_t want = mq_segment_codec(s, bits, base);
+        if (reply)
+            want = mq_codec_reply(&want);
         if (strcmp(h->name, s->name) != 0 || h->offset != s->offset || h->count != s->count) {
             mq_err_set("tensor %u is %s[%llu+%llu], expected %s[%llu+%llu]", i, h->name,
                        (unsigned long long)h->offset, (unsigned long long)h->count, s->name,
                        (unsigned long long)s->offset, (unsigned long long)s->count);
             return -1;
         }
-        if (h->codec.kind != want.kind || h->codec.bits != want.bits ||
-            h->codec.bucket != want.bucket || h->codec.stochastic != want.stochastic) {
-            mq_err_set("tensor %s: codec kind %d bits %d bucket %u, expected %d/%d/%u", h->name,
-                       h->codec.kind, h->codec.bits, h->codec.bucket, want.kind, want.bits,
-                       want.bucket);
+        if (!mq_codec_equal(&h->codec, &want)) {
+            char got[MQ_CODEC_MAX_SPEC], exp[MQ_CODEC_MAX_SPEC];
+            mq_codec_format(&h->codec, got, sizeof got);
+            mq_codec_format(&want, exp, sizeof exp);
+            mq_err_set("tensor %s: codec %s, expected %s", h->name, got, exp);
             return -1;
         }
     }
     return 0;
+}
+
+/* ---- the segment recipes ----------------------------------------------------------- */
+
+#define S_BUF_TIMEOUT_MS 5000
+
+int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const float *values,
+                         mq_seg_coder_t *coder, mq_sendbuf_t *ref, float *residual,
+                         mq_rng_t *rng, float lr, mq_tensor_hdr_t *h, mq_payload_t *out,
+                         mq_codec_stats_t *stats)
+{
+    snprintf(h->name, sizeof h->name, "%s", seg->name);
+    h->offset = seg->offset;
+    h->count = seg->count;
+    h->codec = *c;
+    if (c->id == MQ_CODEC_NONE) { /* straight from the caller's floats, no copy */
+        if (stats)
+            stats->sq = 0.0; /* fp32 segments are not what the norms watch */
+        *out = mq_sendbuf_payload(ref, values, seg->count * sizeof(float));
+        return 0;
+    }
+    size_t need = mq_codec_payload_size(c, seg->count), len;
+    size_t nstate = mq_codec_state_floats(c, seg->count);
+    if (need == 0 || mq_sendbuf_acquire(&coder->buf, need, S_BUF_TIMEOUT_MS) != 0)
+        return -1;
+    if (nstate > coder->nstate) { /* once per segment and codec, not per iteration */
+        float *st = realloc(coder->state, nstate * sizeof *st);
+        if (!st) {
+            mq_err_set("out of memory for %zu floats of codec state", nstate);
+            return -1;
+        }
+        memset(st + coder->nstate, 0, (nstate - coder->nstate) * sizeof *st);
+        coder->state = st;
+        coder->nstate = nstate;
+    }
+    int rc;
+    if (residual && nstate == 0) {
+        rc = mq_codec_encode_ef(c, values, residual, seg->count, coder->buf.data, coder->buf.cap,
+                                &len, rng, stats);
+    } else {
+        mq_codec_ctx_t ctx = {.rng = rng, .state = coder->state, .lr = lr};
+        rc = mq_codec_encode_ctx(c, values, seg->count, &ctx, coder->buf.data, coder->buf.cap,
+                                 &len, stats);
+    }
+    if (rc != 0)
+        return -1;
+    h->payload_len = len;
+    *out = mq_sendbuf_payload(&coder->buf, NULL, len);
+    return 0;
+}
+
+void mq_seg_coder_release(mq_seg_coder_t *coder)
+{
+    if (!coder)
+        return;
+    mq_sendbuf_release(&coder->buf);
+    free(coder->state);
+    coder->state = NULL;
+    coder->nstate = 0;
+}
+
+void mq_ps_apply(const mq_optim_t *o, const mq_codec_t *c, const uint8_t *payload, size_t len,
+                 float *w, size_t n, float *scratch, float *state, float lr, uint64_t t,
+                 mq_codec_stats_t *stats)
+{
+    if (mq_optim_is_sgd(o)) {
+        mq_codec_decode_valid(c, payload, len, w, n, -lr, true, stats);
+        return;
+    }
+    mq_codec_decode_valid(c, payload, len, scratch, n, 1.0f, false, stats);
+    o->ops->apply(o, w, scratch, state, n, lr, t);
 }
 
 /* ---- send buffers ------------------------------------------------------------------ */

@@ -1,86 +1,213 @@
-/* The codec interface: specs ("uniform:4:bucket=512"), payload sizes, argument checks and
- * dispatch to a codec, the fp32 `none` codec, and error feedback on top of any codec.
- * Everything a caller passes is checked here so the kernels in uniform.c can trust it. */
+/* The codec interface: specs ("uniform:4:bucket=512"), argument checks and dispatch through
+ * a codec's operations table, error feedback on top of any stateless codec, and the small
+ * helpers every codec's file shares. Everything a caller passes is checked here, so a
+ * codec's own functions can trust their arguments. */
 
 #include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "quant_internal.h"
 
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#define S_BIG_ENDIAN 1 /* the `none` payload is little-endian float32: swap on such hosts */
-#else
-#define S_BIG_ENDIAN 0
-#endif
+/* ---- helpers for the codecs' files ------------------------------------------------- */
 
-#define S_BUCKET_MAX ((long)(UINT32_MAX > LONG_MAX ? LONG_MAX : UINT32_MAX))
+/* ---- finiteness --------------------------------------------------------------------
+ * v - v is +0 for every finite v and NaN for NaN and the infinities, so summing it flags a
+ * bad value without a branch per element; only then do we look for the index. */
 
-/* mq_codec_validate: 0 if C is a codec this build encodes and decodes, else -1 with an
- * error saying which field is wrong. `none` ignores bits, bucket and stochastic. */
-int mq_codec_validate(const mq_codec_t *c)
+static bool s_lanes_zero(mq_v4f_t v)
+{
+    return v[0] == 0.0f && v[1] == 0.0f && v[2] == 0.0f && v[3] == 0.0f;
+}
+
+size_t mq_quant_first_nonfinite(const float *x, size_t n)
+{
+    mq_v4f_t acc0 = mq_v4f_set1(0), acc1 = acc0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mq_v4f_t a = mq_v4f_load(x + i), b = mq_v4f_load(x + i + 4);
+        acc0 += a - a;
+        acc1 += b - b;
+    }
+    float tail = 0.0f;
+    for (size_t k = i; k < n; k++)
+        tail += x[k] - x[k];
+    if (tail == 0.0f && s_lanes_zero(acc0 + acc1))
+        return n;
+    for (i = 0; i < n; i++)
+        if (!isfinite(x[i]))
+            return i;
+    return n; /* unreachable: some value made the sum NaN */
+}
+
+size_t mq_quant_first_nonfinite_sum(const float *a, const float *b, size_t n)
+{
+    mq_v4f_t acc0 = mq_v4f_set1(0), acc1 = acc0;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        mq_v4f_t u = mq_v4f_load(a + i) + mq_v4f_load(b + i);
+        mq_v4f_t v = mq_v4f_load(a + i + 4) + mq_v4f_load(b + i + 4);
+        acc0 += u - u;
+        acc1 += v - v;
+    }
+    float tail = 0.0f;
+    for (size_t k = i; k < n; k++) {
+        float v = a[k] + b[k];
+        tail += v - v;
+    }
+    if (tail == 0.0f && s_lanes_zero(acc0 + acc1))
+        return n;
+    for (i = 0; i < n; i++)
+        if (!isfinite(a[i] + b[i]))
+            return i;
+    return n;
+}
+
+int mq_quant_check_finite(const char *who, const float *x, size_t n)
+{
+    size_t bad = mq_quant_first_nonfinite(x, n);
+    if (bad < n) {
+        mq_err_set("%s: value %zu of %zu is %s (expected finite numbers)", who, bad, n,
+                   isnan(x[bad]) ? "NaN" : "infinite");
+        return -1;
+    }
+    return 0;
+}
+
+double mq_quant_sum_sq(const float *x, size_t n)
+{
+    double s[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++)
+        s[i % 4] += (double)x[i] * x[i];
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+int mq_quant_opt_float(const char *codec, const char *opt, const char *val, double lo, double hi,
+                       float *out)
+{
+    double d;
+    char msg[256];
+    if (mq_parse_double(opt, val, lo, hi, &d) < 0) {
+        snprintf(msg, sizeof msg, "%s", mq_err_last());
+        mq_err_set("codec %s: %s", codec, msg);
+        return -1;
+    }
+    *out = (float)d;
+    return 0;
+}
+
+int mq_quant_opt_u32(const char *codec, const char *opt, const char *val, long lo, long hi,
+                     uint32_t *out)
+{
+    long l;
+    char msg[256];
+    if (mq_parse_long(opt, val, lo, hi, &l) < 0) {
+        snprintf(msg, sizeof msg, "%s", mq_err_last());
+        mq_err_set("codec %s: %s", codec, msg);
+        return -1;
+    }
+    *out = (uint32_t)l;
+    return 0;
+}
+
+float mq_codec_param_f(const mq_codec_t *c, int i)
+{
+    float v;
+    memcpy(&v, &c->param[i], 4);
+    return v;
+}
+
+void mq_codec_set_param_f(mq_codec_t *c, int i, float v)
+{
+    memcpy(&c->param[i], &v, 4);
+}
+
+size_t mq_codec_first_nonfinite(const float *x, size_t n)
+{
+    return mq_quant_first_nonfinite(x, n);
+}
+
+/* ---- codecs and specs -------------------------------------------------------------- */
+
+static int s_validate(const mq_codec_t *c, bool base)
 {
     if (!c) {
         mq_err_set("codec: no codec given");
         return -1;
     }
-    switch (c->kind) {
-    case MQ_CODEC_NONE:
-        return 0;
-    case MQ_CODEC_UNIFORM:
-        if (c->bits < MQ_QUANT_MIN_BITS || c->bits > MQ_QUANT_MAX_BITS) {
-            mq_err_set("codec uniform: %d bits (expected %d..%d)", c->bits, MQ_QUANT_MIN_BITS,
-                       MQ_QUANT_MAX_BITS);
+    const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
+    if (!ops) {
+        mq_err_set("codec: unknown codec id %u", (unsigned)c->id);
+        return -1;
+    }
+    if (ops->max_bits == 0) {
+        if (c->bits != 0 && !(c->id == MQ_CODEC_NONE && c->bits == 32)) {
+            mq_err_set("codec %s: takes no bit-width (got %d)", ops->name, c->bits);
             return -1;
         }
-        return 0;
+    } else if (!(base && c->bits == 0) && (c->bits < ops->min_bits || c->bits > ops->max_bits)) {
+        mq_err_set("codec %s: %d bits (expected %d..%d)", ops->name, c->bits, ops->min_bits,
+                   ops->max_bits);
+        return -1;
     }
-    mq_err_set("codec: unknown kind %d (expected 0 = none or 1 = uniform)", (int)c->kind);
-    return -1;
+    return ops->check ? ops->check(c) : 0;
 }
 
-/* Applies one ':'-separated option of a uniform spec to OUT; SEEN tracks duplicates. */
-static int s_parse_option(const char *spec, const char *opt, mq_codec_t *out, unsigned *seen)
+int mq_codec_validate(const mq_codec_t *c)
 {
-    char msg[256];
-    if (strncmp(opt, "bucket=", 7) == 0) {
-        long b;
-        if (*seen & 1u)
-            goto dup;
-        if (mq_parse_long("bucket", opt + 7, 0, S_BUCKET_MAX, &b) < 0) {
-            snprintf(msg, sizeof msg, "%s", mq_err_last());
-            mq_err_set("codec '%s': %s", spec, msg);
-            return -1;
-        }
-        out->bucket = (uint32_t)b;
-        *seen |= 1u;
-        return 0;
-    }
-    if (strcmp(opt, "stochastic") == 0) {
-        if (*seen & 2u)
-            goto dup;
-        out->stochastic = true;
-        *seen |= 2u;
-        return 0;
-    }
-    mq_err_set("codec '%s': unknown option '%s' (expected bucket=N or stochastic)", spec, opt);
-    return -1;
-dup:
-    mq_err_set("codec '%s': option '%s' given twice", spec, opt);
-    return -1;
+    return s_validate(c, false);
 }
 
-/* mq_codec_parse: reads SPEC ("none", "uniform:K" with optional ":bucket=B" and
- * ":stochastic" in any order) into *OUT. On error returns -1, names the offending part of
- * the spec and leaves *OUT untouched. */
+int mq_codec_validate_base(const mq_codec_t *c)
+{
+    return s_validate(c, true);
+}
+
+mq_codec_t mq_codec_none(void)
+{
+    return (mq_codec_t){.id = MQ_CODEC_NONE, .bits = 32};
+}
+
+mq_codec_t mq_codec_uniform(int bits, uint32_t bucket, bool stochastic)
+{
+    return (mq_codec_t){.id = MQ_CODEC_UNIFORM, .bits = bits, .param = {bucket, stochastic}};
+}
+
+bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b)
+{
+    return a->id == b->id && a->bits == b->bits &&
+           memcmp(a->param, b->param, sizeof a->param) == 0;
+}
+
+mq_codec_t mq_codec_with_bits(const mq_codec_t *base, int bits)
+{
+    if (bits >= 32)
+        return mq_codec_none();
+    mq_codec_t c = *base;
+    const mq_codec_ops_t *ops = mq_codec_lookup(c.id);
+    if (ops && ops->max_bits > 0)
+        c.bits = bits;
+    return c;
+}
+
+mq_codec_t mq_codec_reply(const mq_codec_t *c)
+{
+    const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
+    mq_codec_t out = *c;
+    if (ops && ops->reply)
+        ops->reply(c, &out);
+    return out;
+}
+
 int mq_codec_parse(const char *spec, mq_codec_t *out)
 {
-    char buf[128], msg[256];
+    char buf[MQ_CODEC_MAX_SPEC], msg[256], names[256] = "";
     if (!spec || !*spec) {
-        mq_err_set("codec: empty spec (expected none or uniform:K[:bucket=B][:stochastic])");
+        mq_err_set("codec: empty spec");
         return -1;
     }
     if (strlen(spec) >= sizeof buf) {
@@ -92,107 +219,113 @@ int mq_codec_parse(const char *spec, mq_codec_t *out)
         return -1;
     }
     strcpy(buf, spec);
-    mq_codec_t c = {.kind = MQ_CODEC_NONE, .bits = 32};
     char *save = NULL;
-    char *kind = strtok_r(buf, ":", &save);
-    if (strcmp(kind, "none") == 0) {
-        if (strtok_r(NULL, ":", &save)) {
-            mq_err_set("codec '%s': none takes no options", spec);
+    char *name = strtok_r(buf, ":", &save);
+    const mq_codec_ops_t *ops = mq_codec_by_name(name);
+    if (!ops) {
+        size_t n;
+        const mq_codec_ops_t *const *all = mq_codec_all(&n);
+        for (size_t i = 0; i < n; i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
+                     all[i]->name);
+        mq_err_set("codec '%s': unknown codec '%s' (expected one of %s)", spec, name, names);
+        return -1;
+    }
+    mq_codec_t c = {.id = ops->id, .bits = ops->id == MQ_CODEC_NONE ? 32 : 0};
+    if (ops->defaults)
+        ops->defaults(&c);
+    char *opt = strtok_r(NULL, ":", &save);
+    if (opt && ops->max_bits > 0 && opt[0] >= '0' && opt[0] <= '9' && !strchr(opt, '=')) {
+        long k;
+        if (mq_parse_long("bits", opt, ops->min_bits, ops->max_bits, &k) < 0) {
+            snprintf(msg, sizeof msg, "%s", mq_err_last());
+            mq_err_set("codec '%s': %s", spec, msg);
             return -1;
         }
-        *out = c;
-        return 0;
+        c.bits = (int)k;
+        opt = strtok_r(NULL, ":", &save);
     }
-    if (strcmp(kind, "uniform") != 0) {
-        mq_err_set("codec '%s': unknown codec '%s' (expected none or uniform:K[:bucket=B]"
-                   "[:stochastic])",
-                   spec, kind);
-        return -1;
+    char seen[MQ_CODEC_MAX_SPEC] = ":"; /* ":key:key:" of the options applied so far */
+    for (; opt; opt = strtok_r(NULL, ":", &save)) {
+        char key[MQ_CODEC_MAX_SPEC];
+        snprintf(key, sizeof key, ":%.*s:", (int)strcspn(opt, "="), opt);
+        if (strstr(seen, key)) {
+            mq_err_set("codec '%s': option '%s' given twice", spec, opt);
+            return -1;
+        }
+        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s", key + 1);
+        if (!ops->option) {
+            mq_err_set("codec '%s': %s takes no options (got '%s')", spec, ops->name, opt);
+            return -1;
+        }
+        if (ops->option(&c, opt) < 0) {
+            snprintf(msg, sizeof msg, "%s", mq_err_last());
+            mq_err_set("codec '%s': %s (usage: %s)", spec, msg, ops->usage);
+            return -1;
+        }
     }
-    char *bits = strtok_r(NULL, ":", &save);
-    long k;
-    if (!bits) {
-        mq_err_set("codec '%s': missing bit-width (expected uniform:K with K in %d..%d)", spec,
-                   MQ_QUANT_MIN_BITS, MQ_QUANT_MAX_BITS);
-        return -1;
-    }
-    if (mq_parse_long("bits", bits, MQ_QUANT_MIN_BITS, MQ_QUANT_MAX_BITS, &k) < 0) {
+    if (mq_codec_validate_base(&c) < 0) {
         snprintf(msg, sizeof msg, "%s", mq_err_last());
         mq_err_set("codec '%s': %s", spec, msg);
         return -1;
     }
-    c = (mq_codec_t){.kind = MQ_CODEC_UNIFORM, .bits = (int)k};
-    unsigned seen = 0;
-    for (char *opt; (opt = strtok_r(NULL, ":", &save));)
-        if (s_parse_option(spec, opt, &c, &seen) < 0)
-            return -1;
     *out = c;
     return 0;
 }
 
-/* mq_codec_format: writes C's spec into BUF (always NUL-terminated when LEN > 0); the spec
- * parses back to an equal codec. An invalid codec is written as "invalid". */
 void mq_codec_format(const mq_codec_t *c, char *buf, size_t len)
 {
     if (!buf || len == 0)
         return;
-    if (mq_codec_validate(c) < 0) {
+    if (mq_codec_validate_base(c) < 0) {
         snprintf(buf, len, "invalid");
         return;
     }
-    if (c->kind == MQ_CODEC_NONE) {
-        snprintf(buf, len, "none");
-        return;
-    }
-    int w = snprintf(buf, len, "uniform:%d", c->bits);
-    if (w >= 0 && (size_t)w < len && c->bucket)
-        w += snprintf(buf + w, len - (size_t)w, ":bucket=%u", (unsigned)c->bucket);
-    if (w >= 0 && (size_t)w < len && c->stochastic)
-        snprintf(buf + w, len - (size_t)w, ":stochastic");
+    const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
+    int w = ops->max_bits > 0 && c->bits > 0 ? snprintf(buf, len, "%s:%d", ops->name, c->bits)
+                                             : snprintf(buf, len, "%s", ops->name);
+    if (w >= 0 && (size_t)w < len && ops->format)
+        ops->format(c, buf + w, len - (size_t)w);
 }
 
-/* mq_codec_nbuckets: ranges in a uniform payload for n values (0 for n = 0 and for the
- * none codec, which has no ranges). */
 size_t mq_codec_nbuckets(const mq_codec_t *c, size_t n)
 {
-    if (!c || c->kind != MQ_CODEC_UNIFORM || n == 0)
+    if (!c || c->id != MQ_CODEC_UNIFORM || n == 0)
         return 0;
-    if (c->bucket == 0)
+    if (c->param[0] == 0)
         return 1;
-    return n / c->bucket + (n % c->bucket != 0);
-}
-
-/* mq_codec_payload_size: exact bytes mq_codec_encode writes for n values: 4n for none,
- * 8*nbuckets + ceil(n*K/8) for uniform. 0 for an invalid codec. */
-size_t mq_codec_first_nonfinite(const float *x, size_t n)
-{
-    return mq_quant_first_nonfinite(x, n);
+    return n / c->param[0] + (n % c->param[0] != 0);
 }
 
 size_t mq_codec_payload_size(const mq_codec_t *c, size_t n)
 {
-    if (!c)
+    if (mq_codec_validate(c) < 0 || n > MQ_QUANT_MAX_N)
         return 0;
-    if (c->kind == MQ_CODEC_NONE)
-        return 4 * n;
-    if (c->kind != MQ_CODEC_UNIFORM || c->bits < MQ_QUANT_MIN_BITS || c->bits > MQ_QUANT_MAX_BITS)
-        return 0;
-    return 8 * mq_codec_nbuckets(c, n) + (n / 8) * (size_t)c->bits +
-           ((n % 8) * (size_t)c->bits + 7) / 8;
+    return mq_codec_lookup(c->id)->max_size(c, n);
 }
 
-/* Checks shared by encode and encode_ef; fills *need with the payload size. */
-static int s_check_encode(const mq_codec_t *c, const float *src, size_t n, const uint8_t *dst,
-                          size_t cap, size_t *out_len, const mq_rng_t *rng, size_t *need)
+size_t mq_codec_state_floats(const mq_codec_t *c, size_t n)
+{
+    const mq_codec_ops_t *ops = mq_codec_ops(c);
+    return ops && ops->state_floats ? ops->state_floats(c, n) : 0;
+}
+
+/* ---- encode ------------------------------------------------------------------------- */
+
+/* Checks shared by every encode; *OPS gets the codec's table and *NEED its bound. */
+static int s_check_encode(const mq_codec_t *c, const float *src, size_t n,
+                          const mq_codec_ctx_t *ctx, const uint8_t *dst, size_t cap,
+                          const size_t *out_len, const mq_codec_ops_t **ops, size_t *need)
 {
     if (mq_codec_validate(c) < 0)
         return -1;
+    *ops = mq_codec_lookup(c->id);
     if (n > MQ_QUANT_MAX_N) {
         mq_err_set("codec encode: %zu values is more than the %zu supported", n,
                    (size_t)MQ_QUANT_MAX_N);
         return -1;
     }
-    *need = mq_codec_payload_size(c, n);
+    *need = (*ops)->max_size(c, n);
     if (!out_len || (n && !src) || (*need && !dst)) {
         mq_err_set("codec encode: NULL argument");
         return -1;
@@ -201,44 +334,25 @@ static int s_check_encode(const mq_codec_t *c, const float *src, size_t n, const
         mq_err_set("codec encode: %zu values need %zu bytes, buffer holds %zu", n, *need, cap);
         return -1;
     }
-    if (c->kind == MQ_CODEC_UNIFORM && c->stochastic && !rng && n) {
-        mq_err_set("codec encode: stochastic rounding needs a random generator");
+    if (n && (*ops)->stochastic && (*ops)->stochastic(c) && !(ctx && ctx->rng)) {
+        mq_err_set("codec %s encode: needs a random generator", (*ops)->name);
+        return -1;
+    }
+    if (n && (*ops)->state_floats && (*ops)->state_floats(c, n) && !(ctx && ctx->state)) {
+        mq_err_set("codec %s encode: needs its state (%zu floats)", (*ops)->name,
+                   (*ops)->state_floats(c, n));
         return -1;
     }
     return 0;
 }
 
-static void s_none_store(const float *src, size_t n, uint8_t *dst)
+int mq_codec_encode_ctx(const mq_codec_t *c, const float *src, size_t n,
+                        const mq_codec_ctx_t *ctx, uint8_t *dst, size_t cap, size_t *out_len,
+                        mq_codec_stats_t *stats)
 {
-#if S_BIG_ENDIAN
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, src + i, 4);
-        for (int b = 0; b < 4; b++)
-            dst[4 * i + b] = (uint8_t)(u >> (8 * b));
-    }
-#else
-    memcpy(dst, src, 4 * n);
-#endif
-}
-
-/* Sum of squares of n floats, in double. Four chains: one chain would wait for each add.
- * The none decode sums in the same order, so sender and receiver report the same. */
-static double s_sum_sq(const float *x, size_t n)
-{
-    double s[4] = {0, 0, 0, 0};
-    for (size_t i = 0; i < n; i++)
-        s[i % 4] += (double)x[i] * x[i];
-    return (s[0] + s[1]) + (s[2] + s[3]);
-}
-
-/* mq_codec_encode: see mqgrad/quant.h. The input is checked for NaN and infinities before
- * a byte is written for `none`; uniform may have written part of dst when it fails. */
-int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *dst, size_t cap,
-                    size_t *out_len, mq_rng_t *rng, mq_codec_stats_t *stats)
-{
+    const mq_codec_ops_t *ops;
     size_t need;
-    if (s_check_encode(c, src, n, dst, cap, out_len, rng, &need) < 0)
+    if (s_check_encode(c, src, n, ctx, dst, cap, out_len, &ops, &need) < 0)
         return -1;
     if (n == 0) {
         *out_len = 0;
@@ -246,34 +360,37 @@ int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *ds
             stats->sq = 0.0;
         return 0;
     }
-    if (c->kind == MQ_CODEC_NONE) {
-        size_t bad = mq_quant_first_nonfinite(src, n);
-        if (bad < n) {
-            mq_err_set("none encode: value %zu of %zu is %s (expected finite numbers)", bad, n,
-                       isnan(src[bad]) ? "NaN" : "infinite");
-            return -1;
-        }
-        s_none_store(src, n, dst);
-        if (stats) /* a plain pass: fp32 is not the traffic this is for, and it runs if asked */
-            stats->sq = s_sum_sq(src, n);
-    } else if (mq_quant_uniform_encode(c, src, n, dst, rng, stats) < 0) {
+    static const mq_codec_ctx_t none = {0};
+    size_t len = 0;
+    if (ops->encode(c, src, n, ctx ? ctx : &none, dst, &len, stats) < 0)
         return -1;
-    }
-    *out_len = need;
+    *out_len = len;
     return 0;
 }
 
-/* mq_codec_encode_ef: see mqgrad/quant.h. Computes v = src + residual in place in
- * residual, encodes it, then subtracts the decoded payload (a decode with scale -1 into the
- * residual), so no temporary array is needed. Everything that could fail is checked before
- * residual changes: on error residual is exactly as it was. */
+int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *dst, size_t cap,
+                    size_t *out_len, mq_rng_t *rng, mq_codec_stats_t *stats)
+{
+    mq_codec_ctx_t ctx = {.rng = rng};
+    return mq_codec_encode_ctx(c, src, n, &ctx, dst, cap, out_len, stats);
+}
+
+/* mq_codec_encode_ef: computes v = src + residual in place in residual, encodes it, then
+ * subtracts the decoded payload (a decode with scale -1 into the residual), so no temporary
+ * array is needed. Everything that could fail is checked before residual changes. */
 int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats)
 {
+    const mq_codec_ops_t *ops;
     size_t need;
-    if (s_check_encode(c, src, n, dst, cap, out_len, rng, &need) < 0)
+    mq_codec_ctx_t ctx = {.rng = rng};
+    if (s_check_encode(c, src, n, &ctx, dst, cap, out_len, &ops, &need) < 0)
         return -1;
+    if (ops->state_floats && ops->state_floats(c, n)) {
+        mq_err_set("codec %s keeps its own residual: error feedback does not apply", ops->name);
+        return -1;
+    }
     if (n && !residual) {
         mq_err_set("codec encode: NULL residual");
         return -1;
@@ -284,9 +401,9 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
      * Feedback already removes the bias stochastic rounding is for, so round to nearest here
      * rather than fail a run whose policy has just chosen 1 bit. */
     mq_codec_t eff = *c;
-    if (c->kind == MQ_CODEC_UNIFORM && c->bits == 1 && c->stochastic) {
+    if (c->id == MQ_CODEC_UNIFORM && c->bits == 1 && c->param[1]) {
         static atomic_bool warned;
-        eff.stochastic = false;
+        eff.param[1] = 0;
         if (!atomic_exchange(&warned, true))
             mq_warn("quant: 1-bit error feedback rounds to nearest (stochastic rounding would "
                     "make the residual diverge)");
@@ -307,136 +424,71 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
     for (; i < n; i++)
         residual[i] += src[i];
     mq_codec_stats_t st = {0};
-    if (mq_codec_encode(c, residual, n, dst, cap, out_len, rng, stats ? &st : NULL) < 0 ||
-        mq_codec_decode(c, dst, *out_len, residual, n, -1.0f, true, NULL) < 0) {
-        for (size_t i = 0; i < n; i++) /* cannot happen after the checks above */
-            residual[i] -= src[i];
+    if (mq_codec_encode_ctx(c, residual, n, &ctx, dst, cap, out_len, stats ? &st : NULL) < 0) {
+        for (size_t k = 0; k < n; k++) /* cannot happen after the checks above */
+            residual[k] -= src[k];
         return -1;
     }
+    if (n)
+        ops->decode(c, dst, *out_len, residual, n, -1.0f, true, NULL);
     if (stats)
         *stats = st;
     return 0;
 }
 
-static uint32_t s_load_u32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
+/* ---- decode ------------------------------------------------------------------------- */
 
-static bool s_u32_nonfinite(uint32_t u)
-{
-    return (u & 0x7f800000u) == 0x7f800000u; /* exponent all ones: an infinity or a NaN */
-}
-
-/* Index of the first non-finite value in a payload of n little-endian float32 (n if none).
- * The payload may be unaligned (a ZeroMQ frame), so lanes are loaded with memcpy. */
-static size_t s_none_first_bad(const uint8_t *src, size_t n)
-{
-    size_t i = 0;
-    bool any = false;
-#if !S_BIG_ENDIAN
-    const mq_v4i_t expo = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
-    mq_v4i_t bad = {0, 0, 0, 0};
-    for (; i + 4 <= n; i += 4) {
-        mq_v4i_t u;
-        memcpy(&u, src + 4 * i, sizeof u);
-        bad |= (u & expo) == expo;
-    }
-    any = bad[0] | bad[1] | bad[2] | bad[3];
-#endif
-    for (; i < n; i++)
-        any |= s_u32_nonfinite(s_load_u32(src + 4 * i));
-    if (!any)
-        return n;
-    for (i = 0; i < n; i++)
-        if (s_u32_nonfinite(s_load_u32(src + 4 * i)))
-            return i;
-    return n;
-}
-
-/* Sum of squares of a none payload's values (unaligned little-endian float32). */
-static double s_none_sum_sq(const uint8_t *src, size_t n)
-{
-    double s[4] = {0, 0, 0, 0};
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u = s_load_u32(src + 4 * i);
-        float v;
-        memcpy(&v, &u, 4);
-        s[i % 4] += (double)v * v;
-    }
-    return (s[0] + s[1]) + (s[2] + s[3]);
-}
-
-/* The none payload: every value is checked before any is stored. */
-static int s_none_decode(const uint8_t *src, float *dst, size_t n, float scale, bool acc,
-                         mq_codec_stats_t *stats)
-{
-    size_t bad = s_none_first_bad(src, n);
-    if (bad < n) {
-        mq_err_set("none decode: value %zu of %zu is not finite", bad, n);
-        return -1;
-    }
-    if (stats)
-        stats->sq = s_none_sum_sq(src, n);
-    size_t i = 0;
-#if !S_BIG_ENDIAN
-    if (!acc && scale == 1.0f) {
-        memcpy(dst, src, 4 * n);
-        return 0;
-    }
-    const mq_v4f_t vs = mq_v4f_set1(scale);
-    for (; i + 4 <= n; i += 4) {
-        mq_v4f_t v;
-        memcpy(&v, src + 4 * i, sizeof v);
-        v *= vs;
-        if (acc)
-            v += mq_v4f_load(dst + i);
-        memcpy(dst + i, &v, sizeof v);
-    }
-#endif
-    for (; i < n; i++) {
-        uint32_t u = s_load_u32(src + 4 * i);
-        float v;
-        memcpy(&v, &u, 4);
-        dst[i] = acc ? dst[i] + scale * v : scale * v;
-    }
-    return 0;
-}
-
-/* mq_codec_decode: see mqgrad/quant.h. On any error dst is left exactly as it was, so a
- * server's running sum survives a bad push. */
-int mq_codec_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
-                    float scale, bool accumulate, mq_codec_stats_t *stats)
+int mq_codec_validate_payload(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
 {
     if (mq_codec_validate(c) < 0)
         return -1;
+    const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
     if (n > MQ_QUANT_MAX_N) {
         mq_err_set("codec decode: %zu values is more than the %zu supported", n,
                    (size_t)MQ_QUANT_MAX_N);
         return -1;
     }
-    size_t need = mq_codec_payload_size(c, n);
-    if (len != need) {
-        char spec[64];
+    size_t max = ops->max_size(c, n);
+    if (len > max || (ops->exact_size && len != max)) {
+        char spec[MQ_CODEC_MAX_SPEC];
         mq_codec_format(c, spec, sizeof spec);
-        mq_err_set("%s decode: payload of %zu bytes for %zu values (expected exactly %zu)", spec,
-                   len, n, need);
+        mq_err_set("%s: payload of %zu bytes for %zu values (expected %s %zu)", spec, len, n,
+                   ops->exact_size ? "exactly" : "at most", max);
         return -1;
     }
+    if (n == 0)
+        return 0;
+    if (!src) {
+        mq_err_set("codec decode: NULL payload");
+        return -1;
+    }
+    return ops->validate(c, src, len, n);
+}
+
+void mq_codec_decode_valid(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst,
+                           size_t n, float scale, bool accumulate, mq_codec_stats_t *stats)
+{
+    if (n == 0) {
+        if (stats)
+            stats->sq = 0.0;
+        return;
+    }
+    mq_codec_lookup(c->id)->decode(c, src, len, dst, n, scale, accumulate, stats);
+}
+
+int mq_codec_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
+                    float scale, bool accumulate, mq_codec_stats_t *stats)
+{
+    if (mq_codec_validate_payload(c, src, len, n) < 0)
+        return -1;
     if (!isfinite(scale)) {
         mq_err_set("codec decode: scale %g is not finite", (double)scale);
         return -1;
     }
-    if (n == 0) {
-        if (stats)
-            stats->sq = 0.0;
-        return 0;
-    }
-    if (!src || !dst) {
+    if (n && !dst) {
         mq_err_set("codec decode: NULL argument");
         return -1;
     }
-    if (c->kind == MQ_CODEC_NONE)
-        return s_none_decode(src, dst, n, scale, accumulate, stats);
-    return mq_quant_uniform_decode(c, src, dst, n, scale, accumulate, stats);
+    mq_codec_decode_valid(c, src, len, dst, n, scale, accumulate, stats);
+    return 0;
 }

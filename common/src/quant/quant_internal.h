@@ -1,5 +1,6 @@
 /* Shared between the quant module's files only (not installed, not part of the public API):
- * the uniform codec's kernels and the finiteness scan every codec uses on its input. */
+ * what a codec's file needs besides mqgrad/quant.h (byte order, the finiteness scan, sums of
+ * squares) and the uniform codec's kernels. */
 #ifndef MQGRAD_QUANT_INTERNAL_H
 #define MQGRAD_QUANT_INTERNAL_H
 
@@ -32,6 +33,51 @@ static inline mq_v4f_t mq_v4f_select(mq_v4i_t m, mq_v4f_t a, mq_v4f_t b)
 
 /* Largest tensor the codecs accept: keeps n*32 bits and 8*nbuckets inside size_t. */
 #define MQ_QUANT_MAX_N (SIZE_MAX / 64)
+
+/* ---- payload bytes: little-endian whatever the host, unaligned ---------------------- */
+
+static inline void mq_put_u32(uint8_t *p, uint32_t u)
+{
+    p[0] = (uint8_t)u, p[1] = (uint8_t)(u >> 8), p[2] = (uint8_t)(u >> 16), p[3] = (uint8_t)(u >> 24);
+}
+
+static inline uint32_t mq_get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline void mq_put_f32(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    mq_put_u32(p, u);
+}
+
+static inline float mq_get_f32(const uint8_t *p)
+{
+    uint32_t u = mq_get_u32(p);
+    float v;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static inline bool mq_f32_bits_finite(uint32_t u)
+{
+    return (u & 0x7f800000u) != 0x7f800000u; /* exponent all ones: an infinity or a NaN */
+}
+
+/* Refuses a non-finite input: -1 with an error naming WHO, the index and the kind. */
+int mq_quant_check_finite(const char *who, const float *x, size_t n);
+
+/* Sum of squares of x[0..n) in double (four chains, a fixed order). */
+double mq_quant_sum_sq(const float *x, size_t n);
+
+/* Parses the value of a "key=value" codec option as a float in [lo, hi] or an integer in
+ * [lo, hi]; the error names the codec and the option. */
+int mq_quant_opt_float(const char *codec, const char *opt, const char *val, double lo, double hi,
+                       float *out);
+int mq_quant_opt_u32(const char *codec, const char *opt, const char *val, long lo, long hi,
+                     uint32_t *out);
 
 /* Index of the first value of x[0..n) that is NaN or infinite, or n if all are finite.
  * The common all-finite case is one branch-free (vectorizable) pass. */
@@ -103,14 +149,5 @@ const mq_quant_kernels_t *mq_quant_kernels(void);
  * with an error if this build or CPU lacks them. Not meant to be called while another thread
  * encodes or decodes. */
 int mq_quant_use_kernels(const char *name);
-
-/* The uniform codec. The caller (codec.c) has validated C, checked that dst holds
- * mq_codec_payload_size(c, n) bytes, that rng is set when c->stochastic, and that n > 0.
- * Encode fails only on non-finite input (error names the index); decode only on a bad
- * range header, and then before writing to dst. STATS (may be NULL) is set only on success. */
-int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *dst,
-                            mq_rng_t *rng, mq_codec_stats_t *stats);
-int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst, size_t n,
-                            float scale, bool accumulate, mq_codec_stats_t *stats);
 
 #endif

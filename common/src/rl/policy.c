@@ -1,6 +1,7 @@
-/* The policy interface: spec strings and options, the window of T observations with the
- * smoothing of equation (1), and the dispatch of each window's close to the policy that
- * decides the next bits. The learning itself is in sarsa.c, the baselines in baselines.c. */
+/* The common part of every policy: spec strings and the common options, the window of T
+ * observations with the smoothing of equation (1) and the reward of equation (2), the
+ * history, and the calls into the policy's operations table (rl_internal.h) at each
+ * observation and each window's close. The policies are the p_*.c files. */
 #include "rl_internal.h"
 
 #include <errno.h>
@@ -117,95 +118,130 @@ static int s_set_param(mq_policy_opts_t *o, const char *key, const char *val)
             o->literal_eq3 = u != 0;
         return 0;
     }
-    mq_err_set("unknown policy parameter '%s' (expected T, alpha, epsilon, eta, discount, "
-               "gamma, min, max, start, hidden, tau, seed or literal_eq3)",
-               key);
+    return 1;
+}
+
+/* "mqgrad, fixed:K, adaptive, schedule or dqsgd": the registry's short forms, for errors. */
+static void s_expected(char *buf, size_t len)
+{
+    char names[256];
+    mq_policy_names(names, sizeof names, ", ");
+    char *last = strrchr(names, ',');
+    if (last)
+        snprintf(buf, len, "%.*s or%s", (int)(last - names), names, last + 1);
+    else
+        snprintf(buf, len, "%s", names);
+}
+
+/* One spec parameter (INDEX-th, KEY=VAL or a bare KEY with VAL NULL): the policy's own
+ * first, then the common ones into O. */
+static int s_param(mq_policy_t *p, mq_policy_opts_t *o, const char *spec, int index,
+                   const char *key, const char *val)
+{
+    const mq_policy_ops_t *ops = p->ops;
+    int rc = ops->option ? ops->option(p, index, key, val) : 1;
+    if (rc <= 0)
+        return rc;
+    if (!val) {
+        mq_err_set("policy spec '%s': '%s' is not key=value", spec, key);
+        return -1;
+    }
+    rc = s_set_param(o, key, val);
+    if (rc <= 0)
+        return rc;
+    if (ops->keys)
+        mq_err_set("unknown policy parameter '%s' (%s takes %s, and T, alpha, epsilon, eta, "
+                   "discount, gamma, min, max, start, hidden, tau, seed or literal_eq3)",
+                   key, ops->name, ops->keys);
+    else
+        mq_err_set("unknown policy parameter '%s' (expected T, alpha, epsilon, eta, discount, "
+                   "gamma, min, max, start, hidden, tau, seed or literal_eq3)",
+                   key);
     return -1;
 }
 
-/* Splits "name[:args]" into a kind, fixed's K and overridden options. */
-static int s_parse_spec(const char *spec, mq_policy_kind_t *kind, int *fixed, mq_policy_opts_t *o)
+/* The spec's parameters, ARGS (a writable copy of what follows the ':', or NULL): own
+ * options into P, common ones into O. */
+static int s_parse_params(mq_policy_t *p, mq_policy_opts_t *o, const char *spec, char *args)
 {
-    char buf[64];
-    if (!spec || !*spec) {
-        mq_err_set("empty policy spec (expected mqgrad, fixed:K, adaptive or schedule)");
-        return -1;
-    }
-    if (strlen(spec) >= sizeof buf) {
-        mq_err_set("policy spec '%.20s...' is too long (at most 63 characters)", spec);
-        return -1;
-    }
-    strcpy(buf, spec);
-    char *args = strchr(buf, ':');
-    if (args)
-        *args++ = '\0';
-    if (strcmp(buf, "mqgrad") == 0)
-        *kind = MQ_POLICY_MQGRAD;
-    else if (strcmp(buf, "fixed") == 0)
-        *kind = MQ_POLICY_FIXED;
-    else if (strcmp(buf, "adaptive") == 0)
-        *kind = MQ_POLICY_ADAPTIVE;
-    else if (strcmp(buf, "schedule") == 0)
-        *kind = MQ_POLICY_SCHEDULE;
-    else {
-        mq_err_set("unknown policy '%s' in spec '%s' (expected mqgrad, fixed:K, adaptive or "
-                   "schedule)",
-                   buf, spec);
-        return -1;
-    }
-    if (*kind == MQ_POLICY_FIXED && (!args || !*args)) {
-        mq_err_set("policy 'fixed' needs a bit width: fixed:K with K in 1..8");
-        return -1;
-    }
-    bool first = true;
-    for (char *tok = args ? strtok(args, ",") : NULL; tok; tok = strtok(NULL, ","), first = false) {
+    int index = 0;
+    char *save = NULL;
+    for (char *tok = args ? strtok_r(args, ",", &save) : NULL; tok;
+         tok = strtok_r(NULL, ",", &save), index++) {
         char *eq = strchr(tok, '=');
-        if (*kind == MQ_POLICY_FIXED && first && !eq) {
-            long k;
-            if (mq_parse_long("fixed:K bit width", tok, 1, 8, &k) != 0)
-                return -1;
-            *fixed = (int)k;
-            continue;
-        }
-        if (!eq) {
-            mq_err_set("policy spec '%s': '%s' is not key=value", spec, tok);
-            return -1;
-        }
-        *eq = '\0';
-        if (s_set_param(o, tok, eq + 1) != 0)
+        if (eq)
+            *eq = '\0';
+        if (s_param(p, o, spec, index, tok, eq ? eq + 1 : NULL) != 0)
             return -1;
     }
     return 0;
 }
 
-mq_policy_t *mq_rl_alloc(mq_policy_kind_t kind, const mq_policy_opts_t *o)
+/* Finds SPEC's policy and copies SPEC into BUF, cut at the ':' (*ARGS: what follows it). */
+static const mq_policy_ops_t *s_lookup(const char *spec, char *buf, size_t len, char **args)
 {
-    mq_policy_t *p = calloc(1, sizeof *p);
-    if (!p)
-        goto err;
-    p->kind = kind;
-    p->o = *o;
-    p->last_reward = NAN;
-    mq_rng_seed(&p->rng, o->seed);
-    p->win.lbar = calloc((size_t)o->T, sizeof(double));
-    if (!p->win.lbar)
-        goto err;
-    if (kind == MQ_POLICY_MQGRAD) {
-        p->x = calloc((size_t)o->T, sizeof(double));
-        if (!p->x || mq_rl_qnet_alloc(&p->net, o->T, o->hidden, o->max_bits - o->min_bits + 1) != 0)
-            goto err;
+    char expected[256];
+    s_expected(expected, sizeof expected);
+    if (!spec || !*spec) {
+        mq_err_set("empty policy spec (expected %s)", expected);
+        return NULL;
     }
+    if (strlen(spec) >= len) {
+        mq_err_set("policy spec '%.20s...' is too long (at most %zu characters)", spec, len - 1);
+        return NULL;
+    }
+    strcpy(buf, spec);
+    *args = strchr(buf, ':');
+    if (*args)
+        *(*args)++ = '\0';
+    const mq_policy_ops_t *ops = mq_rl_policy_by_name(buf);
+    if (!ops)
+        mq_err_set("unknown policy '%s' in spec '%s' (expected %s)", buf, spec, expected);
+    return ops;
+}
+
+/* Contract: see rl_internal.h. The policy's own data is allocated before the options are
+ * parsed, so that an option hook may write into P->priv; the window's buffer after them (its
+ * size is T). */
+mq_policy_t *mq_rl_build(const char *spec, const mq_policy_opts_t *opts, bool saved)
+{
+    char buf[MQ_RL_MAX_SPEC], *args;
+    const mq_policy_ops_t *ops = s_lookup(spec, buf, sizeof buf, &args);
+    if (!ops)
+        return NULL;
+    mq_policy_t *p = calloc(1, sizeof *p);
+    if (!p || (ops->size && !(p->priv = calloc(1, ops->size)))) {
+        free(p);
+        mq_err_set("out of memory for a policy");
+        return NULL;
+    }
+    p->ops = ops;
+    p->o = *opts;
+    p->last_reward = NAN;
+    snprintf(p->spec, sizeof p->spec, "%s", spec);
+    mq_policy_opts_t scratch = *opts; /* a restore's options are final: overrides go here */
+    if (s_parse_params(p, saved ? &scratch : &p->o, spec, args) != 0 ||
+        mq_rl_validate_opts(&p->o) != 0)
+        goto err;
+    mq_rng_seed(&p->rng, p->o.seed);
+    p->bits = p->o.start_bits;
+    p->win.lbar = calloc((size_t)p->o.T, sizeof(double));
+    if (!p->win.lbar) {
+        mq_err_set("out of memory for a policy");
+        goto err;
+    }
+    if (ops->init && ops->init(p) != 0)
+        goto err;
     return p;
 err:
     mq_policy_destroy(&p);
-    mq_err_set("out of memory for a policy");
     return NULL;
 }
 
 /* Contract: SPEC names the policy (see rl.h), OPTS gives the options (NULL: defaults);
- * spec parameters override OPTS. Returns an owned policy whose first window runs at
- * start_bits (mqgrad, adaptive), K (fixed) or min_bits (schedule); NULL with a message
- * naming the bad spec part or option. */
+ * spec parameters override OPTS. Returns an owned policy whose first window runs at the
+ * width its init chose (start_bits for mqgrad, adaptive and dqsgd, K for fixed, min_bits
+ * for schedule); NULL with a message naming the bad spec part or option. */
 mq_policy_t *mq_policy_new(const char *spec, const mq_policy_opts_t *opts)
 {
     mq_policy_opts_t o;
@@ -213,21 +249,7 @@ mq_policy_t *mq_policy_new(const char *spec, const mq_policy_opts_t *opts)
         o = *opts;
     else
         mq_policy_opts_default(&o);
-    mq_policy_kind_t kind;
-    int fixed = 0;
-    if (s_parse_spec(spec, &kind, &fixed, &o) != 0 || mq_rl_validate_opts(&o) != 0)
-        return NULL;
-    mq_policy_t *p = mq_rl_alloc(kind, &o);
-    if (!p)
-        return NULL;
-    snprintf(p->spec, sizeof p->spec, "%s", spec);
-    p->fixed_bits = fixed;
-    if (kind == MQ_POLICY_MQGRAD)
-        mq_rl_qnet_init(&p->net, &p->rng);
-    p->bits = kind == MQ_POLICY_FIXED      ? fixed
-              : kind == MQ_POLICY_SCHEDULE ? o.min_bits
-                                           : o.start_bits;
-    return p;
+    return mq_rl_build(spec, &o, false);
 }
 
 /* Contract: frees *SELF_P and sets it to NULL; safe on NULL and twice. */
@@ -236,9 +258,10 @@ void mq_policy_destroy(mq_policy_t **self_p)
     if (!self_p || !*self_p)
         return;
     mq_policy_t *p = *self_p;
+    if (p->ops && p->ops->fini && p->priv)
+        p->ops->fini(p);
+    free(p->priv);
     free(p->win.lbar);
-    free(p->x);
-    mq_rl_qnet_free(&p->net);
     free(p->hist);
     free(p);
     *self_p = NULL;
@@ -300,10 +323,10 @@ static void s_window_add(mq_policy_t *p, const mq_observation_t *obs, int pos)
     }
 }
 
-/* The network's input: the window's smoothed losses divided by the run's first smoothed
- * loss (the paper is silent; this keeps the inputs near 1 whatever the loss's units and
+/* The window's smoothed losses divided by the run's first smoothed loss (mqgrad's network
+ * input: the paper is silent; this keeps the inputs near 1 whatever the loss's units and
  * tells the net how far training has come, which is what should drive the bits). */
-static void s_features(mq_policy_t *p, double *x)
+void mq_rl_features(mq_policy_t *p, double *x)
 {
     if (!p->have_scale && p->have_carry) {
         double s = fabs(p->win.lbar[0]);
@@ -316,8 +339,9 @@ static void s_features(mq_policy_t *p, double *x)
 }
 
 /* Closes the open window: completes the smoothed series, computes the reward of
- * equation (2) over it (c = the timed iterations' sum scaled to T iterations) and asks
- * the policy for the next bits. OBS is the observation that triggered the close. */
+ * equation (2) over it (c = the timed iterations' sum scaled to T iterations), asks the
+ * policy for the next bits and records the step. OBS is the observation that triggered the
+ * close. */
 static int s_close_window(mq_policy_t *p, const mq_observation_t *obs)
 {
     mq_rl_window_t *w = &p->win;
@@ -326,22 +350,9 @@ static int s_close_window(mq_policy_t *p, const mq_observation_t *obs)
     w->open = false;
     double c = w->time_n ? w->time_ms * (double)o->T / (double)w->time_n : 0;
     double r = mq_rl_reward(mq_rl_slope(w->lbar, o->T), o->gamma, c);
-    int before = p->bits;
     mq_decision_t d = {.step = p->step, .iter = obs->iter, .reward = r};
-    if (p->kind == MQ_POLICY_MQGRAD) {
-        double x[MQ_RL_MAX_T];
-        s_features(p, x);
-        if (mq_rl_mqgrad_decide(p, x, r) != 0)
-            return -1;
-        d.action = p->action;
-    } else {
-        if (p->kind == MQ_POLICY_ADAPTIVE && w->range_n > 0 && w->sq_n > 0)
-            p->bits =
-                mq_rl_adaptive_bits(o, w->range_sum / w->range_n, w->sq_sum / w->sq_n, p->bits);
-        else if (p->kind == MQ_POLICY_SCHEDULE)
-            p->bits = mq_rl_schedule_bits(o, obs);
-        d.action = p->bits - before;
-    }
+    if (p->ops->decide && p->ops->decide(p, obs, r, &d) != 0)
+        return -1;
     d.bits = p->bits;
     p->last_reward = r;
     p->step++;
@@ -364,7 +375,7 @@ int mq_policy_observe(mq_policy_t *p, const mq_observation_t *obs)
     uint64_t T = (uint64_t)p->o.T, wi = obs->iter / T;
     int pos = (int)(obs->iter % T);
     if (p->win.open && p->win.index != wi && s_close_window(p, obs) != 0)
-        mq_warn("rl: decision failed: %s", mq_err_last());
+        mq_warn("rl: %s decision failed: %s", p->ops->name, mq_err_last());
     if (!p->win.open) {
         mq_rl_window_t *w = &p->win;
         *w = (mq_rl_window_t){.open = true, .index = wi, .lbar = w->lbar};
@@ -372,14 +383,16 @@ int mq_policy_observe(mq_policy_t *p, const mq_observation_t *obs)
     s_window_add(p, obs, pos);
     p->last_iter = obs->iter;
     p->observations++;
+    if (p->ops->observe && p->ops->observe(p, obs) != 0)
+        mq_warn("rl: %s decision failed: %s", p->ops->name, mq_err_last());
     if (pos == p->o.T - 1 && s_close_window(p, obs) != 0)
-        mq_warn("rl: decision failed: %s", mq_err_last());
+        mq_warn("rl: %s decision failed: %s", p->ops->name, mq_err_last());
     return p->bits;
 }
 
-/* Contract: fills ST from P (never fails). q_values: the Q-network's outputs for the
- * current state s_t, one per width min..max, NaN before the first decision and for the
- * policies that have no Q-function. */
+/* Contract: fills ST from P (never fails). q_values: NaN unless the policy has a
+ * Q-function (mqgrad: its outputs for s_t, one per width min..max, after the first
+ * decision); detail: the policy's own line, "" if it has none. */
 void mq_policy_status(const mq_policy_t *p, mq_policy_status_t *st)
 {
     memset(st, 0, sizeof *st);
@@ -392,8 +405,8 @@ void mq_policy_status(const mq_policy_t *p, mq_policy_status_t *st)
     st->nq = p->o.max_bits - p->o.min_bits + 1;
     for (int j = 0; j < st->nq; j++)
         st->q_values[j] = NAN;
-    if (p->kind == MQ_POLICY_MQGRAD && p->have_state)
-        mq_rl_qnet_forward(&p->net, p->x, NULL, st->q_values);
+    if (p->ops->status)
+        p->ops->status(p, st);
 }
 
 /* Contract: *OUT points into P (valid until the next observe/destroy); returns the count. */

@@ -1,6 +1,7 @@
 /* The MQGrad agent proper (paper section 3.3, Algorithm 2, DESIGN section 6): the small
  * Q-network, the reward of equation (2), epsilon-greedy, the transition of equation (3)
- * and the SARSA update. The window bookkeeping that feeds it lives in policy.c. */
+ * and the SARSA update. Its operations table is in p_mqgrad.c, the window bookkeeping that
+ * feeds it in policy.c. */
 #include "rl_internal.h"
 
 #include <math.h>
@@ -122,18 +123,18 @@ int mq_rl_egreedy(mq_rng_t *rng, double eps, double q0, double q1, bool can_up)
 }
 
 /* The first decision: s_0 = [n_0, Lbar_0], no reward to learn from yet. */
-static int s_first(mq_policy_t *p, const double *x)
+static int s_first(mq_policy_t *p, mq_rl_mqgrad_t *m, const double *x)
 {
     const mq_policy_opts_t *o = &p->o;
     double q[16];
-    mq_rl_qnet_forward(&p->net, x, NULL, q);
+    mq_rl_qnet_forward(&m->net, x, NULL, q);
     int n = o->start_bits, k = n - o->min_bits;
-    p->n = n;
-    p->action =
+    m->n = n;
+    m->action =
         mq_rl_egreedy(&p->rng, o->epsilon, q[k], n < o->max_bits ? q[k + 1] : 0, n < o->max_bits);
-    memcpy(p->x, x, (size_t)o->T * sizeof(double));
-    p->have_state = true;
-    p->bits = p->n + p->action;
+    memcpy(m->x, x, (size_t)o->T * sizeof(double));
+    m->have_state = true;
+    p->bits = m->n + m->action;
     return 0;
 }
 
@@ -148,31 +149,32 @@ static int s_first(mq_policy_t *p, const double *x)
  *   5. bits for the next window = n_t + a_t (a_t = 1 only below max). */
 int mq_rl_mqgrad_decide(mq_policy_t *p, const double *x, double r)
 {
-    if (!p->have_state)
-        return s_first(p, x);
+    mq_rl_mqgrad_t *m = p->priv;
+    if (!m->have_state)
+        return s_first(p, m, x);
     const mq_policy_opts_t *o = &p->o;
     double qp[16], qc[16];
-    mq_rl_qnet_forward(&p->net, p->x, NULL, qp);
-    int kp = p->n - o->min_bits;
-    bool up = p->n < o->max_bits && qp[kp + 1] > qp[kp];
-    int n = p->n + (up ? 1 : 0);
+    mq_rl_qnet_forward(&m->net, m->x, NULL, qp);
+    int kp = m->n - o->min_bits;
+    bool up = m->n < o->max_bits && qp[kp + 1] > qp[kp];
+    int n = m->n + (up ? 1 : 0);
     if (!o->literal_eq3 && n < p->bits)
         n = p->bits;
     if (n > o->max_bits)
         n = o->max_bits;
-    mq_rl_qnet_forward(&p->net, x, NULL, qc);
+    mq_rl_qnet_forward(&m->net, x, NULL, qc);
     int kc = n - o->min_bits;
     int a = mq_rl_egreedy(&p->rng, o->epsilon, qc[kc], n < o->max_bits ? qc[kc + 1] : 0,
                           n < o->max_bits);
-    double td = r + o->discount * qc[kc + a] - qp[kp + p->action];
+    double td = r + o->discount * qc[kc + a] - qp[kp + m->action];
     double step = o->eta * td;
     if (isfinite(step))
-        mq_rl_qnet_step(&p->net, p->x, kp + p->action, step);
+        mq_rl_qnet_step(&m->net, m->x, kp + m->action, step);
     else
         mq_warn("rl: SARSA update skipped: non-finite TD error (reward %g)", r);
-    p->n = n;
-    p->action = a;
-    memcpy(p->x, x, (size_t)o->T * sizeof(double));
+    m->n = n;
+    m->action = a;
+    memcpy(m->x, x, (size_t)o->T * sizeof(double));
     p->bits = n + a;
     return 0;
 }

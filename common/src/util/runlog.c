@@ -129,7 +129,8 @@ static void s_num(char *buf, size_t len, double v)
 
 int mq_runlog_summary(mq_runlog_t *r, const mq_summary_t *s)
 {
-    char pol[256], model[256], ds[256], st[64], loss[32], acc[32], link[32], text[3072];
+    char pol[256], model[256], ds[256], st[64], loss[32], acc[32], sparsity[32], link[32],
+        text[3072];
     char div[1024] = "", rule[64], detail[768];
     if (s->divergence_rule) {
         mq_json_escape(s->divergence_rule, rule, sizeof rule);
@@ -145,15 +146,17 @@ int mq_runlog_summary(mq_runlog_t *r, const mq_summary_t *s)
     mq_json_escape(s->status ? s->status : "", st, sizeof st);
     s_num(loss, sizeof loss, s->final_loss);
     s_num(acc, sizeof acc, s->final_test_acc);
+    s_num(sparsity, sizeof sparsity, s->final_sparsity);
     s_num(link, sizeof link, s->link_mbps);
     int n = snprintf(text, sizeof text,
                      "{\n  \"iterations\": %llu,\n  \"train_time_s\": %.4f,\n"
                      "  \"final_loss\": %s,\n  \"final_test_acc\": %s,\n"
+                     "  \"final_sparsity\": %s,\n"
                      "  \"bytes_up\": %llu,\n  \"bytes_down\": %llu,\n  \"policy\": \"%s\",\n"
                      "  \"model\": \"%s\",\n  \"dataset\": \"%s\",\n  \"workers\": %d,\n"
                      "  \"servers\": %d,\n  \"seed\": %llu,\n  \"link_mbps\": %s,\n"
                      "  \"status\": \"%s\"%s\n}\n",
-                     (unsigned long long)s->iterations, s->train_time_s, loss, acc,
+                     (unsigned long long)s->iterations, s->train_time_s, loss, acc, sparsity,
                      (unsigned long long)s->bytes_up, (unsigned long long)s->bytes_down, pol,
                      model, ds, s->workers, s->servers, (unsigned long long)s->seed, link, st, div);
     if (n < 0 || (size_t)n >= sizeof text) {

@@ -30,7 +30,8 @@ const char *mq_drop_name(mq_drop_t r)
 {
     static const char *names[] = {"none",      "garbage", "version",   "type",   "frames",
                                   "length",    "codec",   "nonfinite", "rank",   "iter",
-                                  "shard",     "layout",  "duplicate", "too_many"};
+                                  "shard",     "layout",  "duplicate", "too_many",
+                                  "payload"};
     return (r >= 0 && r < MQ_DROP_COUNT_) ? names[r] : "invalid";
 }
 
@@ -83,8 +84,8 @@ static void s_config_to_pb(const mq_run_config_t *c, Mqgrad__RunConfig *pb)
     pb->workers = c->workers;
     pb->servers = c->servers;
     pb->quant_threshold = c->quant_threshold;
-    pb->bucket = c->bucket;
-    pb->stochastic = c->stochastic;
+    pb->codec = (char *)c->codec;
+    pb->optimizer = (char *)c->optimizer;
     pb->error_feedback = c->error_feedback;
     pb->link_mbps = c->link_mbps;
     pb->fp32 = c->fp32;
@@ -113,6 +114,8 @@ static void s_report_to_pb(const mq_report_t *r, Mqgrad__Report *pb)
     pb->sent_sq = r->sent_sq;
     pb->update_sq = r->update_sq;
     pb->loss_nonfinite = r->loss_nonfinite;
+    pb->zero_params = r->zero_params;
+    pb->params = r->params;
 }
 
 static void s_status_to_pb(mq_status_msg_t *s, Mqgrad__Status *pb)
@@ -143,6 +146,7 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     Mqgrad__Status status = MQGRAD__STATUS__INIT;
     Mqgrad__TensorHeader th[MQ_WIRE_MAX_TENSORS];
     Mqgrad__TensorHeader *thp[MQ_WIRE_MAX_TENSORS];
+    uint8_t params[MQ_WIRE_MAX_TENSORS][4 * MQ_CODEC_NPARAMS];
     char *servers[MQ_WIRE_MAX_SERVERS];
 
     meta.version = MQ_WIRE_VERSION;
@@ -206,10 +210,16 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
         th[i].name = (char *)h->name;
         th[i].offset = h->offset;
         th[i].count = h->count;
-        th[i].codec = (uint32_t)h->codec.kind;
-        th[i].bits = (uint32_t)h->codec.bits;
-        th[i].bucket = h->codec.bucket;
-        th[i].stochastic = h->codec.stochastic;
+        th[i].codec = h->codec.id;
+        th[i].bits = h->codec.id == MQ_CODEC_NONE ? 0 : (uint32_t)h->codec.bits;
+        /* the parameter words up to the last one set, little-endian */
+        size_t np = MQ_CODEC_NPARAMS;
+        while (np > 0 && h->codec.param[np - 1] == 0)
+            np--;
+        for (size_t k = 0; k < np; k++)
+            for (int b = 0; b < 4; b++)
+                params[i][4 * k + (size_t)b] = (uint8_t)(h->codec.param[k] >> (8 * b));
+        th[i].params = (ProtobufCBinaryData){.len = 4 * np, .data = params[i]};
         th[i].payload_len = h->payload_len;
         thp[i] = &th[i];
     }
@@ -336,18 +346,9 @@ static void s_copy_str(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
-static bool s_finite_floats(const uint8_t *p, size_t n)
-{
-    uint32_t bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, p + 4 * i, 4);
-        bad |= ((u & 0x7f800000u) == 0x7f800000u);
-    }
-    return !bad;
-}
-
-/* Checks one tensor header against its payload frame. */
+/* Checks one tensor header against its payload frame: the codec is registered with valid
+ * parameters, the length is the header's and within the codec's bound, and the codec accepts
+ * the payload (the one validation a payload gets). */
 static mq_drop_t s_check_tensor(const Mqgrad__TensorHeader *t, size_t frame_len,
                                 mq_tensor_hdr_t *out, const uint8_t *data)
 {
@@ -355,44 +356,40 @@ static mq_drop_t s_check_tensor(const Mqgrad__TensorHeader *t, size_t frame_len,
     out->offset = t->offset;
     out->count = t->count;
     out->payload_len = t->payload_len;
-    out->codec.kind = (mq_codec_kind_t)t->codec;
-    out->codec.bits = (int)t->bits;
-    out->codec.bucket = t->bucket;
-    out->codec.stochastic = t->stochastic;
-    if (t->codec == MQ_CODEC_NONE)
-        out->codec.bits = 32;
+    memset(&out->codec, 0, sizeof out->codec);
+    out->codec.id = t->codec;
+    out->codec.bits = t->codec == MQ_CODEC_NONE ? 32 : (int)(t->bits > 64 ? 64 : t->bits);
     if (t->count > (1ULL << 32) || t->offset > (1ULL << 40)) {
         mq_err_set("tensor '%s': count %llu or offset %llu out of range", out->name,
                    (unsigned long long)t->count, (unsigned long long)t->offset);
         return MQ_DROP_TOO_MANY;
     }
+    if (t->params.len % 4 != 0 || t->params.len > 4 * MQ_CODEC_NPARAMS) {
+        mq_err_set("tensor '%s': codec parameter block of %zu bytes (expected a multiple of 4, "
+                   "at most %d)",
+                   out->name, t->params.len, 4 * MQ_CODEC_NPARAMS);
+        return MQ_DROP_CODEC;
+    }
+    for (size_t k = 0; k < t->params.len / 4; k++) {
+        const uint8_t *p = t->params.data + 4 * k;
+        out->codec.param[k] = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                              (uint32_t)p[3] << 24;
+    }
     if (mq_codec_validate(&out->codec) != 0)
         return MQ_DROP_CODEC;
-    size_t want = mq_codec_payload_size(&out->codec, t->count);
-    if (t->payload_len != frame_len || frame_len != want) {
-        mq_err_set("tensor '%s': payload is %zu bytes, header says %llu, codec needs %zu",
-                   out->name, frame_len, (unsigned long long)t->payload_len, want);
+    size_t max = mq_codec_payload_size(&out->codec, t->count);
+    bool exact = mq_codec_ops(&out->codec)->exact_size;
+    if (t->payload_len != frame_len || frame_len > max || (exact && frame_len != max)) {
+        mq_err_set("tensor '%s': payload is %zu bytes, header says %llu, codec %s %zu", out->name,
+                   frame_len, (unsigned long long)t->payload_len,
+                   exact ? "needs exactly" : "allows at most", max);
         return MQ_DROP_LENGTH;
     }
-    size_t nfloats = out->codec.kind == MQ_CODEC_NONE
-                         ? t->count
-                         : 2 * mq_codec_nbuckets(&out->codec, t->count);
-    if (!s_finite_floats(data, nfloats)) {
-        mq_err_set("tensor '%s': non-finite %s", out->name,
-                   out->codec.kind == MQ_CODEC_NONE ? "value" : "range");
-        return MQ_DROP_NONFINITE;
-    }
-    if (out->codec.kind == MQ_CODEC_UNIFORM) {
-        for (size_t b = 0; b < nfloats; b += 2) {
-            float lo, hi;
-            memcpy(&lo, data + 4 * b, 4);
-            memcpy(&hi, data + 4 * b + 4, 4);
-            if (lo > hi) {
-                mq_err_set("tensor '%s': bucket %zu has min %g > max %g", out->name, b / 2, lo,
-                           hi);
-                return MQ_DROP_NONFINITE;
-            }
-        }
+    if (mq_codec_validate_payload(&out->codec, data, frame_len, t->count) != 0) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", mq_err_last());
+        mq_err_set("tensor '%s': %s", out->name, why);
+        return MQ_DROP_PAYLOAD;
     }
     return MQ_DROP_NONE;
 }
@@ -407,8 +404,8 @@ static void s_config_from_pb(const Mqgrad__RunConfig *pb, mq_run_config_t *c)
     c->workers = pb->workers;
     c->servers = pb->servers;
     c->quant_threshold = pb->quant_threshold;
-    c->bucket = pb->bucket;
-    c->stochastic = pb->stochastic;
+    s_copy_str(c->codec, sizeof c->codec, pb->codec);
+    s_copy_str(c->optimizer, sizeof c->optimizer, pb->optimizer);
     c->error_feedback = pb->error_feedback;
     c->link_mbps = pb->link_mbps;
     c->fp32 = pb->fp32;
@@ -437,6 +434,8 @@ static void s_report_from_pb(const Mqgrad__Report *pb, mq_report_t *r)
     r->sent_sq = pb->sent_sq;
     r->update_sq = pb->update_sq;
     r->loss_nonfinite = pb->loss_nonfinite;
+    r->zero_params = pb->zero_params;
+    r->params = pb->params;
 }
 
 static void s_status_from_pb(const Mqgrad__Status *pb, mq_status_msg_t *s)

@@ -1,17 +1,36 @@
-/* The `uniform` codec: min-max linear quantization to K bits with a range per bucket, codes
- * packed densely least-significant-bit first (payload layout in mqgrad/quant.h). This file
- * walks buckets and chunks; the loops over values are in kernels.c.
- * Work goes in chunks of S_CHUNK values, a multiple of 8: eight K-bit codes are exactly K
- * bytes, so every chunk starts on a byte of the code stream whatever K and the bucket size
- * are. A chunk is quantized into one byte per code while it is in L1, then packed. With
- * bucket = 0 the range needs a first pass over the whole tensor (read only); with buckets,
- * each bucket's range is taken when the walk reaches it, so its values are still cached. */
+/* The `uniform` codec: min-max linear quantization to K bits with a range per bucket, MQGrad's
+ * quantizer. Spec: uniform[:K][:bucket=B][:stochastic]. Parameter words: 0 = B (values per
+ * range, 0 = one range for the whole tensor slice, the paper's), 1 = stochastic (0 or 1).
+ *
+ * Payload layout (little-endian), for n values, nb = ceil(n / B) buckets, K bits:
+ *
+ *     nb x { float32 min, float32 max }          the range header, 8*nb bytes
+ *     ceil(n*K/8) bytes of codes                 value i uses bits [i*K, i*K+K) of the
+ *                                                code stream, least significant bit first
+ *
+ * Codes are packed across bucket boundaries, so there is no padding anywhere: the payload is
+ * exactly 8*nb + ceil(n*K/8) bytes. Quantization follows TensorFlow's Quantize with
+ * MIN_COMBINED (the MQGrad paper uses it): q = round((x - min) * (2^K - 1) / (max - min)),
+ * x^ = min + q * (max - min) / (2^K - 1); a constant bucket decodes exactly. Stochastic
+ * rounding rounds up with probability equal to the fractional part, which makes x^ unbiased.
+ *
+ * This file walks buckets and chunks; the loops over values are in kernels.c. Work goes in
+ * chunks of S_CHUNK values, a multiple of 8: eight K-bit codes are exactly K bytes, so every
+ * chunk starts on a byte of the code stream whatever K and the bucket size are. A chunk is
+ * quantized into one byte per code while it is in L1, then packed. With bucket = 0 the range
+ * needs a first pass over the whole tensor (read only); with buckets, each bucket's range is
+ * taken when the walk reaches it, so its values are still cached. */
 
 #include <float.h>
+#include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "quant_internal.h"
+
+#define S_BUCKET(c) ((c)->param[0])
+#define S_STOCHASTIC(c) ((c)->param[1] != 0)
 
 #define S_CHUNK 2048 /* values per pass: codes and noise stay in L1 */
 _Static_assert(S_CHUNK <= MQ_QUANT_SUMS_MAX, "a chunk's code sums must fit code_sums' lanes");
@@ -21,78 +40,6 @@ _Static_assert(S_CHUNK <= MQ_QUANT_SUMS_MAX, "a chunk's code sums must fit code_
  * saves a third of the memory traffic. Accumulating decode reads dst, so it never streams. */
 #define S_STREAM_BYTES ((size_t)16 << 20)
 #define S_FLUSH 128 /* values decoded between two flushes of streamed lines */
-
-/* ---- range header: float32 little-endian, written byte by byte (host-order free) ---- */
-
-static void s_put_f32(uint8_t *p, float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(u >> (8 * i));
-}
-
-/* Spelled out, not a loop: GCC then makes it one load on a little-endian host (decode and
- * the stats read a range per bucket). */
-static float s_get_f32(const uint8_t *p)
-{
-    uint32_t u = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-    float v;
-    memcpy(&v, &u, 4);
-    return v;
-}
-
-/* ---- finiteness --------------------------------------------------------------------
- * v - v is +0 for every finite v and NaN for NaN and the infinities, so summing it flags a
- * bad value without a branch per element; only then do we look for the index. */
-
-static bool s_lanes_zero(mq_v4f_t v)
-{
-    return v[0] == 0.0f && v[1] == 0.0f && v[2] == 0.0f && v[3] == 0.0f;
-}
-
-size_t mq_quant_first_nonfinite(const float *x, size_t n)
-{
-    mq_v4f_t acc0 = mq_v4f_set1(0), acc1 = acc0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        mq_v4f_t a = mq_v4f_load(x + i), b = mq_v4f_load(x + i + 4);
-        acc0 += a - a;
-        acc1 += b - b;
-    }
-    float tail = 0.0f;
-    for (size_t k = i; k < n; k++)
-        tail += x[k] - x[k];
-    if (tail == 0.0f && s_lanes_zero(acc0 + acc1))
-        return n;
-    for (i = 0; i < n; i++)
-        if (!isfinite(x[i]))
-            return i;
-    return n; /* unreachable: some value made the sum NaN */
-}
-
-size_t mq_quant_first_nonfinite_sum(const float *a, const float *b, size_t n)
-{
-    mq_v4f_t acc0 = mq_v4f_set1(0), acc1 = acc0;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        mq_v4f_t u = mq_v4f_load(a + i) + mq_v4f_load(b + i);
-        mq_v4f_t v = mq_v4f_load(a + i + 4) + mq_v4f_load(b + i + 4);
-        acc0 += u - u;
-        acc1 += v - v;
-    }
-    float tail = 0.0f;
-    for (size_t k = i; k < n; k++) {
-        float v = a[k] + b[k];
-        tail += v - v;
-    }
-    if (tail == 0.0f && s_lanes_zero(acc0 + acc1))
-        return n;
-    for (i = 0; i < n; i++)
-        if (!isfinite(a[i] + b[i]))
-            return i;
-    return n;
-}
 
 /* ---- statistics ----------------------------------------------------------------------
  * The sum of squares of a bucket segment's decoded values, from the integer sums of its
@@ -123,14 +70,14 @@ static double s_sq_of_codes(const mq_quant_kernels_t *kn, const uint8_t *q, size
 static double s_sq_of_chunk(const mq_quant_kernels_t *kn, const mq_codec_t *c, size_t n,
                             const uint8_t *hdr, const uint8_t *q, size_t start, size_t len)
 {
-    const size_t B = c->bucket ? c->bucket : n;
+    const size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
     double sq = 0.0;
     for (size_t i = start; i < start + len;) {
         size_t b = i / B, b_end = (b + 1) * B < n ? (b + 1) * B : n;
         size_t seg_end = b_end < start + len ? b_end : start + len;
         const uint8_t *r = hdr + 8 * b;
-        sq += s_sq_of_codes(kn, q + (i - start), seg_end - i, c->bits, s_get_f32(r),
-                            s_get_f32(r + 4));
+        sq += s_sq_of_codes(kn, q + (i - start), seg_end - i, c->bits, mq_get_f32(r),
+                            mq_get_f32(r + 4));
         i = seg_end;
     }
     return sq;
@@ -214,19 +161,27 @@ static int s_bucket_range(const mq_quant_kernels_t *kn, const mq_codec_t *c, con
     }
     lo += 0.0f;
     hi += 0.0f;
-    s_put_f32(hdr, lo);
-    s_put_f32(hdr + 4, hi);
+    mq_put_f32(hdr, lo);
+    mq_put_f32(hdr + 4, hi);
     *p = s_qparams(lo, hi, (1u << c->bits) - 1);
     return 0;
 }
 
-int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *dst,
-                            mq_rng_t *rng, mq_codec_stats_t *stats)
+static size_t s_max_size(const mq_codec_t *c, size_t n)
 {
+    return 8 * mq_codec_nbuckets(c, n) + (n / 8) * (size_t)c->bits +
+           ((n % 8) * (size_t)c->bits + 7) / 8;
+}
+
+static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_codec_ctx_t *ctx,
+                    uint8_t *dst, size_t *out_len, mq_codec_stats_t *stats)
+{
+    mq_rng_t *rng = ctx->rng;
+    *out_len = s_max_size(c, n);
     const mq_quant_kernels_t *kn = mq_quant_kernels();
     const int K = c->bits;
     const unsigned levels = (1u << K) - 1;
-    const size_t B = c->bucket ? c->bucket : n;
+    const size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
     const size_t nb = (n + B - 1) / B;
     uint8_t *codes = dst + 8 * nb;
     const size_t code_bytes = (n / 8) * (size_t)K + ((n % 8) * (size_t)K + 7) / 8;
@@ -236,7 +191,7 @@ int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uin
     s_qparams_t p = {0};
     double sq = 0.0;
     mq_quant_noise_t gen;
-    if (c->stochastic)
+    if (S_STOCHASTIC(c))
         s_noise_seed(&gen, rng);
 
     /* The codes are stored with ordinary stores: streaming them (staged per chunk) was
@@ -244,7 +199,7 @@ int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uin
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         uint8_t *out = K == 8 ? codes + start : q; /* 8-bit codes need no packing */
-        if (c->stochastic)
+        if (S_STOCHASTIC(c))
             kn->noise(&gen, noise, len);
         for (size_t i = start; i < start + len;) {
             size_t b = i / B;
@@ -257,7 +212,7 @@ int mq_quant_uniform_encode(const mq_codec_t *c, const float *src, size_t n, uin
                 next_bucket++;
             }
             s_quantize(kn, src + i, seg_end - i, &p, levels,
-                       c->stochastic ? noise + (i - start) : NULL, out + (i - start));
+                       S_STOCHASTIC(c) ? noise + (i - start) : NULL, out + (i - start));
             i = seg_end;
         }
         if (stats)
@@ -330,7 +285,7 @@ static size_t s_flush(const mq_quant_kernels_t *kn, float *dst, const float *out
 static int s_check_ranges(const uint8_t *src, size_t nb, int K)
 {
     for (size_t b = 0; b < nb; b++) {
-        float lo = s_get_f32(src + 8 * b), hi = s_get_f32(src + 8 * b + 4);
+        float lo = mq_get_f32(src + 8 * b), hi = mq_get_f32(src + 8 * b + 4);
         if (!isfinite(lo) || !isfinite(hi) || lo > hi) {
             mq_err_set("uniform:%d decode: bucket %zu of %zu has range [%g, %g] (expected "
                        "finite min <= max)",
@@ -341,17 +296,21 @@ static int s_check_ranges(const uint8_t *src, size_t nb, int K)
     return 0;
 }
 
-int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst, size_t n,
-                            float scale, bool accumulate, mq_codec_stats_t *stats)
+static int s_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
 {
+    (void)len; /* exact_size: the interface has checked it */
+    return s_check_ranges(src, mq_codec_nbuckets(c, n), c->bits);
+}
+
+static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
+                     float scale, bool accumulate, mq_codec_stats_t *stats)
+{
+    (void)len;
     const mq_quant_kernels_t *kn = mq_quant_kernels();
     const int K = c->bits;
     const unsigned levels = (1u << K) - 1;
-    const size_t B = c->bucket ? c->bucket : n;
+    const size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
     const size_t nb = (n + B - 1) / B;
-    if (s_check_ranges(src, nb, K) < 0)
-        return -1;
-
     double sq = 0.0;
     const uint8_t *codes = src + 8 * nb;
     const size_t code_bytes = (n / 8) * (size_t)K + ((n % 8) * (size_t)K + 7) / 8;
@@ -377,7 +336,7 @@ int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst,
             size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
             size_t seg_end = b_end < start + len ? b_end : start + len;
             s_deq_t p =
-                s_deq_params(s_get_f32(src + 8 * b), s_get_f32(src + 8 * b + 4), levels, scale);
+                s_deq_params(mq_get_f32(src + 8 * b), mq_get_f32(src + 8 * b + 4), levels, scale);
             if (!stream || whole) {
                 s_dequantize(kn, &p, q + (i - start), seg_end - i, accumulate, whole,
                              to + (i - start));
@@ -397,5 +356,65 @@ int mq_quant_uniform_decode(const mq_codec_t *c, const uint8_t *src, float *dst,
         mq_quant_stream_fence();
     if (stats)
         stats->sq = sq;
+}
+
+/* ---- spec ------------------------------------------------------------------------------ */
+
+#define S_BUCKET_MAX ((long)(UINT32_MAX > LONG_MAX ? LONG_MAX : UINT32_MAX))
+
+static int s_option(mq_codec_t *c, const char *opt)
+{
+    if (strncmp(opt, "bucket=", 7) == 0)
+        return mq_quant_opt_u32("uniform", "bucket", opt + 7, 0, S_BUCKET_MAX, &c->param[0]);
+    if (strcmp(opt, "stochastic") == 0) {
+        c->param[1] = 1;
+        return 0;
+    }
+    mq_err_set("unknown option '%s' (expected bucket=N or stochastic)", opt);
+    return -1;
+}
+
+static void s_format(const mq_codec_t *c, char *buf, size_t len)
+{
+    int w = S_BUCKET(c) ? snprintf(buf, len, ":bucket=%u", (unsigned)S_BUCKET(c)) : 0;
+    if (w >= 0 && (size_t)w < len)
+        snprintf(buf + w, len - (size_t)w, "%s", S_STOCHASTIC(c) ? ":stochastic" : "");
+}
+
+static int s_check(const mq_codec_t *c)
+{
+    if (c->param[1] > 1) {
+        mq_err_set("codec uniform: stochastic flag %u (expected 0 or 1)", (unsigned)c->param[1]);
+        return -1;
+    }
+    for (int i = 2; i < MQ_CODEC_NPARAMS; i++)
+        if (c->param[i]) {
+            mq_err_set("codec uniform: parameter word %d is set (unused)", i);
+            return -1;
+        }
     return 0;
 }
+
+static bool s_stochastic(const mq_codec_t *c)
+{
+    return S_STOCHASTIC(c);
+}
+
+const mq_codec_ops_t mq_codec_uniform_ops = {
+    .name = "uniform",
+    .id = MQ_CODEC_UNIFORM,
+    .usage = "uniform[:K][:bucket=B][:stochastic]",
+    .help = "min-max linear, K bits, a range per B values (0: per tensor, MQGrad's)",
+    .min_bits = MQ_QUANT_MIN_BITS,
+    .max_bits = MQ_QUANT_MAX_BITS,
+    .unbiased = false, /* only with :stochastic */
+    .exact_size = true,
+    .option = s_option,
+    .format = s_format,
+    .check = s_check,
+    .max_size = s_max_size,
+    .stochastic = s_stochastic,
+    .encode = s_encode,
+    .validate = s_validate,
+    .decode = s_decode,
+};

@@ -1,0 +1,287 @@
+/* Tests every registered codec through the operations table alone, as the services use it:
+ * specs round-trip, payloads stay within the declared bound, the codec refuses what it did
+ * not write (truncation, random corruption, non-finite input) without touching the output,
+ * decode-accumulate and the statistics agree with a plain decode, unbiased codecs are
+ * unbiased, and a server's decode-average-reply round works. A new codec gets these checks
+ * by its registry line; its own file of tests covers what is particular to it. */
+
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqgrad/quant.h"
+
+#define S_N 5000
+
+/* A representative codec for OPS: its defaults at a middle level when it takes one. */
+static mq_codec_t s_codec(const mq_codec_ops_t *ops)
+{
+    char spec[64];
+    if (ops->max_bits > 0)
+        snprintf(spec, sizeof spec, "%s:%d", ops->name,
+                 ops->min_bits > 4 ? ops->min_bits : (ops->max_bits < 4 ? ops->max_bits : 4));
+    else
+        snprintf(spec, sizeof spec, "%s", ops->name);
+    mq_codec_t c;
+    cr_assert_eq(mq_codec_parse(spec, &c), 0, "%s: %s", spec, mq_err_last());
+    return c;
+}
+
+static void s_normal(float *x, size_t n, uint64_t seed)
+{
+    mq_rng_t rng;
+    mq_rng_seed(&rng, seed);
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)(0.01 * mq_rng_normal(&rng));
+}
+
+/* One encode of x with fresh state; returns the payload (malloc'd) and its length. */
+static uint8_t *s_encode(const mq_codec_t *c, const float *x, size_t n, uint64_t seed,
+                         size_t *len)
+{
+    mq_rng_t rng;
+    mq_rng_seed(&rng, seed);
+    size_t ns = mq_codec_state_floats(c, n);
+    float *state = ns ? calloc(ns, sizeof *state) : NULL;
+    size_t cap = mq_codec_payload_size(c, n);
+    uint8_t *buf = malloc(cap + 16);
+    cr_assert(buf && (!ns || state));
+    mq_codec_ctx_t ctx = {.rng = &rng, .state = state, .lr = 0.01f};
+    cr_assert_eq(mq_codec_encode_ctx(c, x, n, &ctx, buf, cap, len, NULL), 0, "%s",
+                 mq_err_last());
+    free(state);
+    return buf;
+}
+
+Test(codecs, every_codec_is_registered_once_with_a_usage_and_help)
+{
+    size_t n;
+    const mq_codec_ops_t *const *all = mq_codec_all(&n);
+    cr_assert_geq(n, 11);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(all[i]->name && all[i]->usage && all[i]->help && all[i]->max_size &&
+                      all[i]->encode && all[i]->validate && all[i]->decode,
+                  "codec %zu lacks a field", i);
+        cr_assert_eq(mq_codec_lookup(all[i]->id), all[i]);
+        cr_assert_eq(mq_codec_by_name(all[i]->name), all[i]);
+        cr_assert_null(strstr(all[i]->help, "not built"), "%s is a placeholder", all[i]->name);
+        for (size_t j = 0; j < i; j++)
+            cr_assert(all[j]->id != all[i]->id && strcmp(all[j]->name, all[i]->name) != 0);
+    }
+    char help[4096];
+    mq_codec_help(help, sizeof help);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(strstr(help, all[i]->usage), "help lacks %s", all[i]->name);
+}
+
+Test(codecs, specs_round_trip_and_unknown_names_are_refused)
+{
+    size_t n;
+    const mq_codec_ops_t *const *all = mq_codec_all(&n);
+    for (size_t i = 0; i < n; i++) {
+        mq_codec_t c = s_codec(all[i]), back;
+        char spec[MQ_CODEC_MAX_SPEC];
+        mq_codec_format(&c, spec, sizeof spec);
+        cr_assert_eq(mq_codec_parse(spec, &back), 0, "%s: %s", spec, mq_err_last());
+        cr_assert(mq_codec_equal(&c, &back), "%s does not parse back to itself", spec);
+    }
+    mq_codec_t c;
+    cr_assert_eq(mq_codec_parse("zstd:3", &c), -1);
+    cr_assert(strstr(mq_err_last(), "unknown codec 'zstd'") && strstr(mq_err_last(), "topk"),
+              "%s", mq_err_last());
+}
+
+Test(codecs, payloads_decode_within_bound_with_matching_stats_and_accumulate)
+{
+    size_t n;
+    const mq_codec_ops_t *const *all = mq_codec_all(&n);
+    static const size_t sizes[] = {1, 7, 64, S_N};
+    float *x = malloc(S_N * sizeof *x), *y = malloc(S_N * sizeof *y), *z = malloc(S_N * sizeof *z);
+    for (size_t i = 0; i < n; i++) {
+        mq_codec_t c = s_codec(all[i]);
+        for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+            size_t m = sizes[k], len;
+            s_normal(x, m, 11 + k);
+            uint8_t *p = s_encode(&c, x, m, 5, &len);
+            size_t max = mq_codec_payload_size(&c, m);
+            cr_assert_leq(len, max, "%s n=%zu: %zu bytes > bound %zu", all[i]->name, m, len, max);
+            if (all[i]->exact_size)
+                cr_assert_eq(len, max, "%s n=%zu", all[i]->name, m);
+            mq_codec_stats_t st;
+            cr_assert_eq(mq_codec_decode(&c, p, len, y, m, 1.0f, false, &st), 0, "%s n=%zu: %s",
+                         all[i]->name, m, mq_err_last());
+            double sq = 0;
+            for (size_t j = 0; j < m; j++) {
+                cr_assert(isfinite(y[j]));
+                sq += (double)y[j] * y[j];
+            }
+            cr_assert(fabs(st.sq - sq) <= 1e-4 * sq + 1e-12, "%s n=%zu: stats %g, decoded %g",
+                      all[i]->name, m, st.sq, sq);
+            for (size_t j = 0; j < m; j++)
+                z[j] = 1.0f;
+            cr_assert_eq(mq_codec_decode(&c, p, len, z, m, 0.5f, true, NULL), 0);
+            for (size_t j = 0; j < m; j++)
+                cr_assert(fabsf(z[j] - (1.0f + 0.5f * y[j])) <= 1e-6f,
+                          "%s: accumulate differs at %zu", all[i]->name, j);
+            free(p);
+        }
+    }
+    free(x), free(y), free(z);
+}
+
+Test(codecs, bad_payloads_are_refused_and_leave_the_output_alone)
+{
+    size_t n;
+    const mq_codec_ops_t *const *all = mq_codec_all(&n);
+    float *x = malloc(S_N * sizeof *x), *y = malloc(S_N * sizeof *y);
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 99);
+    s_normal(x, S_N, 3);
+    for (size_t i = 0; i < n; i++) {
+        mq_codec_t c = s_codec(all[i]);
+        size_t len;
+        uint8_t *p = s_encode(&c, x, S_N, 7, &len);
+        for (size_t j = 0; j < S_N; j++)
+            y[j] = 42.0f;
+        cr_assert_eq(mq_codec_decode(&c, p, len - 1, y, S_N, 1.0f, true, NULL), -1,
+                     "%s: a truncated payload was accepted", all[i]->name);
+        cr_assert_eq(mq_codec_decode(&c, p, 0, y, S_N, 1.0f, true, NULL), -1,
+                     "%s: an empty payload was accepted", all[i]->name);
+        /* Random corruption: refused, or decoded to finite values; never a crash. */
+        uint8_t *bad = malloc(len);
+        int refused = 0;
+        for (int t = 0; t < 300; t++) {
+            memcpy(bad, p, len);
+            for (int f = 0; f < 1 + t % 4; f++)
+                bad[mq_rng_below(&rng, len)] ^= (uint8_t)(1u << mq_rng_below(&rng, 8));
+            if (mq_codec_decode(&c, bad, len, y, S_N, 1.0f, false, NULL) != 0) {
+                refused++;
+                continue;
+            }
+            for (size_t j = 0; j < S_N; j++)
+                cr_assert(isfinite(y[j]), "%s: corrupted payload decoded to %g", all[i]->name,
+                          (double)y[j]);
+        }
+        for (size_t j = 0; j < S_N; j++)
+            y[j] = 42.0f;
+        memset(bad, 0xff, len); /* NaN headers and values, out-of-range indices */
+        if (mq_codec_decode(&c, bad, len, y, S_N, 1.0f, true, NULL) == 0)
+            for (size_t j = 0; j < S_N; j++)
+                cr_assert(isfinite(y[j]));
+        else
+            for (size_t j = 0; j < S_N; j++)
+                cr_assert_eq(y[j], 42.0f, "%s: a refused payload changed the output",
+                             all[i]->name);
+        cr_log_info("%s: %d of 300 corrupted payloads refused", all[i]->name, refused);
+        free(bad);
+        free(p);
+    }
+    free(x), free(y);
+}
+
+Test(codecs, non_finite_input_is_refused_by_every_codec)
+{
+    size_t n;
+    const mq_codec_ops_t *const *all = mq_codec_all(&n);
+    float x[300];
+    s_normal(x, 300, 1);
+    x[123] = NAN;
+    for (size_t i = 0; i < n; i++) {
+        mq_codec_t c = s_codec(all[i]);
+        mq_rng_t rng;
+        mq_rng_seed(&rng, 1);
+        size_t ns = mq_codec_state_floats(&c, 300), len;
+        float *state = ns ? calloc(ns, sizeof *state) : NULL;
+        uint8_t *buf = malloc(mq_codec_payload_size(&c, 300));
+        mq_codec_ctx_t ctx = {.rng = &rng, .state = state, .lr = 0.01f};
+        cr_assert_eq(
+            mq_codec_encode_ctx(&c, x, 300, &ctx, buf, mq_codec_payload_size(&c, 300), &len, NULL),
+            -1, "%s encoded a NaN", all[i]->name);
+        cr_assert(strstr(mq_err_last(), "123"), "%s: '%s' does not name the index",
+                  all[i]->name, mq_err_last());
+        for (size_t j = 0; j < ns; j++)
+            cr_assert(isfinite(state[j]), "%s: state damaged by a refused input", all[i]->name);
+        free(state);
+        free(buf);
+    }
+}
+
+Test(codecs, unbiased_codecs_average_to_the_input)
+{
+    size_t n;
+    const mq_codec_ops_t *const *all = mq_codec_all(&n);
+    enum { M = 200, T = 400 };
+    float x[M], y[M];
+    double sum[M], sum2[M];
+    s_normal(x, M, 8);
+    for (size_t i = 0; i < n; i++) {
+        if (!all[i]->unbiased)
+            continue;
+        mq_codec_t c = s_codec(all[i]);
+        memset(sum, 0, sizeof sum), memset(sum2, 0, sizeof sum2);
+        for (int t = 0; t < T; t++) {
+            size_t len;
+            uint8_t *p = s_encode(&c, x, M, 1000 + (uint64_t)t, &len);
+            cr_assert_eq(mq_codec_decode(&c, p, len, y, M, 1.0f, false, NULL), 0);
+            for (int j = 0; j < M; j++)
+                sum[j] += y[j], sum2[j] += (double)y[j] * y[j];
+            free(p);
+        }
+        /* The mean error of each coordinate in units of its standard error (a coordinate
+         * that came out the same in every trial says nothing: a rare level may never have
+         * been drawn), and the summed error against its own standard error. */
+        double z2 = 0, total = 0, total_var = 0;
+        int free_coords = 0;
+        for (int j = 0; j < M; j++) {
+            double mean = sum[j] / T, var = sum2[j] / T - mean * mean;
+            total += mean - x[j];
+            if (var <= 1e-20)
+                continue;
+            total_var += var / T;
+            double z = (mean - x[j]) / sqrt(var / T);
+            z2 += z * z;
+            free_coords++;
+        }
+        cr_assert(fabs(total) <= 6 * sqrt(total_var) + 1e-6, "%s: summed bias %g (sd %g)",
+                  all[i]->name, total, sqrt(total_var));
+        /* chi-square with free_coords degrees of freedom: mean k, sd sqrt(2k) */
+        cr_assert(z2 <= free_coords + 6 * sqrt(2.0 * free_coords) + 10,
+                  "%s: biased (chi2 %.1f over %d coordinates)", all[i]->name, z2, free_coords);
+    }
+}
+
+Test(codecs, a_server_round_averages_and_replies_in_the_reply_codec)
+{
+    size_t n;
+    const mq_codec_ops_t *const *all = mq_codec_all(&n);
+    enum { P = 3 };
+    float *g = malloc(S_N * sizeof *g), *mean = malloc(S_N * sizeof *mean),
+          *w = malloc(S_N * sizeof *w);
+    for (size_t i = 0; i < n; i++) {
+        mq_codec_t c = s_codec(all[i]);
+        for (int r = 0; r < P; r++) {
+            size_t len;
+            s_normal(g, S_N, 50 + (uint64_t)r);
+            uint8_t *p = s_encode(&c, g, S_N, 60 + (uint64_t)r, &len);
+            cr_assert_eq(mq_codec_decode(&c, p, len, mean, S_N, 1.0f / P, r > 0, NULL), 0);
+            free(p);
+        }
+        mq_codec_t reply = mq_codec_reply(&c);
+        cr_assert_eq(mq_codec_validate(&reply), 0, "%s: reply codec invalid", all[i]->name);
+        size_t len;
+        uint8_t *p = s_encode(&reply, mean, S_N, 70, &len);
+        cr_assert_eq(mq_codec_decode(&reply, p, len, w, S_N, 1.0f, false, NULL), 0, "%s: %s",
+                     all[i]->name, mq_err_last());
+        double err = 0, ref = 0;
+        for (size_t j = 0; j < S_N; j++)
+            err += (double)(w[j] - mean[j]) * (w[j] - mean[j]), ref += (double)mean[j] * mean[j];
+        cr_log_info("%s: reply %s, %zu bytes, relative error %.3g", all[i]->name,
+                    mq_codec_ops(&reply)->name, len, ref > 0 ? err / ref : 0.0);
+        if (reply.id == MQ_CODEC_SPARSE || reply.id == MQ_CODEC_NONE)
+            cr_assert(err <= 1e-12 * (ref + 1), "%s: the exact reply is not exact", all[i]->name);
+        free(p);
+    }
+    free(g), free(mean), free(w);
+}
