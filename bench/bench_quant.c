@@ -322,7 +322,7 @@ static int s_torch_rows(s_bench_t *b)
         printf("torch not available: skipped (%s: %s)\n", cmd, json[0] ? json : "no output");
         return 0;
     }
-    mq_codec_t c = {.id = MQ_CODEC_UNIFORM, .bits = 8};
+    mq_codec_t c = {.id = MQ_CODEC_ID_uniform, .bits = 8};
     double t_copy, t_enc, t_dec;
     if (s_reserve(b, &c) < 0 || s_run(b, NULL, S_MEMCPY, &t_copy) < 0 ||
         s_run(b, &c, S_ENCODE, &t_enc) < 0 || s_run(b, &c, S_DECODE, &t_dec) < 0) {

@@ -25,14 +25,17 @@ __attribute__((noinline, unused)) static char *test_slurp(const char *dir, const
     return data;
 }
 
-/* Starts `mqgrad local` with ARGS (NULL-terminated, after "local"), 2 workers, 2 servers, one
- * BLAS thread each, quiet, into run directory DIR. */
-static inline pid_t test_spawn_args(const char *dir, const char *const *args)
+/* Starts `mqgrad COMMAND` with FIXED then ARGS (both NULL-terminated), 2 workers, 2 servers,
+ * one BLAS thread each, its standard output to /dev/null. */
+static inline pid_t test_spawn_mqgrad(const char *command, const char *const *fixed,
+                                      const char *const *args)
 {
-    const char *argv[64] = {"mqgrad", "local", "--workers", "2", "--servers", "2", "--threads",
-                            "1", "--run-dir", dir, "--quiet"};
-    int n = 11;
-    while (*args && n < 63)
+    const char *argv[80] = {"mqgrad", command, "--workers", "2", "--servers", "2", "--threads",
+                            "1"};
+    int n = 8;
+    while (*fixed && n < 40)
+        argv[n++] = *fixed++;
+    while (*args && n < 79)
         argv[n++] = *args++;
     argv[n] = NULL;
     pid_t pid = fork();
@@ -43,6 +46,14 @@ static inline pid_t test_spawn_args(const char *dir, const char *const *args)
         _exit(127);
     }
     return pid;
+}
+
+/* Starts `mqgrad local` with ARGS (NULL-terminated, after "local") into run directory DIR,
+ * quiet. */
+static inline pid_t test_spawn_args(const char *dir, const char *const *args)
+{
+    const char *fixed[] = {"--run-dir", dir, "--quiet", NULL};
+    return test_spawn_mqgrad("local", fixed, args);
 }
 
 /* Waits for PID up to TIMEOUT_S seconds; returns its exit code (kills it on timeout). */

@@ -112,7 +112,7 @@ static void s_check_spec(const char *spec, const char *want)
 /* Spec SPEC is refused with a message containing WHY, and OUT is left as it was. */
 static void s_check_bad_spec(const char *spec, const char *why)
 {
-    mq_codec_t c = {.id = MQ_CODEC_UNIFORM, .bits = 6, .param = {11}};
+    mq_codec_t c = {.id = MQ_CODEC_ID_uniform, .bits = 6, .param = {11}};
     mq_codec_t before = c;
     cr_assert_eq(mq_codec_parse(spec, &c), -1, "'%s' was accepted", spec);
     cr_assert(strstr(mq_err_last(), why), "'%s': message '%s' lacks '%s'", spec, mq_err_last(),
@@ -151,6 +151,136 @@ static void s_check_conservation(const float *g, const float *e_old, const float
                   "value %zu: decode %g + residual %g != %g * residual %g + gradient %g", i,
                   (double)dec[i], (double)e_new[i], (double)r, (double)e_old[i], (double)g[i]);
     }
+}
+
+/* Over 20 steps of fresh gradients (N(MEAN, 0.01^2), seeds SEED, SEED + 1, ...) with an EF
+ * codec, error feedback keeps everything (s_check_conservation). The learning rate is LR0
+ * for the first ten steps and LR1 after, so the residual counts LR0/LR1 times at step 10;
+ * the state keeps the last one. */
+static void s_check_residual_steps(const char *spec, size_t n, uint64_t seed, float mean,
+                                   float lr0, float lr1)
+{
+    mq_codec_t c = s_parse(spec);
+    size_t cap;
+    cr_assert_eq(mq_codec_state_floats(&c, n), n + 1);
+    float *e = s_zeros(n + 1), *old = s_zeros(n + 1), *out = s_zeros(n);
+    uint8_t *buf = s_buf(&c, n, &cap);
+    for (int t = 0; t < 20; t++) {
+        float *g = s_normal(n, seed + (uint64_t)t, 0.01f, mean);
+        memcpy(old, e, (n + 1) * sizeof *e);
+        float lr = t < 10 ? lr0 : lr1;
+        size_t len = s_encode(&c, g, n, e, lr, NULL, buf, cap, NULL);
+        s_decode(&c, buf, len, out, n);
+        s_check_conservation(g, old, e, out, n, t == 10 ? lr0 / lr1 : 1.0f);
+        cr_assert_eq(e[n], lr, "%s: the residual's learning rate is kept", spec);
+        free(g);
+    }
+    free(e), free(old), free(out), free(buf);
+}
+
+typedef struct {
+    const char *spec;
+    size_t n, size;
+} s_size_case_t;
+
+/* Each case's payload size is what it says, and so is the length of an encode. */
+static void s_check_sizes(const s_size_case_t *cases, size_t count)
+{
+    for (size_t k = 0; k < count; k++) {
+        mq_codec_t c = s_parse(cases[k].spec);
+        size_t n = cases[k].n, cap;
+        cr_assert_eq(mq_codec_payload_size(&c, n), cases[k].size, "%s n=%zu", cases[k].spec, n);
+        float *g = s_normal(n, k, 1.0f, 0.0f), *e = s_zeros(n + 1);
+        uint8_t *buf = s_buf(&c, n, &cap);
+        cr_assert_eq(s_encode(&c, g, n, e, 0, NULL, buf, cap, NULL), cases[k].size);
+        free(g), free(e), free(buf);
+    }
+}
+
+/* The payload BUF[0..len) of n values decodes to X (a plain decode writes every value), an
+ * accumulating decode with SCALE adds SCALE * X (to Gaussian values, seed YSEED), and both
+ * decodes report the encoder's sum of squares ENC, that of X. */
+static void s_check_accumulate(const mq_codec_t *c, const uint8_t *buf, size_t len, size_t n,
+                               float scale, uint64_t yseed, double enc, const char *what)
+{
+    float *x = s_zeros(n), *y = s_normal(n, yseed, 1.0f, 0.0f), *acc = malloc(n * sizeof(float));
+    mq_codec_stats_t sd = {-1}, sa = {-1};
+    for (size_t i = 0; i < n; i++)
+        x[i] = 12345.0f;
+    cr_assert_eq(mq_codec_decode(c, buf, len, x, n, 1.0f, false, &sd), 0);
+    memcpy(acc, y, n * sizeof *y);
+    cr_assert_eq(mq_codec_decode(c, buf, len, acc, n, scale, true, &sa), 0);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(x[i] != 12345.0f, "%s: value %zu not written", what, i);
+        cr_assert_eq(acc[i], y[i] + scale * x[i], "%s: value %zu", what, i);
+    }
+    cr_assert_eq(enc, sd.sq, "%s: encode and decode report the same sum of squares", what);
+    cr_assert_eq(sa.sq, sd.sq, "%s: the sum of squares is taken before the decode scale", what);
+    cr_assert(s_close(sd.sq, s_sum_sq(x, n), 1e-6), "%s: stats %g, decoded %g", what, sd.sq,
+              s_sum_sq(x, n));
+    free(x), free(y), free(acc);
+}
+
+/* The same for the first payload of an EF codec (zero residual, lr unknown) for Gaussian
+ * values (seed GSEED, N(MEAN, 0.5^2)). */
+static void s_check_ef_accumulate(const char *spec, size_t n, uint64_t gseed, float mean,
+                                  float scale, uint64_t yseed)
+{
+    mq_codec_t c = s_parse(spec);
+    size_t cap;
+    float *g = s_normal(n, gseed, 0.5f, mean), *e = s_zeros(n + 1);
+    uint8_t *buf = s_buf(&c, n, &cap);
+    mq_codec_stats_t se = {-1};
+    size_t len = s_encode(&c, g, n, e, 0, NULL, buf, cap, &se);
+    s_check_accumulate(&c, buf, len, n, scale, yseed, se.sq, spec);
+    free(g), free(e), free(buf);
+}
+
+/* The first payload of an EF codec for n Gaussian values (seed 3): a buffer of s_buf's,
+ * *LEN its length. */
+static uint8_t *s_first_payload(const mq_codec_t *c, size_t n, size_t *len)
+{
+    size_t cap;
+    float *g = s_normal(n, 3, 1.0f, 0.0f), *e = s_zeros(n + 1);
+    uint8_t *buf = s_buf(c, n, &cap);
+    *len = s_encode(c, g, n, e, 0, NULL, buf, cap, NULL);
+    free(g), free(e);
+    return buf;
+}
+
+/* BUF[0..len) with the float32 at AT set to V (BITS 0), or else with the byte at AT or-ed
+ * with BITS, is refused with a message containing WHY (s_check_bad_payload). */
+static void s_check_poked(const mq_codec_t *c, const uint8_t *buf, size_t len, size_t n,
+                          size_t at, float v, uint8_t bits, const char *why)
+{
+    uint8_t *bad = malloc(len);
+    cr_assert(bad);
+    memcpy(bad, buf, len);
+    if (bits)
+        bad[at] |= bits;
+    else
+        s_put_f32(bad + at, v);
+    s_check_bad_payload(c, bad, len, n, why);
+    free(bad);
+}
+
+/* An EF codec's encode after one step (lr 0.1, a nonzero residual) with g[AT] = BAD and lr
+ * LR is refused with a message containing WHY, and the residual is kept. */
+static void s_check_nonfinite_refused(const char *spec, size_t n, size_t at, float bad, float lr,
+                                      const char *why)
+{
+    mq_codec_t c = s_parse(spec);
+    size_t cap, len;
+    float *g = s_normal(n, 1, 1.0f, 0.0f), *e = s_zeros(n + 1), *keep = s_zeros(n + 1);
+    uint8_t *buf = s_buf(&c, n, &cap);
+    s_encode(&c, g, n, e, 0.1f, NULL, buf, cap, NULL);
+    memcpy(keep, e, (n + 1) * sizeof *e);
+    g[at] = bad;
+    mq_codec_ctx_t ctx = {.state = e, .lr = lr};
+    cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, buf, cap, &len, NULL), -1);
+    cr_assert(strstr(mq_err_last(), why), "%s", mq_err_last());
+    cr_assert(memcmp(e, keep, (n + 1) * sizeof *e) == 0, "the residual changed");
+    free(g), free(e), free(keep), free(buf);
 }
 
 /* A parameter server for EF codecs: P workers with residuals encode their gradients, the
@@ -204,7 +334,7 @@ Test(codec_sign, spec_parse_format_roundtrip)
     s_check_spec("sign:bucket=256", "sign:bucket=256");
     s_check_spec("sign:bucket=7", "sign:bucket=7");
     mq_codec_t c = s_parse("sign:bucket=96");
-    cr_assert(c.id == MQ_CODEC_SIGN && c.bits == 0 && c.param[0] == 96);
+    cr_assert(c.id == MQ_CODEC_ID_sign && c.bits == 0 && c.param[0] == 96);
     const mq_codec_ops_t *ops = mq_codec_ops(&c);
     cr_assert(ops && !ops->unbiased && ops->exact_size && ops->max_bits == 0);
 }
@@ -217,9 +347,9 @@ Test(codec_sign, bad_specs_refused_with_a_reason)
     s_check_bad_spec("sign:bucket=12x", "bucket");
     s_check_bad_spec("sign:bucket=99999999999", "bucket");
     s_check_bad_spec("sign:fast", "unknown option 'fast'");
-    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.id = MQ_CODEC_SIGN, .bits = 3}), -1);
+    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.id = MQ_CODEC_ID_sign, .bits = 3}), -1);
     cr_assert(strstr(mq_err_last(), "no bit-width"), "%s", mq_err_last());
-    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.id = MQ_CODEC_SIGN, .param = {0, 1}}), -1);
+    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.id = MQ_CODEC_ID_sign, .param = {0, 1}}), -1);
     cr_assert(strstr(mq_err_last(), "parameter word 1"), "%s", mq_err_last());
 }
 
@@ -265,24 +395,8 @@ Test(codec_sign, scale_is_l1_norm_over_d)
 Test(codec_sign, residual_conservation_over_steps)
 {
     static const char *specs[] = {"sign", "sign:bucket=100", "sign:bucket=8"};
-    const size_t n = 1003;
-    for (size_t k = 0; k < 3; k++) {
-        mq_codec_t c = s_parse(specs[k]);
-        size_t cap;
-        cr_assert_eq(mq_codec_state_floats(&c, n), n + 1);
-        float *e = s_zeros(n + 1), *old = s_zeros(n + 1), *out = s_zeros(n);
-        uint8_t *buf = s_buf(&c, n, &cap);
-        for (int t = 0; t < 20; t++) {
-            float *g = s_normal(n, 100 + (uint64_t)t, 0.01f, 0.001f);
-            memcpy(old, e, (n + 1) * sizeof *e);
-            size_t len = s_encode(&c, g, n, e, 0.05f, NULL, buf, cap, NULL);
-            s_decode(&c, buf, len, out, n);
-            s_check_conservation(g, old, e, out, n, 1.0f);
-            cr_assert_eq(e[n], 0.05f, "the residual's learning rate is kept");
-            free(g);
-        }
-        free(e), free(old), free(out), free(buf);
-    }
+    for (size_t k = 0; k < 3; k++)
+        s_check_residual_steps(specs[k], 1003, 100, 0.001f, 0.05f, 0.05f);
 }
 
 /* Over many steps the updates add up to the gradients, up to the last residual, and that
@@ -321,94 +435,51 @@ Test(codec_sign, applied_updates_track_the_gradient_sum)
 
 Test(codec_sign, payload_size_is_exact)
 {
-    static const struct {
-        const char *spec;
-        size_t n, size;
-    } cases[] = {
+    static const s_size_case_t cases[] = {
         {"sign", 1, 4 + 1},          {"sign", 8, 4 + 1},
         {"sign", 9, 4 + 2},          {"sign", 1000, 4 + 125},
         {"sign:bucket=96", 1000, 4 * 11 + 125},
         {"sign:bucket=512", 1024, 8 + 128},
         {"sign:bucket=2000", 1000, 4 + 125},
     };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        mq_codec_t c = s_parse(cases[k].spec);
-        size_t n = cases[k].n, cap;
-        cr_assert_eq(mq_codec_payload_size(&c, n), cases[k].size, "%s n=%zu", cases[k].spec, n);
-        float *g = s_normal(n, k, 1.0f, 0.0f), *e = s_zeros(n + 1);
-        uint8_t *buf = s_buf(&c, n, &cap);
-        cr_assert_eq(s_encode(&c, g, n, e, 0, NULL, buf, cap, NULL), cases[k].size);
-        free(g), free(e), free(buf);
-    }
-    cr_assert_eq(mq_codec_payload_size(&(mq_codec_t){.id = MQ_CODEC_SIGN}, 0), 0);
+    s_check_sizes(cases, sizeof cases / sizeof cases[0]);
+    cr_assert_eq(mq_codec_payload_size(&(mq_codec_t){.id = MQ_CODEC_ID_sign}, 0), 0);
 }
 
 Test(codec_sign, bad_payloads_refused_dst_untouched)
 {
     const size_t n = 13;
     mq_codec_t c = s_parse("sign:bucket=5");
-    size_t cap;
-    float *g = s_normal(n, 3, 1.0f, 0.0f), *e = s_zeros(n + 1);
-    uint8_t *buf = s_buf(&c, n, &cap), *bad = malloc(cap + 1);
-    size_t len = s_encode(&c, g, n, e, 0, NULL, buf, cap, NULL);
+    size_t len;
+    uint8_t *buf = s_first_payload(&c, n, &len);
     cr_assert_eq(len, 12 + 2);
     s_check_bad_payload(&c, buf, len - 1, n, "payload of 13 bytes");
     s_check_bad_payload(&c, buf, len + 1, n, "payload of 15 bytes");
     const float scales[] = {NAN, INFINITY, -1.0f};
-    for (size_t k = 0; k < 3; k++) {
-        memcpy(bad, buf, len);
-        s_put_f32(bad + 4, scales[k]);
-        s_check_bad_payload(&c, bad, len, n, "bucket 1 of 3 has scale");
-    }
-    memcpy(bad, buf, len);
-    bad[len - 1] |= 0x80; /* value 15 of 13 */
-    s_check_bad_payload(&c, bad, len, n, "padding bits");
-    free(g), free(e), free(buf), free(bad);
+    for (size_t k = 0; k < 3; k++)
+        s_check_poked(&c, buf, len, n, 4, scales[k], 0, "bucket 1 of 3 has scale");
+    s_check_poked(&c, buf, len, n, len - 1, 0, 0x80, "padding bits"); /* value 15 of 13 */
+    free(buf);
 }
 
 Test(codec_sign, accumulate_scale_and_stats)
 {
-    const size_t n = 777;
-    mq_codec_t c = s_parse("sign:bucket=50");
-    size_t cap;
-    float *g = s_normal(n, 11, 0.5f, 0.1f), *e = s_zeros(n + 1), *x = s_zeros(n);
-    float *y = s_normal(n, 12, 1.0f, 0.0f), *acc = malloc(n * sizeof(float));
-    uint8_t *buf = s_buf(&c, n, &cap);
-    mq_codec_stats_t se = {-1}, sd = {-1}, sa = {-1};
-    size_t len = s_encode(&c, g, n, e, 0, NULL, buf, cap, &se);
-    cr_assert_eq(mq_codec_decode(&c, buf, len, x, n, 1.0f, false, &sd), 0);
-    memcpy(acc, y, n * sizeof *y);
-    cr_assert_eq(mq_codec_decode(&c, buf, len, acc, n, 0.25f, true, &sa), 0);
-    for (size_t i = 0; i < n; i++)
-        cr_assert_eq(acc[i], y[i] + 0.25f * x[i], "value %zu", i);
-    cr_assert_eq(se.sq, sd.sq, "encode and decode report the same sum of squares");
-    cr_assert_eq(sa.sq, sd.sq, "the sum of squares is taken before the decode scale");
-    cr_assert(s_close(sd.sq, s_sum_sq(x, n), 1e-6), "stats %g, decoded %g", sd.sq,
-              s_sum_sq(x, n));
-    free(g), free(e), free(x), free(y), free(acc), free(buf);
+    s_check_ef_accumulate("sign:bucket=50", 777, 11, 0.1f, 0.25f, 12);
 }
 
 Test(codec_sign, nonfinite_input_refused_state_kept)
 {
     const size_t n = 100;
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++)
+        s_check_nonfinite_refused("sign:bucket=16", n, 77, bad[k], 0.2f, "value 77 of 100");
     mq_codec_t c = s_parse("sign:bucket=16");
     size_t cap, len;
-    float *g = s_normal(n, 1, 1.0f, 0.0f), *e = s_zeros(n + 1), *keep = s_zeros(n + 1);
+    float *g = s_normal(n, 1, 1.0f, 0.0f);
     uint8_t *buf = s_buf(&c, n, &cap);
-    s_encode(&c, g, n, e, 0.1f, NULL, buf, cap, NULL); /* a nonzero residual */
-    memcpy(keep, e, (n + 1) * sizeof *e);
-    const float bad[] = {NAN, INFINITY, -INFINITY};
-    for (int k = 0; k < 3; k++) {
-        g[77] = bad[k];
-        mq_codec_ctx_t ctx = {.state = e, .lr = 0.2f};
-        cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, buf, cap, &len, NULL), -1);
-        cr_assert(strstr(mq_err_last(), "value 77 of 100"), "%s", mq_err_last());
-        cr_assert(memcmp(e, keep, (n + 1) * sizeof *e) == 0, "the residual changed");
-    }
-    g[77] = 1.0f;
     cr_assert_eq(mq_codec_encode(&c, g, n, buf, cap, &len, NULL, NULL), -1);
     cr_assert(strstr(mq_err_last(), "needs its state"), "%s", mq_err_last());
-    free(g), free(e), free(keep), free(buf);
+    free(g), free(buf);
 }
 
 /* When the learning rate changes from lr0 to lr1 the residual counts lr0/lr1 times: it
@@ -451,7 +522,7 @@ Test(codec_onebit, spec_parse_format_roundtrip)
     s_check_spec("onebit:bucket=0", "onebit:bucket=0");
     s_check_spec("onebit:bucket=64", "onebit:bucket=64");
     mq_codec_t c = s_parse("onebit");
-    cr_assert(c.id == MQ_CODEC_ONEBIT && c.bits == 0 && c.param[0] == 512, "default bucket 512");
+    cr_assert(c.id == MQ_CODEC_ID_onebit && c.bits == 0 && c.param[0] == 512, "default bucket 512");
     cr_assert(mq_codec_ops(&c)->exact_size && !mq_codec_ops(&c)->unbiased);
 }
 
@@ -461,7 +532,7 @@ Test(codec_onebit, bad_specs_refused_with_a_reason)
     s_check_bad_spec("onebit:bucket=x", "bucket");
     s_check_bad_spec("onebit:bucket=-5", "bucket");
     s_check_bad_spec("onebit:tau=1", "unknown option 'tau=1'");
-    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.id = MQ_CODEC_ONEBIT, .param = {8, 0, 0, 3}}),
+    cr_assert_eq(mq_codec_validate(&(mq_codec_t){.id = MQ_CODEC_ID_onebit, .param = {8, 0, 0, 3}}),
                  -1);
     cr_assert(strstr(mq_err_last(), "parameter word 3"), "%s", mq_err_last());
 }
@@ -532,111 +603,48 @@ Test(codec_onebit, error_never_above_scaled_sign)
 Test(codec_onebit, residual_conservation_over_steps)
 {
     static const char *specs[] = {"onebit", "onebit:bucket=100", "onebit:bucket=0"};
-    const size_t n = 1003;
-    for (size_t k = 0; k < 3; k++) {
-        mq_codec_t c = s_parse(specs[k]);
-        size_t cap;
-        cr_assert_eq(mq_codec_state_floats(&c, n), n + 1);
-        float *e = s_zeros(n + 1), *old = s_zeros(n + 1), *out = s_zeros(n);
-        uint8_t *buf = s_buf(&c, n, &cap);
-        for (int t = 0; t < 20; t++) {
-            float *g = s_normal(n, 300 + (uint64_t)t, 0.01f, -0.002f);
-            memcpy(old, e, (n + 1) * sizeof *e);
-            float lr = t < 10 ? 0.1f : 0.025f; /* one change: the residual counts 4 times */
-            size_t len = s_encode(&c, g, n, e, lr, NULL, buf, cap, NULL);
-            s_decode(&c, buf, len, out, n);
-            s_check_conservation(g, old, e, out, n, t == 10 ? 4.0f : 1.0f);
-            free(g);
-        }
-        free(e), free(old), free(out), free(buf);
-    }
+    for (size_t k = 0; k < 3; k++) /* one change of lr: the residual counts 4 times */
+        s_check_residual_steps(specs[k], 1003, 300, -0.002f, 0.1f, 0.025f);
 }
 
 Test(codec_onebit, payload_size_is_exact)
 {
-    static const struct {
-        const char *spec;
-        size_t n, size;
-    } cases[] = {
+    static const s_size_case_t cases[] = {
         {"onebit", 1, 8 + 1},
         {"onebit", 512, 8 + 64},
         {"onebit", 513, 16 + 65},
         {"onebit:bucket=0", 100000, 8 + 12500},
         {"onebit:bucket=100", 1003, 8 * 11 + 126},
     };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        mq_codec_t c = s_parse(cases[k].spec);
-        size_t n = cases[k].n, cap;
-        cr_assert_eq(mq_codec_payload_size(&c, n), cases[k].size, "%s n=%zu", cases[k].spec, n);
-        float *g = s_normal(n, k, 1.0f, 0.0f), *e = s_zeros(n + 1);
-        uint8_t *buf = s_buf(&c, n, &cap);
-        cr_assert_eq(s_encode(&c, g, n, e, 0, NULL, buf, cap, NULL), cases[k].size);
-        free(g), free(e), free(buf);
-    }
+    s_check_sizes(cases, sizeof cases / sizeof cases[0]);
 }
 
 Test(codec_onebit, bad_payloads_refused_dst_untouched)
 {
     const size_t n = 21;
     mq_codec_t c = s_parse("onebit:bucket=10");
-    size_t cap;
-    float *g = s_normal(n, 3, 1.0f, 0.0f), *e = s_zeros(n + 1);
-    uint8_t *buf = s_buf(&c, n, &cap), *bad = malloc(cap + 1);
-    size_t len = s_encode(&c, g, n, e, 0, NULL, buf, cap, NULL);
+    size_t len;
+    uint8_t *buf = s_first_payload(&c, n, &len);
     cr_assert_eq(len, 24 + 3);
     s_check_bad_payload(&c, buf, len - 1, n, "payload of 26 bytes");
     const struct {
         size_t at;
         float v;
     } pokes[] = {{8, 0.5f}, {12, -0.5f}, {16, NAN}, {20, INFINITY}};
-    for (size_t k = 0; k < 4; k++) {
-        memcpy(bad, buf, len);
-        s_put_f32(bad + pokes[k].at, pokes[k].v);
-        s_check_bad_payload(&c, bad, len, n, "has means");
-    }
-    memcpy(bad, buf, len);
-    bad[len - 1] |= 0x40;
-    s_check_bad_payload(&c, bad, len, n, "padding bits");
-    free(g), free(e), free(buf), free(bad);
+    for (size_t k = 0; k < 4; k++)
+        s_check_poked(&c, buf, len, n, pokes[k].at, pokes[k].v, 0, "has means");
+    s_check_poked(&c, buf, len, n, len - 1, 0, 0x40, "padding bits");
+    free(buf);
 }
 
 Test(codec_onebit, accumulate_scale_and_stats)
 {
-    const size_t n = 1500;
-    mq_codec_t c = s_parse("onebit:bucket=300");
-    size_t cap;
-    float *g = s_normal(n, 31, 0.5f, 0.2f), *e = s_zeros(n + 1), *x = s_zeros(n);
-    float *y = s_normal(n, 32, 1.0f, 0.0f), *acc = malloc(n * sizeof(float));
-    uint8_t *buf = s_buf(&c, n, &cap);
-    mq_codec_stats_t se = {-1}, sd = {-1}, sa = {-1};
-    size_t len = s_encode(&c, g, n, e, 0, NULL, buf, cap, &se);
-    cr_assert_eq(mq_codec_decode(&c, buf, len, x, n, 1.0f, false, &sd), 0);
-    memcpy(acc, y, n * sizeof *y);
-    cr_assert_eq(mq_codec_decode(&c, buf, len, acc, n, 0.5f, true, &sa), 0);
-    for (size_t i = 0; i < n; i++)
-        cr_assert_eq(acc[i], y[i] + 0.5f * x[i], "value %zu", i);
-    cr_assert_eq(se.sq, sd.sq);
-    cr_assert_eq(sa.sq, sd.sq);
-    cr_assert(s_close(sd.sq, s_sum_sq(x, n), 1e-6), "stats %g, decoded %g", sd.sq,
-              s_sum_sq(x, n));
-    free(g), free(e), free(x), free(y), free(acc), free(buf);
+    s_check_ef_accumulate("onebit:bucket=300", 1500, 31, 0.2f, 0.5f, 32);
 }
 
 Test(codec_onebit, nonfinite_input_refused_state_kept)
 {
-    const size_t n = 64;
-    mq_codec_t c = s_parse("onebit:bucket=16");
-    size_t cap, len;
-    float *g = s_normal(n, 1, 1.0f, 0.0f), *e = s_zeros(n + 1), *keep = s_zeros(n + 1);
-    uint8_t *buf = s_buf(&c, n, &cap);
-    s_encode(&c, g, n, e, 0.1f, NULL, buf, cap, NULL);
-    memcpy(keep, e, (n + 1) * sizeof *e);
-    g[50] = NAN;
-    mq_codec_ctx_t ctx = {.state = e};
-    cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, buf, cap, &len, NULL), -1);
-    cr_assert(strstr(mq_err_last(), "value 50 of 64 is NaN"), "%s", mq_err_last());
-    cr_assert(memcmp(e, keep, (n + 1) * sizeof *e) == 0, "the residual changed");
-    free(g), free(e), free(keep), free(buf);
+    s_check_nonfinite_refused("onebit:bucket=16", 64, 50, NAN, 0, "value 50 of 64 is NaN");
 }
 
 Test(codec_onebit, server_reply_keeps_its_own_residual)
@@ -710,7 +718,7 @@ Test(codec_thresh, bad_specs_refused_with_a_reason)
     s_check_bad_spec("thresh:k=3:tau=0.1", "exclude each other");
     s_check_bad_spec("thresh:2", "unknown option '2'");
     s_check_bad_spec("thresh:ratio=0.1", "unknown option 'ratio=0.1'");
-    mq_codec_t c = {.id = MQ_CODEC_THRESH};
+    mq_codec_t c = {.id = MQ_CODEC_ID_thresh};
     mq_codec_set_param_f(&c, 0, 0.1f);
     mq_codec_set_param_f(&c, 1, 3.0f);
     cr_assert_eq(mq_codec_validate(&c), -1);
@@ -899,8 +907,8 @@ Test(codec_thresh, accumulate_scale_and_stats_in_every_format)
     for (size_t k = 0; k < 3; k++) {
         mq_codec_t c = s_parse(cases[k].spec);
         size_t cap;
-        float *g = s_normal(n, 60 + k, 0.3f, 0.05f), *x = s_zeros(n);
-        float *y = s_normal(n, 70 + k, 1.0f, 0.0f), *acc = malloc(n * sizeof(float));
+        char what[32];
+        float *g = s_normal(n, 60 + k, 0.3f, 0.05f);
         for (size_t i = 0; i < n; i++) {
             if (cases[k].kind == 1 && i % 50)
                 g[i] = 0.0f;
@@ -908,23 +916,12 @@ Test(codec_thresh, accumulate_scale_and_stats_in_every_format)
                 g[i] = i % 3 ? 0.5f : -0.5f;
         }
         uint8_t *buf = s_buf(&c, n, &cap);
-        mq_codec_stats_t se = {-1}, sd = {-1}, sa = {-1};
+        mq_codec_stats_t se = {-1};
         size_t len = s_encode(&c, g, n, NULL, 0, &rng, buf, cap, &se);
         cr_assert_eq(s_thresh_format(buf), cases[k].format);
-        for (size_t i = 0; i < n; i++) /* a plain decode writes every value */
-            x[i] = 12345.0f;
-        cr_assert_eq(mq_codec_decode(&c, buf, len, x, n, 1.0f, false, &sd), 0);
-        memcpy(acc, y, n * sizeof *y);
-        cr_assert_eq(mq_codec_decode(&c, buf, len, acc, n, 0.5f, true, &sa), 0);
-        for (size_t i = 0; i < n; i++) {
-            cr_assert(x[i] != 12345.0f, "format %u: value %zu not written", cases[k].format, i);
-            cr_assert_eq(acc[i], y[i] + 0.5f * x[i], "format %u: value %zu", cases[k].format, i);
-        }
-        cr_assert_eq(se.sq, sd.sq, "format %u", cases[k].format);
-        cr_assert_eq(sa.sq, sd.sq);
-        cr_assert(s_close(sd.sq, s_sum_sq(x, n), 1e-6), "format %u: stats %g, decoded %g",
-                  cases[k].format, sd.sq, s_sum_sq(x, n));
-        free(g), free(x), free(y), free(acc), free(buf);
+        snprintf(what, sizeof what, "format %u", cases[k].format);
+        s_check_accumulate(&c, buf, len, n, 0.5f, 70 + k, se.sq, what);
+        free(g), free(buf);
     }
 }
 

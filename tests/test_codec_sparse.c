@@ -79,6 +79,17 @@ static float *s_decode(const mq_codec_t *c, const uint8_t *p, size_t len, size_t
     return y;
 }
 
+/* What one encode of G sends (as s_encode), decoded. */
+static float *s_sent(const mq_codec_t *c, const float *g, size_t n, float *state, mq_rng_t *rng,
+                     float lr)
+{
+    size_t len;
+    uint8_t *p = s_encode(c, g, n, state, rng, lr, &len, NULL);
+    float *x = s_decode(c, p, len, n);
+    free(p);
+    return x;
+}
+
 static size_t s_nonzeros(const float *x, size_t n)
 {
     size_t k = 0;
@@ -151,12 +162,9 @@ Test(codec_sparse, roundtrip_is_exact_at_every_density)
             x[n - 1] = 7.5f; /* the last value, alone after the last block of eight */
             x[3] = -0.0f;    /* decodes to +0: the sign of a zero is not kept */
         }
-        size_t len;
-        uint8_t *p = s_encode(&c, x, n, NULL, NULL, 0, &len, NULL);
-        float *y = s_decode(&c, p, len, n);
+        float *y = s_sent(&c, x, n, NULL, NULL, 0);
         x[3] = 0.0f;
         cr_assert_arr_eq(x, y, n * sizeof *x, "density %g: decode differs", dens[d]);
-        free(p);
         free(x);
         free(y);
     }
@@ -238,9 +246,7 @@ Test(codec_sparse, payloads_at_odd_addresses_decode_the_same)
         cr_assert_eq(mq_codec_decode(&c, raw + 1, len, y, n, 1.0f, false, NULL), 0, "%s",
                      mq_err_last());
         cr_assert_arr_eq(x, y, n * sizeof *x);
-        free(raw);
-        free(x);
-        free(y);
+        free(raw), free(x), free(y);
     }
 }
 
@@ -290,9 +296,7 @@ static void s_check_refused(const mq_codec_t *c, const uint8_t *good, size_t goo
     cr_assert_arr_eq(sum, before, n * sizeof *sum, "%s: the running sum changed", b->what);
     cr_assert_eq(mq_codec_decode(c, q, len, sum, n, 1.0f, false, NULL), -1);
     cr_assert_arr_eq(sum, before, n * sizeof *sum, "%s: dst changed", b->what);
-    free(q);
-    free(sum);
-    free(before);
+    free(q), free(sum), free(before);
 }
 
 Test(codec_sparse, decode_refuses_bad_delta_payloads_and_keeps_the_running_sum)
@@ -428,11 +432,7 @@ Test(codec_sparse, accumulate_adds_scale_times_the_values)
         cr_assert_eq(mq_codec_decode(&c, p, len, y, n, -2.0f, false, NULL), 0);
         for (size_t i = 0; i < n; i++)
             cr_assert_eq(y[i], -2.0f * x[i], "density %g, value %zu: %g", dens[d], i, y[i]);
-        free(p);
-        free(x);
-        free(acc);
-        free(want);
-        free(y);
+        free(p), free(x), free(acc), free(want), free(y);
     }
 }
 
@@ -453,9 +453,7 @@ Test(codec_sparse, stats_are_the_decoded_sum_of_squares)
         double want = s_sq(x, n);
         cr_assert(fabs(dec.sq - want) <= 1e-12 * want, "density %g: %.17g vs %.17g", dens[d],
                   dec.sq, want);
-        free(p);
-        free(x);
-        free(y);
+        free(p), free(x), free(y);
     }
 }
 
@@ -465,7 +463,7 @@ Test(codec_sparse, the_reply_carries_the_mean_of_topk_pushes_exactly)
 {
     const size_t n = 50000, P = 4;
     mq_codec_t c = s_parse("topk:ratio=0.01"), r = mq_codec_reply(&c);
-    cr_assert_eq(r.id, MQ_CODEC_SPARSE);
+    cr_assert_eq(r.id, MQ_CODEC_ID_sparse);
     cr_assert_eq(mq_codec_validate(&r), 0);
     float *mean = s_zeros(n);
     for (size_t w = 0; w < P; w++) {
@@ -473,16 +471,12 @@ Test(codec_sparse, the_reply_carries_the_mean_of_topk_pushes_exactly)
         size_t len;
         uint8_t *p = s_encode(&c, g, n, state, NULL, 0.1f, &len, NULL);
         cr_assert_eq(mq_codec_decode(&c, p, len, mean, n, 1.0f / (float)P, true, NULL), 0);
-        free(p);
-        free(g);
-        free(state);
+        free(p), free(g), free(state);
     }
-    size_t k = s_nonzeros(mean, n), len;
+    size_t k = s_nonzeros(mean, n);
     cr_assert(k > 500 * 3 && k <= 500 * P, "union of %zu", k);
-    uint8_t *p = s_encode(&r, mean, n, NULL, NULL, 0, &len, NULL);
-    float *got = s_decode(&r, p, len, n);
+    float *got = s_sent(&r, mean, n, NULL, NULL, 0);
     cr_assert_arr_eq(got, mean, n * sizeof *got);
-    free(p);
     free(got);
     free(mean);
 }
@@ -497,7 +491,7 @@ Test(codec_sparse, spec_is_the_name_alone)
     cr_assert_eq(mq_codec_parse("sparse:4", &c), -1);
     cr_assert(strstr(mq_err_last(), "takes no options (got '4')"), "%s", mq_err_last());
     cr_assert_eq(mq_codec_parse("sparse:ratio=0.1", &c), -1);
-    mq_codec_t bad = {.id = MQ_CODEC_SPARSE, .param = {0, 1}};
+    mq_codec_t bad = {.id = MQ_CODEC_ID_sparse, .param = {0, 1}};
     cr_assert_eq(mq_codec_validate(&bad), -1);
     cr_assert(strstr(mq_err_last(), "parameter word 1"), "%s", mq_err_last());
     cr_assert_eq(mq_codec_state_floats(&c, 100), 0);
@@ -546,18 +540,14 @@ ParameterizedTest(int *idx, codec_sparse, payloads_stay_within_max_size_and_vali
             float *x = s_decode(&c, p, len, n);
             double sq = s_sq(x, n);
             cr_assert(fabs(sq - dec.sq) <= 1e-12 * sq, "%s n=%zu: %g vs %g", *spec, n, sq, dec.sq);
-            cr_assert(c.id == MQ_CODEC_SPARSE || s_nonzeros(x, n) >= 1, "%s n=%zu: nothing sent",
+            cr_assert(c.id == MQ_CODEC_ID_sparse || s_nonzeros(x, n) >= 1, "%s n=%zu: nothing sent",
                       *spec, n);
             for (size_t i = 0; i < n; i++) {
                 cr_assert(isfinite(x[i]));
                 cr_assert(s_close(y[i], before[i] + 0.5f * x[i]), "%s n=%zu value %zu", *spec, n,
                           i);
             }
-            free(p);
-            free(g);
-            free(x);
-            free(y);
-            free(before);
+            free(p), free(g), free(x), free(y), free(before);
         }
         free(state);
     }
@@ -572,8 +562,8 @@ ParameterizedTest(int *idx, codec_sparse, sparsifiers_reply_with_the_sparse_code
 {
     const char **spec = &s_specs[*idx];
     mq_codec_t c = s_parse(*spec), r = mq_codec_reply(&c);
-    cr_assert_eq(r.id, MQ_CODEC_SPARSE, "%s replies with codec %u", *spec, r.id);
-    cr_assert(mq_codec_equal(&r, &(mq_codec_t){.id = MQ_CODEC_SPARSE}), "%s", *spec);
+    cr_assert_eq(r.id, MQ_CODEC_ID_sparse, "%s replies with codec %u", *spec, r.id);
+    cr_assert(mq_codec_equal(&r, &(mq_codec_t){.id = MQ_CODEC_ID_sparse}), "%s", *spec);
     /* Every codec's payloads are sparse payloads: the reply codec decodes them too. */
     const size_t n = 3000;
     float *g = s_normal(n, 3, 1.0f), *state = s_zeros(mq_codec_state_floats(&c, n) + 1);
@@ -583,11 +573,7 @@ ParameterizedTest(int *idx, codec_sparse, sparsifiers_reply_with_the_sparse_code
     uint8_t *p = s_encode(&c, g, n, state, &rng, 0.1f, &len, NULL);
     float *a = s_decode(&c, p, len, n), *b = s_decode(&r, p, len, n);
     cr_assert_arr_eq(a, b, n * sizeof *a);
-    free(p);
-    free(a);
-    free(b);
-    free(g);
-    free(state);
+    free(p), free(a), free(b), free(g), free(state);
 }
 
 Test(codec_sparse, empty_tensor_is_an_empty_payload)
@@ -626,6 +612,100 @@ static void s_assert_top_k(const float *v, const float *x, size_t n, size_t k)
     cr_assert_geq(min_sent, max_kept, "a kept |%g| beats a sent |%g|", max_kept, min_sent);
 }
 
+/* A first encode of G with C (a zero residual, no generator) sends exactly its K largest. */
+static void s_check_top_k(const mq_codec_t *c, const float *g, size_t n, size_t k)
+{
+    float *r = s_zeros(mq_codec_state_floats(c, n)), *x = s_sent(c, g, n, r, NULL, 0);
+    s_assert_top_k(g, x, n, k);
+    free(r);
+    free(x);
+}
+
+/* How many values a first encode of G with C (zero state, lr 0.1) sends. */
+static size_t s_first_sent(const mq_codec_t *c, const float *g, size_t n, mq_rng_t *rng)
+{
+    float *state = s_zeros(mq_codec_state_floats(c, n)), *x = s_sent(c, g, n, state, rng, 0.1f);
+    size_t k = s_nonzeros(x, n);
+    free(state);
+    free(x);
+    return k;
+}
+
+/* Over ITERS encodes of fresh Gaussian gradients (seeds SEED, SEED + 1, ...) with lr LR,
+ * decode(payload) + new residual == old residual + g, value by value, exactly: a sent value
+ * leaves 0 behind and an unsent one stays whole. The residual is C's state from float HDR
+ * on (C keeps no momentum); with TOP_K > 0 each payload holds exactly the TOP_K largest of
+ * residual + g. Returns how many values were sent in all. */
+static size_t s_check_residual_keeps(const mq_codec_t *c, size_t n, int iters, uint64_t seed,
+                                     mq_rng_t *rng, float lr, size_t hdr, size_t top_k)
+{
+    cr_assert_eq(mq_codec_state_floats(c, n), hdr + n);
+    float *state = s_zeros(hdr + n), *r = state + hdr, *want = malloc(n * sizeof *want);
+    size_t total = 0;
+    for (int it = 0; it < iters; it++) {
+        float *g = s_normal(n, seed + (uint64_t)it, 1.0f);
+        for (size_t i = 0; i < n; i++)
+            want[i] = r[i] + g[i];
+        float *x = s_sent(c, g, n, state, rng, lr);
+        if (top_k)
+            s_assert_top_k(want, x, n, top_k);
+        for (size_t i = 0; i < n; i++)
+            cr_assert_eq(x[i] + r[i], want[i], "iteration %d value %zu: %g + %g != %g", it, i,
+                         x[i], r[i], want[i]);
+        total += s_nonzeros(x, n);
+        free(g);
+        free(x);
+    }
+    free(state);
+    free(want);
+    return total;
+}
+
+/* An encode of G with STATE (SF floats, lr LR) is refused with a message containing WHY, and
+ * the state is left as it was. */
+static void s_check_refused_keeps_state(const mq_codec_t *c, const float *g, size_t n,
+                                        float *state, size_t sf, float lr, const char *why)
+{
+    float *before = malloc(sf * sizeof *before);
+    size_t cap = mq_codec_payload_size(c, n), len;
+    uint8_t *p = malloc(cap);
+    cr_assert(before && p);
+    memcpy(before, state, sf * sizeof *state);
+    mq_codec_ctx_t ctx = {.state = state, .lr = lr};
+    cr_assert_eq(mq_codec_encode_ctx(c, g, n, &ctx, p, cap, &len, NULL), -1, "%s accepted", why);
+    cr_assert(strstr(mq_err_last(), why), "%s", mq_err_last());
+    cr_assert_arr_eq(state, before, sf * sizeof *state, "a refused encode changed the state");
+    free(before);
+    free(p);
+}
+
+/* Each SPECS[i][0] formats as SPECS[i][1], which parses back to the same codec. */
+static void s_check_specs(const char *const (*specs)[2], size_t count)
+{
+    for (size_t i = 0; i < count; i++) {
+        mq_codec_t c = s_parse(specs[i][0]), back;
+        char buf[MQ_CODEC_MAX_SPEC];
+        mq_codec_format(&c, buf, sizeof buf);
+        cr_assert_str_eq(buf, specs[i][1], "'%s' formats as '%s'", specs[i][0], buf);
+        back = s_parse(buf);
+        cr_assert(mq_codec_equal(&c, &back), "'%s' does not read back", buf);
+    }
+}
+
+/* Each BAD[i][0] is refused with a message containing BAD[i][1] and the usage USAGE, and the
+ * output is left as it was. */
+static void s_check_bad_specs(const char *const (*bad)[2], size_t count, const char *usage)
+{
+    for (size_t i = 0; i < count; i++) {
+        mq_codec_t c = mq_codec_none();
+        cr_assert_eq(mq_codec_parse(bad[i][0], &c), -1, "'%s' was accepted", bad[i][0]);
+        cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'", bad[i][0],
+                  mq_err_last(), bad[i][1]);
+        cr_assert(strstr(mq_err_last(), usage), "%s", mq_err_last());
+        cr_assert_eq(c.id, MQ_CODEC_ID_none, "'%s': output changed on failure", bad[i][0]);
+    }
+}
+
 Test(codec_topk, sends_exactly_the_k_largest)
 {
     static const size_t ns[] = {1, 5, 100, 10007, 300000};
@@ -633,17 +713,12 @@ Test(codec_topk, sends_exactly_the_k_largest)
     for (size_t s = 0; s < 4; s++)
         for (size_t t = 0; t < 5; t++) {
             mq_codec_t c = s_parse(specs[s]);
-            size_t n = ns[t], len;
-            float *g = s_normal(n, 400 + t, 1.0f), *r = s_zeros(n);
-            uint8_t *p = s_encode(&c, g, n, r, NULL, 0, &len, NULL);
-            float *x = s_decode(&c, p, len, n);
+            size_t n = ns[t];
+            float *g = s_normal(n, 400 + t, 1.0f);
             double kr = (double)mq_codec_param_f(&c, 0) * (double)n;
             double want = ceil(kr - kr * 0x1p-23); /* R * n, R a float */
-            s_assert_top_k(g, x, n, want < 1 ? 1 : (size_t)want);
-            free(p);
+            s_check_top_k(&c, g, n, want < 1 ? 1 : (size_t)want);
             free(g);
-            free(r);
-            free(x);
         }
 }
 
@@ -659,16 +734,11 @@ Test(codec_topk, k_is_ceil_of_ratio_times_n)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         mq_codec_t c = s_parse(cases[i].spec);
-        size_t n = cases[i].n, len;
-        float *g = s_normal(n, 450 + i, 1.0f), *r = s_zeros(n);
-        uint8_t *p = s_encode(&c, g, n, r, NULL, 0, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
+        size_t n = cases[i].n;
+        float *g = s_normal(n, 450 + i, 1.0f), *r = s_zeros(n), *x = s_sent(&c, g, n, r, NULL, 0);
         cr_assert_eq(s_nonzeros(x, n), cases[i].k, "%s on %zu values: %zu sent, expected %zu",
                      cases[i].spec, n, s_nonzeros(x, n), cases[i].k);
-        free(p);
-        free(g);
-        free(r);
-        free(x);
+        free(g), free(r), free(x);
     }
 }
 
@@ -676,26 +746,8 @@ Test(codec_topk, k_is_ceil_of_ratio_times_n)
  * behind and an unsent one stays whole, so it holds exactly, not just to rounding. */
 Test(codec_topk, residual_keeps_what_was_not_sent)
 {
-    const size_t n = 20000;
     mq_codec_t c = s_parse("topk:ratio=0.005");
-    float *r = s_zeros(n), *want = malloc(n * sizeof *want);
-    for (int it = 0; it < 25; it++) {
-        float *g = s_normal(n, 500 + (size_t)it, 1.0f);
-        for (size_t i = 0; i < n; i++)
-            want[i] = r[i] + g[i];
-        size_t len;
-        uint8_t *p = s_encode(&c, g, n, r, NULL, 0, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
-        s_assert_top_k(want, x, n, 100);
-        for (size_t i = 0; i < n; i++)
-            cr_assert_eq(x[i] + r[i], want[i], "iteration %d value %zu: %g + %g != %g", it, i,
-                         x[i], r[i], want[i]);
-        free(p);
-        free(g);
-        free(x);
-    }
-    free(r);
-    free(want);
+    s_check_residual_keeps(&c, 20000, 25, 500, NULL, 0, 0, 100);
 }
 
 /* Ties at the k-th magnitude go to the lowest indices, and exactly k are sent. */
@@ -707,18 +759,13 @@ Test(codec_topk, ties_go_to_the_lowest_indices)
     for (size_t i = 0; i < n; i++)
         g[i] = i % 2 ? 1.0f : -1.0f; /* every magnitude equal */
     g[900] = 2.0f;
-    size_t len;
-    uint8_t *p = s_encode(&c, g, n, r, NULL, 0, &len, NULL);
-    float *x = s_decode(&c, p, len, n);
+    float *x = s_sent(&c, g, n, r, NULL, 0);
     cr_assert_eq(s_nonzeros(x, n), 50);
     cr_assert_eq(x[900], 2.0f);
     for (size_t i = 0; i < 49; i++)
         cr_assert_eq(x[i], g[i], "value %zu not sent", i);
     cr_assert_eq(x[49], 0.0f);
-    free(p);
-    free(g);
-    free(r);
-    free(x);
+    free(g), free(r), free(x);
 }
 
 /* Selection is exact whatever the data: large values placed where a strided sample looks,
@@ -728,7 +775,7 @@ Test(codec_topk, selection_is_exact_on_adversarial_data)
     const size_t n = 100000;
     mq_codec_t c = s_parse("topk:ratio=0.02"); /* k = 2000 */
     for (int kind = 0; kind < 5; kind++) {
-        float *g = s_normal(n, 600 + (size_t)kind, 1.0f), *r = s_zeros(n);
+        float *g = s_normal(n, 600 + (size_t)kind, 1.0f);
         mq_rng_t rng;
         mq_rng_seed(&rng, 601);
         for (size_t i = 0; i < n; i++) {
@@ -743,14 +790,8 @@ Test(codec_topk, selection_is_exact_on_adversarial_data)
             else /* two magnitudes */
                 g[i] = i % 3 ? 1.0f : 3.0f;
         }
-        size_t len, k = kind == 3 ? s_nonzeros(g, n) : 2000;
-        uint8_t *p = s_encode(&c, g, n, r, NULL, 0, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
-        s_assert_top_k(g, x, n, k);
-        free(p);
+        s_check_top_k(&c, g, n, kind == 3 ? s_nonzeros(g, n) : 2000);
         free(g);
-        free(r);
-        free(x);
     }
 }
 
@@ -767,9 +808,8 @@ Test(codec_topk, selection_is_exact_for_every_small_length)
             float g[40], r[40] = {0};
             for (size_t i = 0; i < n; i++) /* 0, +-1, +-2, +-3: ties and zeros */
                 g[i] = (float)((int)mq_rng_below(&rng, 7) - 3);
-            size_t len, nz = s_nonzeros(g, n);
-            uint8_t *p = s_encode(&c, g, n, r, NULL, 0, &len, NULL);
-            float *x = s_decode(&c, p, len, n);
+            size_t nz = s_nonzeros(g, n);
+            float *x = s_sent(&c, g, n, r, NULL, 0);
             s_assert_top_k(g, x, n, k < nz ? k : nz);
             for (size_t i = 0, taken = 0; i < n; i++) { /* ties: the lowest indices */
                 float t = 0;
@@ -783,7 +823,6 @@ Test(codec_topk, selection_is_exact_for_every_small_length)
                                       n, k, i);
                 }
             }
-            free(p);
             free(x);
         }
 }
@@ -793,31 +832,23 @@ Test(codec_topk, refuses_non_finite_input_and_keeps_the_residual)
     const size_t n = 1000;
     mq_codec_t c = s_parse("topk");
     float *g = s_normal(n, 700, 1.0f), *r = s_normal(n, 701, 1.0f);
-    float *before = malloc(n * sizeof *before);
-    memcpy(before, r, n * sizeof *r);
     g[777] = NAN;
+    s_check_refused_keeps_state(&c, g, n, r, n, 0, "value 777 of 1000");
+    g[777] = 3e38f, r[777] = 3e38f; /* finite each, their sum is not */
+    s_check_refused_keeps_state(&c, g, n, r, n, 0, "gradient + residual at value 777");
     uint8_t p[4 + 4000];
     size_t len;
-    mq_codec_ctx_t ctx = {.state = r};
-    cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, p, sizeof p, &len, NULL), -1);
-    cr_assert(strstr(mq_err_last(), "value 777 of 1000"), "%s", mq_err_last());
-    g[777] = 3e38f, r[777] = 3e38f; /* finite each, their sum is not */
-    before[777] = 3e38f;
-    cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, p, sizeof p, &len, NULL), -1);
-    cr_assert(strstr(mq_err_last(), "gradient + residual at value 777"), "%s", mq_err_last());
-    cr_assert_arr_eq(r, before, n * sizeof *r, "a refused encode changed the residual");
-    ctx.state = NULL;
+    mq_codec_ctx_t ctx = {.state = NULL};
     g[777] = 0;
     cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, p, sizeof p, &len, NULL), -1);
     cr_assert(strstr(mq_err_last(), "needs its state (1000 floats)"), "%s", mq_err_last());
     free(g);
     free(r);
-    free(before);
 }
 
 Test(codec_topk, spec_parse_and_format_round_trip)
 {
-    static const char *specs[][2] = {
+    static const char *const specs[][2] = {
         {"topk", "topk"},
         {"topk:ratio=0.01", "topk"},
         {"topk:ratio=0.001", "topk:ratio=0.001"},
@@ -825,14 +856,7 @@ Test(codec_topk, spec_parse_and_format_round_trip)
         {"topk:ratio=0.0123456789", "topk:ratio=0.012345679"},
         {"topk:ratio=1e-5", "topk:ratio=1e-05"},
     };
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-        mq_codec_t c = s_parse(specs[i][0]), back;
-        char buf[MQ_CODEC_MAX_SPEC];
-        mq_codec_format(&c, buf, sizeof buf);
-        cr_assert_str_eq(buf, specs[i][1], "'%s' formats as '%s'", specs[i][0], buf);
-        back = s_parse(buf);
-        cr_assert(mq_codec_equal(&c, &back), "'%s' does not read back", buf);
-    }
+    s_check_specs(specs, sizeof specs / sizeof specs[0]);
     mq_codec_t c = s_parse("topk");
     cr_assert_eq(mq_codec_state_floats(&c, 1234), 1234);
     cr_assert_eq(mq_codec_payload_size(&c, 1000), 4004);
@@ -840,7 +864,7 @@ Test(codec_topk, spec_parse_and_format_round_trip)
 
 Test(codec_topk, bad_specs_are_refused_with_a_reason)
 {
-    static const char *bad[][2] = {
+    static const char *const bad[][2] = {
         {"topk:ratio=0", "ratio=0 is out of range (expected 0 < ratio <= 1)"},
         {"topk:ratio=1.5", "not a number in 0..1"},
         {"topk:ratio=-0.1", "not a number in 0..1"},
@@ -851,14 +875,7 @@ Test(codec_topk, bad_specs_are_refused_with_a_reason)
         {"topk:4", "unknown option '4'"},
         {"topk:ratio=1e-50", "out of range"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mq_codec_t c = mq_codec_none();
-        cr_assert_eq(mq_codec_parse(bad[i][0], &c), -1, "'%s' was accepted", bad[i][0]);
-        cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'", bad[i][0],
-                  mq_err_last(), bad[i][1]);
-        cr_assert(strstr(mq_err_last(), "usage: topk[:ratio=R]"), "%s", mq_err_last());
-        cr_assert_eq(c.id, MQ_CODEC_NONE, "'%s': output changed on failure", bad[i][0]);
-    }
+    s_check_bad_specs(bad, sizeof bad / sizeof bad[0], "usage: topk[:ratio=R]");
     /* Parameter words from the network are checked too. */
     mq_codec_t c = s_parse("topk");
     mq_codec_set_param_f(&c, 0, NAN);
@@ -888,33 +905,20 @@ Test(codec_dgc, sends_close_to_the_wanted_density)
             mq_rng_t rng;
             mq_rng_seed(&rng, 800 + (uint64_t)seed);
             float *g = s_normal(n, 810 + (size_t)seed, 1.0f);
-            float *state = s_zeros(mq_codec_state_floats(&c, n));
-            size_t len;
-            uint8_t *p = s_encode(&c, g, n, state, &rng, 0.1f, &len, NULL);
-            float *x = s_decode(&c, p, len, n);
-            double k = (double)s_nonzeros(x, n);
+            double k = (double)s_first_sent(&c, g, n, &rng);
             cr_assert(k >= 0.5 * want && k <= 1.3 * want, "%s seed %d: %g sent, want %g", specs[s],
                       seed, k, want);
             total += k;
-            free(p);
             free(g);
-            free(state);
-            free(x);
         }
         cr_assert(fabs(total / 16 - want) <= 0.15 * want, "%s: %g sent on average, want %g",
                   specs[s], total / 16, want);
     }
     /* sample=1: the threshold is exact, as topk's */
     mq_codec_t c = s_parse("dgc:ratio=0.01:sample=1:momentum=0");
-    float *g = s_normal(n, 820, 1.0f), *state = s_zeros(n);
-    size_t len;
-    uint8_t *p = s_encode(&c, g, n, state, NULL, 0.1f, &len, NULL);
-    float *x = s_decode(&c, p, len, n);
-    s_assert_top_k(g, x, n, 2000);
-    free(p);
+    float *g = s_normal(n, 820, 1.0f);
+    s_check_top_k(&c, g, n, 2000);
     free(g);
-    free(state);
-    free(x);
 }
 
 /* u = m u + g; v = v + u; what is sent is cleared from both (momentum factor masking), the
@@ -933,9 +937,7 @@ Test(codec_dgc, momentum_correction_and_factor_masking)
         float *g = s_normal(n, 840 + (size_t)it, 1.0f);
         memcpy(pu, u, n * sizeof *u);
         memcpy(pv, v, n * sizeof *v);
-        size_t len;
-        uint8_t *p = s_encode(&c, g, n, state, &rng, 0.1f, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
+        float *x = s_sent(&c, g, n, state, &rng, 0.1f);
         size_t sent = 0;
         for (size_t i = 0; i < n; i++) {
             float nu = m * pu[i] + g[i], nv = pv[i] + nu;
@@ -949,40 +951,20 @@ Test(codec_dgc, momentum_correction_and_factor_masking)
             }
         }
         cr_assert(sent > 50 && sent < 130, "it %d: %zu sent of 100 wanted", it, sent);
-        free(p);
         free(g);
         free(x);
     }
-    free(state);
-    free(pu);
-    free(pv);
+    free(state), free(pu), free(pv);
 }
 
 /* Without momentum dgc is top-k with a sampled threshold: residual conservation holds
  * exactly, as topk's. */
 Test(codec_dgc, without_momentum_the_residual_keeps_what_was_not_sent)
 {
-    const size_t n = 20000;
     mq_codec_t c = s_parse("dgc:ratio=0.01:momentum=0");
-    cr_assert_eq(mq_codec_state_floats(&c, n), n);
-    float *v = s_zeros(n), *want = malloc(n * sizeof *want);
     mq_rng_t rng;
     mq_rng_seed(&rng, 850);
-    for (int it = 0; it < 10; it++) {
-        float *g = s_normal(n, 860 + (size_t)it, 1.0f);
-        for (size_t i = 0; i < n; i++)
-            want[i] = v[i] + g[i];
-        size_t len;
-        uint8_t *p = s_encode(&c, g, n, v, &rng, 0.1f, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
-        for (size_t i = 0; i < n; i++)
-            cr_assert_eq(x[i] + v[i], want[i], "it %d value %zu", it, i);
-        free(p);
-        free(g);
-        free(x);
-    }
-    free(v);
-    free(want);
+    s_check_residual_keeps(&c, 20000, 10, 860, &rng, 0.1f, 0, 0);
 }
 
 /* clip=C: the gradient that enters the state has norm C at most. */
@@ -996,9 +978,7 @@ Test(codec_dgc, clipping_bounds_the_gradient_norm)
         float *state = s_zeros(mq_codec_state_floats(&c, n));
         mq_rng_t rng;
         mq_rng_seed(&rng, 871);
-        size_t len;
-        uint8_t *p = s_encode(&c, g, n, state, &rng, 0.1f, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
+        float *x = s_sent(&c, g, n, state, &rng, 0.1f);
         for (size_t i = 0; i < n; i++) /* what entered: sent + kept */
             x[i] += state[i];
         double want = s == 2 ? s_norm(g, n) : 1.0;
@@ -1006,10 +986,7 @@ Test(codec_dgc, clipping_bounds_the_gradient_norm)
                   s_norm(x, n), want);
         for (size_t i = 0; i < n; i++) /* the direction is kept */
             cr_assert(fabsf(x[i] - g[i] * (float)(want / s_norm(g, n))) <= 1e-6f);
-        free(p);
-        free(g);
-        free(state);
-        free(x);
+        free(g), free(state), free(x);
     }
 }
 
@@ -1041,9 +1018,7 @@ Test(codec_dgc, is_reproducible_from_the_seed_and_needs_a_generator)
                  mq_err_last());
     for (int t = 0; t < 3; t++)
         free(p[t]);
-    free(buf);
-    free(g);
-    free(state);
+    free(buf), free(g), free(state);
 }
 
 Test(codec_dgc, refuses_non_finite_gradients_and_resets_an_overflowed_state)
@@ -1051,42 +1026,30 @@ Test(codec_dgc, refuses_non_finite_gradients_and_resets_an_overflowed_state)
     const size_t n = 1000;
     mq_codec_t c = s_parse("dgc:sample=1");
     float *g = s_normal(n, 890, 1.0f), *state = s_normal(2 * n, 891, 1.0f);
-    float *before = malloc(2 * n * sizeof *before);
-    memcpy(before, state, 2 * n * sizeof *state);
     g[10] = INFINITY;
+    s_check_refused_keeps_state(&c, g, n, state, 2 * n, 0, "value 10 of 1000 is infinite");
+    g[10] = 3e38f, state[10] = 3e38f; /* finite, but v + u overflows */
     uint8_t p[4 + 4000];
     size_t len;
     mq_codec_ctx_t ctx = {.state = state};
-    cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, p, sizeof p, &len, NULL), -1);
-    cr_assert(strstr(mq_err_last(), "value 10 of 1000 is infinite"), "%s", mq_err_last());
-    cr_assert_arr_eq(state, before, 2 * n * sizeof *state, "a refused encode changed the state");
-    g[10] = 3e38f, state[10] = 3e38f; /* finite, but v + u overflows */
     cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, p, sizeof p, &len, NULL), -1);
     cr_assert(strstr(mq_err_last(), "overflowed at value 10"), "%s", mq_err_last());
     cr_assert_eq(s_nonzeros(state, 2 * n), 0, "the diverged state was not reset");
     free(g);
     free(state);
-    free(before);
 }
 
 Test(codec_dgc, spec_parse_and_format_round_trip)
 {
-    static const char *specs[][2] = {
+    static const char *const specs[][2] = {
         {"dgc", "dgc"},
         {"dgc:ratio=0.001:momentum=0.9:clip=0:sample=0.01", "dgc"},
         {"dgc:sample=0.05:ratio=0.01", "dgc:ratio=0.01:sample=0.05"},
         {"dgc:momentum=0:clip=2.5", "dgc:momentum=0:clip=2.5"},
         {"dgc:clip=-0", "dgc"},
     };
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-        mq_codec_t c = s_parse(specs[i][0]), back;
-        char buf[MQ_CODEC_MAX_SPEC];
-        mq_codec_format(&c, buf, sizeof buf);
-        cr_assert_str_eq(buf, specs[i][1], "'%s' formats as '%s'", specs[i][0], buf);
-        back = s_parse(buf);
-        cr_assert(mq_codec_equal(&c, &back), "'%s' does not read back", buf);
-    }
-    static const char *bad[][2] = {
+    s_check_specs(specs, sizeof specs / sizeof specs[0]);
+    static const char *const bad[][2] = {
         {"dgc:momentum=1", "momentum=1 is out of range (expected 0 <= momentum < 1)"},
         {"dgc:sample=0", "sample=0 is out of range"},
         {"dgc:clip=-1", "clip"},
@@ -1094,12 +1057,7 @@ Test(codec_dgc, spec_parse_and_format_round_trip)
         {"dgc:warmup=1", "unknown option 'warmup=1' (expected ratio=, momentum=, clip=, sample=)"},
         {"dgc:3", "unknown option '3'"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mq_codec_t c;
-        cr_assert_eq(mq_codec_parse(bad[i][0], &c), -1, "'%s' was accepted", bad[i][0]);
-        cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'", bad[i][0],
-                  mq_err_last(), bad[i][1]);
-    }
+    s_check_bad_specs(bad, sizeof bad / sizeof bad[0], "usage: dgc[");
 }
 
 /* ---- sdagc ------------------------------------------------------------------------------- */
@@ -1114,17 +1072,10 @@ Test(codec_sdagc, sends_the_gaussian_tail_in_the_papers_range)
     float *g = s_normal(n, 900, 0.01f);
     for (size_t s = 0; s < 4; s++) {
         mq_codec_t c = s_parse(specs[s]);
-        float *state = s_zeros(mq_codec_state_floats(&c, n));
-        size_t len;
-        uint8_t *p = s_encode(&c, g, n, state, NULL, 0.1f, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
-        double k = (double)s_nonzeros(x, n), want = tail[s] * (double)n;
+        double k = (double)s_first_sent(&c, g, n, NULL), want = tail[s] * (double)n;
         cr_assert(fabs(k - want) <= 0.12 * want, "%s: %g sent, want %g", specs[s], k, want);
         if (s == 0)
             cr_assert(n / k >= 433 && n / k <= 2021, "element ratio %gx", n / k);
-        free(p);
-        free(state);
-        free(x);
     }
     free(g);
 }
@@ -1137,13 +1088,12 @@ Test(codec_sdagc, learning_rate_revision_rescales_the_residual)
     static const char *specs[] = {"sdagc:momentum=0", "sdagc", "sdagc:revise=0"};
     for (size_t s = 0; s < 3; s++) {
         mq_codec_t c = s_parse(specs[s]);
-        size_t sf = mq_codec_state_floats(&c, n), len;
+        size_t sf = mq_codec_state_floats(&c, n);
         float m = mq_codec_param_f(&c, 1);
         cr_assert_eq(sf, 4 + (m > 0 ? 2 : 1) * n);
         float *state = s_zeros(sf), *g = s_normal(n, 910, 1.0f), *zero = s_zeros(n);
         float *r = state + 4, *u = m > 0 ? r + n : NULL;
-        uint8_t *p = s_encode(&c, g, n, state, NULL, 0.1f, &len, NULL);
-        free(p);
+        free(s_sent(&c, g, n, state, NULL, 0.1f));
         cr_assert_eq(state[0], 0.1f, "%s: lr not kept in the header", specs[s]);
         float *r1 = malloc(n * sizeof *r1), *u1 = s_zeros(n);
         memcpy(r1, r, n * sizeof *r);
@@ -1151,8 +1101,7 @@ Test(codec_sdagc, learning_rate_revision_rescales_the_residual)
             memcpy(u1, u, n * sizeof *u);
         /* lr halves, no new gradient: the residual doubles (none if revision is off) */
         float q = s == 2 ? 1.0f : 2.0f;
-        p = s_encode(&c, zero, n, state, NULL, 0.05f, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
+        float *x = s_sent(&c, zero, n, state, NULL, 0.05f);
         cr_assert_eq(state[0], 0.05f);
         for (size_t i = 0; i < n; i++) {
             float nu = m * (q * u1[i]), nr = q * r1[i] + nu;
@@ -1167,21 +1116,13 @@ Test(codec_sdagc, learning_rate_revision_rescales_the_residual)
         }
         /* lr unknown (0): no revision, the header keeps the last known lr */
         memcpy(r1, r, n * sizeof *r);
-        free(p);
         free(x);
-        p = s_encode(&c, zero, n, state, NULL, 0.0f, &len, NULL);
-        x = s_decode(&c, p, len, n);
+        x = s_sent(&c, zero, n, state, NULL, 0.0f);
         cr_assert_eq(state[0], 0.05f);
         if (!u)
             for (size_t i = 0; i < n; i++)
                 cr_assert(x[i] != 0.0f || r[i] == r1[i], "%s value %zu rescaled", specs[s], i);
-        free(p);
-        free(x);
-        free(state);
-        free(g);
-        free(zero);
-        free(r1);
-        free(u1);
+        free(x), free(state), free(g), free(zero), free(r1), free(u1);
     }
 }
 
@@ -1190,50 +1131,24 @@ Test(codec_sdagc, always_sends_at_least_the_largest_value)
 {
     mq_codec_t c = s_parse("sdagc:momentum=0");
     float g[5] = {0.1f, -0.4f, 0.2f, 0.3f, -0.1f}, state[4 + 5] = {0};
-    size_t len;
-    uint8_t *p = s_encode(&c, g, 5, state, NULL, 0.1f, &len, NULL);
-    float *x = s_decode(&c, p, len, 5);
+    float *x = s_sent(&c, g, 5, state, NULL, 0.1f);
     cr_assert_eq(s_nonzeros(x, 5), 1);
     cr_assert_eq(x[1], -0.4f);
     cr_assert_eq(state[4 + 1], 0.0f);
     cr_assert_eq(state[4 + 3], 0.3f);
-    free(p);
     free(x);
     /* All zero: nothing to send. */
     float z[5] = {0};
-    memset(state, 0, sizeof state);
-    p = s_encode(&c, z, 5, state, NULL, 0.1f, &len, NULL);
-    x = s_decode(&c, p, len, 5);
-    cr_assert_eq(s_nonzeros(x, 5), 0);
-    free(p);
-    free(x);
+    cr_assert_eq(s_first_sent(&c, z, 5, NULL), 0);
 }
 
 /* Residual accumulation without momentum: decode + new r == old r + g, to rounding (exactly,
  * as nothing is rescaled at a constant lr). */
 Test(codec_sdagc, residual_accumulates_what_was_not_sent)
 {
-    const size_t n = 30000;
     mq_codec_t c = s_parse("sdagc:momentum=0");
-    float *state = s_zeros(4 + n), *r = state + 4, *want = malloc(n * sizeof *want);
-    size_t total = 0;
-    for (int it = 0; it < 12; it++) {
-        float *g = s_normal(n, 920 + (size_t)it, 1.0f);
-        for (size_t i = 0; i < n; i++)
-            want[i] = r[i] + g[i];
-        size_t len;
-        uint8_t *p = s_encode(&c, g, n, state, NULL, 0.1f, &len, NULL);
-        float *x = s_decode(&c, p, len, n);
-        total += s_nonzeros(x, n);
-        for (size_t i = 0; i < n; i++)
-            cr_assert_eq(x[i] + r[i], want[i], "it %d value %zu", it, i);
-        free(p);
-        free(g);
-        free(x);
-    }
+    size_t total = s_check_residual_keeps(&c, 30000, 12, 920, NULL, 0.1f, 4, 0);
     cr_assert_gt(total, 12 * 10, "%zu sent in 12 steps", total);
-    free(state);
-    free(want);
 }
 
 Test(codec_sdagc, clipping_bounds_the_norm_and_masking_clears_the_momentum)
@@ -1241,10 +1156,7 @@ Test(codec_sdagc, clipping_bounds_the_norm_and_masking_clears_the_momentum)
     const size_t n = 10000;
     mq_codec_t c = s_parse("sdagc:clip=2:c=2");
     float *g = s_normal(n, 930, 1.0f), *state = s_zeros(4 + 2 * n);
-    float *r = state + 4, *u = r + n;
-    size_t len;
-    uint8_t *p = s_encode(&c, g, n, state, NULL, 0.1f, &len, NULL);
-    float *x = s_decode(&c, p, len, n);
+    float *r = state + 4, *u = r + n, *x = s_sent(&c, g, n, state, NULL, 0.1f);
     size_t sent = 0;
     for (size_t i = 0; i < n; i++) {
         if (x[i] != 0.0f) {
@@ -1255,10 +1167,7 @@ Test(codec_sdagc, clipping_bounds_the_norm_and_masking_clears_the_momentum)
     }
     cr_assert(sent > 300 && sent < 600, "%zu sent at 2 sigma", sent);
     cr_assert(fabs(s_norm(x, n) - 2.0) <= 2e-5, "norm %g", s_norm(x, n));
-    free(p);
-    free(g);
-    free(state);
-    free(x);
+    free(g), free(state), free(x);
 }
 
 Test(codec_sdagc, refuses_non_finite_gradients_without_touching_the_state)
@@ -1266,37 +1175,23 @@ Test(codec_sdagc, refuses_non_finite_gradients_without_touching_the_state)
     const size_t n = 100;
     mq_codec_t c = s_parse("sdagc");
     float *g = s_normal(n, 940, 1.0f), *state = s_normal(4 + 2 * n, 941, 1.0f);
-    float *before = malloc((4 + 2 * n) * sizeof *before);
-    memcpy(before, state, (4 + 2 * n) * sizeof *state);
     g[99] = NAN;
-    uint8_t p[4 + 400];
-    size_t len;
-    mq_codec_ctx_t ctx = {.state = state, .lr = 0.5f};
-    cr_assert_eq(mq_codec_encode_ctx(&c, g, n, &ctx, p, sizeof p, &len, NULL), -1);
-    cr_assert(strstr(mq_err_last(), "sdagc encode: value 99 of 100 is NaN"), "%s", mq_err_last());
-    cr_assert_arr_eq(state, before, (4 + 2 * n) * sizeof *state);
+    s_check_refused_keeps_state(&c, g, n, state, 4 + 2 * n, 0.5f,
+                                "sdagc encode: value 99 of 100 is NaN");
     free(g);
     free(state);
-    free(before);
 }
 
 Test(codec_sdagc, spec_parse_and_format_round_trip)
 {
-    static const char *specs[][2] = {
+    static const char *const specs[][2] = {
         {"sdagc", "sdagc"},
         {"sdagc:c=3.29:momentum=0.9:clip=0:revise=1", "sdagc"},
         {"sdagc:revise=0:c=3.05", "sdagc:c=3.05:revise=0"},
         {"sdagc:momentum=0:clip=0.5", "sdagc:momentum=0:clip=0.5"},
     };
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
-        mq_codec_t c = s_parse(specs[i][0]), back;
-        char buf[MQ_CODEC_MAX_SPEC];
-        mq_codec_format(&c, buf, sizeof buf);
-        cr_assert_str_eq(buf, specs[i][1], "'%s' formats as '%s'", specs[i][0], buf);
-        back = s_parse(buf);
-        cr_assert(mq_codec_equal(&c, &back), "'%s' does not read back", buf);
-    }
-    static const char *bad[][2] = {
+    s_check_specs(specs, sizeof specs / sizeof specs[0]);
+    static const char *const bad[][2] = {
         {"sdagc:c=0", "c=0 is out of range (expected 0 < c <= 100)"},
         {"sdagc:c=101", "not a number in 0..100"},
         {"sdagc:revise=0.5", "revise=0.5 is out of range (expected revise = 0..1)"},
@@ -1306,11 +1201,5 @@ Test(codec_sdagc, spec_parse_and_format_round_trip)
         {"sdagc:sigma=3", "unknown option 'sigma=3' (expected c=, momentum=, clip=, revise=)"},
         {"sdagc:3", "unknown option '3'"},
     };
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        mq_codec_t c;
-        cr_assert_eq(mq_codec_parse(bad[i][0], &c), -1, "'%s' was accepted", bad[i][0]);
-        cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'", bad[i][0],
-                  mq_err_last(), bad[i][1]);
-        cr_assert(strstr(mq_err_last(), "usage: sdagc["), "%s", mq_err_last());
-    }
+    s_check_bad_specs(bad, sizeof bad / sizeof bad[0], "usage: sdagc[");
 }

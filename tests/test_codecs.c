@@ -279,7 +279,7 @@ Test(codecs, a_server_round_averages_and_replies_in_the_reply_codec)
             err += (double)(w[j] - mean[j]) * (w[j] - mean[j]), ref += (double)mean[j] * mean[j];
         cr_log_info("%s: reply %s, %zu bytes, relative error %.3g", all[i]->name,
                     mq_codec_ops(&reply)->name, len, ref > 0 ? err / ref : 0.0);
-        if (reply.id == MQ_CODEC_SPARSE || reply.id == MQ_CODEC_NONE)
+        if (reply.id == MQ_CODEC_ID_sparse || reply.id == MQ_CODEC_ID_none)
             cr_assert(err <= 1e-12 * (ref + 1), "%s: the exact reply is not exact", all[i]->name);
         free(p);
     }

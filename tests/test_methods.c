@@ -22,19 +22,8 @@ static void s_experiment(const char *dir, const char *const *args, int timeout_s
     for (size_t i = 0; i < S_NMETHODS; i++)
         snprintf(methods + strlen(methods), sizeof methods - strlen(methods), "%s%s",
                  i ? "," : "", s_methods[i]);
-    const char *argv[64] = {"mqgrad", "experiment", "--methods", methods, "--seeds", "1",
-                            "--out", dir, "--workers", "2", "--servers", "2", "--threads", "1"};
-    int n = 14;
-    while (*args && n < 63)
-        argv[n++] = *args++;
-    argv[n] = NULL;
-    pid_t pid = fork();
-    cr_assert(pid >= 0);
-    if (pid == 0) {
-        freopen("/dev/null", "w", stdout);
-        execv(MQGRAD, (char *const *)argv);
-        _exit(127);
-    }
+    const char *fixed[] = {"--methods", methods, "--seeds", "1", "--out", dir, NULL};
+    pid_t pid = test_spawn_mqgrad("experiment", fixed, args);
     cr_assert_eq(test_wait(pid, timeout_s), 0, "mqgrad experiment failed");
 }
 

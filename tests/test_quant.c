@@ -95,12 +95,12 @@ Test(quant, spec_parse_format_roundtrip)
         cr_assert_eq(mq_codec_parse(buf, &back), 0);
         cr_assert(back.id == c.id && back.param[0] == c.param[0] &&
                       back.param[1] == c.param[1] &&
-                      (c.id == MQ_CODEC_NONE || back.bits == c.bits),
+                      (c.id == MQ_CODEC_ID_none || back.bits == c.bits),
                   "%s does not parse back to itself", buf);
     }
     mq_codec_t c;
     cr_assert_eq(mq_codec_parse("uniform:5:bucket=7", &c), 0);
-    cr_assert(c.id == MQ_CODEC_UNIFORM && c.bits == 5 && c.param[0] == 7 && !c.param[1]);
+    cr_assert(c.id == MQ_CODEC_ID_uniform && c.bits == 5 && c.param[0] == 7 && !c.param[1]);
 }
 
 Test(quant, spec_parse_rejects_bad_specs_with_a_reason)
@@ -126,7 +126,7 @@ Test(quant, spec_parse_rejects_bad_specs_with_a_reason)
         cr_assert_eq(mq_codec_parse(bad[i][0], &c), -1, "'%s' was accepted", bad[i][0]);
         cr_assert(strstr(mq_err_last(), bad[i][1]), "'%s': message '%s' lacks '%s'", bad[i][0],
                   mq_err_last(), bad[i][1]);
-        cr_assert(c.id == MQ_CODEC_UNIFORM && c.bits == 6 && c.param[0] == 11,
+        cr_assert(c.id == MQ_CODEC_ID_uniform && c.bits == 6 && c.param[0] == 11,
                   "'%s': output changed on failure", bad[i][0]);
     }
     cr_assert_eq(mq_codec_parse(NULL, &(mq_codec_t){0}), -1);
@@ -498,7 +498,7 @@ Test(quant, payloads_at_odd_addresses_decode_the_same)
         memcpy(aligned, raw + 1, cap);
         cr_assert_eq(mq_codec_decode(&c, aligned, len, z, n, 0.5f, false, NULL), 0);
         cr_assert_arr_eq(y, z, n * sizeof *y, "%s", specs[s]);
-        if (c.id == MQ_CODEC_NONE) { /* a NaN in the last, odd-sized group */
+        if (c.id == MQ_CODEC_ID_none) { /* a NaN in the last, odd-sized group */
             float inf = -INFINITY;
             memcpy(raw + 1 + 4 * (n - 1), &inf, 4);
             cr_assert_eq(mq_codec_decode(&c, raw + 1, len, y, n, 1.0f, true, NULL), -1);

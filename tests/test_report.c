@@ -350,7 +350,7 @@ static void s_check_final_table(const char *md)
             bytes[r] = N_ITERS * s_bytes(runs[r]);
             iters[r] = N_ITERS;
         }
-        cr_assert_eq(s_row(md, "Final results", s_methods[m], cells), 6);
+        cr_assert_eq(s_row(md, "Final results", s_methods[m], cells), 7);
         snprintf(cell, sizeof cell, "%d", nr);
         cr_expect_str_eq(cells[1], cell);
         s_fmt(cell, loss, nr, 4);
@@ -516,7 +516,7 @@ Test(report, diverged_run_is_shown_as_such_and_left_out_of_the_accuracy)
     const char *name = "fixed:4 — 1 of 2 diverged";
     cr_expect(strstr(md, "1 of the 4 runs diverged"), "the report says so up front:\n%s", md);
     int n = s_row(md, "Final results", name, cells);
-    cr_assert_eq(n, 6, "%s", md);
+    cr_assert_eq(n, 7, "%s", md);
     /* Only seed 1 (fixed4-1: final accuracy 87 %, loss 2.1/8) counts: no mean ± std. */
     cr_expect_str_eq(cells[1], "2", "both seeds are the method's");
     cr_expect_str_eq(cells[2], "0.2625", "final loss of the live run only");
@@ -535,7 +535,7 @@ Test(report, diverged_run_is_shown_as_such_and_left_out_of_the_accuracy)
               "the runs table names the divergence:\n%s", md);
     cr_expect(strstr(md, "| fixed:4 | 1 | 8 | 4.00 | 87.00 | completed |"), "%s", md);
     /* fp32 is untouched. */
-    cr_assert_eq(s_row(md, "Final results", "none", cells), 6);
+    cr_assert_eq(s_row(md, "Final results", "none", cells), 7);
     cr_expect_str_eq(cells[3], "87.00 ± 1.41");
     free(md);
 }
@@ -552,7 +552,7 @@ Test(report, method_whose_runs_all_diverged_has_no_accuracy)
     char *md = s_slurp("rep/report.md");
     char cells[16][96];
     const char *name = "fixed:4 — 2 of 2 diverged";
-    cr_assert_eq(s_row(md, "Final results", name, cells), 6, "%s", md);
+    cr_assert_eq(s_row(md, "Final results", name, cells), 7, "%s", md);
     cr_expect_str_eq(cells[2], "—");
     cr_expect_str_eq(cells[3], "diverged (2/2) at iterations 5, 7");
     cr_assert_eq(s_row(md, "Test accuracy", name, cells), 5);
@@ -597,10 +597,10 @@ Test(report, paper_exact_and_bucketed_runs_are_two_methods)
     cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
     char *md = s_slurp("rep/report.md");
     char cells[16][96];
-    cr_assert_eq(s_row(md, "Final results", "fixed:4 (paper-exact codec)", cells), 6, "%s", md);
+    cr_assert_eq(s_row(md, "Final results", "fixed:4 (paper-exact codec)", cells), 7, "%s", md);
     cr_expect_str_eq(cells[1], "1", "one seed in the paper-exact group");
     cr_expect_str_eq(cells[3], "87.00", "fixed4-1's own accuracy");
-    cr_assert_eq(s_row(md, "Final results", "fixed:4", cells), 6);
+    cr_assert_eq(s_row(md, "Final results", "fixed:4", cells), 7);
     cr_expect_str_eq(cells[1], "1", "one seed in the bucketed group");
     cr_expect_str_eq(cells[3], "88.00", "fixed4-2's own accuracy");
     cr_expect(strstr(md, "3 runs of 3 methods"), "%s", md);
@@ -625,7 +625,7 @@ Test(report, common_setting_keeps_the_plain_name)
     cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
     char *md = s_slurp("rep/report.md");
     char cells[16][96];
-    cr_assert_eq(s_row(md, "Final results", "fixed:4", cells), 6, "%s", md);
+    cr_assert_eq(s_row(md, "Final results", "fixed:4", cells), 7, "%s", md);
     cr_expect_str_eq(cells[1], "2", "one method of two seeds");
     cr_expect(strstr(md, "(codec uniform, bucket 128, nearest rounding"), "%s", md);
     free(md);
@@ -645,7 +645,7 @@ Test(report, common_setting_keeps_the_plain_name)
     s_config(&s_specs[3], "{\"model\":\"paper\",\"seed\":2}\n");
     cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
     md = s_slurp("rep/report.md");
-    cr_assert_eq(s_row(md, "Final results", "fixed:4", cells), 6, "%s", md);
+    cr_assert_eq(s_row(md, "Final results", "fixed:4", cells), 7, "%s", md);
     cr_expect_str_eq(cells[1], "2");
     free(md);
 }

@@ -55,7 +55,7 @@ int mq_sched_codec(const mq_scheduler_config_t *c, mq_codec_t *out)
     mq_codec_t k;
     if (mq_codec_parse(c->codec, &k) != 0)
         return -1;
-    bool uniform = k.id == MQ_CODEC_UNIFORM;
+    bool uniform = k.id == MQ_CODEC_ID_uniform;
     if ((c->bucket >= 0 || c->stochastic) && !uniform) {
         mq_err_set("--%s applies to the uniform codec only (codec is '%s'; give the codec's own "
                    "options in --codec)",
@@ -68,7 +68,7 @@ int mq_sched_codec(const mq_scheduler_config_t *c, mq_codec_t *out)
         k.param[0] = MQ_DEFAULT_BUCKET;
     if (c->stochastic)
         k.param[1] = 1;
-    k.bits = k.id == MQ_CODEC_NONE ? 32 : 0; /* the level is the controller's */
+    k.bits = k.id == MQ_CODEC_ID_none ? 32 : 0; /* the level is the controller's */
     *out = k;
     return 0;
 }
@@ -87,7 +87,7 @@ static int s_check(const mq_scheduler_config_t *c)
                 c->codec);
         return 2;
     }
-    if (k.id != MQ_CODEC_NONE && !mq_bits_ok(&k, (int)c->bits)) {
+    if (k.id != MQ_CODEC_ID_none && !mq_bits_ok(&k, (int)c->bits)) {
         fprintf(stderr, "mqgrad-scheduler: --bits %ld is outside the levels codec '%s' takes\n",
                 c->bits, c->codec);
         return 2;
@@ -218,7 +218,7 @@ void mq_sched_run_config(const mq_scheduler_config_t *c, mq_run_config_t *r)
     snprintf(r->optimizer, sizeof r->optimizer, "%s", c->optimizer);
     r->error_feedback = c->error_feedback;
     r->link_mbps = c->link_mbps;
-    r->fp32 = k.id == MQ_CODEC_NONE;
+    r->fp32 = k.id == MQ_CODEC_ID_none;
     r->eval_limit = (uint32_t)c->eval_limit;
 }
 
@@ -230,7 +230,7 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
     mq_sched_codec(c, &k);
     mq_codec_format(&k, spec, sizeof spec);
     const mq_codec_ops_t *ops = mq_codec_ops(&k);
-    bool uniform = k.id == MQ_CODEC_UNIFORM;
+    bool uniform = k.id == MQ_CODEC_ID_uniform;
     int n = snprintf(
         buf, len,
         "{\"model\":\"%s\",\"dataset\":\"%s\",\"workers\":%ld,\"servers\":%ld,\"batch\":%ld,"

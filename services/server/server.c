@@ -1,11 +1,13 @@
-/* The server actor: register with the scheduler, learn the run and its shard, then aggregate
- * pushes. Pushes are held (their frames, not copies) until all workers' are in, decoded in
- * rank order into one sum, re-quantized into reusable buffers, and sent to every worker. */
+/* The server actor: register with the scheduler, learn the run and its shard, then serve
+ * pushes. This file is the transport and the validation; the key/value layer (mqgrad/kv.h)
+ * aggregates. Pushes are held (their frames, not copies) until all workers' are in, and the
+ * reply the layer encodes is sent to every worker from its buffers. */
 #include "server.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "mqgrad/kv.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/node.h"
 #include "mqgrad/ps.h"
@@ -13,11 +15,9 @@
 #include "mqgrad/util.h"
 #include "mqgrad/wire.h"
 
-#define S_BUF_TIMEOUT_MS 5000
-
-/* One worker's push for the current iteration, kept as received. */
+/* One worker's push for the current iteration, kept as received: the key/value layer holds
+ * pointers into these frames until the round completes. */
 typedef struct {
-    bool full;
     uint32_t n;
     zmq_msg_t frames[MQ_WIRE_MAX_TENSORS];
     uint8_t peer[MQ_WIRE_MAX_PEER]; /* the worker that owns this rank: set by its first push */
@@ -34,20 +34,9 @@ typedef struct {
     uint32_t rank;
     mq_run_config_t run;
     mq_model_t *model; /* its parameters are the master copy (this shard's range is used) */
-    mq_shard_t shard;
-    float *sum;        /* the mean of the current iteration, shard-local */
     mq_codec_t codec;  /* the run's codec for quantized segments, level set per iteration */
-    mq_optim_t optim;  /* the update rule, applied to the master copy as workers apply it */
-    float *opt_state;  /* its state over this shard's range */
-    float *scratch;    /* one decoded segment, for rules other than plain SGD */
-    mq_seg_coder_t coders[MQ_WIRE_MAX_TENSORS]; /* reply buffers and reply-codec state */
-    mq_sendbuf_t sum_ref;
+    mq_kv_t *kv;       /* the shard, the round in flight, the reply, the master-copy update */
     s_slot_t *slots;   /* one per worker */
-    uint32_t filled;
-    uint64_t iter;
-    uint32_t bits;
-    float lr;
-    mq_rng_t rng;
     mq_link_t link;
     mq_msg_t in, out;
 } s_server_t;
@@ -87,24 +76,25 @@ static int s_setup(s_server_t *self)
     if (!self->model)
         return -1;
     mq_model_init(self->model, r->seed); /* the same initial parameters as every worker */
-    mq_shard_t all[MQ_WIRE_MAX_SERVERS];
-    if (mq_shard_plan(self->model, r->servers, r->quant_threshold, r->fp32, all) != 0)
+    mq_kv_config_t kc = {
+        .servers = r->servers,
+        .rank = self->rank,
+        .workers = r->workers,
+        .threshold = r->quant_threshold,
+        .fp32 = r->fp32,
+        .rng_seed = r->seed * 7919ULL + 0x5e4e + self->rank,
+    };
+    if (mq_codec_parse(r->codec, &self->codec) != 0 || mq_optim_parse(r->optimizer, &kc.optim))
         return -1;
-    self->shard = all[self->rank];
-    if (mq_codec_parse(r->codec, &self->codec) != 0 || mq_optim_parse(r->optimizer, &self->optim))
+    kc.codec = self->codec;
+    self->kv = mq_kv_new(self->model, &kc);
+    if (!self->kv)
         return -1;
-    size_t len = self->shard.end - self->shard.begin;
-    size_t nstate = mq_optim_state_floats(&self->optim, len);
-    bool sgd = mq_optim_is_sgd(&self->optim);
-    self->sum = malloc(sizeof(float) * (len + 1));
     self->slots = calloc(r->workers, sizeof *self->slots);
-    self->opt_state = nstate ? calloc(nstate, sizeof(float)) : NULL;
-    self->scratch = sgd ? NULL : malloc(sizeof(float) * (len + 1));
-    if (!self->sum || !self->slots || (nstate && !self->opt_state) || (!sgd && !self->scratch)) {
+    if (!self->slots) {
         mq_err_set("out of memory");
         return -1;
     }
-    mq_rng_seed(&self->rng, r->seed * 7919ULL + 0x5e4e + self->rank);
     mq_link_init(&self->link, r->link_mbps);
     return 0;
 }
@@ -127,9 +117,10 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
         s_fail(self, "setup");
         return;
     }
+    const mq_shard_t *shard = mq_kv_shard(self->kv);
     mq_info("ready: shard %u holds [%llu, %llu) in %u segments, %u workers", self->rank,
-            (unsigned long long)self->shard.begin, (unsigned long long)self->shard.end,
-            self->shard.nsegs, self->run.workers);
+            (unsigned long long)shard->begin, (unsigned long long)shard->end, shard->nsegs,
+            self->run.workers);
     if (mq_node_ready(&self->node, self->rank) != 0)
         s_fail(self, "ready");
 }
@@ -143,87 +134,41 @@ static void s_release_slots(s_server_t *self)
         for (uint32_t i = 0; i < slot->n; i++)
             zmq_msg_close(&slot->frames[i]);
         slot->n = 0;
-        slot->full = false;
-    }
-    self->filled = 0;
-}
-
-/* The mean of segment I over all workers, in rank order, into sum. The wire has validated
- * every payload, so nothing here can fail. */
-static void s_average(s_server_t *self, uint32_t i)
-{
-    const mq_segment_t *seg = &self->shard.segs[i];
-    mq_codec_t codec = mq_segment_codec(seg, (int)self->bits, &self->codec);
-    float *dst = self->sum + (seg->flat - self->shard.begin);
-    float scale = 1.0f / (float)self->run.workers;
-    for (uint32_t r = 0; r < self->run.workers; r++) {
-        zmq_msg_t *f = &self->slots[r].frames[i];
-        mq_codec_decode_valid(&codec, zmq_msg_data(f), zmq_msg_size(f), dst, seg->count, scale,
-                              r > 0, NULL);
     }
 }
 
-/* Encodes segment I of the mean with the reply codec, applies exactly that update to the
- * master copy, returns the payload. */
-static int s_requantize(s_server_t *self, uint32_t i, mq_payload_t *out)
-{
-    const mq_segment_t *seg = &self->shard.segs[i];
-    mq_codec_t push = mq_segment_codec(seg, (int)self->bits, &self->codec);
-    mq_codec_t reply = mq_codec_reply(&push);
-    const float *mean = self->sum + (seg->flat - self->shard.begin);
-    if (mq_ps_encode_segment(seg, &reply, mean, &self->coders[i], &self->sum_ref, NULL,
-                             &self->rng, self->lr, &self->out.tensors[i], out, NULL) != 0)
-        return -1;
-    /* The master copy takes exactly the update the workers will apply. */
-    size_t local = seg->flat - self->shard.begin;
-    size_t per = self->opt_state ? mq_optim_state_floats(&self->optim, 1) : 0;
-    mq_ps_apply(&self->optim, &reply, out->data, out->len,
-                mq_model_params(self->model) + seg->flat, seg->count, self->scratch,
-                self->opt_state ? self->opt_state + per * local : NULL, self->lr, self->iter + 1,
-                NULL);
-    return 0;
-}
-
+/* Every push is in: the key/value layer makes the reply (and updates the master copy), the
+ * pushes' frames go, and every worker gets the reply from the layer's buffers. */
 static void s_complete(s_server_t *self)
 {
     mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
-    /* The previous iteration's replies must be gone before the mean is overwritten. */
-    if (mq_sendbuf_acquire(&self->sum_ref, 0, S_BUF_TIMEOUT_MS) != 0) {
-        s_fail(self, "aggregate buffer");
-        return;
-    }
+    uint32_t nsegs = mq_kv_shard(self->kv)->nsegs;
     mq_msg_init(&self->out, MQ_MSG_AGGREGATE);
-    self->out.iter = self->iter;
+    self->out.iter = mq_kv_iter(self->kv);
     self->out.shard = self->rank;
-    self->out.ntensors = self->shard.nsegs;
-    for (uint32_t i = 0; i < self->shard.nsegs; i++) {
-        s_average(self, i);
-        if (s_requantize(self, i, &payloads[i]) != 0) {
-            for (uint32_t k = 0; k < i; k++)
-                payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
-            s_fail(self, "aggregate");
-            return;
-        }
+    self->out.ntensors = nsegs;
+    if (mq_kv_complete(self->kv, self->out.tensors, payloads) != 0) {
+        s_fail(self, "aggregate");
+        return;
     }
     s_release_slots(self);
     size_t bytes = 0;
-    for (uint32_t i = 0; i < self->shard.nsegs; i++)
+    for (uint32_t i = 0; i < nsegs; i++)
         bytes += payloads[i].len;
     for (uint32_t r = 0; r < self->run.workers; r++) {
         /* Each send takes its own references on the buffers; ours are dropped after. */
         mq_payload_t copy[MQ_WIRE_MAX_TENSORS];
-        for (uint32_t i = 0; i < self->shard.nsegs; i++)
+        for (uint32_t i = 0; i < nsegs; i++)
             copy[i] = mq_sendbuf_payload(payloads[i].hint, payloads[i].data, payloads[i].len);
         memcpy(self->out.peer, self->slots[r].peer, self->slots[r].peer_len);
         self->out.peer_len = self->slots[r].peer_len;
         mq_link_egress(&self->link, bytes);
-        if (mq_wire_send(self->data, &self->out, copy, self->shard.nsegs) != 0)
-            mq_warn("aggregate %llu to worker %u: %s", (unsigned long long)self->iter, r,
+        if (mq_wire_send(self->data, &self->out, copy, nsegs) != 0)
+            mq_warn("aggregate %llu to worker %u: %s", (unsigned long long)self->out.iter, r,
                     mq_err_last());
     }
-    for (uint32_t i = 0; i < self->shard.nsegs; i++)
+    for (uint32_t i = 0; i < nsegs; i++)
         payloads[i].free_fn((void *)payloads[i].data, payloads[i].hint);
-    self->iter++;
 }
 
 /* Validates a push against the run's state; returns the drop reason or MQ_DROP_NONE. */
@@ -237,20 +182,21 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char 
         return *why = "push for another shard", MQ_DROP_SHARD;
     if (msg->rank >= r->workers)
         return *why = "push from an unknown rank", MQ_DROP_RANK;
-    if (msg->iter != self->iter)
-        return *why = msg->iter < self->iter ? "stale iteration" : "future iteration",
-               MQ_DROP_ITER;
+    uint64_t iter = mq_kv_iter(self->kv);
+    if (msg->iter != iter)
+        return *why = msg->iter < iter ? "stale iteration" : "future iteration", MQ_DROP_ITER;
     const s_slot_t *slot = &self->slots[msg->rank];
     if (slot->peer_len &&
         (slot->peer_len != msg->peer_len || memcmp(slot->peer, msg->peer, msg->peer_len) != 0))
         return *why = "push from a peer that does not own that rank", MQ_DROP_RANK;
-    if (slot->full)
+    if (mq_kv_has(self->kv, msg->rank))
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
     if (!bits_ok || !(msg->lr > 0))
         return *why = "bad bits or learning rate", MQ_DROP_CODEC;
-    if (self->filled > 0 && (msg->bits != self->bits || msg->lr != self->lr))
+    if (mq_kv_pending(self->kv) > 0 &&
+        ((int)msg->bits != mq_kv_bits(self->kv) || msg->lr != mq_kv_lr(self->kv)))
         return *why = "bits or learning rate differ from the other pushes", MQ_DROP_LAYOUT;
-    if (mq_shard_check(&self->shard, msg, (int)msg->bits, &self->codec, false) != 0)
+    if (mq_shard_check(mq_kv_shard(self->kv), msg, (int)msg->bits, &self->codec, false) != 0)
         return *why = mq_err_last(), MQ_DROP_LAYOUT;
     return MQ_DROP_NONE;
 }
@@ -264,20 +210,29 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
         return;
     }
     mq_link_ingress(&self->link, msg->wire_bytes);
-    if (self->filled == 0) {
-        self->bits = msg->bits;
-        self->lr = msg->lr;
-    }
     s_slot_t *slot = &self->slots[msg->rank];
+    const uint8_t *data[MQ_WIRE_MAX_TENSORS];
+    size_t len[MQ_WIRE_MAX_TENSORS];
     for (uint32_t i = 0; i < msg->nframes_; i++) {
         zmq_msg_init(&slot->frames[i]);
         zmq_msg_move(&slot->frames[i], &msg->frames_[i]);
+        /* after the move: a small message's bytes live inside its zmq_msg_t */
+        data[i] = zmq_msg_data(&slot->frames[i]);
+        len[i] = zmq_msg_size(&slot->frames[i]);
     }
     slot->n = msg->nframes_;
+    int rc = mq_kv_push(self->kv, msg->iter, msg->rank, (int)msg->bits, msg->lr, data, len,
+                        slot->n);
+    if (rc < 0) { /* validated above, so a bug: the push is dropped, not kept half-taken */
+        for (uint32_t i = 0; i < slot->n; i++)
+            zmq_msg_close(&slot->frames[i]);
+        slot->n = 0;
+        mq_drops_note(&self->node.drops, MQ_DROP_LAYOUT, msg->peer, msg->peer_len, mq_err_last());
+        return;
+    }
     memcpy(slot->peer, msg->peer, msg->peer_len);
     slot->peer_len = msg->peer_len;
-    slot->full = true;
-    if (++self->filled == self->run.workers)
+    if (rc == 1)
         s_complete(self);
 }
 
@@ -309,11 +264,11 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
 
 static void s_dump(s_server_t *self)
 {
-    if (!self->cfg->dump[0] || !self->model)
+    if (!self->cfg->dump[0] || !self->kv)
         return;
-    const float *w = mq_model_params(self->model) + self->shard.begin;
-    if (mq_write_file_atomic(self->cfg->dump, w,
-                             (self->shard.end - self->shard.begin) * sizeof(float)) != 0)
+    const mq_shard_t *shard = mq_kv_shard(self->kv);
+    const float *w = mq_model_params(self->model) + shard->begin;
+    if (mq_write_file_atomic(self->cfg->dump, w, (shard->end - shard->begin) * sizeof(float)) != 0)
         mq_error("dump: %s", mq_err_last());
 }
 
@@ -326,7 +281,8 @@ static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
     if (msg->type == MQ_MSG_WELCOME) {
         s_on_welcome(self, msg);
     } else if (msg->type == MQ_MSG_STOP) {
-        mq_info("stop after %llu iterations: %s", (unsigned long long)self->iter,
+        mq_info("stop after %llu iterations: %s",
+                (unsigned long long)(self->kv ? mq_kv_iter(self->kv) : 0),
                 msg->text[0] ? msg->text : "run over");
         s_dump(self);
         mq_node_finish(&self->node, 0, NULL);
@@ -392,13 +348,8 @@ void mq_server_actor(zsock_t *pipe, void *args)
         s_release_slots(self);
     zsock_destroy(&self->data);
     mq_node_close(&self->node);
-    for (int i = 0; i < MQ_WIRE_MAX_TENSORS; i++)
-        mq_seg_coder_release(&self->coders[i]);
-    mq_sendbuf_release(&self->sum_ref);
+    mq_kv_destroy(&self->kv); /* before the model: it holds the master copy's pointer */
     free(self->slots);
-    free(self->sum);
-    free(self->opt_state);
-    free(self->scratch);
     mq_model_destroy(&self->model);
     mq_msg_reset(&self->in);
     zloop_destroy(&self->loop);

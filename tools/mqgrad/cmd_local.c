@@ -228,7 +228,7 @@ static bool s_levelless(const mq_local_opts_t *o)
     mq_codec_t c;
     if (!o->codec[0] || mq_codec_parse(o->codec, &c) != 0)
         return false; /* a bad spec is the scheduler's to refuse, with its message */
-    return c.id != MQ_CODEC_NONE && mq_codec_ops(&c)->max_bits == 0;
+    return c.id != MQ_CODEC_ID_none && mq_codec_ops(&c)->max_bits == 0;
 }
 
 static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)

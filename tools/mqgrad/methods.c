@@ -52,7 +52,7 @@ static int s_check(const mq_method_t *m, const char *method)
         goto bad;
     if (m->optimizer[0] && mq_optim_parse(m->optimizer, &o) != 0)
         goto bad;
-    if (m->exact && m->codec[0] && c.id != MQ_CODEC_UNIFORM) {
+    if (m->exact && m->codec[0] && c.id != MQ_CODEC_ID_uniform) {
         mq_err_set("'%s': +exact is the paper-exact uniform codec, not %s", method, m->codec);
         return -1;
     }

@@ -51,6 +51,7 @@ typedef struct {
     uint64_t iterations;
     double final_loss;
     double final_acc; /* NaN if never evaluated, or only before the run diverged */
+    double final_sparsity; /* parameters exactly zero at the last evaluation; NaN if unknown */
     double total_bytes;
     mq_rep_row_t *rows;
     size_t n_rows;

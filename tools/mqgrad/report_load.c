@@ -64,6 +64,8 @@ static int s_load_summary(const char *path, mq_rep_run_t *run)
         run->final_loss = f->num;
     if ((f = mq_json_get(j, "final_test_acc")) && f->kind == MQ_JSON_NUM)
         run->final_acc = f->num;
+    if ((f = mq_json_get(j, "final_sparsity")) && f->kind == MQ_JSON_NUM)
+        run->final_sparsity = f->num;
     const mq_json_field_t *up = mq_json_get(j, "bytes_up"), *down = mq_json_get(j, "bytes_down");
     if (up && down && up->kind == MQ_JSON_NUM && down->kind == MQ_JSON_NUM)
         run->total_bytes = up->num + down->num;
@@ -285,7 +287,8 @@ static void s_fill_finals(mq_rep_run_t *run)
 
 int mq_rep_load_run(const char *dir, mq_rep_run_t *run)
 {
-    *run = (mq_rep_run_t){.final_loss = NAN, .final_acc = NAN, .total_bytes = NAN};
+    *run = (mq_rep_run_t){
+        .final_loss = NAN, .final_acc = NAN, .final_sparsity = NAN, .total_bytes = NAN};
     size_t n = strlen(dir) + 32;
     char *path = malloc(n);
     run->dir = strdup(dir);

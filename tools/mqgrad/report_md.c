@@ -281,35 +281,42 @@ static void s_target_table(FILE *f, const mq_rep_set_t *set, double target)
 static void s_final_table(FILE *f, const mq_rep_set_t *set)
 {
     static const char *const cols[] = {"seeds", "final loss", "final test accuracy (%)",
-                                       "total bytes (up + down)", "iterations"};
-    char b0[S_CELL], b1[S_CELL], b2[S_CELL], b3[S_CELL];
+                                       "total bytes (up + down)", "iterations",
+                                       "model zeros (%)"};
+    char b0[S_CELL], b1[S_CELL], b2[S_CELL], b3[S_CELL], b4[S_CELL];
     fprintf(f, "## Final results\n\n");
-    s_header(f, "method", cols, 5, 5);
+    s_header(f, "method", cols, 6, 6);
     for (size_t k = 0; k < set->n_methods; k++) {
         const mq_rep_method_t *m = &set->methods[k];
-        double loss[m->n_runs], acc[m->n_runs], bytes[m->n_runs], iters[m->n_runs];
-        size_t nl = 0, na = 0;
+        double loss[m->n_runs], acc[m->n_runs], bytes[m->n_runs], iters[m->n_runs],
+            zeros[m->n_runs];
+        size_t nl = 0, na = 0, nz = 0;
         for (size_t r = 0; r < m->n_runs; r++) {
             const mq_rep_run_t *run = m->runs[r];
             if (isfinite(run->final_loss) && !run->diverged)
                 loss[nl++] = run->final_loss;
             if (!isnan(run->final_acc) && !run->diverged)
                 acc[na++] = run->final_acc;
+            if (!isnan(run->final_sparsity) && !run->diverged)
+                zeros[nz++] = run->final_sparsity;
             bytes[r] = run->total_bytes;
             iters[r] = (double)run->iterations;
         }
         char name[S_NAME];
         bool live = s_live(m) > 0;
-        fprintf(f, "| %s | %zu | %s | %s | %s | %s |\n", s_name(name, m), m->n_runs,
+        fprintf(f, "| %s | %zu | %s | %s | %s | %s | %s |\n", s_name(name, m), m->n_runs,
                 live ? s_stat(b0, loss, nl, s_live(m), 1, 4) : "—",
                 live ? s_stat(b1, acc, na, s_live(m), 100, 2) : s_all_diverged(b1, m),
                 s_stat(b2, bytes, m->n_runs, m->n_runs, 1, 0),
-                s_stat(b3, iters, m->n_runs, m->n_runs, 1, 0));
+                s_stat(b3, iters, m->n_runs, m->n_runs, 1, 0),
+                nz ? s_stat(b4, zeros, nz, nz, 100, 2) : "—");
     }
     fprintf(f, "\nFrom each run's summary.json (its last metrics rows where the summary lacks a "
                "value); mean ± std over seeds. Loss and accuracy leave out the runs that "
                "diverged (the Runs table gives each one's iteration and rule); bytes and "
-               "iterations count them.\n\n");
+               "iterations count them. Model zeros: the parameters exactly zero at the last "
+               "evaluation (the sparse model the l1 rules aim at; — for runs that did not "
+               "record it).\n\n");
 }
 
 /* Mean per-iteration worker times: shows the regime (wait vs compute). */

@@ -27,24 +27,12 @@
 extern "C" {
 #endif
 
-/* Registry ids (mqgrad/codecs.def): MQ_CODEC_NONE, MQ_CODEC_UNIFORM, ... On the wire, so an id
- * is never reused. */
+/* Registry ids, MQ_CODEC_ID_<name>, from mqgrad/codecs.def. On the wire: never reused. */
 enum {
 #define MQ_CODEC_DEF(name, id) MQ_CODEC_ID_##name = id,
 #include "mqgrad/codecs.def"
 #undef MQ_CODEC_DEF
 };
-#define MQ_CODEC_NONE MQ_CODEC_ID_none
-#define MQ_CODEC_UNIFORM MQ_CODEC_ID_uniform
-#define MQ_CODEC_QSGD MQ_CODEC_ID_qsgd
-#define MQ_CODEC_TERNGRAD MQ_CODEC_ID_terngrad
-#define MQ_CODEC_TOPK MQ_CODEC_ID_topk
-#define MQ_CODEC_DGC MQ_CODEC_ID_dgc
-#define MQ_CODEC_SIGN MQ_CODEC_ID_sign
-#define MQ_CODEC_ONEBIT MQ_CODEC_ID_onebit
-#define MQ_CODEC_THRESH MQ_CODEC_ID_thresh
-#define MQ_CODEC_SDAGC MQ_CODEC_ID_sdagc
-#define MQ_CODEC_SPARSE MQ_CODEC_ID_sparse
 
 #define MQ_QUANT_MIN_BITS 1
 #define MQ_QUANT_MAX_BITS 8

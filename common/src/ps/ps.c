@@ -109,7 +109,7 @@ int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const flo
     h->offset = seg->offset;
     h->count = seg->count;
     h->codec = *c;
-    if (c->id == MQ_CODEC_NONE) { /* straight from the caller's floats, no copy */
+    if (c->id == MQ_CODEC_ID_none) { /* straight from the caller's floats, no copy */
         if (stats)
             stats->sq = 0.0; /* fp32 segments are not what the norms watch */
         *out = mq_sendbuf_payload(ref, values, seg->count * sizeof(float));

@@ -66,41 +66,24 @@ static const mq_sparse_param_t s_params[] = {
     {.key = "sample", .word = S_SAMPLE, .def = 0.01f, .lo = 0.0f, .hi = 1.0f, .lo_open = true},
 };
 static const mq_sparse_spec_t s_spec = {.codec = "dgc", .p = s_params, .np = 4};
-
-static float s_param(const mq_codec_t *c, int w)
-{
-    return mq_codec_param_f(c, w);
-}
-
-/* ceil(x * n), within float precision of x, in [1, n]. */
-static size_t s_count(float x, size_t n)
-{
-    double p = (double)x * (double)n, k = ceil(p - p * 0x1p-23);
-    return k < 1.0 ? 1 : k > (double)n ? n : (size_t)k;
-}
+MQ_SPARSE_SPEC_FUNCTIONS(s_spec)
 
 /* Sample size for n values, k of them to send (n/4 or more: the caller selects exactly). */
 static size_t s_samples(const mq_codec_t *c, size_t n, size_t k)
 {
-    size_t s = s_count(s_param(c, S_SAMPLE), n);
+    size_t s = mq_sparse_count(mq_codec_param_f(c, S_SAMPLE), n);
     double need = ceil((double)S_MIN_ABOVE * (double)n / (double)k);
     return need >= (double)n ? n : s > (size_t)need ? s : (size_t)need;
 }
 
-static size_t s_max_size(const mq_codec_t *c, size_t n)
-{
-    (void)c;
-    return mq_sparse_max_size(n);
-}
-
 static size_t s_state_floats(const mq_codec_t *c, size_t n)
 {
-    return s_param(c, S_MOMENTUM) > 0.0f ? 2 * n : n;
+    return mq_codec_param_f(c, S_MOMENTUM) > 0.0f ? 2 * n : n;
 }
 
 static bool s_stochastic(const mq_codec_t *c)
 {
-    return s_param(c, S_SAMPLE) < 1.0f;
+    return mq_codec_param_f(c, S_SAMPLE) < 1.0f;
 }
 
 /* u = m u + s g; v += u (or v += s g without momentum), chunk by chunk, each chunk's share
@@ -141,7 +124,7 @@ static size_t s_update(float *v, float *u, const float *g, size_t n, float m, fl
 static mq_sparse_sel_t s_from_sample(const float *v, size_t n, size_t k, mq_sparse_cand_t *c,
                                      size_t ns)
 {
-    size_t ks = s_count((float)((double)k / (double)n), ns), above;
+    size_t ks = mq_sparse_count((float)((double)k / (double)n), ns), above;
     uint32_t t = mq_sparse_kth(c->mags, ns, ks, &above), lo = t ? t : 1; /* never a zero */
     mq_sparse_gather(c, v, n, lo);
     if ((double)c->m <= S_EXCESS * (double)k)
@@ -152,12 +135,12 @@ static mq_sparse_sel_t s_from_sample(const float *v, size_t n, size_t k, mq_spar
 static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_codec_ctx_t *ctx,
                     uint8_t *dst, size_t *len, mq_codec_stats_t *stats)
 {
-    float scale, m = s_param(c, S_MOMENTUM);
+    float scale, m = mq_codec_param_f(c, S_MOMENTUM);
     if (mq_sparse_check_n("dgc encode", n) < 0 ||
-        mq_sparse_clip_scale("dgc encode", src, n, s_param(c, S_CLIP), &scale) < 0)
+        mq_sparse_clip_scale("dgc encode", src, n, mq_codec_param_f(c, S_CLIP), &scale) < 0)
         return -1;
     float *v = ctx->state, *u = m > 0.0f ? v + n : NULL;
-    size_t k = s_count(s_param(c, S_RATIO), n), ns = s_samples(c, n, k);
+    size_t k = mq_sparse_count(mq_codec_param_f(c, S_RATIO), n), ns = s_samples(c, n, k);
     bool exact = ns >= n / 4; /* then a sample costs what exact selection does */
     if (exact)
         ns = mq_sparse_top_samples(n, k); /* a deterministic one, to speed up topk's */
@@ -179,55 +162,13 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     return 0;
 }
 
-static int s_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
-{
-    (void)c;
-    return mq_sparse_validate("dgc", src, len, n);
-}
-
-static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
-                     float scale, bool acc, mq_codec_stats_t *stats)
-{
-    (void)c;
-    mq_sparse_decode(src, len, dst, n, scale, acc, stats);
-}
-
-static void s_defaults(mq_codec_t *c)
-{
-    mq_sparse_defaults(&s_spec, c);
-}
-
-static int s_option(mq_codec_t *c, const char *opt)
-{
-    return mq_sparse_option(&s_spec, c, opt);
-}
-
-static void s_format(const mq_codec_t *c, char *buf, size_t len)
-{
-    mq_sparse_format(&s_spec, c, buf, len);
-}
-
-static int s_check(const mq_codec_t *c)
-{
-    return mq_sparse_check(&s_spec, c);
-}
-
 const mq_codec_ops_t mq_codec_dgc_ops = {
     .name = "dgc",
-    .id = MQ_CODEC_DGC,
+    .id = MQ_CODEC_ID_dgc,
     .usage = "dgc[:ratio=R][:momentum=M][:clip=C][:sample=F]",
     .help = "Deep Gradient Compression: ~R*n values, momentum kept on workers (Lin et al. 2018)",
-    .unbiased = false,
-    .exact_size = false,
-    .defaults = s_defaults,
-    .option = s_option,
-    .format = s_format,
-    .check = s_check,
-    .max_size = s_max_size,
     .state_floats = s_state_floats,
     .stochastic = s_stochastic,
     .encode = s_encode,
-    .validate = s_validate,
-    .decode = s_decode,
-    .reply = mq_sparse_reply,
+    MQ_SPARSE_SHARED_OPS,
 };

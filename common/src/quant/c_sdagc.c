@@ -72,21 +72,11 @@ static const mq_sparse_param_t s_params[] = {
     {.key = "revise", .word = S_REVISE, .def = 1.0f, .lo = 0.0f, .hi = 1.0f, .integral = true},
 };
 static const mq_sparse_spec_t s_spec = {.codec = "sdagc", .p = s_params, .np = 4};
-
-static float s_param(const mq_codec_t *c, int w)
-{
-    return mq_codec_param_f(c, w);
-}
-
-static size_t s_max_size(const mq_codec_t *c, size_t n)
-{
-    (void)c;
-    return mq_sparse_max_size(n);
-}
+MQ_SPARSE_SPEC_FUNCTIONS(s_spec)
 
 static size_t s_state_floats(const mq_codec_t *c, size_t n)
 {
-    return S_HDR + (s_param(c, S_MOMENTUM) > 0.0f ? 2 * n : n);
+    return S_HDR + (mq_codec_param_f(c, S_MOMENTUM) > 0.0f ? 2 * n : n);
 }
 
 typedef struct {
@@ -142,13 +132,13 @@ static size_t s_update(float *r, float *u, const float *g, size_t n, float m, fl
 static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_codec_ctx_t *ctx,
                     uint8_t *dst, size_t *len, mq_codec_stats_t *stats)
 {
-    float scale, m = s_param(c, S_MOMENTUM);
+    float scale, m = mq_codec_param_f(c, S_MOMENTUM);
     if (mq_sparse_check_n("sdagc encode", n) < 0 ||
-        mq_sparse_clip_scale("sdagc encode", src, n, s_param(c, S_CLIP), &scale) < 0)
+        mq_sparse_clip_scale("sdagc encode", src, n, mq_codec_param_f(c, S_CLIP), &scale) < 0)
         return -1;
     float *hdr = ctx->state, *r = hdr + S_HDR, *u = m > 0.0f ? r + n : NULL;
     float lr = isfinite(ctx->lr) && ctx->lr > 0.0f ? ctx->lr : 0.0f, q = 1.0f;
-    if (s_param(c, S_REVISE) != 0.0f && lr > 0.0f && hdr[0] > 0.0f && lr != hdr[0])
+    if (mq_codec_param_f(c, S_REVISE) != 0.0f && lr > 0.0f && hdr[0] > 0.0f && lr != hdr[0])
         q = hdr[0] / lr;
     s_sums_t sums;
     size_t bad = s_update(r, u, src, n, m, scale, q, &sums);
@@ -162,7 +152,7 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     if (lr > 0.0f)
         hdr[0] = lr;
     double mean = sums.sum / (double)n, var = sums.sq / (double)n - mean * mean;
-    float thr_f = (float)(s_param(c, S_C) * sqrt(var > 0.0 ? var : 0.0));
+    float thr_f = (float)(mq_codec_param_f(c, S_C) * sqrt(var > 0.0 ? var : 0.0));
     uint32_t t = mq_sparse_mag(thr_f), lo = t ? t : 1, max; /* |r| >= thr_f, never a zero */
     mq_sparse_cand_t cand;
     mq_sparse_cand_init(&cand, dst, n);
@@ -177,54 +167,12 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     return 0;
 }
 
-static int s_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
-{
-    (void)c;
-    return mq_sparse_validate("sdagc", src, len, n);
-}
-
-static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
-                     float scale, bool acc, mq_codec_stats_t *stats)
-{
-    (void)c;
-    mq_sparse_decode(src, len, dst, n, scale, acc, stats);
-}
-
-static void s_defaults(mq_codec_t *c)
-{
-    mq_sparse_defaults(&s_spec, c);
-}
-
-static int s_option(mq_codec_t *c, const char *opt)
-{
-    return mq_sparse_option(&s_spec, c, opt);
-}
-
-static void s_format(const mq_codec_t *c, char *buf, size_t len)
-{
-    mq_sparse_format(&s_spec, c, buf, len);
-}
-
-static int s_check(const mq_codec_t *c)
-{
-    return mq_sparse_check(&s_spec, c);
-}
-
 const mq_codec_ops_t mq_codec_sdagc_ops = {
     .name = "sdagc",
-    .id = MQ_CODEC_SDAGC,
+    .id = MQ_CODEC_ID_sdagc,
     .usage = "sdagc[:c=C][:momentum=M][:clip=L][:revise=0|1]",
     .help = "SDAGC: the residual beyond C std of its segment (Chen et al. 2020)",
-    .unbiased = false,
-    .exact_size = false,
-    .defaults = s_defaults,
-    .option = s_option,
-    .format = s_format,
-    .check = s_check,
-    .max_size = s_max_size,
     .state_floats = s_state_floats,
     .encode = s_encode,
-    .validate = s_validate,
-    .decode = s_decode,
-    .reply = mq_sparse_reply,
+    MQ_SPARSE_SHARED_OPS,
 };

@@ -28,7 +28,6 @@
 #include <assert.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "sparse_fmt.h"
@@ -159,32 +158,6 @@ static size_t s_end(const s_writer_t *w, mq_codec_stats_t *stats)
 
 /* ---- validation ------------------------------------------------------------------------ */
 
-/* Index of the first non-finite f32 of src[0..4n), or n: one branch-free pass (four lanes
- * at a time, loaded with memcpy: a payload may be unaligned). */
-static size_t s_first_bad(const uint8_t *src, size_t n)
-{
-    const mq_v4i_t expo = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
-    mq_v4i_t bad = {0, 0, 0, 0};
-    size_t i = 0;
-    uint32_t any = 0;
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    for (; i + 4 <= n; i += 4) {
-        mq_v4i_t u;
-        memcpy(&u, src + 4 * i, sizeof u);
-        bad |= (u & expo) == expo;
-    }
-#endif
-    any = (uint32_t)(bad[0] | bad[1] | bad[2] | bad[3]);
-    for (; i < n; i++)
-        any |= (mq_get_u32(src + 4 * i) & 0x7f800000u) == 0x7f800000u;
-    if (!any)
-        return n;
-    for (i = 0; i < n; i++)
-        if (!mq_f32_bits_finite(mq_get_u32(src + 4 * i)))
-            return i;
-    return n;
-}
-
 static uint64_t s_get_u64(const uint8_t *p)
 {
     return (uint64_t)mq_get_u32(p) | (uint64_t)mq_get_u32(p + 4) << 32;
@@ -260,8 +233,9 @@ static int s_check_delta(const char *who, const uint8_t *p, const uint8_t *end, 
     return 0;
 }
 
-int mq_sparse_validate(const char *who, const uint8_t *src, size_t len, size_t n)
+int mq_sparse_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
 {
+    const char *who = mq_codec_ops(c)->name;
     if (len < 4) {
         mq_err_set("%s: payload of %zu bytes has no layout tag (expected at least 4)", who, len);
         return -1;
@@ -273,7 +247,7 @@ int mq_sparse_validate(const char *who, const uint8_t *src, size_t len, size_t n
                        mq_sparse_max_size(n));
             return -1;
         }
-        size_t bad = s_first_bad(src + 4, n);
+        size_t bad = mq_quant_first_bad_f32(src + 4, n);
         if (bad < n) {
             mq_err_set("%s: value %zu of %zu is not finite", who, bad, n);
             return -1;
@@ -304,7 +278,7 @@ int mq_sparse_validate(const char *who, const uint8_t *src, size_t len, size_t n
                    who, k, 4 * k, len - MQ_SPARSE_HDR);
         return -1;
     }
-    size_t bad = s_first_bad(src + MQ_SPARSE_HDR, k);
+    size_t bad = mq_quant_first_bad_f32(src + MQ_SPARSE_HDR, k);
     if (bad < k) {
         mq_err_set("%s: value %zu of %zu is not finite", who, bad, k);
         return -1;
@@ -323,39 +297,15 @@ int mq_sparse_validate(const char *who, const uint8_t *src, size_t len, size_t n
 
 /* ---- decoding --------------------------------------------------------------------------- */
 
-static void s_decode_dense(const uint8_t *src, float *dst, size_t n, float scale, bool acc,
-                           mq_codec_stats_t *stats)
+void mq_sparse_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
+                      float scale, bool acc, mq_codec_stats_t *stats)
 {
-    if (stats)
-        stats->sq = s_sq_dense(src, n);
-    size_t i = 0;
-#if S_LITTLE
-    if (!acc && scale == 1.0f) {
-        memcpy(dst, src, 4 * n);
-        return;
-    }
-    const mq_v4f_t vs = mq_v4f_set1(scale);
-    for (; i + 4 <= n; i += 4) {
-        mq_v4f_t v;
-        memcpy(&v, src + 4 * i, sizeof v);
-        v *= vs;
-        if (acc)
-            v += mq_v4f_load(dst + i);
-        memcpy(dst + i, &v, sizeof v);
-    }
-#endif
-    for (; i < n; i++) {
-        float v = scale * mq_get_f32(src + 4 * i);
-        dst[i] = acc ? dst[i] + v : v;
-    }
-}
-
-void mq_sparse_decode(const uint8_t *src, size_t len, float *dst, size_t n, float scale, bool acc,
-                      mq_codec_stats_t *stats)
-{
+    (void)c, (void)len;
     uint32_t tag = mq_get_u32(src);
     if (tag == MQ_SPARSE_DENSE) {
-        s_decode_dense(src + 4, dst, n, scale, acc, stats);
+        if (stats)
+            stats->sq = s_sq_dense(src + 4, n);
+        mq_quant_decode_f32(src + 4, dst, n, scale, acc);
         return;
     }
     size_t k = mq_get_u32(src + 4);
@@ -391,14 +341,8 @@ void mq_sparse_decode(const uint8_t *src, size_t len, float *dst, size_t n, floa
                 dst[8 * q + (size_t)__builtin_ctzll(w)] += scale * mq_get_f32(val + 4 * j);
         }
     }
-    if (stats) {
-        double s[4] = {0, 0, 0, 0};
-        for (size_t j = 0; j < k; j++) {
-            float v = mq_get_f32(val + 4 * j);
-            s[j & 3] += (double)v * v;
-        }
-        stats->sq = (s[0] + s[1]) + (s[2] + s[3]);
-    }
+    if (stats)
+        stats->sq = mq_quant_sq_f32(val, k);
 }
 
 /* ---- writing what a selection picks --------------------------------------------------- */
@@ -595,11 +539,7 @@ void mq_sparse_format(const mq_sparse_spec_t *s, const mq_codec_t *c, char *buf,
         if (f == p->def)
             continue;
         char num[32];
-        for (int prec = 1; prec <= 9; prec++) { /* the shortest that reads back the same */
-            snprintf(num, sizeof num, "%.*g", prec, (double)f);
-            if ((float)strtod(num, NULL) == f)
-                break;
-        }
+        mq_quant_format_float(num, sizeof num, f, 1);
         int k = snprintf(buf + w, len - w, ":%s=%s", p->key, num);
         if (k < 0)
             return;
@@ -632,18 +572,16 @@ int mq_sparse_check(const mq_sparse_spec_t *s, const mq_codec_t *c)
 void mq_sparse_reply(const mq_codec_t *c, mq_codec_t *out)
 {
     (void)c;
-    *out = (mq_codec_t){.id = MQ_CODEC_SPARSE};
+    *out = (mq_codec_t){.id = MQ_CODEC_ID_sparse};
 }
 
-/* ---- the sparse codec ------------------------------------------------------------------- */
-
-static const mq_sparse_spec_t s_spec = {.codec = "sparse"};
-
-static size_t s_max_size(const mq_codec_t *c, size_t n)
+size_t mq_sparse_payload_max(const mq_codec_t *c, size_t n)
 {
     (void)c;
     return mq_sparse_max_size(n);
 }
+
+/* ---- the sparse codec ------------------------------------------------------------------- */
 
 static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_codec_ctx_t *ctx,
                     uint8_t *dst, size_t *len, mq_codec_stats_t *stats)
@@ -680,34 +618,21 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     return 0;
 }
 
-static int s_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
-{
-    (void)c;
-    return mq_sparse_validate("sparse", src, len, n);
-}
-
-static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
-                     float scale, bool acc, mq_codec_stats_t *stats)
-{
-    (void)c;
-    mq_sparse_decode(src, len, dst, n, scale, acc, stats);
-}
-
 static int s_check(const mq_codec_t *c)
 {
-    return mq_sparse_check(&s_spec, c);
+    return mq_quant_check_unused(c, 0);
 }
 
 const mq_codec_ops_t mq_codec_sparse_ops = {
     .name = "sparse",
-    .id = MQ_CODEC_SPARSE,
+    .id = MQ_CODEC_ID_sparse,
     .usage = "sparse",
     .help = "exact nonzeros: LEB128 index gaps, a bitmap or fp32, whichever is smallest",
     .unbiased = true,
     .exact_size = false,
     .check = s_check,
-    .max_size = s_max_size,
+    .max_size = mq_sparse_payload_max,
     .encode = s_encode,
-    .validate = s_validate,
-    .decode = s_decode,
+    .validate = mq_sparse_validate,
+    .decode = mq_sparse_decode,
 };

@@ -34,126 +34,45 @@
  *   ctx->rng): P(b_i = 1) is within 2^-16 of |v_i| / s_t. 1 / s_t is rounded up until
  *   s_t * it >= 1 in float, so a value at s_t (the largest, every clipped one) is sent for
  *   certain. A scale below 1 / FLT_MAX (denormals) goes through double.
- * Work goes in chunks of S_CHUNK values (a multiple of 8, so each starts on a byte of the
+ * Work goes in chunks of MQ_QUANT_CHUNK values (a multiple of 8, so each starts on a byte of the
  * code stream): codes are made one byte each in L1, then packed four to a byte; decoding
  * takes a byte of four codes at a time through a constant table. */
 
 #include <float.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "quant_internal.h"
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
-/* Software prefetch 4 KB ahead of the loops that read the gradient: the hardware prefetcher
- * stops at each 4 KB page, and with buckets the reads come in short bursts (as kernels.c).
- * The address may lie past the tensor: a prefetch never faults, and it is formed as an
- * integer so that no pointer leaves its array. */
-#if defined(__SSE2__)
-#define S_PREFETCH(p) _mm_prefetch((const char *)((uintptr_t)(p) + 4096), _MM_HINT_T0)
-#else
-#define S_PREFETCH(p) ((void)(p))
-#endif
-
 #define S_BUCKET(c) ((c)->param[0])
 #define S_CLIP_MAX 1000.0 /* beyond a few tens of sigma nothing is clipped anyway */
-#define S_CHUNK 2048
-#define S_INLINE static inline __attribute__((always_inline))
-#define S_STREAM_BYTES ((size_t)16 << 20) /* plain decodes past this stream their stores */
-
-typedef double s_v2d_t __attribute__((vector_size(16)));
-typedef uint32_t s_v4u_t __attribute__((vector_size(16)));
-
-/* Sixteen codes from 32-bit lanes to bytes (lanes 0..255); GCC's generic vectors would
- * convert lane by lane, so SSE2 (the x86-64 baseline) packs them where it can. */
-S_INLINE void s_narrow16(uint8_t *q, const mq_v4i_t k[4])
-{
-#if defined(__SSE2__)
-    __m128i a = _mm_packs_epi32((__m128i)k[0], (__m128i)k[1]);
-    __m128i b = _mm_packs_epi32((__m128i)k[2], (__m128i)k[3]);
-    _mm_storeu_si128((__m128i *)q, _mm_packus_epi16(a, b));
-#else
-    for (int j = 0; j < 16; j++)
-        q[j] = (uint8_t)k[j / 4][j % 4];
-#endif
-}
-
-/* Lane-wise min(a, b) (b where a is NaN: never here): one instruction with SSE2. */
-S_INLINE mq_v4f_t s_min(mq_v4f_t a, mq_v4f_t b)
-{
-#if defined(__SSE2__)
-    return (mq_v4f_t)_mm_min_ps((__m128)a, (__m128)b);
-#else
-    return mq_v4f_select(a < b, a, b);
-#endif
-}
-
-S_INLINE mq_v4f_t s_max(mq_v4f_t a, mq_v4f_t b)
-{
-#if defined(__SSE2__)
-    return (mq_v4f_t)_mm_max_ps((__m128)a, (__m128)b);
-#else
-    return mq_v4f_select(a > b, a, b);
-#endif
-}
 
 static float s_clip(const mq_codec_t *c)
 {
     return mq_codec_param_f(c, 1);
 }
 
-static size_t s_nbuckets(const mq_codec_t *c, size_t n)
-{
-    if (n == 0)
-        return 0;
-    size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
-    return n / B + (n % B != 0);
-}
-
-static size_t s_code_bytes(size_t n)
-{
-    return n / 4 + (n % 4 != 0);
-}
-
 static size_t s_max_size(const mq_codec_t *c, size_t n)
 {
-    return 4 * s_nbuckets(c, n) + s_code_bytes(n);
-}
-
-static void s_noise_seed(mq_quant_noise_t *g, mq_rng_t *rng)
-{
-    for (int w = 0; w < 4; w++)
-        for (int lane = 0; lane < 8; lane += 2) {
-            uint64_t r = mq_rng_next(rng);
-            g->s[w][lane] = (uint32_t)r;
-            g->s[w][lane + 1] = (uint32_t)(r >> 32);
-        }
-    for (int lane = 0; lane < 8; lane++) /* an all-zero state would stay zero */
-        if (!(g->s[0][lane] | g->s[1][lane] | g->s[2][lane] | g->s[3][lane]))
-            g->s[0][lane] = 0x9e3779b9u;
+    return 4 * mq_quant_nbuckets(S_BUCKET(c), n) + mq_quant_code_bytes(n, 2);
 }
 
 /* ---- encoding ------------------------------------------------------------------------ */
 
 /* Eight floats (two vectors) as four vectors of two doubles: two instructions per vector
  * with SSE2, where generic vectors go value by value. */
-S_INLINE void s_to_double8(mq_v4f_t a, mq_v4f_t b, s_v2d_t d[4])
+MQ_QUANT_INLINE void s_to_double8(mq_v4f_t a, mq_v4f_t b, mq_v2d_t d[4])
 {
 #if defined(__SSE2__)
-    d[0] = (s_v2d_t)_mm_cvtps_pd((__m128)a);
-    d[1] = (s_v2d_t)_mm_cvtps_pd(_mm_movehl_ps((__m128)a, (__m128)a));
-    d[2] = (s_v2d_t)_mm_cvtps_pd((__m128)b);
-    d[3] = (s_v2d_t)_mm_cvtps_pd(_mm_movehl_ps((__m128)b, (__m128)b));
+    d[0] = (mq_v2d_t)_mm_cvtps_pd((__m128)a);
+    d[1] = (mq_v2d_t)_mm_cvtps_pd(_mm_movehl_ps((__m128)a, (__m128)a));
+    d[2] = (mq_v2d_t)_mm_cvtps_pd((__m128)b);
+    d[3] = (mq_v2d_t)_mm_cvtps_pd(_mm_movehl_ps((__m128)b, (__m128)b));
 #else
     for (int k = 0; k < 2; k++) {
-        d[k] = (s_v2d_t){a[2 * k], a[2 * k + 1]};
-        d[2 + k] = (s_v2d_t){b[2 * k], b[2 * k + 1]};
+        d[k] = (mq_v2d_t){a[2 * k], a[2 * k + 1]};
+        d[2 + k] = (mq_v2d_t){b[2 * k], b[2 * k + 1]};
     }
 #endif
 }
@@ -162,21 +81,21 @@ S_INLINE void s_to_double8(mq_v4f_t a, mq_v4f_t b, s_v2d_t d[4])
  * With SS, also the sum of squares in double (for clipping), in the same pass. */
 static bool s_scan(const float *x, size_t n, float *max, double *ss)
 {
-    const s_v4u_t absm = {0x7fffffffu, 0x7fffffffu, 0x7fffffffu, 0x7fffffffu};
+    const mq_v4u_t absm = {0x7fffffffu, 0x7fffffffu, 0x7fffffffu, 0x7fffffffu};
     mq_v4f_t m0 = mq_v4f_set1(0.0f), m1 = m0, bad = m0;
-    s_v2d_t a0 = {0, 0}, a1 = a0, a2 = a0, a3 = a0;
+    mq_v2d_t a0 = {0, 0}, a1 = a0, a2 = a0, a3 = a0;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        S_PREFETCH(x + i);
-        s_v4u_t u0, u1;
+        MQ_QUANT_PREFETCH(x + i);
+        mq_v4u_t u0, u1;
         memcpy(&u0, x + i, sizeof u0);
         memcpy(&u1, x + i + 4, sizeof u1);
         mq_v4f_t a = (mq_v4f_t)(u0 & absm), b = (mq_v4f_t)(u1 & absm);
-        m0 = s_max(a, m0); /* a NaN leaves m as it was; BAD catches it */
-        m1 = s_max(b, m1);
+        m0 = mq_v4f_max(a, m0); /* a NaN leaves m as it was; BAD catches it */
+        m1 = mq_v4f_max(b, m1);
         bad += (a - a) + (b - b);
         if (ss) {
-            s_v2d_t d[4];
+            mq_v2d_t d[4];
             s_to_double8(a, b, d);
             a0 += d[0] * d[0];
             a1 += d[1] * d[1];
@@ -187,7 +106,7 @@ static bool s_scan(const float *x, size_t n, float *max, double *ss)
     m0 = mq_v4f_select(m1 > m0, m1, m0);
     float m = m0[0] > m0[1] ? m0[0] : m0[1], m2 = m0[2] > m0[3] ? m0[2] : m0[3], tail = 0.0f;
     m = m > m2 ? m : m2;
-    s_v2d_t sum = (a0 + a1) + (a2 + a3);
+    mq_v2d_t sum = (a0 + a1) + (a2 + a3);
     double sq = sum[0] + sum[1];
     for (; i < n; i++) {
         float a = fabsf(x[i]);
@@ -211,9 +130,11 @@ typedef struct {
 
 /* Scale of bucket b (values x[0..n), the first at index AT of TOTAL) into its header word
  * and *p; -1 with an error on a value that is not finite. */
-static int s_bucket_scale(const mq_codec_t *c, const float *x, size_t n, size_t at, size_t total,
-                          uint8_t *hdr, s_bucket_t *p)
+static int s_bucket_scale(const mq_codec_t *c, const float *x, size_t n, size_t b, size_t at,
+                          size_t total, uint8_t *hdr, void *bucket)
 {
+    (void)b;
+    s_bucket_t *p = bucket;
     const bool clip = s_clip(c) > 0.0f;
     float m;
     double ss = 0.0;
@@ -246,29 +167,29 @@ static int s_bucket_scale(const mq_codec_t *c, const float *x, size_t n, size_t 
  * WANT_NZ). b = trunc(min(min(|x|, s_t) * inv + u, 1)) is 1 with probability |x| / s_t
  * (clipped), and for certain at s_t; code = b + (b & sign) gives 0, 1 or 2. The vector loop
  * and the scalar tail do the same float operations. */
-S_INLINE double s_ternarize_k(const float *x, size_t n, const s_bucket_t *p, const float *u,
+MQ_QUANT_INLINE double s_ternarize_k(const float *x, size_t n, const s_bucket_t *p, const float *u,
                               uint8_t *q, const bool want_nz)
 {
     const mq_v4f_t thr = mq_v4f_set1(p->scale), inv = mq_v4f_set1(p->inv),
                    one = mq_v4f_set1(1.0f);
-    const s_v4u_t absm = {0x7fffffffu, 0x7fffffffu, 0x7fffffffu, 0x7fffffffu};
+    const mq_v4u_t absm = {0x7fffffffu, 0x7fffffffu, 0x7fffffffu, 0x7fffffffu};
     mq_v4i_t cnt = {0, 0, 0, 0};
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         mq_v4i_t k[4];
-        S_PREFETCH(x + i);
+        MQ_QUANT_PREFETCH(x + i);
 #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            s_v4u_t bits;
+            mq_v4u_t bits;
             memcpy(&bits, x + i + 4 * j, sizeof bits);
-            mq_v4f_t a = s_min((mq_v4f_t)(bits & absm), thr);
-            mq_v4i_t b =
-                __builtin_convertvector(s_min(a * inv + mq_v4f_load(u + i + 4 * j), one), mq_v4i_t);
+            mq_v4f_t a = mq_v4f_min((mq_v4f_t)(bits & absm), thr);
+            mq_v4f_t y = mq_v4f_min(a * inv + mq_v4f_load(u + i + 4 * j), one);
+            mq_v4i_t b = __builtin_convertvector(y, mq_v4i_t);
             if (want_nz)
                 cnt += b;
             k[j] = b + (b & (mq_v4i_t)(bits >> 31));
         }
-        s_narrow16(q + i, k);
+        mq_v4i_narrow16(q + i, k);
     }
     double nz = want_nz ? ((double)cnt[0] + cnt[1]) + ((double)cnt[2] + cnt[3]) : 0.0;
     for (; i < n; i++) {
@@ -296,50 +217,25 @@ static double s_ternarize_tiny(const float *x, size_t n, const s_bucket_t *p, co
     return nz;
 }
 
-static double s_ternarize(const float *x, size_t n, const s_bucket_t *p, const float *u,
-                          uint8_t *q, bool want_nz)
+/* A run of one bucket's codes; returns its share of the decoded sum of squares. */
+static double s_ternarize(const mq_codec_t *c, const void *bucket, const float *x, size_t n,
+                          const float *u, uint8_t *q, bool want_nz)
 {
-    if (p->tiny)
-        return s_ternarize_tiny(x, n, p, u, q);
-    return want_nz ? s_ternarize_k(x, n, p, u, q, true) : s_ternarize_k(x, n, p, u, q, false);
+    (void)c;
+    const s_bucket_t *p = bucket;
+    double nz = p->tiny    ? s_ternarize_tiny(x, n, p, u, q)
+                : want_nz ? s_ternarize_k(x, n, p, u, q, true)
+                          : s_ternarize_k(x, n, p, u, q, false);
+    return (double)p->scale * p->scale * nz;
 }
 
 static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_codec_ctx_t *ctx,
                     uint8_t *dst, size_t *out_len, mq_codec_stats_t *stats)
 {
-    const mq_quant_kernels_t *kn = mq_quant_kernels();
-    const size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
-    const size_t nb = s_nbuckets(c, n), code_bytes = s_code_bytes(n);
-    uint8_t *codes = dst + 4 * nb;
-    uint8_t q[S_CHUNK];
-    float noise[S_CHUNK];
-    size_t next_bucket = 0; /* a bucket's scale is taken when the walk first reaches it */
     s_bucket_t p = {0};
-    double sq = 0.0;
-    mq_quant_noise_t gen;
-    s_noise_seed(&gen, ctx->rng);
-
-    for (size_t start = 0; start < n; start += S_CHUNK) {
-        size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
-        kn->noise(&gen, noise, len);
-        for (size_t i = start; i < start + len;) {
-            size_t b = i / B;
-            size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
-            size_t seg_end = b_end < start + len ? b_end : start + len;
-            if (b == next_bucket) {
-                if (s_bucket_scale(c, src + b * B, b_end - b * B, b * B, n, dst + 4 * b, &p) < 0)
-                    return -1;
-                next_bucket++;
-            }
-            double nz = s_ternarize(src + i, seg_end - i, &p, noise + (i - start),
-                                    q + (i - start), stats != NULL);
-            sq += (double)p.scale * p.scale * nz;
-            i = seg_end;
-        }
-        kn->pack(q, len, codes + start / 4, code_bytes - start / 4, 2);
-    }
-    if (stats)
-        stats->sq = sq;
+    if (mq_quant_scaled_encode(c, S_BUCKET(c), 2, s_bucket_scale, s_ternarize, &p, src, n,
+                               ctx->rng, dst, stats) < 0)
+        return -1;
     *out_len = s_max_size(c, n);
     return 0;
 }
@@ -370,7 +266,7 @@ static unsigned s_code(const uint8_t *codes, size_t i)
 
 /* dst[k] (+)= the value of codes [i, end) of the stream (0, 1 = +scale, 2 = -scale), k
  * counted from I; returns how many are nonzero. Whole bytes go through s_unit. */
-S_INLINE size_t s_detern_k(const uint8_t *codes, size_t i, size_t end, float scale,
+MQ_QUANT_INLINE size_t s_detern_k(const uint8_t *codes, size_t i, size_t end, float scale,
                            const bool acc, float *dst)
 {
     const mq_v4f_t vs = mq_v4f_set1(scale);
@@ -398,21 +294,28 @@ S_INLINE size_t s_detern_k(const uint8_t *codes, size_t i, size_t end, float sca
     return nz;
 }
 
-static size_t s_detern(const uint8_t *codes, size_t i, size_t end, double scale_d, bool acc,
-                       float *dst)
+/* A run of one bucket's codes [i, end) of the stream (the scale at HDR) decoded into dst;
+ * returns its share of the decoded sum of squares. */
+static double s_detern(const mq_codec_t *c, const uint8_t *hdr, const uint8_t *codes,
+                       const uint8_t *q, size_t i, size_t end, float scale, bool acc,
+                       bool want_sq, float *dst)
 {
+    (void)c, (void)q, (void)want_sq;
+    const float st = mq_get_f32(hdr);
+    const double scale_d = (double)st * scale;
+    size_t nz = 0;
     if (fabs(scale_d) > FLT_MAX) { /* saturate the nonzero values, keep the zeros 0 */
-        size_t nz = 0;
         for (size_t k = 0; i < end; i++, k++) {
-            unsigned c = s_code(codes, i);
-            float v = c == 0 ? 0.0f : (float)(c == 1 ? scale_d : -scale_d);
+            unsigned code = s_code(codes, i);
+            float v = code == 0 ? 0.0f : (float)(code == 1 ? scale_d : -scale_d);
             dst[k] = acc ? dst[k] + v : v;
-            nz += c != 0;
+            nz += code != 0;
         }
-        return nz;
+    } else {
+        nz = acc ? s_detern_k(codes, i, end, (float)scale_d, true, dst)
+                 : s_detern_k(codes, i, end, (float)scale_d, false, dst);
     }
-    return acc ? s_detern_k(codes, i, end, (float)scale_d, true, dst)
-               : s_detern_k(codes, i, end, (float)scale_d, false, dst);
+    return (double)st * st * (double)nz;
 }
 
 /* Index of the first code 3 in the n codes packed at src, or n. Eight bytes at a time: a
@@ -442,15 +345,12 @@ static size_t s_first_code3(const uint8_t *src, size_t n)
 static int s_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
 {
     (void)len; /* exact_size: the interface has checked it */
-    const size_t nb = s_nbuckets(c, n);
-    for (size_t b = 0; b < nb; b++) {
-        uint32_t u = mq_get_u32(src + 4 * b);
-        if (!mq_f32_bits_finite(u) || (u >> 31)) {
-            mq_err_set("terngrad decode: bucket %zu of %zu has scale %g (expected a finite "
-                       "scale >= 0)",
-                       b, nb, (double)mq_get_f32(src + 4 * b));
-            return -1;
-        }
+    const size_t nb = mq_quant_nbuckets(S_BUCKET(c), n), b = mq_quant_first_bad_scale(src, nb);
+    if (b < nb) {
+        mq_err_set("terngrad decode: bucket %zu of %zu has scale %g (expected a finite scale "
+                   ">= 0)",
+                   b, nb, (double)mq_get_f32(src + 4 * b));
+        return -1;
     }
     size_t bad = s_first_code3(src + 4 * nb, n);
     if (bad < n) {
@@ -466,41 +366,15 @@ static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float 
                      float scale, bool acc, mq_codec_stats_t *stats)
 {
     (void)len;
-    const mq_quant_kernels_t *kn = mq_quant_kernels();
-    const size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
-    const uint8_t *codes = src + 4 * s_nbuckets(c, n);
-    const bool stream = !acc && n >= S_STREAM_BYTES / sizeof(float);
-    float out[S_CHUNK]; /* when streaming, a chunk is decoded here, then stored in one go */
-    double sq = 0.0;
-    for (size_t start = 0; start < n; start += S_CHUNK) {
-        size_t clen = n - start < S_CHUNK ? n - start : S_CHUNK;
-        float *to = stream ? out : dst + start;
-        for (size_t i = start; i < start + clen;) {
-            size_t b = i / B;
-            size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
-            size_t seg_end = b_end < start + clen ? b_end : start + clen;
-            float st = mq_get_f32(src + 4 * b);
-            size_t nz = s_detern(codes, i, seg_end, (double)st * scale, acc, to + (i - start));
-            sq += (double)st * st * (double)nz;
-            i = seg_end;
-        }
-        if (stream)
-            kn->stream(dst + start, out, clen * sizeof *dst);
-    }
-    if (stream)
-        mq_quant_stream_fence();
-    if (stats)
-        stats->sq = sq;
+    mq_quant_scaled_decode(c, S_BUCKET(c), 2, false, s_detern, src, n, scale, acc, dst, stats);
 }
 
 /* ---- spec ------------------------------------------------------------------------------ */
 
-#define S_BUCKET_MAX ((long)(UINT32_MAX > LONG_MAX ? LONG_MAX : UINT32_MAX))
-
 static int s_option(mq_codec_t *c, const char *opt)
 {
     if (strncmp(opt, "bucket=", 7) == 0)
-        return mq_quant_opt_u32("terngrad", "bucket", opt + 7, 0, S_BUCKET_MAX, &c->param[0]);
+        return mq_quant_bucket_option(c, opt);
     if (strncmp(opt, "clip=", 5) == 0) {
         float v;
         if (mq_quant_opt_float("terngrad", "clip", opt + 5, 0.0, S_CLIP_MAX, &v) < 0)
@@ -516,16 +390,6 @@ static int s_option(mq_codec_t *c, const char *opt)
     return -1;
 }
 
-/* The shortest decimal that parses back to the same float. */
-static void s_format_float(char *buf, size_t len, float v)
-{
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(buf, len, "%.*g", prec, (double)v);
-        if ((float)strtod(buf, NULL) == v)
-            return;
-    }
-}
-
 static void s_format(const mq_codec_t *c, char *buf, size_t len)
 {
     char num[32];
@@ -534,7 +398,7 @@ static void s_format(const mq_codec_t *c, char *buf, size_t len)
         return;
     buf[w] = 0;
     if (s_clip(c) > 0.0f) {
-        s_format_float(num, sizeof num, s_clip(c));
+        mq_quant_format_float(num, sizeof num, s_clip(c), 6);
         snprintf(buf + w, len - (size_t)w, ":clip=%s", num);
     }
 }
@@ -547,23 +411,12 @@ static int s_check(const mq_codec_t *c)
                    (double)clip, S_CLIP_MAX);
         return -1;
     }
-    for (int i = 2; i < MQ_CODEC_NPARAMS; i++)
-        if (c->param[i]) {
-            mq_err_set("codec terngrad: parameter word %d is set (unused)", i);
-            return -1;
-        }
-    return 0;
-}
-
-static bool s_stochastic(const mq_codec_t *c)
-{
-    (void)c;
-    return true;
+    return mq_quant_check_unused(c, 2);
 }
 
 const mq_codec_ops_t mq_codec_terngrad_ops = {
     .name = "terngrad",
-    .id = MQ_CODEC_TERNGRAD,
+    .id = MQ_CODEC_ID_terngrad,
     .usage = "terngrad[:bucket=N][:clip=C]",
     .help = "TernGrad (Wen et al.): stochastic ternary of max|g|, 2 bits; clip at C*sigma",
     .min_bits = 0,
@@ -574,7 +427,7 @@ const mq_codec_ops_t mq_codec_terngrad_ops = {
     .format = s_format,
     .check = s_check,
     .max_size = s_max_size,
-    .stochastic = s_stochastic,
+    .stochastic = mq_quant_always_stochastic,
     .encode = s_encode,
     .validate = s_validate,
     .decode = s_decode,

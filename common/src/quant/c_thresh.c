@@ -61,7 +61,6 @@
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "quant_internal.h"
@@ -81,18 +80,10 @@
 
 enum { S_SPARSE = 0, S_DENSE = 1, S_RAW = 2 };
 
-typedef uint32_t s_v4u_t __attribute__((vector_size(16)));
-
 static size_t s_max_size(const mq_codec_t *c, size_t n)
 {
     (void)c;
     return n ? S_HDR + 4 * n : 0;
-}
-
-static bool s_stochastic(const mq_codec_t *c)
-{
-    (void)c;
-    return true;
 }
 
 /* ---- the random decisions --------------------------------------------------------------
@@ -103,7 +94,7 @@ static bool s_stochastic(const mq_codec_t *c)
  * 32-bit lane multiply. */
 
 typedef struct {
-    s_v4u_t s[2][4];
+    mq_v4u_t s[2][4];
 } s_gen_t;
 
 static void s_gen_seed(s_gen_t *g, mq_rng_t *rng)
@@ -111,8 +102,8 @@ static void s_gen_seed(s_gen_t *g, mq_rng_t *rng)
     for (int v = 0; v < 2; v++) {
         for (int w = 0; w < 4; w++) {
             uint64_t a = mq_rng_next(rng), b = mq_rng_next(rng);
-            g->s[v][w] = (s_v4u_t){(uint32_t)a, (uint32_t)(a >> 32), (uint32_t)b,
-                                   (uint32_t)(b >> 32)};
+            g->s[v][w] = (mq_v4u_t){(uint32_t)a, (uint32_t)(a >> 32), (uint32_t)b,
+                                    (uint32_t)(b >> 32)};
         }
         for (int l = 0; l < 4; l++) /* an all-zero state would stay zero */
             if (!(g->s[v][0][l] | g->s[v][1][l] | g->s[v][2][l] | g->s[v][3][l]))
@@ -120,16 +111,16 @@ static void s_gen_seed(s_gen_t *g, mq_rng_t *rng)
     }
 }
 
-static inline s_v4u_t s_rotl(s_v4u_t x, int k)
+static inline mq_v4u_t s_rotl(mq_v4u_t x, int k)
 {
     return x << k | x >> (32 - k);
 }
 
-static inline s_v4u_t s_gen_next(s_v4u_t *s)
+static inline mq_v4u_t s_gen_next(mq_v4u_t *s)
 {
-    s_v4u_t x = s_rotl(s[1] + (s[1] << 2), 7); /* rotl(s1 * 5, 7) */
-    s_v4u_t r = x + (x << 3);                  /* * 9 */
-    s_v4u_t t = s[1] << 9;
+    mq_v4u_t x = s_rotl(s[1] + (s[1] << 2), 7); /* rotl(s1 * 5, 7) */
+    mq_v4u_t r = x + (x << 3);                  /* * 9 */
+    mq_v4u_t t = s[1] << 9;
     s[2] ^= s[0];
     s[3] ^= s[1];
     s[1] ^= s[2];
@@ -160,7 +151,7 @@ static inline unsigned s_spread8(unsigned x)
 /* Codes of four values from four random words: 3 if |g| >= tau (and g != 0), else 1 (+tau)
  * or 2 (-tau) if u * tau < |g|, u = the word's high 23 bits / 2^23, else 0. *BIT0 and *BIT1
  * get the codes' low and high bits, a bit per value. */
-static inline void s_code4(const float *g, s_v4u_t h, mq_v4f_t vt, unsigned *bit0,
+static inline void s_code4(const float *g, mq_v4u_t h, mq_v4f_t vt, unsigned *bit0,
                            unsigned *bit1)
 {
     const mq_v4i_t abs = {INT32_MAX, INT32_MAX, INT32_MAX, INT32_MAX};
@@ -257,16 +248,6 @@ static bool s_get_varint(const uint8_t **p, const uint8_t *end, uint64_t *out)
 
 /* ---- encode ---------------------------------------------------------------------------- */
 
-/* Set bits of a word (the baseline x86-64 has no popcnt instruction: __builtin_popcount
- * would be a library call). */
-static inline size_t s_popcount64(uint64_t x)
-{
-    x -= (x >> 1) & UINT64_C(0x5555555555555555);
-    x = (x & UINT64_C(0x3333333333333333)) + ((x >> 2) & UINT64_C(0x3333333333333333));
-    x = (x + (x >> 4)) & UINT64_C(0x0f0f0f0f0f0f0f0f);
-    return (size_t)((x * UINT64_C(0x0101010101010101)) >> 56);
-}
-
 /* Nonzero codes and exact (code 3) codes among D bytes of dense codes, eight bytes a word:
  * each code's two bits meet at its low bit (mask 0x55..), never across codes. */
 static void s_count_codes(const uint8_t *codes, size_t D, size_t *nnz, size_t *ex)
@@ -276,13 +257,13 @@ static void s_count_codes(const uint8_t *codes, size_t D, size_t *nnz, size_t *e
     for (; q + 8 <= D; q += 8) {
         uint64_t w;
         memcpy(&w, codes + q, 8); /* byte order does not change the counts */
-        a += s_popcount64((w | w >> 1) & lows);
-        b += s_popcount64(w & w >> 1 & lows);
+        a += mq_quant_popcount64((w | w >> 1) & lows);
+        b += mq_quant_popcount64(w & w >> 1 & lows);
     }
     for (; q < D; q++) {
         uint64_t w = codes[q];
-        a += s_popcount64((w | w >> 1) & lows);
-        b += s_popcount64(w & w >> 1 & lows);
+        a += mq_quant_popcount64((w | w >> 1) & lows);
+        b += mq_quant_popcount64(w & w >> 1 & lows);
     }
     *nnz = a;
     *ex = b;
@@ -327,18 +308,6 @@ static int s_tau(const mq_codec_t *c, const float *g, size_t n, float *tau)
     double t = (S_K(c) ? mq_codec_param_f(c, 1) : S_DEFAULT_K) * sqrt(ss / (double)n);
     *tau = t > FLT_MAX ? FLT_MAX : (float)t;
     return 0;
-}
-
-/* Sum of squares of m float32 at p, four chains in a fixed order: encode and decode run it
- * on the same bytes. */
-static double s_sq_floats(const uint8_t *p, size_t m)
-{
-    double s[4] = {0, 0, 0, 0};
-    for (size_t i = 0; i < m; i++) {
-        double v = mq_get_f32(p + 4 * i);
-        s[i % 4] += v * v;
-    }
-    return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
 typedef struct {
@@ -458,7 +427,7 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
         s_put_header(dst, tau, 0, S_RAW);
         *out_len = S_HDR + 4 * n;
         if (stats)
-            stats->sq = s_sq_floats(dst + S_HDR, n);
+            stats->sq = mq_quant_sq_f32(dst + S_HDR, n);
         return 0;
     }
     /* The sparse list takes at least a byte a nonzero: count it only when it may be smaller. */
@@ -472,7 +441,8 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
         *out_len = S_HDR + D + 4 * k.E;
     }
     if (stats)
-        stats->sq = s_sq_floats(dst + *out_len - 4 * k.E, k.E) + (double)(k.nnz - k.E) * tau * tau;
+        stats->sq = mq_quant_sq_f32(dst + *out_len - 4 * k.E, k.E) +
+                    (double)(k.nnz - k.E) * tau * tau;
     return 0;
 }
 
@@ -622,7 +592,7 @@ static void s_decode_sparse(const uint8_t *src, size_t len, float *dst, size_t n
         nnz++;
     }
     if (stats)
-        stats->sq = s_sq_floats(exact, E) + (double)(nnz - E) * tau * tau;
+        stats->sq = mq_quant_sq_f32(exact, E) + (double)(nnz - E) * tau * tau;
 }
 
 static void s_decode_dense(const uint8_t *src, float *dst, size_t n, float scale, bool acc,
@@ -640,7 +610,7 @@ static void s_decode_dense(const uint8_t *src, float *dst, size_t n, float scale
     if (stats) {
         size_t nnz, ex;
         s_count_codes(codes, D, &nnz, &ex);
-        stats->sq = s_sq_floats(exact, E) + (double)(nnz - E) * tau * tau;
+        stats->sq = mq_quant_sq_f32(exact, E) + (double)(nnz - E) * tau * tau;
     }
 }
 
@@ -659,12 +629,9 @@ static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float 
         s_decode_dense(src, dst, n, scale, acc, E, tau, stats);
         return;
     default: /* raw */
-        for (size_t i = 0; i < n; i++) {
-            float v = scale * mq_get_f32(src + S_HDR + 4 * i);
-            dst[i] = acc ? dst[i] + v : v;
-        }
+        mq_quant_decode_f32(src + S_HDR, dst, n, scale, acc);
         if (stats)
-            stats->sq = s_sq_floats(src + S_HDR, n);
+            stats->sq = mq_quant_sq_f32(src + S_HDR, n);
     }
 }
 
@@ -674,11 +641,7 @@ static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float 
 static void s_format_float(char *buf, size_t len, const char *key, float v)
 {
     char tmp[32];
-    for (int digits = 6; digits <= 9; digits++) {
-        snprintf(tmp, sizeof tmp, "%.*g", digits, (double)v);
-        if ((float)strtod(tmp, NULL) == v)
-            break;
-    }
+    mq_quant_format_float(tmp, sizeof tmp, v, 6);
     snprintf(buf, len, ":%s=%s", key, tmp);
 }
 
@@ -737,17 +700,12 @@ static int s_check(const mq_codec_t *c)
                    (double)S_K_MAX);
         return -1;
     }
-    for (int i = 2; i < MQ_CODEC_NPARAMS; i++)
-        if (c->param[i]) {
-            mq_err_set("codec thresh: parameter word %d is set (unused)", i);
-            return -1;
-        }
-    return 0;
+    return mq_quant_check_unused(c, 2);
 }
 
 const mq_codec_ops_t mq_codec_thresh_ops = {
     .name = "thresh",
-    .id = MQ_CODEC_THRESH,
+    .id = MQ_CODEC_ID_thresh,
     .usage = "thresh[:tau=T|:k=K]",
     .help = "dead zone: |g|>=tau exact, else tau*sign w.p. |g|/tau; tau=K*RMS, K=2 (QCMD/QRDA)",
     .unbiased = true,
@@ -756,7 +714,7 @@ const mq_codec_ops_t mq_codec_thresh_ops = {
     .format = s_format,
     .check = s_check,
     .max_size = s_max_size,
-    .stochastic = s_stochastic,
+    .stochastic = mq_quant_always_stochastic,
     .encode = s_encode,
     .validate = s_validate,
     .decode = s_decode,

@@ -218,19 +218,7 @@ static const mq_sparse_param_t s_params[] = {
     {.key = "ratio", .word = S_RATIO, .def = 0.01f, .lo = 0.0f, .hi = 1.0f, .lo_open = true},
 };
 static const mq_sparse_spec_t s_spec = {.codec = "topk", .p = s_params, .np = 1};
-
-static size_t s_k(const mq_codec_t *c, size_t n)
-{
-    double x = (double)mq_codec_param_f(c, S_RATIO) * (double)n;
-    double k = ceil(x - x * 0x1p-23);
-    return k < 1.0 ? 1 : k > (double)n ? n : (size_t)k;
-}
-
-static size_t s_max_size(const mq_codec_t *c, size_t n)
-{
-    (void)c;
-    return mq_sparse_max_size(n);
-}
+MQ_SPARSE_SPEC_FUNCTIONS(s_spec)
 
 static size_t s_state_floats(const mq_codec_t *c, size_t n)
 {
@@ -259,14 +247,10 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     if (mq_sparse_check_n("topk encode", n) < 0)
         return -1;
     float *r = ctx->state;
-    size_t bad = mq_quant_first_nonfinite_sum(src, r, n);
-    if (bad < n) {
-        mq_err_set("topk encode: gradient + residual at value %zu of %zu is not finite "
-                   "(gradient %g, residual %g)",
-                   bad, n, (double)src[bad], (double)r[bad]);
+    if (mq_quant_check_finite_sum("topk encode", src, r, n) < 0)
         return -1;
-    }
-    size_t k = s_k(c, n), ns = mq_sparse_top_samples(n, k);
+    size_t k = mq_sparse_count(mq_codec_param_f(c, S_RATIO), n);
+    size_t ns = mq_sparse_top_samples(n, k);
     mq_sparse_cand_t cand;
     mq_sparse_sampler_t smp;
     mq_sparse_cand_init(&cand, dst, n);
@@ -277,54 +261,12 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     return 0;
 }
 
-static int s_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
-{
-    (void)c;
-    return mq_sparse_validate("topk", src, len, n);
-}
-
-static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
-                     float scale, bool acc, mq_codec_stats_t *stats)
-{
-    (void)c;
-    mq_sparse_decode(src, len, dst, n, scale, acc, stats);
-}
-
-static void s_defaults(mq_codec_t *c)
-{
-    mq_sparse_defaults(&s_spec, c);
-}
-
-static int s_option(mq_codec_t *c, const char *opt)
-{
-    return mq_sparse_option(&s_spec, c, opt);
-}
-
-static void s_format(const mq_codec_t *c, char *buf, size_t len)
-{
-    mq_sparse_format(&s_spec, c, buf, len);
-}
-
-static int s_check(const mq_codec_t *c)
-{
-    return mq_sparse_check(&s_spec, c);
-}
-
 const mq_codec_ops_t mq_codec_topk_ops = {
     .name = "topk",
-    .id = MQ_CODEC_TOPK,
+    .id = MQ_CODEC_ID_topk,
     .usage = "topk[:ratio=R]",
     .help = "the k = R*n largest values with a residual (error feedback; Stich et al. 2018)",
-    .unbiased = false,
-    .exact_size = false,
-    .defaults = s_defaults,
-    .option = s_option,
-    .format = s_format,
-    .check = s_check,
-    .max_size = s_max_size,
     .state_floats = s_state_floats,
     .encode = s_encode,
-    .validate = s_validate,
-    .decode = s_decode,
-    .reply = mq_sparse_reply,
+    MQ_SPARSE_SHARED_OPS,
 };

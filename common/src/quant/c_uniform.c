@@ -22,7 +22,6 @@
  * taken when the walk reaches it, so its values are still cached. */
 
 #include <float.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -35,11 +34,7 @@
 #define S_CHUNK 2048 /* values per pass: codes and noise stay in L1 */
 _Static_assert(S_CHUNK <= MQ_QUANT_SUMS_MAX, "a chunk's code sums must fit code_sums' lanes");
 
-/* Past this many bytes of decoded output, plain decode uses streaming stores: the output
- * cannot stay in a core's cache anyway, and skipping the read-for-ownership of every line
- * saves a third of the memory traffic. Accumulating decode reads dst, so it never streams. */
-#define S_STREAM_BYTES ((size_t)16 << 20)
-#define S_FLUSH 128 /* values decoded between two flushes of streamed lines */
+#define S_FLUSH 128 /* values decoded between two flushes of streamed lines (decode) */
 
 /* ---- statistics ----------------------------------------------------------------------
  * The sum of squares of a bucket segment's decoded values, from the integer sums of its
@@ -70,12 +65,11 @@ static double s_sq_of_codes(const mq_quant_kernels_t *kn, const uint8_t *q, size
 static double s_sq_of_chunk(const mq_quant_kernels_t *kn, const mq_codec_t *c, size_t n,
                             const uint8_t *hdr, const uint8_t *q, size_t start, size_t len)
 {
-    const size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
+    const size_t B = mq_quant_bucket_len(S_BUCKET(c), n);
     double sq = 0.0;
     for (size_t i = start; i < start + len;) {
-        size_t b = i / B, b_end = (b + 1) * B < n ? (b + 1) * B : n;
-        size_t seg_end = b_end < start + len ? b_end : start + len;
-        const uint8_t *r = hdr + 8 * b;
+        size_t seg_end = mq_quant_run_end(i, B, n, start + len);
+        const uint8_t *r = hdr + 8 * (i / B);
         sq += s_sq_of_codes(kn, q + (i - start), seg_end - i, c->bits, mq_get_f32(r),
                             mq_get_f32(r + 4));
         i = seg_end;
@@ -132,20 +126,6 @@ static void s_quantize(const mq_quant_kernels_t *kn, const float *x, size_t n, c
     kn->quantize(x, n, p->lo, p->inv, (float)levels, noise, q);
 }
 
-/* A fresh set of noise generators from the caller's: the payload depends only on its seed. */
-static void s_noise_seed(mq_quant_noise_t *g, mq_rng_t *rng)
-{
-    for (int w = 0; w < 4; w++)
-        for (int lane = 0; lane < 8; lane += 2) {
-            uint64_t r = mq_rng_next(rng);
-            g->s[w][lane] = (uint32_t)r;
-            g->s[w][lane + 1] = (uint32_t)(r >> 32);
-        }
-    for (int lane = 0; lane < 8; lane++) /* an all-zero state would stay zero */
-        if (!(g->s[0][lane] | g->s[1][lane] | g->s[2][lane] | g->s[3][lane]))
-            g->s[0][lane] = 0x9e3779b9u;
-}
-
 /* Range of bucket b (values x[0..n)) into the header and *p; -1 with an error on a value
  * that is not finite. A zero extreme is stored as +0 whichever zero the scan met first, so
  * the header does not depend on the kernels' lane order. */
@@ -169,8 +149,7 @@ static int s_bucket_range(const mq_quant_kernels_t *kn, const mq_codec_t *c, con
 
 static size_t s_max_size(const mq_codec_t *c, size_t n)
 {
-    return 8 * mq_codec_nbuckets(c, n) + (n / 8) * (size_t)c->bits +
-           ((n % 8) * (size_t)c->bits + 7) / 8;
+    return 8 * mq_quant_nbuckets(S_BUCKET(c), n) + mq_quant_code_bytes(n, c->bits);
 }
 
 static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_codec_ctx_t *ctx,
@@ -181,10 +160,9 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     const mq_quant_kernels_t *kn = mq_quant_kernels();
     const int K = c->bits;
     const unsigned levels = (1u << K) - 1;
-    const size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
-    const size_t nb = (n + B - 1) / B;
-    uint8_t *codes = dst + 8 * nb;
-    const size_t code_bytes = (n / 8) * (size_t)K + ((n % 8) * (size_t)K + 7) / 8;
+    const size_t B = mq_quant_bucket_len(S_BUCKET(c), n);
+    uint8_t *codes = dst + 8 * mq_quant_nbuckets(S_BUCKET(c), n);
+    const size_t code_bytes = mq_quant_code_bytes(n, K);
     uint8_t q[S_CHUNK];
     float noise[S_CHUNK];
     size_t next_bucket = 0; /* buckets get their range when first reached: still in cache */
@@ -192,7 +170,7 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     double sq = 0.0;
     mq_quant_noise_t gen;
     if (S_STOCHASTIC(c))
-        s_noise_seed(&gen, rng);
+        mq_quant_noise_seed(&gen, rng);
 
     /* The codes are stored with ordinary stores: streaming them (staged per chunk) was
      * measured no faster, and the payload is read again soon, to be sent. */
@@ -202,12 +180,10 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
         if (S_STOCHASTIC(c))
             kn->noise(&gen, noise, len);
         for (size_t i = start; i < start + len;) {
-            size_t b = i / B;
-            size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
-            size_t seg_end = b_end < start + len ? b_end : start + len;
+            size_t b = i / B, seg_end = mq_quant_run_end(i, B, n, start + len);
             if (b == next_bucket) {
-                if (s_bucket_range(kn, c, src + b * B, b_end - b * B, b * B, n, dst + 8 * b, &p) <
-                    0)
+                size_t b0 = b * B, d = mq_quant_run_end(b0, B, n, n) - b0;
+                if (s_bucket_range(kn, c, src + b0, d, b0, n, dst + 8 * b, &p) < 0)
                     return -1;
                 next_bucket++;
             }
@@ -299,7 +275,7 @@ static int s_check_ranges(const uint8_t *src, size_t nb, int K)
 static int s_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
 {
     (void)len; /* exact_size: the interface has checked it */
-    return s_check_ranges(src, mq_codec_nbuckets(c, n), c->bits);
+    return s_check_ranges(src, mq_quant_nbuckets(S_BUCKET(c), n), c->bits);
 }
 
 static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
@@ -309,12 +285,11 @@ static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float 
     const mq_quant_kernels_t *kn = mq_quant_kernels();
     const int K = c->bits;
     const unsigned levels = (1u << K) - 1;
-    const size_t B = S_BUCKET(c) ? S_BUCKET(c) : n;
-    const size_t nb = (n + B - 1) / B;
+    const size_t B = mq_quant_bucket_len(S_BUCKET(c), n);
     double sq = 0.0;
-    const uint8_t *codes = src + 8 * nb;
-    const size_t code_bytes = (n / 8) * (size_t)K + ((n % 8) * (size_t)K + 7) / 8;
-    const bool stream = !accumulate && n >= S_STREAM_BYTES / sizeof(float);
+    const uint8_t *codes = src + 8 * mq_quant_nbuckets(S_BUCKET(c), n);
+    const size_t code_bytes = mq_quant_code_bytes(n, K);
+    const bool stream = !accumulate && n >= MQ_QUANT_STREAM_BYTES / sizeof(float);
     uint8_t buf[S_CHUNK];
     float out[S_CHUNK]; /* when streaming, a chunk is decoded here, then stored in one go */
     for (size_t start = 0; start < n; start += S_CHUNK) {
@@ -332,9 +307,7 @@ static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float 
         float *to = stream && !whole ? out : dst + start;
         size_t flushed = 0;
         for (size_t i = start; i < start + len;) {
-            size_t b = i / B;
-            size_t b_end = (b + 1) * B < n ? (b + 1) * B : n;
-            size_t seg_end = b_end < start + len ? b_end : start + len;
+            size_t b = i / B, seg_end = mq_quant_run_end(i, B, n, start + len);
             s_deq_t p =
                 s_deq_params(mq_get_f32(src + 8 * b), mq_get_f32(src + 8 * b + 4), levels, scale);
             if (!stream || whole) {
@@ -360,12 +333,10 @@ static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float 
 
 /* ---- spec ------------------------------------------------------------------------------ */
 
-#define S_BUCKET_MAX ((long)(UINT32_MAX > LONG_MAX ? LONG_MAX : UINT32_MAX))
-
 static int s_option(mq_codec_t *c, const char *opt)
 {
     if (strncmp(opt, "bucket=", 7) == 0)
-        return mq_quant_opt_u32("uniform", "bucket", opt + 7, 0, S_BUCKET_MAX, &c->param[0]);
+        return mq_quant_bucket_option(c, opt);
     if (strcmp(opt, "stochastic") == 0) {
         c->param[1] = 1;
         return 0;
@@ -387,12 +358,7 @@ static int s_check(const mq_codec_t *c)
         mq_err_set("codec uniform: stochastic flag %u (expected 0 or 1)", (unsigned)c->param[1]);
         return -1;
     }
-    for (int i = 2; i < MQ_CODEC_NPARAMS; i++)
-        if (c->param[i]) {
-            mq_err_set("codec uniform: parameter word %d is set (unused)", i);
-            return -1;
-        }
-    return 0;
+    return mq_quant_check_unused(c, 2);
 }
 
 static bool s_stochastic(const mq_codec_t *c)
@@ -402,7 +368,7 @@ static bool s_stochastic(const mq_codec_t *c)
 
 const mq_codec_ops_t mq_codec_uniform_ops = {
     .name = "uniform",
-    .id = MQ_CODEC_UNIFORM,
+    .id = MQ_CODEC_ID_uniform,
     .usage = "uniform[:K][:bucket=B][:stochastic]",
     .help = "min-max linear, K bits, a range per B values (0: per tensor, MQGrad's)",
     .min_bits = MQ_QUANT_MIN_BITS,

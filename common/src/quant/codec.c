@@ -78,6 +78,36 @@ int mq_quant_check_finite(const char *who, const float *x, size_t n)
     return 0;
 }
 
+int mq_quant_check_finite_sum(const char *who, const float *g, const float *r, size_t n)
+{
+    size_t bad = mq_quant_first_nonfinite_sum(g, r, n);
+    if (bad < n) {
+        mq_err_set("%s: gradient + residual at value %zu of %zu is not finite (gradient %g, "
+                   "residual %g)",
+                   who, bad, n, (double)g[bad], (double)r[bad]);
+        return -1;
+    }
+    return 0;
+}
+
+bool mq_quant_ef_nonfinite(const char *who, const float *g, const float *e, float r, size_t m,
+                           size_t at, size_t n)
+{
+    for (size_t i = 0; i < m; i++) {
+        if (isfinite(g[i] + r * e[i]))
+            continue;
+        if (!isfinite(g[i]))
+            mq_err_set("%s: value %zu of %zu is %s (expected finite numbers)", who, at + i, n,
+                       isnan(g[i]) ? "NaN" : "infinite");
+        else
+            mq_err_set("%s: gradient + residual at value %zu of %zu is not finite (gradient %g, "
+                       "residual %g, residual factor %g)",
+                       who, at + i, n, (double)g[i], (double)e[i], (double)r);
+        return true;
+    }
+    return false;
+}
+
 double mq_quant_sum_sq(const float *x, size_t n)
 {
     double s[4] = {0, 0, 0, 0};
@@ -86,16 +116,91 @@ double mq_quant_sum_sq(const float *x, size_t n)
     return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+/* ---- payloads of little-endian float32 --------------------------------------------------
+ * A payload may be unaligned (a ZeroMQ frame), so lanes are loaded with memcpy; on a
+ * little-endian host its floats are this host's and load straight from the bytes. */
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define S_LITTLE 1
+#else
+#define S_LITTLE 0
+#endif
+
+size_t mq_quant_first_bad_f32(const uint8_t *src, size_t n)
+{
+    size_t i = 0;
+    bool any = false;
+#if S_LITTLE
+    const mq_v4i_t expo = {0x7f800000, 0x7f800000, 0x7f800000, 0x7f800000};
+    mq_v4i_t bad = {0, 0, 0, 0};
+    for (; i + 4 <= n; i += 4) {
+        mq_v4i_t u;
+        memcpy(&u, src + 4 * i, sizeof u);
+        bad |= (u & expo) == expo;
+    }
+    any = bad[0] | bad[1] | bad[2] | bad[3];
+#endif
+    for (; i < n; i++)
+        any |= !mq_f32_bits_finite(mq_get_u32(src + 4 * i));
+    if (!any)
+        return n;
+    for (i = 0; i < n; i++)
+        if (!mq_f32_bits_finite(mq_get_u32(src + 4 * i)))
+            return i;
+    return n;
+}
+
+void mq_quant_decode_f32(const uint8_t *src, float *dst, size_t n, float scale, bool acc)
+{
+    size_t i = 0;
+#if S_LITTLE
+    if (!acc && scale == 1.0f) {
+        memcpy(dst, src, 4 * n);
+        return;
+    }
+    const mq_v4f_t vs = mq_v4f_set1(scale);
+    for (; i + 4 <= n; i += 4) {
+        mq_v4f_t v;
+        memcpy(&v, src + 4 * i, sizeof v);
+        v *= vs;
+        if (acc)
+            v += mq_v4f_load(dst + i);
+        memcpy(dst + i, &v, sizeof v);
+    }
+#endif
+    for (; i < n; i++) {
+        float v = scale * mq_get_f32(src + 4 * i);
+        dst[i] = acc ? dst[i] + v : v;
+    }
+}
+
+double mq_quant_sq_f32(const uint8_t *src, size_t n)
+{
+    double s[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        double v = mq_get_f32(src + 4 * i);
+        s[i % 4] += v * v;
+    }
+    return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+/* ---- specs ------------------------------------------------------------------------------ */
+
+/* Puts "codec NAME: " before the last error; returns -1. */
+static int s_err_codec(const char *name)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", mq_err_last());
+    mq_err_set("codec %s: %s", name, msg);
+    return -1;
+}
+
 int mq_quant_opt_float(const char *codec, const char *opt, const char *val, double lo, double hi,
                        float *out)
 {
     double d;
-    char msg[256];
-    if (mq_parse_double(opt, val, lo, hi, &d) < 0) {
-        snprintf(msg, sizeof msg, "%s", mq_err_last());
-        mq_err_set("codec %s: %s", codec, msg);
-        return -1;
-    }
+    if (mq_parse_double(opt, val, lo, hi, &d) < 0)
+        return s_err_codec(codec);
     *out = (float)d;
     return 0;
 }
@@ -104,14 +209,84 @@ int mq_quant_opt_u32(const char *codec, const char *opt, const char *val, long l
                      uint32_t *out)
 {
     long l;
-    char msg[256];
-    if (mq_parse_long(opt, val, lo, hi, &l) < 0) {
-        snprintf(msg, sizeof msg, "%s", mq_err_last());
-        mq_err_set("codec %s: %s", codec, msg);
-        return -1;
-    }
+    if (mq_parse_long(opt, val, lo, hi, &l) < 0)
+        return s_err_codec(codec);
     *out = (uint32_t)l;
     return 0;
+}
+
+int mq_quant_check_unused(const mq_codec_t *c, int first)
+{
+    for (int i = first; i < MQ_CODEC_NPARAMS; i++)
+        if (c->param[i]) {
+            mq_err_set("codec %s: parameter word %d is set (unused)", mq_codec_ops(c)->name, i);
+            return -1;
+        }
+    return 0;
+}
+
+void mq_quant_format_float(char *buf, size_t len, float v, int digits)
+{
+    for (; digits <= 9; digits++) {
+        snprintf(buf, len, "%.*g", digits, (double)v);
+        if ((float)strtod(buf, NULL) == v)
+            return;
+    }
+}
+
+/* The option and check functions run on a codec whose id is set (mq_codec_parse sets it
+ * first, mq_codec_validate looks it up), so the error can name it. */
+int mq_quant_bucket_option(mq_codec_t *c, const char *opt)
+{
+    if (strncmp(opt, "bucket=", 7) == 0)
+        return mq_quant_opt_u32(mq_codec_ops(c)->name, "bucket", opt + 7, 0, MQ_QUANT_BUCKET_MAX,
+                                &c->param[0]);
+    mq_err_set("unknown option '%s' (expected bucket=N)", opt);
+    return -1;
+}
+
+void mq_quant_bucket_format(const mq_codec_t *c, char *buf, size_t len)
+{
+    const mq_codec_ops_t *ops = mq_codec_ops(c);
+    mq_codec_t def = {.id = c->id};
+    if (ops->defaults)
+        ops->defaults(&def);
+    if (c->param[0] != def.param[0])
+        snprintf(buf, len, ":bucket=%u", (unsigned)c->param[0]);
+    else if (len)
+        buf[0] = 0;
+}
+
+int mq_quant_bucket_check(const mq_codec_t *c)
+{
+    return mq_quant_check_unused(c, 1);
+}
+
+bool mq_quant_always_stochastic(const mq_codec_t *c)
+{
+    (void)c;
+    return true;
+}
+
+/* ---- the one-bit error-feedback codecs and the stochastic ones ---------------------------- */
+
+size_t mq_quant_ef_state_floats(const mq_codec_t *c, size_t n)
+{
+    (void)c;
+    return n ? n + 1 : 0;
+}
+
+void mq_quant_noise_seed(mq_quant_noise_t *g, mq_rng_t *rng)
+{
+    for (int w = 0; w < 4; w++)
+        for (int lane = 0; lane < 8; lane += 2) {
+            uint64_t r = mq_rng_next(rng);
+            g->s[w][lane] = (uint32_t)r;
+            g->s[w][lane + 1] = (uint32_t)(r >> 32);
+        }
+    for (int lane = 0; lane < 8; lane++) /* an all-zero state would stay zero */
+        if (!(g->s[0][lane] | g->s[1][lane] | g->s[2][lane] | g->s[3][lane]))
+            g->s[0][lane] = 0x9e3779b9u;
 }
 
 float mq_codec_param_f(const mq_codec_t *c, int i)
@@ -145,7 +320,7 @@ static int s_validate(const mq_codec_t *c, bool base)
         return -1;
     }
     if (ops->max_bits == 0) {
-        if (c->bits != 0 && !(c->id == MQ_CODEC_NONE && c->bits == 32)) {
+        if (c->bits != 0 && !(c->id == MQ_CODEC_ID_none && c->bits == 32)) {
             mq_err_set("codec %s: takes no bit-width (got %d)", ops->name, c->bits);
             return -1;
         }
@@ -169,12 +344,12 @@ int mq_codec_validate_base(const mq_codec_t *c)
 
 mq_codec_t mq_codec_none(void)
 {
-    return (mq_codec_t){.id = MQ_CODEC_NONE, .bits = 32};
+    return (mq_codec_t){.id = MQ_CODEC_ID_none, .bits = 32};
 }
 
 mq_codec_t mq_codec_uniform(int bits, uint32_t bucket, bool stochastic)
 {
-    return (mq_codec_t){.id = MQ_CODEC_UNIFORM, .bits = bits, .param = {bucket, stochastic}};
+    return (mq_codec_t){.id = MQ_CODEC_ID_uniform, .bits = bits, .param = {bucket, stochastic}};
 }
 
 bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b)
@@ -231,7 +406,7 @@ int mq_codec_parse(const char *spec, mq_codec_t *out)
         mq_err_set("codec '%s': unknown codec '%s' (expected one of %s)", spec, name, names);
         return -1;
     }
-    mq_codec_t c = {.id = ops->id, .bits = ops->id == MQ_CODEC_NONE ? 32 : 0};
+    mq_codec_t c = {.id = ops->id, .bits = ops->id == MQ_CODEC_ID_none ? 32 : 0};
     if (ops->defaults)
         ops->defaults(&c);
     char *opt = strtok_r(NULL, ":", &save);
@@ -290,11 +465,7 @@ void mq_codec_format(const mq_codec_t *c, char *buf, size_t len)
 
 size_t mq_codec_nbuckets(const mq_codec_t *c, size_t n)
 {
-    if (!c || c->id != MQ_CODEC_UNIFORM || n == 0)
-        return 0;
-    if (c->param[0] == 0)
-        return 1;
-    return n / c->param[0] + (n % c->param[0] != 0);
+    return c && c->id == MQ_CODEC_ID_uniform ? mq_quant_nbuckets(c->param[0], n) : 0;
 }
 
 size_t mq_codec_payload_size(const mq_codec_t *c, size_t n)
@@ -401,7 +572,7 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
      * Feedback already removes the bias stochastic rounding is for, so round to nearest here
      * rather than fail a run whose policy has just chosen 1 bit. */
     mq_codec_t eff = *c;
-    if (c->id == MQ_CODEC_UNIFORM && c->bits == 1 && c->param[1]) {
+    if (c->id == MQ_CODEC_ID_uniform && c->bits == 1 && c->param[1]) {
         static atomic_bool warned;
         eff.param[1] = 0;
         if (!atomic_exchange(&warned, true))
@@ -409,13 +580,8 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
                     "make the residual diverge)");
     }
     c = &eff;
-    size_t bad = mq_quant_first_nonfinite_sum(src, residual, n);
-    if (bad < n) {
-        mq_err_set("codec encode: gradient + residual at value %zu of %zu is not finite "
-                   "(gradient %g, residual %g)",
-                   bad, n, (double)src[bad], (double)residual[bad]);
+    if (mq_quant_check_finite_sum("codec encode", src, residual, n) < 0)
         return -1;
-    }
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
         mq_v4f_t v = mq_v4f_load(residual + i) + mq_v4f_load(src + i);

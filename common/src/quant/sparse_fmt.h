@@ -1,7 +1,8 @@
 /* Shared by the sparse codecs' files only (sparse, topk, dgc, sdagc): the sparse payload
- * format, the passes that pick which values a sparsifying codec sends, and the table-driven
- * spec options they all take. The selection passes (mq_sparse_kth to mq_sparse_top_of) are
- * topk's exact top-k and live in c_topk.c; everything else is in c_sparse.c.
+ * format and its operations, the passes that pick which values a sparsifying codec sends,
+ * and the table-driven spec options they all take. The selection passes (mq_sparse_kth to
+ * mq_sparse_top_of) are topk's exact top-k and live in c_topk.c; everything else is in
+ * c_sparse.c.
  *
  * ---- the payload ------------------------------------------------------------------------
  * Every payload starts with a little-endian u32 LAYOUT tag; the encoder writes whichever of
@@ -27,6 +28,8 @@
  * win; past ~97% plain floats do. max_size is 4n + 4, the dense layout. */
 #ifndef MQGRAD_SPARSE_FMT_H
 #define MQGRAD_SPARSE_FMT_H
+
+#include <math.h>
 
 #include "quant_internal.h"
 
@@ -67,13 +70,15 @@ static inline unsigned mq_sparse_mask8(const float *x, int32_t cmp)
 
 /* ---- payloads ------------------------------------------------------------------------- */
 
-/* 0 if src[0..len) is a valid sparse payload for n > 0 values, else -1 with an error that
- * starts with WHO (the codec's name). */
-int mq_sparse_validate(const char *who, const uint8_t *src, size_t len, size_t n);
-/* dst[i] (+)= scale * x^_i for a validated payload; STATS (may be NULL) gets the decoded
- * sum of squares, in the same order as the encoder's. */
-void mq_sparse_decode(const uint8_t *src, size_t len, float *dst, size_t n, float scale, bool acc,
-                      mq_codec_stats_t *stats);
+/* The payload operations every sparse codec's table names (C is the codec):
+ * mq_sparse_payload_max is its max_size; mq_sparse_validate returns 0 if src[0..len) is a
+ * valid sparse payload for n > 0 values, else -1 with an error that starts with the codec's
+ * name; mq_sparse_decode does dst[i] (+)= scale * x^_i for a validated payload, and STATS
+ * (may be NULL) gets the decoded sum of squares, in the same order as the encoder's. */
+size_t mq_sparse_payload_max(const mq_codec_t *c, size_t n);
+int mq_sparse_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n);
+void mq_sparse_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
+                      float scale, bool acc, mq_codec_stats_t *stats);
 
 /* ---- selection: which values a sparsifying codec sends --------------------------------
  * A selection sends every value whose magnitude bits exceed THR, plus the first TAKE_EQ (in
@@ -146,6 +151,14 @@ static inline uint32_t *mq_sparse_scratch(uint8_t *dst)
     return (uint32_t *)(((uintptr_t)dst + 3) & ~(uintptr_t)3);
 }
 
+/* How many of n values a fraction X of them is: ceil(x * n) within float precision of X
+ * (ratio=0.1 of 1000 values is 100, not 101), at least 1 and at most n. */
+static inline size_t mq_sparse_count(float x, size_t n)
+{
+    double p = (double)x * (double)n, k = ceil(p - p * 0x1p-23);
+    return k < 1.0 ? 1 : k > (double)n ? n : (size_t)k;
+}
+
 /* ---- what dgc and sdagc share ----------------------------------------------------------- */
 
 /* Refuses a non-finite gradient (the error names WHO and the index) and sets *SCALE to the
@@ -179,5 +192,33 @@ void mq_sparse_format(const mq_sparse_spec_t *s, const mq_codec_t *c, char *buf,
 int mq_sparse_check(const mq_sparse_spec_t *s, const mq_codec_t *c);
 /* The reply of every sparsifying codec: the sparse codec (exact union of the pushes). */
 void mq_sparse_reply(const mq_codec_t *c, mq_codec_t *out);
+
+/* What the operations tables of topk, dgc and sdagc have in common. In a codec's file,
+ * MQ_SPARSE_SPEC_FUNCTIONS(spec) defines its spec operations (s_defaults, s_option, s_format
+ * and s_check) on its options table SPEC, and MQ_SPARSE_SHARED_OPS, in its table, names them
+ * with the sparse payload's operations and reply; the file adds name, id, usage, help,
+ * state_floats, stochastic (if any) and encode. */
+#define MQ_SPARSE_SPEC_FUNCTIONS(spec)                                                         \
+    static void s_defaults(mq_codec_t *c)                                                      \
+    {                                                                                          \
+        mq_sparse_defaults(&(spec), c);                                                        \
+    }                                                                                          \
+    static int s_option(mq_codec_t *c, const char *opt)                                        \
+    {                                                                                          \
+        return mq_sparse_option(&(spec), c, opt);                                              \
+    }                                                                                          \
+    static void s_format(const mq_codec_t *c, char *buf, size_t len)                           \
+    {                                                                                          \
+        mq_sparse_format(&(spec), c, buf, len);                                                \
+    }                                                                                          \
+    static int s_check(const mq_codec_t *c)                                                    \
+    {                                                                                          \
+        return mq_sparse_check(&(spec), c);                                                    \
+    }
+
+#define MQ_SPARSE_SHARED_OPS                                                                   \
+    .unbiased = false, .exact_size = false, .defaults = s_defaults, .option = s_option,        \
+    .format = s_format, .check = s_check, .max_size = mq_sparse_payload_max,                   \
+    .validate = mq_sparse_validate, .decode = mq_sparse_decode, .reply = mq_sparse_reply
 
 #endif

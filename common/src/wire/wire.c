@@ -211,7 +211,7 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
         th[i].offset = h->offset;
         th[i].count = h->count;
         th[i].codec = h->codec.id;
-        th[i].bits = h->codec.id == MQ_CODEC_NONE ? 0 : (uint32_t)h->codec.bits;
+        th[i].bits = h->codec.id == MQ_CODEC_ID_none ? 0 : (uint32_t)h->codec.bits;
         /* the parameter words up to the last one set, little-endian */
         size_t np = MQ_CODEC_NPARAMS;
         while (np > 0 && h->codec.param[np - 1] == 0)
@@ -358,7 +358,7 @@ static mq_drop_t s_check_tensor(const Mqgrad__TensorHeader *t, size_t frame_len,
     out->payload_len = t->payload_len;
     memset(&out->codec, 0, sizeof out->codec);
     out->codec.id = t->codec;
-    out->codec.bits = t->codec == MQ_CODEC_NONE ? 32 : (int)(t->bits > 64 ? 64 : t->bits);
+    out->codec.bits = t->codec == MQ_CODEC_ID_none ? 32 : (int)(t->bits > 64 ? 64 : t->bits);
     if (t->count > (1ULL << 32) || t->offset > (1ULL << 40)) {
         mq_err_set("tensor '%s': count %llu or offset %llu out of range", out->name,
                    (unsigned long long)t->count, (unsigned long long)t->offset);

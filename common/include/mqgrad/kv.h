@@ -1,0 +1,116 @@
+/* The key/value layer of a parameter server, apart from its transport: one server's shard of
+ * the flat vector, the pushes of the iteration in flight, what is made of them (the
+ * aggregate), the reply encoded from it and the master copy that takes exactly that reply.
+ * It knows neither sockets nor protobuf: pushes come in as payload pointers per (rank,
+ * segment), held by the caller until the round completes, and replies go out as
+ * mq_payload_t's on the module's reusable buffers. */
+#ifndef MQGRAD_KV_H
+#define MQGRAD_KV_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "mqgrad/nn.h"
+#include "mqgrad/optim.h"
+#include "mqgrad/ps.h"
+#include "mqgrad/quant.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- seams ---------------------------------------------------------------------------- */
+
+/* The slicer: cuts the model's flat vector into NSERVERS shards (shards[0..nservers)). Each
+ * segment must lie inside one tensor (flat = the tensor's offset + offset, its name the
+ * tensor's) and every element must belong to exactly one shard; THRESHOLD and FP32 say which
+ * segments are quantized. Returns 0, or -1 with an error. mq_shard_plan (contiguous, equal
+ * shards) is the default; workers must cut with the same slicer as the servers. */
+typedef int mq_kv_slicer_fn(const mq_model_t *m, uint32_t nservers, uint64_t threshold,
+                            bool fp32, mq_shard_t *shards);
+
+/* One segment's pushes for an aggregate handler. data[r], len[r] is rank r's payload in
+ * CODEC (already validated by the wire), r = 0..npush-1: the order is always the ranks',
+ * never the arrival's. */
+typedef struct {
+    const mq_segment_t *seg; /* seg->count values */
+    mq_codec_t codec;        /* the pushes' codec at this iteration's level */
+    uint32_t npush;          /* P, every worker */
+    const uint8_t *const *data;
+    const size_t *len;
+    uint64_t iter;
+    float lr;
+} mq_kv_pushes_t;
+
+/* The aggregate handler: writes what the server replies with for one segment into
+ * DST[0..seg->count) (DST holds garbage on entry). ARG is the configuration's aggregate_arg.
+ * Returns 0, or -1 with an error (the round then fails). */
+typedef int mq_kv_aggregate_fn(void *arg, const mq_kv_pushes_t *in, float *dst);
+
+/* The default handler: the mean, each push decoded straight into DST with scale 1/P and
+ * accumulated in rank order (no temporary). Never fails. */
+int mq_kv_mean(void *arg, const mq_kv_pushes_t *in, float *dst);
+
+/* ---- the module ----------------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t servers;     /* S, shards in the plan */
+    uint32_t rank;        /* the shard this server holds */
+    uint32_t workers;     /* P, pushes per round */
+    uint64_t threshold;   /* tensors with at least this many elements are quantized */
+    bool fp32;            /* nothing is quantized */
+    mq_codec_t codec;     /* the run's codec for quantized segments, level set per round */
+    mq_optim_t optim;     /* the update rule the master copy takes, as every worker does */
+    uint64_t rng_seed;    /* the reply encoder's generator */
+    mq_kv_slicer_fn *slicer;       /* NULL: mq_shard_plan */
+    mq_kv_aggregate_fn *aggregate; /* NULL: mq_kv_mean */
+    void *aggregate_arg;
+} mq_kv_config_t;
+
+typedef struct mq_kv_t mq_kv_t;
+
+/* A server's key/value state for shard CFG->rank of MODEL, whose parameters are the master
+ * copy (borrowed: MODEL must outlive the module, and only this shard's elements are
+ * written). Plans the shards with the slicer, checks the plan, and allocates everything the
+ * rounds use. NULL with an error on a bad configuration or plan, or out of memory. */
+mq_kv_t *mq_kv_new(mq_model_t *model, const mq_kv_config_t *cfg);
+/* Frees SELF (waiting, bounded, until ZeroMQ holds no reply) and NULLs *SELF_P; safe twice. */
+void mq_kv_destroy(mq_kv_t **self_p);
+
+const mq_shard_t *mq_kv_shard(const mq_kv_t *self);
+/* The iteration whose pushes are awaited: 0 first, one more after each completed round. */
+uint64_t mq_kv_iter(const mq_kv_t *self);
+/* Pushes in for the current round; whether RANK's is among them. */
+uint32_t mq_kv_pending(const mq_kv_t *self);
+bool mq_kv_has(const mq_kv_t *self, uint32_t rank);
+/* The round's level and learning rate, set by its first push (meaningless before). */
+int mq_kv_bits(const mq_kv_t *self);
+float mq_kv_lr(const mq_kv_t *self);
+
+/* Takes rank RANK's push for iteration ITER at level BITS and learning rate LR: DATA[i],
+ * LEN[i] is segment i's payload, i < N = the shard's segment count, validated by the wire
+ * against the shard and the push codec at BITS. Only the pointers are kept: the bytes must
+ * stay put until mq_kv_complete has returned. The first push of a round sets its level and
+ * learning rate. Returns 1 when every rank's push is in (call mq_kv_complete), 0 while some
+ * are missing, or -1 with an error (nothing kept) for another iteration, an unknown or
+ * repeated rank, a segment count or level or learning rate that differs from the round's. */
+int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, int bits, float lr,
+               const uint8_t *const *data, const size_t *len, uint32_t n);
+
+/* Completes the round: per segment, in order, the aggregate handler's result is encoded with
+ * the reply codec (mq_codec_reply of the push codec, with the module's state and generator),
+ * and exactly that payload is applied to the master copy under the update rule at update
+ * number iter + 1. Fills HDRS[i] and OUT[i] for each segment; each OUT[i] holds a reference
+ * on the module's buffers that the caller drops with out[i].free_fn(data, hint) once sent
+ * (mq_sendbuf_payload takes more, one per message). The pushes' pointers are then
+ * forgotten and the iteration advances. Waits (bounded) until ZeroMQ holds no reply of the
+ * previous round. Returns 0, or -1 with an error: no reference is left in OUT and the round
+ * stays open, but the segments before the failing one have updated the master copy and the
+ * reply state, so a server cannot go on with the run. */
+int mq_kv_complete(mq_kv_t *self, mq_tensor_hdr_t *hdrs, mq_payload_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
