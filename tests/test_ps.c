@@ -939,3 +939,316 @@ Test(ps, kv_slicer_can_be_replaced_and_a_bad_plan_is_refused)
     cr_assert_null(mq_kv_new(m, &cfg), "no workers");
     mq_model_destroy(&m);
 }
+
+/* ---- the worker half, wired by hand to the server half ----------------------------------- */
+
+#define S_SERVERS 2
+
+/* A worker: its replica of the model, its half of the module, its gradient and its pushes. */
+typedef struct {
+    mq_model_t *model;
+    mq_kv_worker_t *kw;
+    float *g;
+    mq_tensor_hdr_t hdrs[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+    mq_payload_t out[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+    const uint8_t *data[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+    size_t len[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+} s_replica_t;
+
+/* P workers and S_SERVERS servers, each server with its own master copy; no sockets. */
+typedef struct {
+    uint32_t P;
+    s_replica_t w[S_P];
+    mq_model_t *master[S_SERVERS];
+    mq_kv_t *kv[S_SERVERS];
+    mq_tensor_hdr_t hdrs[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+    mq_payload_t out[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+    const uint8_t *data[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+    size_t len[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+} s_cluster_t;
+
+static mq_kv_worker_config_t s_worker_cfg(uint32_t rank, uint32_t P, const char *codec,
+                                          const char *optim)
+{
+    return (mq_kv_worker_config_t){
+        .servers = S_SERVERS,
+        .rank = rank,
+        .workers = P,
+        .threshold = S_THRESHOLD,
+        .codec = s_parse(codec),
+        .optim = s_optim(optim),
+        .rng_seed = 7 * 1000003ULL + rank + 1,
+    };
+}
+
+static void s_cluster_init(s_cluster_t *c, uint32_t P, const char *codec, const char *optim,
+                           bool ef, mq_kv_slicer_fn *slicer)
+{
+    memset(c, 0, sizeof *c);
+    c->P = P;
+    for (uint32_t s = 0; s < S_SERVERS; s++) {
+        c->master[s] = s_model();
+        mq_kv_config_t cfg = {.servers = S_SERVERS, .rank = s, .workers = P,
+                              .threshold = S_THRESHOLD, .codec = s_parse(codec),
+                              .optim = s_optim(optim), .rng_seed = 4242 + s, .slicer = slicer};
+        c->kv[s] = mq_kv_new(c->master[s], &cfg);
+        cr_assert(c->kv[s], "%s", mq_err_last());
+    }
+    for (uint32_t r = 0; r < P; r++) {
+        s_replica_t *w = &c->w[r];
+        w->model = s_model();
+        w->g = malloc(mq_model_nparams(w->model) * sizeof(float));
+        cr_assert(w->g);
+        mq_kv_worker_config_t cfg = s_worker_cfg(r, P, codec, optim);
+        cfg.error_feedback = ef;
+        cfg.slicer = slicer;
+        w->kw = mq_kv_worker_new(w->model, &cfg);
+        cr_assert(w->kw, "%s", mq_err_last());
+    }
+}
+
+static void s_cluster_fini(s_cluster_t *c)
+{
+    for (uint32_t r = 0; r < c->P; r++) {
+        mq_kv_worker_destroy(&c->w[r].kw);
+        mq_kv_worker_destroy(&c->w[r].kw);
+        free(c->w[r].g);
+        mq_model_destroy(&c->w[r].model);
+    }
+    for (uint32_t s = 0; s < S_SERVERS; s++) {
+        mq_kv_destroy(&c->kv[s]);
+        mq_model_destroy(&c->master[s]);
+    }
+}
+
+static void s_drop(mq_payload_t *out, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        out[i].free_fn((void *)out[i].data, out[i].hint);
+}
+
+/* One iteration: every worker encodes a fresh gradient for every shard, each server takes
+ * the pushes in rank order and replies, every worker applies every reply. */
+static void s_cluster_iter(s_cluster_t *c, uint64_t it, int bits)
+{
+    size_t n = mq_model_nparams(c->master[0]);
+    for (uint32_t r = 0; r < c->P; r++) {
+        s_replica_t *w = &c->w[r];
+        cr_assert_eq(mq_kv_worker_wait(w->kw, 1000), 0, "%s", mq_err_last());
+        s_normal(w->g, n, 1000 * it + r + 7);
+        for (uint32_t s = 0; s < S_SERVERS; s++) {
+            cr_assert_eq(mq_kv_worker_encode(w->kw, s, w->g, bits, S_LR, w->hdrs[s], w->out[s],
+                                             NULL),
+                         0, "%s", mq_err_last());
+            for (uint32_t i = 0; i < mq_kv_worker_shard(w->kw, s)->nsegs; i++) {
+                w->data[s][i] = w->out[s][i].data;
+                w->len[s][i] = w->out[s][i].len;
+            }
+        }
+    }
+    for (uint32_t s = 0; s < S_SERVERS; s++) {
+        uint32_t nsegs = mq_kv_shard(c->kv[s])->nsegs;
+        for (uint32_t r = 0; r < c->P; r++) {
+            int rc = mq_kv_push(c->kv[s], it, r, bits, S_LR, c->w[r].data[s], c->w[r].len[s],
+                                mq_kv_worker_shard(c->w[r].kw, s)->nsegs);
+            cr_assert_eq(rc, r == c->P - 1, "push of rank %u: %d, %s", r, rc, mq_err_last());
+        }
+        cr_assert_eq(mq_kv_complete(c->kv[s], c->hdrs[s], c->out[s]), 0, "%s", mq_err_last());
+        for (uint32_t i = 0; i < nsegs; i++) {
+            c->data[s][i] = c->out[s][i].data;
+            c->len[s][i] = c->out[s][i].len;
+        }
+        for (uint32_t r = 0; r < c->P; r++)
+            s_drop(c->w[r].out[s], nsegs);
+    }
+    for (uint32_t r = 0; r < c->P; r++)
+        for (uint32_t s = 0; s < S_SERVERS; s++)
+            mq_kv_worker_apply(c->w[r].kw, s, it, S_LR, c->hdrs[s], c->data[s], c->len[s],
+                               NULL);
+    for (uint32_t s = 0; s < S_SERVERS; s++)
+        s_drop(c->out[s], mq_kv_shard(c->kv[s])->nsegs);
+}
+
+/* Every replica holds the same parameters, and each shard of them is its server's master
+ * copy, bit for bit. */
+static void s_cluster_check(const s_cluster_t *c, const float *w0)
+{
+    size_t n = mq_model_nparams(c->master[0]);
+    const float *w = mq_model_params(c->w[0].model);
+    cr_assert(!s_same_floats(w, w0, n), "the parameters did not move");
+    for (uint32_t r = 1; r < c->P; r++)
+        cr_assert(s_same_floats(mq_model_params(c->w[r].model), w, n),
+                  "worker %u's parameters differ from worker 0's", r);
+    for (uint32_t s = 0; s < S_SERVERS; s++) {
+        const mq_shard_t *sh = mq_kv_shard(c->kv[s]);
+        const float *m = mq_model_params(c->master[s]);
+        for (uint32_t i = 0; i < sh->nsegs; i++)
+            cr_assert(s_same_floats(w + sh->segs[i].flat, m + sh->segs[i].flat,
+                                    sh->segs[i].count),
+                      "%s differs from server %u's master copy", sh->segs[i].name, s);
+    }
+}
+
+static void s_cluster_run(uint32_t P, const char *codec, int bits, const char *optim, bool ef,
+                          mq_kv_slicer_fn *slicer)
+{
+    s_cluster_t c;
+    s_cluster_init(&c, P, codec, optim, ef, slicer);
+    size_t n = mq_model_nparams(c.master[0]);
+    float *w0 = malloc(n * sizeof *w0);
+    cr_assert(w0);
+    memcpy(w0, mq_model_params(c.w[0].model), n * sizeof *w0);
+    for (uint64_t it = 0; it < 3; it++) {
+        s_cluster_iter(&c, it, bits);
+        s_cluster_check(&c, w0);
+    }
+    free(w0);
+    s_cluster_fini(&c);
+}
+
+Test(ps, kv_worker_uniform_keeps_every_replica_equal_to_the_master_copies)
+{
+    s_cluster_run(3, "uniform:bucket=128:stochastic", 4, "sgd", true, NULL);
+}
+
+Test(ps, kv_worker_topk_keeps_every_replica_equal_to_the_master_copies)
+{
+    s_cluster_run(2, "topk:ratio=0.05", 4, "momentum:m=0.9", false, NULL);
+}
+
+Test(ps, kv_worker_sign_keeps_every_replica_equal_to_the_master_copies)
+{
+    s_cluster_run(3, "sign", 2, "sgd", false, NULL);
+}
+
+Test(ps, kv_worker_sends_fp32_segments_from_the_gradient_without_a_copy)
+{
+    mq_model_t *m = s_model();
+    size_t n = mq_model_nparams(m);
+    float *g = malloc(n * sizeof *g);
+    cr_assert(g);
+    s_normal(g, n, 5);
+    mq_kv_worker_config_t cfg = s_worker_cfg(1, 2, "uniform", "sgd");
+    cfg.fp32 = true;
+    mq_kv_worker_t *kw = mq_kv_worker_new(m, &cfg);
+    cr_assert(kw, "%s", mq_err_last());
+    cr_assert_null(mq_kv_worker_residual(kw), "no residual without error feedback");
+    mq_tensor_hdr_t hdrs[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+    mq_payload_t out[S_SERVERS][MQ_WIRE_MAX_TENSORS];
+    double sq = 0;
+    for (uint32_t s = 0; s < S_SERVERS; s++) {
+        const mq_shard_t *sh = mq_kv_worker_shard(kw, s);
+        cr_assert_eq(mq_kv_worker_encode(kw, s, g, 32, S_LR, hdrs[s], out[s], &sq), 0, "%s",
+                     mq_err_last());
+        for (uint32_t i = 0; i < sh->nsegs; i++) {
+            const mq_segment_t *seg = &sh->segs[i];
+            cr_assert(!seg->quantized);
+            cr_assert_eq(hdrs[s][i].codec.id, MQ_CODEC_ID_none);
+            cr_assert_eq(hdrs[s][i].count, seg->count);
+            cr_assert_eq(out[s][i].data, (const void *)(g + seg->flat), "%s was copied",
+                         seg->name);
+            cr_assert_eq(out[s][i].len, seg->count * sizeof(float));
+        }
+    }
+    cr_assert(sq == 0.0, "fp32 segments are not counted in the sent norm");
+    cr_assert_neq(mq_kv_worker_wait(kw, 20), 0, "the gradient is still being sent");
+    s_drop(out[0], mq_kv_worker_shard(kw, 0)->nsegs);
+    cr_assert_neq(mq_kv_worker_wait(kw, 20), 0, "shard 1 still points into the gradient");
+    s_drop(out[1], mq_kv_worker_shard(kw, 1)->nsegs);
+    cr_assert_eq(mq_kv_worker_wait(kw, 20), 0, "%s", mq_err_last());
+    mq_kv_worker_destroy(&kw);
+    free(g);
+    mq_model_destroy(&m);
+}
+
+/* Error feedback by hand: v = g + r, the push is Q(v), and r becomes v - Q(v) (the decoded
+ * push subtracted from v); fp32 segments leave their residual at zero. */
+Test(ps, kv_worker_error_feedback_carries_what_the_push_left_out)
+{
+    mq_model_t *m = s_model();
+    size_t n = mq_model_nparams(m);
+    float *g = malloc(n * sizeof *g), *r = calloc(n, sizeof *r), *t = malloc(n * sizeof *t);
+    cr_assert(g && r && t);
+    mq_kv_worker_config_t cfg = s_worker_cfg(0, 2, "uniform", "sgd");
+    cfg.error_feedback = true;
+    mq_kv_worker_t *kw = mq_kv_worker_new(m, &cfg);
+    cr_assert(kw, "%s", mq_err_last());
+    const float *res = mq_kv_worker_residual(kw);
+    cr_assert(res && s_same_floats(res, r, n), "the residual starts at zero");
+    mq_tensor_hdr_t hdrs[MQ_WIRE_MAX_TENSORS];
+    mq_payload_t out[MQ_WIRE_MAX_TENSORS];
+    for (uint64_t it = 0; it < 3; it++) {
+        cr_assert_eq(mq_kv_worker_wait(kw, 1000), 0, "%s", mq_err_last());
+        s_normal(g, n, 50 + it);
+        double sq = 0, hand_sq = 0;
+        for (uint32_t s = 0; s < S_SERVERS; s++) {
+            const mq_shard_t *sh = mq_kv_worker_shard(kw, s);
+            cr_assert_eq(mq_kv_worker_encode(kw, s, g, 3, S_LR, hdrs, out, &sq), 0, "%s",
+                         mq_err_last());
+            for (uint32_t i = 0; i < sh->nsegs; i++) {
+                const mq_segment_t *seg = &sh->segs[i];
+                if (!seg->quantized)
+                    continue;
+                float *v = r + seg->flat;
+                for (size_t j = 0; j < seg->count; j++)
+                    v[j] = g[seg->flat + j] + v[j];
+                cr_assert_eq(mq_codec_decode(&hdrs[i].codec, out[i].data, out[i].len, v,
+                                             seg->count, -1.0f, true, NULL),
+                             0, "%s", mq_err_last());
+                cr_assert_eq(mq_codec_decode(&hdrs[i].codec, out[i].data, out[i].len,
+                                             t + seg->flat, seg->count, 1.0f, false, NULL),
+                             0);
+                for (size_t j = 0; j < seg->count; j++)
+                    hand_sq += (double)t[seg->flat + j] * t[seg->flat + j];
+            }
+            s_drop(out, sh->nsegs);
+        }
+        cr_assert(s_same_floats(res, r, n), "iteration %llu: the residual is not v - Q(v)",
+                  (unsigned long long)it);
+        cr_assert_float_eq(sq, hand_sq, 1e-6 * hand_sq, "sent norm %g, by hand %g", sq,
+                           hand_sq);
+    }
+    bool moved = false;
+    for (size_t j = 0; j < n && !moved; j++)
+        moved = r[j] != 0;
+    cr_assert(moved, "a 3-bit push left nothing out");
+    mq_kv_worker_destroy(&kw);
+    free(g), free(r), free(t);
+    mq_model_destroy(&m);
+}
+
+Test(ps, kv_worker_cuts_with_the_servers_slicer)
+{
+    mq_model_t *m = s_model();
+    mq_kv_worker_config_t cfg = s_worker_cfg(0, 2, "uniform", "sgd");
+    cfg.slicer = s_by_tensor;
+    mq_kv_worker_t *kw = mq_kv_worker_new(m, &cfg);
+    cr_assert(kw, "%s", mq_err_last());
+    for (uint32_t s = 0; s < S_SERVERS; s++) {
+        mq_kv_config_t sc = {.servers = S_SERVERS, .rank = s, .workers = 2,
+                             .threshold = S_THRESHOLD, .codec = s_parse("uniform"),
+                             .optim = s_optim("sgd"), .slicer = s_by_tensor};
+        mq_kv_t *kv = mq_kv_new(m, &sc);
+        cr_assert(kv, "%s", mq_err_last());
+        const mq_shard_t *a = mq_kv_worker_shard(kw, s), *b = mq_kv_shard(kv);
+        cr_assert_eq(a->nsegs, b->nsegs);
+        for (uint32_t i = 0; i < a->nsegs; i++) {
+            cr_assert_eq(a->segs[i].tensor, b->segs[i].tensor);
+            cr_assert_eq(a->segs[i].tensor % S_SERVERS, s, "whole tensors in turn");
+            cr_assert_eq(a->segs[i].flat, b->segs[i].flat);
+            cr_assert_eq(a->segs[i].count, b->segs[i].count);
+            cr_assert_eq(a->segs[i].quantized, b->segs[i].quantized);
+        }
+        mq_kv_destroy(&kv);
+    }
+    mq_kv_worker_destroy(&kw);
+    s_cluster_run(2, "uniform:stochastic", 6, "sgd", false, s_by_tensor);
+
+    cfg.slicer = s_overflowing;
+    cr_assert_null(mq_kv_worker_new(m, &cfg), "a segment past its tensor");
+    cr_assert(strstr(mq_err_last(), "not a range of one tensor"), "%s", mq_err_last());
+    cfg.slicer = NULL;
+    cfg.rank = 2;
+    cr_assert_null(mq_kv_worker_new(m, &cfg), "rank 2 of 2");
+    mq_model_destroy(&m);
+}

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "mqgrad/data.h"
+#include "mqgrad/kv.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/node.h"
 #include "mqgrad/ps.h"
@@ -34,15 +35,8 @@ typedef struct {
     float *x, *test_x; /* test_x: the whole test set, 28x28 crops; each evaluation takes this
                         * worker's slice of its first eval_limit images */
     uint8_t *y;
-    mq_shard_t *shards;
-    mq_codec_t codec;         /* the run's codec for quantized segments, level set per iteration */
-    mq_optim_t optim;         /* the update rule every node applies to the aggregate */
-    float *opt_state;         /* its state, mq_optim_state_floats over all parameters */
-    float *scratch;           /* one decoded segment, for rules other than plain SGD */
-    mq_seg_coder_t *coders;   /* nservers x MQ_WIRE_MAX_TENSORS */
-    mq_sendbuf_t grads_ref; /* counts messages still pointing into the gradient */
-    float *residual;        /* error feedback, one per parameter */
-    mq_rng_t rng;
+    mq_codec_t codec;   /* the run's codec for quantized segments, level set per iteration */
+    mq_kv_worker_t *kv; /* the shards: push encode and aggregate apply */
     mq_link_t link;
     /* the iteration in flight */
     bool busy;
@@ -148,29 +142,21 @@ static int s_setup(s_worker_t *self)
     if (!self->model)
         return -1;
     mq_model_init(self->model, r->seed);
-    if (mq_codec_parse(r->codec, &self->codec) != 0 || mq_optim_parse(r->optimizer, &self->optim))
+    mq_kv_worker_config_t kc = {
+        .servers = self->nservers,
+        .rank = self->rank,
+        .workers = r->workers,
+        .threshold = r->quant_threshold,
+        .fp32 = r->fp32,
+        .error_feedback = r->error_feedback,
+        .rng_seed = r->seed * 1000003ULL + self->rank + 1,
+    };
+    if (mq_codec_parse(r->codec, &self->codec) != 0 || mq_optim_parse(r->optimizer, &kc.optim))
         return -1;
-    size_t np = mq_model_nparams(self->model);
-    self->shards = calloc(self->nservers, sizeof *self->shards);
-    self->coders = calloc((size_t)self->nservers * MQ_WIRE_MAX_TENSORS, sizeof *self->coders);
-    size_t nstate = mq_optim_state_floats(&self->optim, np);
-    self->opt_state = nstate ? calloc(nstate, sizeof(float)) : NULL;
-    self->scratch = mq_optim_is_sgd(&self->optim) ? NULL : malloc(np * sizeof(float));
-    if (!self->shards || !self->coders || (nstate && !self->opt_state) ||
-        (!mq_optim_is_sgd(&self->optim) && !self->scratch)) {
-        mq_err_set("out of memory");
+    kc.codec = self->codec;
+    self->kv = mq_kv_worker_new(self->model, &kc);
+    if (!self->kv)
         return -1;
-    }
-    if (mq_shard_plan(self->model, self->nservers, r->quant_threshold, r->fp32, self->shards))
-        return -1;
-    if (r->error_feedback) {
-        self->residual = calloc(mq_model_nparams(self->model), sizeof(float));
-        if (!self->residual) {
-            mq_err_set("out of memory for error feedback");
-            return -1;
-        }
-    }
-    mq_rng_seed(&self->rng, r->seed * 1000003ULL + self->rank + 1);
     mq_link_init(&self->link, r->link_mbps);
     return 0;
 }
@@ -278,9 +264,10 @@ static bool s_scan(const s_worker_t *self, const float *g, double *sq, uint64_t 
 {
     bool fp32_ok = true;
     *sq = 0, *n = 0, *lo = INFINITY, *hi = -INFINITY;
-    for (uint32_t s = 0; s < self->nservers; s++)
-        for (uint32_t i = 0; i < self->shards[s].nsegs; i++) {
-            const mq_segment_t *seg = &self->shards[s].segs[i];
+    for (uint32_t s = 0; s < self->nservers; s++) {
+        const mq_shard_t *sh = mq_kv_worker_shard(self->kv, s);
+        for (uint32_t i = 0; i < sh->nsegs; i++) {
+            const mq_segment_t *seg = &sh->segs[i];
             if (seg->quantized) {
                 s_stats(g + seg->flat, seg->count, sq, lo, hi);
                 *n += seg->count;
@@ -288,6 +275,7 @@ static bool s_scan(const s_worker_t *self, const float *g, double *sq, uint64_t 
                 fp32_ok = mq_codec_first_nonfinite(g + seg->flat, seg->count) == seg->count;
             }
         }
+    }
     return fp32_ok && isfinite(*sq);
 }
 
@@ -309,21 +297,6 @@ static void s_grad_stats(s_worker_t *self, float *g)
     self->report.grad_range = n ? (double)hi - lo : 0;
 }
 
-static int s_encode_segment(s_worker_t *self, uint32_t s, uint32_t i, mq_payload_t *out)
-{
-    const mq_segment_t *seg = &self->shards[s].segs[i];
-    const float *g = mq_model_grads(self->model) + seg->flat;
-    mq_codec_t codec = mq_segment_codec(seg, self->bits, &self->codec);
-    mq_codec_stats_t st; /* |Q(g)|^2, counted from the codes while they are in cache */
-    if (mq_ps_encode_segment(seg, &codec, g, &self->coders[(size_t)s * MQ_WIRE_MAX_TENSORS + i],
-                             &self->grads_ref, self->residual ? self->residual + seg->flat : NULL,
-                             &self->rng, self->lr, &self->out.tensors[i], out, &st) != 0)
-        return -1;
-    if (seg->quantized)
-        self->report.sent_sq += st.sq;
-    return 0;
-}
-
 static int s_push(s_worker_t *self, uint32_t s)
 {
     mq_msg_t *out = &self->out;
@@ -334,17 +307,14 @@ static int s_push(s_worker_t *self, uint32_t s)
     out->shard = s;
     out->bits = (uint32_t)self->bits;
     out->lr = self->lr;
-    out->ntensors = self->shards[s].nsegs;
+    out->ntensors = mq_kv_worker_shard(self->kv, s)->nsegs;
     mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
+    if (mq_kv_worker_encode(self->kv, s, mq_model_grads(self->model), self->bits, self->lr,
+                            out->tensors, payloads, &self->report.sent_sq) != 0)
+        return -1;
     size_t bytes = 0;
-    for (uint32_t i = 0; i < out->ntensors; i++) {
-        if (s_encode_segment(self, s, i, &payloads[i]) != 0) {
-            for (uint32_t k = 0; k < i; k++)
-                payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
-            return -1;
-        }
+    for (uint32_t i = 0; i < out->ntensors; i++)
         bytes += payloads[i].len;
-    }
     double e0 = mq_now_s();
     mq_link_egress(&self->link, bytes);
     self->egress_s += mq_now_s() - e0;
@@ -378,7 +348,7 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
 
     double t0 = mq_now_s();
     /* No message may still point into the gradient we are about to overwrite. */
-    if (mq_sendbuf_acquire(&self->grads_ref, 0, S_BUF_TIMEOUT_MS) != 0) {
+    if (mq_kv_worker_wait(self->kv, S_BUF_TIMEOUT_MS) != 0) {
         s_fail(self, "gradient buffer");
         return;
     }
@@ -434,7 +404,7 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
         reason = MQ_DROP_SHARD, why = "aggregate for another shard";
     else if (self->got_shard[s])
         reason = MQ_DROP_DUPLICATE, why = "second aggregate for a shard";
-    else if (mq_shard_check(&self->shards[s], msg, self->bits, &self->codec, true) != 0)
+    else if (mq_shard_check(mq_kv_worker_shard(self->kv, s), msg, self->bits, &self->codec, true) != 0)
         reason = MQ_DROP_LAYOUT, why = mq_err_last();
     if (reason != MQ_DROP_NONE) {
         mq_drops_note(&self->node.drops, reason, (const uint8_t *)&s, sizeof s, why);
@@ -443,19 +413,8 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
     double t0 = mq_now_s();
     mq_link_ingress(&self->link, msg->wire_bytes);
     double t1 = mq_now_s();
-    float *w = mq_model_params(self->model);
-    size_t per = self->opt_state ? mq_optim_state_floats(&self->optim, 1) : 0;
-    for (uint32_t i = 0; i < msg->ntensors; i++) {
-        const mq_segment_t *seg = &self->shards[s].segs[i];
-        mq_codec_stats_t st;
-        /* the wire has validated the payload; the rule's state for a segment is contiguous */
-        mq_ps_apply(&self->optim, &msg->tensors[i].codec, msg->payload[i], msg->payload_len[i],
-                    w + seg->flat, seg->count, self->scratch,
-                    self->opt_state ? self->opt_state + per * seg->flat : NULL, self->lr,
-                    self->iter + 1, seg->quantized ? &st : NULL);
-        if (seg->quantized)
-            self->report.update_sq += st.sq;
-    }
+    mq_kv_worker_apply(self->kv, s, self->iter, self->lr, msg->tensors, msg->payload,
+                       msg->payload_len, &self->report.update_sq);
     double t2 = mq_now_s();
     self->report.decode_ms += (t2 - t1) * 1e3;
     self->report.wait_ms += (t0 - self->t_pushed) * 1e3 + (t1 - t0) * 1e3;
@@ -534,15 +493,7 @@ static void s_destroy(s_worker_t *self)
     for (uint32_t s = 0; s < MQ_WIRE_MAX_SERVERS; s++)
         zsock_destroy(&self->servers[s]);
     mq_node_close(&self->node);
-    mq_sendbuf_release(&self->grads_ref);
-    if (self->coders)
-        for (size_t i = 0; i < (size_t)self->nservers * MQ_WIRE_MAX_TENSORS; i++)
-            mq_seg_coder_release(&self->coders[i]);
-    free(self->coders);
-    free(self->opt_state);
-    free(self->scratch);
-    free(self->shards);
-    free(self->residual);
+    mq_kv_worker_destroy(&self->kv);
     free(self->x);
     free(self->y);
     free(self->test_x);

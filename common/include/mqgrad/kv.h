@@ -3,7 +3,9 @@
  * aggregate), the reply encoded from it and the master copy that takes exactly that reply.
  * It knows neither sockets nor protobuf: pushes come in as payload pointers per (rank,
  * segment), held by the caller until the round completes, and replies go out as
- * mq_payload_t's on the module's reusable buffers. */
+ * mq_payload_t's on the module's reusable buffers. The worker half is its mirror: it encodes
+ * a worker's gradient into each shard's push and applies each shard's aggregate, both cut
+ * by the same slicer. */
 #ifndef MQGRAD_KV_H
 #define MQGRAD_KV_H
 
@@ -42,6 +44,12 @@ typedef struct {
     uint64_t iter;
     float lr;
 } mq_kv_pushes_t;
+
+/* Cuts M into SHARDS[0..NSERVERS) with SLICER (NULL: mq_shard_plan) and checks the plan:
+ * every segment a range of one tensor, at most MQ_WIRE_MAX_TENSORS per shard, as many
+ * elements as the model. Both halves plan with it. Returns 0, or -1 with an error. */
+int mq_kv_plan(const mq_model_t *m, mq_kv_slicer_fn *slicer, uint32_t nservers,
+               uint64_t threshold, bool fp32, mq_shard_t *shards);
 
 /* The aggregate handler: writes what the server replies with for one segment into
  * DST[0..seg->count) (DST holds garbage on entry). ARG is the configuration's aggregate_arg.
@@ -109,6 +117,59 @@ int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, int bits, float lr,
  * stays open, but the segments before the failing one have updated the master copy and the
  * reply state, so a server cannot go on with the run. */
 int mq_kv_complete(mq_kv_t *self, mq_tensor_hdr_t *hdrs, mq_payload_t *out);
+
+/* ---- the worker half ------------------------------------------------------------------ */
+
+typedef struct {
+    uint32_t servers;       /* S, shards in the plan */
+    uint32_t rank;          /* this worker's rank */
+    uint32_t workers;       /* P */
+    uint64_t threshold;     /* as the servers' */
+    bool fp32;
+    mq_codec_t codec;       /* the run's codec for quantized segments, level set per push */
+    mq_optim_t optim;       /* the update rule the parameters take */
+    bool error_feedback;    /* generic error feedback (one residual per parameter) */
+    uint64_t rng_seed;      /* the push encoder's generator */
+    mq_kv_slicer_fn *slicer; /* NULL: mq_shard_plan; must be the servers' */
+} mq_kv_worker_config_t;
+
+typedef struct mq_kv_worker_t mq_kv_worker_t;
+
+/* A worker's key/value state for MODEL, whose parameters take the aggregates (borrowed: MODEL
+ * must outlive the module). Plans every shard with the slicer and allocates what the
+ * iterations use: a segment coder per (shard, segment), the update rule's state and scratch,
+ * the residual. NULL with an error on a bad configuration or plan, or out of memory. */
+mq_kv_worker_t *mq_kv_worker_new(mq_model_t *model, const mq_kv_worker_config_t *cfg);
+/* Frees SELF (waiting, bounded, until ZeroMQ holds no push) and NULLs *SELF_P; safe twice. */
+void mq_kv_worker_destroy(mq_kv_worker_t **self_p);
+
+/* Shard S of the plan, S < cfg.servers. */
+const mq_shard_t *mq_kv_worker_shard(const mq_kv_worker_t *self, uint32_t s);
+/* The error-feedback residual over the flat vector, or NULL without error feedback. */
+const float *mq_kv_worker_residual(const mq_kv_worker_t *self);
+
+/* Waits at most TIMEOUT_MS until no push still points into the gradient (fp32 segments go
+ * out straight from it), so it may be overwritten. Returns 0, or -1 with an error. */
+int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms);
+
+/* Encodes shard S's push from GRADS (the flat gradient, which must stay put until the
+ * messages are sent and mq_kv_worker_wait says so) at level BITS and learning rate LR: per
+ * segment, in order, HDRS[i] and PAYLOADS[i], i < the shard's segment count. fp32 segments
+ * point into GRADS (no copy), quantized ones into the module's buffers, encoded with the
+ * module's generator, the codec's state or the residual. Each payload holds a reference the
+ * caller drops with free_fn(data, hint) once sent. Adds |Q(g)|^2 of each quantized segment
+ * to *SENT_SQ (may be NULL). Returns 0, or -1 with an error and no reference left. */
+int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, const float *grads, int bits,
+                        float lr, mq_tensor_hdr_t *hdrs, mq_payload_t *payloads,
+                        double *sent_sq);
+
+/* Applies shard S's aggregate of iteration ITER to the parameters under the update rule at
+ * learning rate LR, update number ITER + 1: DATA[i], LEN[i] is segment i's payload in
+ * HDRS[i].codec, all validated by the wire against the shard (mq_shard_check). Adds the
+ * decoded |g^|^2 of each quantized segment to *UPDATE_SQ (may be NULL). */
+void mq_kv_worker_apply(mq_kv_worker_t *self, uint32_t s, uint64_t iter, float lr,
+                        const mq_tensor_hdr_t *hdrs, const uint8_t *const *data,
+                        const size_t *len, double *update_sq);
 
 #ifdef __cplusplus
 }

@@ -75,6 +75,16 @@ static int s_check_plan(const mq_model_t *m, const mq_shard_t *shards, uint32_t 
     return 0;
 }
 
+int mq_kv_plan(const mq_model_t *m, mq_kv_slicer_fn *slicer, uint32_t nservers,
+               uint64_t threshold, bool fp32, mq_shard_t *shards)
+{
+    if (!slicer)
+        slicer = mq_shard_plan;
+    if (slicer(m, nservers, threshold, fp32, shards) != 0)
+        return -1;
+    return s_check_plan(m, shards, nservers);
+}
+
 static int s_plan(mq_kv_t *self)
 {
     const mq_kv_config_t *c = &self->cfg;
@@ -88,9 +98,7 @@ static int s_plan(mq_kv_t *self)
         mq_err_set("out of memory for a shard plan");
         return -1;
     }
-    int rc = c->slicer(self->model, c->servers, c->threshold, c->fp32, all);
-    if (rc == 0)
-        rc = s_check_plan(self->model, all, c->servers);
+    int rc = mq_kv_plan(self->model, c->slicer, c->servers, c->threshold, c->fp32, all);
     if (rc == 0)
         self->shard = all[c->rank];
     free(all);

@@ -1,0 +1,156 @@
+/* A worker's key/value layer: every shard's push encoded from the gradient (fp32 segments
+ * straight from it, the others into per-segment buffers) and every shard's aggregate applied
+ * to the parameters under the update rule. Everything an iteration touches is allocated by
+ * mq_kv_worker_new; an iteration itself allocates nothing (coders grow with the level). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mqgrad/kv.h"
+#include "mqgrad/util.h"
+
+struct mq_kv_worker_t {
+    mq_kv_worker_config_t cfg;
+    mq_model_t *model;      /* its parameters take the aggregates */
+    mq_shard_t *shards;     /* [servers] */
+    mq_seg_coder_t *coders; /* [servers x MQ_WIRE_MAX_TENSORS] */
+    mq_sendbuf_t grads_ref; /* counts pushes that still point into the gradient */
+    float *residual;        /* error feedback, one per parameter */
+    float *opt_state;       /* the update rule's state over the flat vector */
+    size_t opt_per;         /* its floats per element */
+    float *scratch;         /* one decoded segment, for rules other than plain SGD */
+    mq_rng_t rng;
+};
+
+static int s_alloc(mq_kv_worker_t *self)
+{
+    const mq_kv_worker_config_t *c = &self->cfg;
+    size_t np = mq_model_nparams(self->model), maxseg = 0;
+    for (uint32_t s = 0; s < c->servers; s++)
+        for (uint32_t i = 0; i < self->shards[s].nsegs; i++)
+            if (self->shards[s].segs[i].count > maxseg)
+                maxseg = self->shards[s].segs[i].count;
+    size_t nstate = mq_optim_state_floats(&c->optim, np);
+    bool sgd = mq_optim_is_sgd(&c->optim);
+    self->opt_per = nstate ? mq_optim_state_floats(&c->optim, 1) : 0;
+    self->coders = calloc((size_t)c->servers * MQ_WIRE_MAX_TENSORS, sizeof *self->coders);
+    self->opt_state = nstate ? calloc(nstate, sizeof(float)) : NULL;
+    self->scratch = sgd ? NULL : malloc(sizeof(float) * (maxseg + 1));
+    self->residual = c->error_feedback ? calloc(np, sizeof(float)) : NULL;
+    if (!self->coders || (nstate && !self->opt_state) || (!sgd && !self->scratch) ||
+        (c->error_feedback && !self->residual)) {
+        mq_err_set("out of memory for a worker of %zu parameters", np);
+        return -1;
+    }
+    return 0;
+}
+
+mq_kv_worker_t *mq_kv_worker_new(mq_model_t *model, const mq_kv_worker_config_t *cfg)
+{
+    mq_kv_worker_t *self = calloc(1, sizeof *self);
+    if (!self) {
+        mq_err_set("out of memory");
+        return NULL;
+    }
+    self->cfg = *cfg;
+    self->model = model;
+    if (!cfg->optim.ops) {
+        mq_err_set("no update rule");
+        goto err;
+    }
+    if (cfg->servers == 0 || cfg->servers > MQ_WIRE_MAX_SERVERS || cfg->workers == 0 ||
+        cfg->rank >= cfg->workers) {
+        mq_err_set("rank %u of %u workers for %u servers", cfg->rank, cfg->workers,
+                   cfg->servers);
+        goto err;
+    }
+    self->shards = calloc(cfg->servers, sizeof *self->shards);
+    if (!self->shards) {
+        mq_err_set("out of memory for a shard plan");
+        goto err;
+    }
+    if (mq_kv_plan(model, cfg->slicer, cfg->servers, cfg->threshold, cfg->fp32, self->shards) !=
+            0 ||
+        s_alloc(self) != 0)
+        goto err;
+    mq_rng_seed(&self->rng, cfg->rng_seed);
+    return self;
+err:
+    mq_kv_worker_destroy(&self);
+    return NULL;
+}
+
+void mq_kv_worker_destroy(mq_kv_worker_t **self_p)
+{
+    if (!self_p || !*self_p)
+        return;
+    mq_kv_worker_t *self = *self_p;
+    mq_sendbuf_release(&self->grads_ref);
+    if (self->coders)
+        for (size_t i = 0; i < (size_t)self->cfg.servers * MQ_WIRE_MAX_TENSORS; i++)
+            mq_seg_coder_release(&self->coders[i]);
+    free(self->coders);
+    free(self->shards);
+    free(self->residual);
+    free(self->opt_state);
+    free(self->scratch);
+    free(self);
+    *self_p = NULL;
+}
+
+const mq_shard_t *mq_kv_worker_shard(const mq_kv_worker_t *self, uint32_t s)
+{
+    return &self->shards[s];
+}
+
+const float *mq_kv_worker_residual(const mq_kv_worker_t *self)
+{
+    return self->residual;
+}
+
+int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms)
+{
+    return mq_sendbuf_acquire(&self->grads_ref, 0, timeout_ms);
+}
+
+int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, const float *grads, int bits,
+                        float lr, mq_tensor_hdr_t *hdrs, mq_payload_t *payloads,
+                        double *sent_sq)
+{
+    const mq_shard_t *sh = &self->shards[s];
+    mq_seg_coder_t *coders = self->coders + (size_t)s * MQ_WIRE_MAX_TENSORS;
+    for (uint32_t i = 0; i < sh->nsegs; i++) {
+        const mq_segment_t *seg = &sh->segs[i];
+        mq_codec_t codec = mq_segment_codec(seg, bits, &self->cfg.codec);
+        mq_codec_stats_t st; /* |Q(g)|^2, counted from the codes while they are in cache */
+        if (mq_ps_encode_segment(seg, &codec, grads + seg->flat, &coders[i], &self->grads_ref,
+                                 self->residual ? self->residual + seg->flat : NULL, &self->rng,
+                                 lr, &hdrs[i], &payloads[i], &st) != 0) {
+            for (uint32_t k = 0; k < i; k++)
+                payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
+            return -1;
+        }
+        if (seg->quantized && sent_sq)
+            *sent_sq += st.sq;
+    }
+    return 0;
+}
+
+void mq_kv_worker_apply(mq_kv_worker_t *self, uint32_t s, uint64_t iter, float lr,
+                        const mq_tensor_hdr_t *hdrs, const uint8_t *const *data,
+                        const size_t *len, double *update_sq)
+{
+    const mq_shard_t *sh = &self->shards[s];
+    float *w = mq_model_params(self->model);
+    for (uint32_t i = 0; i < sh->nsegs; i++) {
+        const mq_segment_t *seg = &sh->segs[i];
+        bool count = seg->quantized && update_sq;
+        mq_codec_stats_t st;
+        /* the rule's state for a segment is contiguous, at the segment's flat offset */
+        mq_ps_apply(&self->cfg.optim, &hdrs[i].codec, data[i], len[i], w + seg->flat,
+                    seg->count, self->scratch,
+                    self->opt_state ? self->opt_state + self->opt_per * seg->flat : NULL, lr,
+                    iter + 1, count ? &st : NULL);
+        if (count)
+            *update_sq += st.sq;
+    }
+}
