@@ -307,6 +307,11 @@ Test(experiment, bad_flags_exit_2_before_running, .timeout = 60)
         {{"--iterations", "5", "--methods", "mqgrad,none+exact", NULL}, "none+exact"},
         {{"--iterations", "5", "--methods", "fixed:9+exact", NULL}, "fixed:K"},
         {{"--iterations", "5", "--methods", "none+exact", NULL}, "fp32 (none) has no codec"},
+        {{"--iterations", "5", "--methods", "fixed:2@topk:ratio=2", NULL}, "ratio"},
+        {{"--iterations", "5", "--methods", "fixed:2@zstd", NULL}, "unknown codec 'zstd'"},
+        {{"--iterations", "5", "--methods", "fixed:2/adam", NULL}, "unknown rule 'adam'"},
+        {{"--iterations", "5", "--codec", "topk:ratio=2", NULL}, "ratio"},
+        {{"--iterations", "5", "--optimizer", "qrda:l9=1", NULL}, "not an option of qrda"},
         /* The methods (with +exact) parse: what stops it is the next flag, the seeds. */
         {{"--iterations", "5", "--methods", "mqgrad+exact,fixed:2+exact,fixed:2,none", "--seeds",
           "x", NULL},

@@ -63,7 +63,7 @@ static void s_catch_signals(void)
 
 static const char s_usage[] =
     "usage: mqgrad experiment [--methods LIST] [--seeds LIST] [--out DIR] [mqgrad local flags]\n"
-    "Runs the same local cluster once per method and seed (only the policy and the seed\n"
+    "Runs the same local cluster once per method and seed (only the method and the seed\n"
     "change) into OUT/<method>-seed<seed>, skipping runs that already completed or diverged\n"
     "(so an interrupted experiment resumes), then writes the report of all runs into\n"
     "OUT/report. A diverged run is a result (reported as such, exit 0), not a failure.\n"

@@ -21,6 +21,7 @@
 #include "run_summary.h"
 #include "mqgrad/service.h"
 #include "mqgrad/watch.h"
+#include "mqgrad/optim.h"
 #include "mqgrad/quant.h"
 #include "mqgrad/rl.h"
 #include "mqgrad/util.h"
@@ -115,6 +116,15 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
                             "Runs agent, scheduler, servers and workers as processes on this "
                             "machine.",
                             NULL, 0, NULL);
+    /* A bad codec or rule is refused here, with the codec's own words, before any process
+     * starts (the scheduler would refuse it too, after the agent is up). */
+    mq_codec_t c;
+    mq_optim_t r;
+    if (rc == 0 && ((o->codec[0] && mq_codec_parse(o->codec, &c) != 0) ||
+                    (o->optimizer[0] && mq_optim_parse(o->optimizer, &r) != 0))) {
+        fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
+        rc = 2;
+    }
     if (rc == 0 && !o->run_dir[0])
         mq_default_run_dir("local", o->run_dir, sizeof o->run_dir);
     return rc;
