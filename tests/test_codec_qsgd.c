@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "mqgrad/quant.h"
+#include "gauss.h"
 /* For mq_quant_use_kernels: payloads must not depend on the instruction set. */
 #include "../common/src/quant/quant_internal.h"
 
@@ -19,13 +20,7 @@ static int s_qsgd_bits[] = {2, 3, 4, 5, 6, 7, 8};
 
 static float *s_normal(size_t n, uint64_t seed, float sigma)
 {
-    mq_rng_t rng;
-    mq_rng_seed(&rng, seed);
-    float *x = malloc(n * sizeof *x);
-    cr_assert(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(sigma * mq_rng_normal(&rng));
-    return x;
+    return test_gaussian(n, seed, sigma, 0.0f);
 }
 
 static mq_codec_t s_parse(const char *spec)

@@ -13,19 +13,11 @@
 #include <string.h>
 
 #include "mqgrad/quant.h"
+#include "gauss.h"
 
 /* ---- helpers ------------------------------------------------------------------------- */
 
-static float *s_normal(size_t n, uint64_t seed, float sigma, float mean)
-{
-    mq_rng_t rng;
-    mq_rng_seed(&rng, seed);
-    float *x = malloc((n ? n : 1) * sizeof *x);
-    cr_assert(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(mean + sigma * mq_rng_normal(&rng));
-    return x;
-}
+
 
 static float *s_zeros(size_t n)
 {
@@ -166,7 +158,7 @@ static void s_check_residual_steps(const char *spec, size_t n, uint64_t seed, fl
     float *e = s_zeros(n + 1), *old = s_zeros(n + 1), *out = s_zeros(n);
     uint8_t *buf = s_buf(&c, n, &cap);
     for (int t = 0; t < 20; t++) {
-        float *g = s_normal(n, seed + (uint64_t)t, 0.01f, mean);
+        float *g = test_gaussian(n, seed + (uint64_t)t, 0.01f, mean);
         memcpy(old, e, (n + 1) * sizeof *e);
         float lr = t < 10 ? lr0 : lr1;
         size_t len = s_encode(&c, g, n, e, lr, NULL, buf, cap, NULL);
@@ -190,7 +182,7 @@ static void s_check_sizes(const s_size_case_t *cases, size_t count)
         mq_codec_t c = s_parse(cases[k].spec);
         size_t n = cases[k].n, cap;
         cr_assert_eq(mq_codec_payload_size(&c, n), cases[k].size, "%s n=%zu", cases[k].spec, n);
-        float *g = s_normal(n, k, 1.0f, 0.0f), *e = s_zeros(n + 1);
+        float *g = test_gaussian(n, k, 1.0f, 0.0f), *e = s_zeros(n + 1);
         uint8_t *buf = s_buf(&c, n, &cap);
         cr_assert_eq(s_encode(&c, g, n, e, 0, NULL, buf, cap, NULL), cases[k].size);
         free(g), free(e), free(buf);
@@ -203,7 +195,7 @@ static void s_check_sizes(const s_size_case_t *cases, size_t count)
 static void s_check_accumulate(const mq_codec_t *c, const uint8_t *buf, size_t len, size_t n,
                                float scale, uint64_t yseed, double enc, const char *what)
 {
-    float *x = s_zeros(n), *y = s_normal(n, yseed, 1.0f, 0.0f), *acc = malloc(n * sizeof(float));
+    float *x = s_zeros(n), *y = test_gaussian(n, yseed, 1.0f, 0.0f), *acc = malloc(n * sizeof(float));
     mq_codec_stats_t sd = {-1}, sa = {-1};
     for (size_t i = 0; i < n; i++)
         x[i] = 12345.0f;
@@ -228,7 +220,7 @@ static void s_check_ef_accumulate(const char *spec, size_t n, uint64_t gseed, fl
 {
     mq_codec_t c = s_parse(spec);
     size_t cap;
-    float *g = s_normal(n, gseed, 0.5f, mean), *e = s_zeros(n + 1);
+    float *g = test_gaussian(n, gseed, 0.5f, mean), *e = s_zeros(n + 1);
     uint8_t *buf = s_buf(&c, n, &cap);
     mq_codec_stats_t se = {-1};
     size_t len = s_encode(&c, g, n, e, 0, NULL, buf, cap, &se);
@@ -241,7 +233,7 @@ static void s_check_ef_accumulate(const char *spec, size_t n, uint64_t gseed, fl
 static uint8_t *s_first_payload(const mq_codec_t *c, size_t n, size_t *len)
 {
     size_t cap;
-    float *g = s_normal(n, 3, 1.0f, 0.0f), *e = s_zeros(n + 1);
+    float *g = test_gaussian(n, 3, 1.0f, 0.0f), *e = s_zeros(n + 1);
     uint8_t *buf = s_buf(c, n, &cap);
     *len = s_encode(c, g, n, e, 0, NULL, buf, cap, NULL);
     free(g), free(e);
@@ -271,7 +263,7 @@ static void s_check_nonfinite_refused(const char *spec, size_t n, size_t at, flo
 {
     mq_codec_t c = s_parse(spec);
     size_t cap, len;
-    float *g = s_normal(n, 1, 1.0f, 0.0f), *e = s_zeros(n + 1), *keep = s_zeros(n + 1);
+    float *g = test_gaussian(n, 1, 1.0f, 0.0f), *e = s_zeros(n + 1), *keep = s_zeros(n + 1);
     uint8_t *buf = s_buf(&c, n, &cap);
     s_encode(&c, g, n, e, 0.1f, NULL, buf, cap, NULL);
     memcpy(keep, e, (n + 1) * sizeof *e);
@@ -300,7 +292,7 @@ static double s_ps_ef_loss(const char *spec, size_t n, int P, int T)
     for (int t = 0; t < T; t++) {
         memset(mean, 0, n * sizeof *mean);
         for (int w = 0; w < P; w++) {
-            float *g = s_normal(n, 1000u * (uint64_t)t + (uint64_t)w, 0.01f, 0.002f * (float)w);
+            float *g = test_gaussian(n, 1000u * (uint64_t)t + (uint64_t)w, 0.01f, 0.002f * (float)w);
             size_t len = s_encode(&c, g, n, ew + (size_t)w * sf, 0.1f, NULL, buf, cap, NULL);
             cr_assert_eq(mq_codec_decode(&c, buf, len, mean, n, 1.0f / (float)P, true, NULL), 0);
             for (size_t i = 0; i < n; i++)
@@ -362,7 +354,7 @@ Test(codec_sign, scale_is_l1_norm_over_d)
     for (size_t k = 0; k < sizeof specs / sizeof specs[0]; k++) {
         mq_codec_t c = s_parse(specs[k]);
         size_t B = c.param[0] ? c.param[0] : n, nb = (n + B - 1) / B, cap;
-        float *g = s_normal(n, 7 + k, 0.02f, 0.003f), *e = s_zeros(n + 1), *out = s_zeros(n);
+        float *g = test_gaussian(n, 7 + k, 0.02f, 0.003f), *e = s_zeros(n + 1), *out = s_zeros(n);
         g[5] = 0.0f; /* sign(0) = + */
         uint8_t *buf = s_buf(&c, n, &cap);
         size_t len = s_encode(&c, g, n, e, 0.0f, NULL, buf, cap, NULL);
@@ -412,7 +404,7 @@ Test(codec_sign, applied_updates_track_the_gradient_sum)
     uint8_t *buf = s_buf(&c, n, &cap);
     double gmax = 0;
     for (int t = 0; t < T; t++) {
-        float *g = s_normal(n, 5000 + (uint64_t)t, 0.01f, 0.0f);
+        float *g = test_gaussian(n, 5000 + (uint64_t)t, 0.01f, 0.0f);
         for (size_t i = 0; i < n; i++) { /* a steady drift under the noise */
             g[i] += 0.004f * sinf((float)i);
             sum_g[i] += g[i];
@@ -475,7 +467,7 @@ Test(codec_sign, nonfinite_input_refused_state_kept)
         s_check_nonfinite_refused("sign:bucket=16", n, 77, bad[k], 0.2f, "value 77 of 100");
     mq_codec_t c = s_parse("sign:bucket=16");
     size_t cap, len;
-    float *g = s_normal(n, 1, 1.0f, 0.0f);
+    float *g = test_gaussian(n, 1, 1.0f, 0.0f);
     uint8_t *buf = s_buf(&c, n, &cap);
     cr_assert_eq(mq_codec_encode(&c, g, n, buf, cap, &len, NULL, NULL), -1);
     cr_assert(strstr(mq_err_last(), "needs its state"), "%s", mq_err_last());
@@ -491,7 +483,7 @@ Test(codec_sign, learning_rate_change_rescales_the_residual)
     size_t cap;
     float *e = s_zeros(n + 1), *old = s_zeros(n + 1), *out = s_zeros(n);
     uint8_t *buf = s_buf(&c, n, &cap);
-    float *g1 = s_normal(n, 1, 1.0f, 0.0f), *g2 = s_normal(n, 2, 1.0f, 0.0f);
+    float *g1 = test_gaussian(n, 1, 1.0f, 0.0f), *g2 = test_gaussian(n, 2, 1.0f, 0.0f);
     s_encode(&c, g1, n, e, 0.1f, NULL, buf, cap, NULL);
     cr_assert_eq(e[n], 0.1f);
     memcpy(old, e, (n + 1) * sizeof *e);
@@ -543,7 +535,7 @@ Test(codec_onebit, decodes_to_the_two_bucket_means)
     const size_t n = 1100; /* buckets of 512, 512 and 76 */
     mq_codec_t c = s_parse("onebit");
     size_t cap;
-    float *g = s_normal(n, 21, 0.02f, 0.01f), *e = s_zeros(n + 1), *out = s_zeros(n);
+    float *g = test_gaussian(n, 21, 0.02f, 0.01f), *e = s_zeros(n + 1), *out = s_zeros(n);
     for (size_t i = 1024; i < n; i++) /* the last bucket has no negative value */
         g[i] = fabsf(g[i]);
     g[3] = 0.0f;
@@ -583,7 +575,7 @@ Test(codec_onebit, error_never_above_scaled_sign)
     uint8_t *b1 = s_buf(&ob, n, &cap1), *b2 = s_buf(&sg, n, &cap2);
     float *e = s_zeros(n + 1), *x1 = s_zeros(n), *x2 = s_zeros(n);
     for (uint64_t seed = 0; seed < 8; seed++) {
-        float *g = s_normal(n, seed, 1.0f, (float)seed * 0.2f - 0.7f);
+        float *g = test_gaussian(n, seed, 1.0f, (float)seed * 0.2f - 0.7f);
         memset(e, 0, (n + 1) * sizeof *e);
         s_decode(&ob, b1, s_encode(&ob, g, n, e, 0, NULL, b1, cap1, NULL), x1, n);
         memset(e, 0, (n + 1) * sizeof *e);
@@ -750,7 +742,7 @@ Test(codec_thresh, decisions_and_payload_sizes)
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         mq_codec_t c = s_parse(cases[k].spec);
         size_t n = cases[k].n, cap;
-        float *g = s_normal(n, 50 + k, 0.1f, 0.0f), *x = s_zeros(n);
+        float *g = test_gaussian(n, 50 + k, 0.1f, 0.0f), *x = s_zeros(n);
         for (size_t i = 0; i < n; i++) {
             if (cases[k].kind == 1 && i % 97 != 5)
                 g[i] = 0.0f;
@@ -824,7 +816,7 @@ Test(codec_thresh, server_rethreshold_is_unbiased)
     float g[3][24], mean[24], x[24];
     double target[24] = {0}, sum[24] = {0}, sq[24] = {0};
     for (int w = 0; w < P; w++) {
-        float *t = s_normal(n, 90 + (uint64_t)w, 1.0f, 0.2f);
+        float *t = test_gaussian(n, 90 + (uint64_t)w, 1.0f, 0.2f);
         memcpy(g[w], t, sizeof g[w]);
         for (size_t i = 0; i < n; i++)
             target[i] += (double)t[i] / P;
@@ -860,7 +852,7 @@ Test(codec_thresh, same_seed_same_payload)
     const size_t n = 3000;
     mq_codec_t c = s_parse("thresh");
     size_t cap;
-    float *g = s_normal(n, 5, 1.0f, 0.0f);
+    float *g = test_gaussian(n, 5, 1.0f, 0.0f);
     uint8_t *a = s_buf(&c, n, &cap), *b = s_buf(&c, n, &cap);
     mq_rng_t r1, r2;
     mq_rng_seed(&r1, 77);
@@ -880,7 +872,7 @@ Test(codec_thresh, draws_depend_on_index_and_seed_only)
     const size_t n = 2051;
     mq_codec_t c = s_parse("thresh:tau=0.3");
     size_t cap;
-    float *g = s_normal(n, 8, 0.2f, 0.0f), *x = s_zeros(n), *y = s_zeros(n);
+    float *g = test_gaussian(n, 8, 0.2f, 0.0f), *x = s_zeros(n), *y = s_zeros(n);
     uint8_t *buf = s_buf(&c, n, &cap);
     for (size_t m = n - 4; m <= n; m++) {
         mq_rng_t r1, r2;
@@ -908,7 +900,7 @@ Test(codec_thresh, accumulate_scale_and_stats_in_every_format)
         mq_codec_t c = s_parse(cases[k].spec);
         size_t cap;
         char what[32];
-        float *g = s_normal(n, 60 + k, 0.3f, 0.05f);
+        float *g = test_gaussian(n, 60 + k, 0.3f, 0.05f);
         for (size_t i = 0; i < n; i++) {
             if (cases[k].kind == 1 && i % 50)
                 g[i] = 0.0f;
@@ -930,7 +922,7 @@ Test(codec_thresh, needs_a_generator_and_finite_input)
     const size_t n = 50;
     mq_codec_t c = s_parse("thresh");
     size_t cap, len;
-    float *g = s_normal(n, 1, 1.0f, 0.0f);
+    float *g = test_gaussian(n, 1, 1.0f, 0.0f);
     uint8_t *buf = s_buf(&c, n, &cap);
     cr_assert_eq(mq_codec_encode(&c, g, n, buf, cap, &len, NULL, NULL), -1);
     cr_assert(strstr(mq_err_last(), "random generator"), "%s", mq_err_last());

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "mqgrad/quant.h"
+#include "gauss.h"
 
 /* The layout tags of the sparse payload, as documented (common/src/quant/sparse_fmt.h). */
 enum { S_DENSE = 0, S_DELTA = 1, S_BITMAP = 2 };
@@ -22,13 +23,7 @@ enum { S_DENSE = 0, S_DELTA = 1, S_BITMAP = 2 };
 
 static float *s_normal(size_t n, uint64_t seed, float sigma)
 {
-    mq_rng_t rng;
-    mq_rng_seed(&rng, seed);
-    float *x = malloc(n * sizeof *x);
-    cr_assert(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(sigma * mq_rng_normal(&rng));
-    return x;
+    return test_gaussian(n, seed, sigma, 0.0f);
 }
 
 /* x with only a fraction DENSITY of its values kept (the others 0). */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "mqgrad/quant.h"
+#include "gauss.h"
 /* For mq_quant_use_kernels: the tests compare the codec's instruction-set builds. */
 #include "../common/src/quant/quant_internal.h"
 
@@ -18,13 +19,7 @@ static int s_all_bits[] = {1, 2, 3, 4, 5, 6, 7, 8};
 
 static float *s_normal(size_t n, uint64_t seed, float sigma)
 {
-    mq_rng_t rng;
-    mq_rng_seed(&rng, seed);
-    float *x = malloc(n * sizeof *x);
-    cr_assert(x);
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)(sigma * mq_rng_normal(&rng));
-    return x;
+    return test_gaussian(n, seed, sigma, 0.0f);
 }
 
 /* A gradient with the awkward values: both zeros, repeated extremes, a constant run, a

@@ -808,10 +808,11 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     mq_sched_codec(self->cfg, &self->codec);
     if (self->run.fp32)
         snprintf(self->policy, sizeof self->policy, "none");
-    else if (mq_codec_ops(&self->codec)->max_bits == 0)
+    else if (mq_codec_ops(&self->codec)->max_bits == 0) {
+        bool sgd = strcmp(self->run.optimizer, "sgd") == 0;
         snprintf(self->policy, sizeof self->policy, "%.40s%s%.20s", self->run.codec,
-                 strcmp(self->run.optimizer, "sgd") ? "/" : "", 
-                 strcmp(self->run.optimizer, "sgd") ? self->run.optimizer : "");
+                 sgd ? "" : "/", sgd ? "" : self->run.optimizer);
+    }
     else if (!self->cfg->agent[0])
         snprintf(self->policy, sizeof self->policy, "fixed:%d", self->bits);
     self->t_created = mq_now_s();

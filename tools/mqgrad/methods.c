@@ -34,13 +34,9 @@ void mq_method_help(char *buf, size_t len)
 {
     size_t w = 0;
     if (len)
-        buf[0] = 0;
-    for (size_t i = 0; i < S_NPRESETS && w < len; i++) {
-        int k = snprintf(buf + w, len - w, "  %-10s %s\n", s_presets[i].name, s_presets[i].help);
-        if (k < 0)
-            break;
-        w += (size_t)k;
-    }
+        buf[0] = '\0';
+    for (size_t i = 0; i < S_NPRESETS; i++)
+        mq_help_line(buf, len, &w, 10, s_presets[i].name, s_presets[i].help);
 }
 
 static int s_check(const mq_method_t *m, const char *method)

@@ -50,7 +50,7 @@ bool mq_optim_is_sgd(const mq_optim_t *o);
 size_t mq_optim_state_floats(const mq_optim_t *o, size_t n);
 /* One line per rule for a --help text. */
 void mq_optim_help(char *buf, size_t len);
-/* Fraction of w[0..n) that is exactly zero (the model sparsity the l1 rules aim at). */
+/* How many of w[0..n) are exactly zero (the model sparsity the l1 rules aim at). */
 uint64_t mq_optim_count_zeros(const float *w, size_t n);
 
 #ifdef __cplusplus

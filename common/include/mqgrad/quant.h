@@ -172,6 +172,9 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats);
 
+/* Whether LEN bytes is a size C's payloads for n values can have (exactly its size for the
+ * exact-size codecs, at most its bound for the others); the first check of the next. */
+bool mq_codec_size_ok(const mq_codec_t *c, size_t len, size_t n);
 /* 0 if src[0..len) is a valid payload of C for n values, else -1 with an error. */
 int mq_codec_validate_payload(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n);
 /* Decodes a payload already validated by mq_codec_validate_payload: dst[i] = scale * x^_i,

@@ -73,6 +73,11 @@ void mq_default_run_dir(const char *kind, char *buf, size_t len);
 /* mkdir -p. */
 int mq_mkdirs(const char *path);
 
+/* Appends "  USAGE HELP\n" (USAGE padded to WIDTH) to BUF[*W..LEN), keeping *W at the end of
+ * what fits and BUF terminated: one line of a --help list built from a plug-in table. */
+void mq_help_line(char *buf, size_t len, size_t *w, int width, const char *usage,
+                  const char *help);
+
 #ifdef __cplusplus
 }
 #endif

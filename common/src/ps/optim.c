@@ -204,13 +204,9 @@ void mq_optim_help(char *buf, size_t len)
 {
     size_t w = 0;
     if (len)
-        buf[0] = 0;
-    for (size_t i = 0; i < S_NRULES && w < len; i++) {
-        int k = snprintf(buf + w, len - w, "  %-24s %s\n", s_rules[i].usage, s_rules[i].help);
-        if (k < 0)
-            break;
-        w += (size_t)k;
-    }
+        buf[0] = '\0';
+    for (size_t i = 0; i < S_NRULES; i++)
+        mq_help_line(buf, len, &w, 24, s_rules[i].usage, s_rules[i].help);
 }
 
 uint64_t mq_optim_count_zeros(const float *w, size_t n)

@@ -604,6 +604,15 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
 
 /* ---- decode ------------------------------------------------------------------------- */
 
+bool mq_codec_size_ok(const mq_codec_t *c, size_t len, size_t n)
+{
+    const mq_codec_ops_t *ops = mq_codec_ops(c);
+    if (!ops || n > MQ_QUANT_MAX_N)
+        return false;
+    size_t max = ops->max_size(c, n);
+    return ops->exact_size ? len == max : len <= max;
+}
+
 int mq_codec_validate_payload(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
 {
     if (mq_codec_validate(c) < 0)
@@ -614,8 +623,8 @@ int mq_codec_validate_payload(const mq_codec_t *c, const uint8_t *src, size_t le
                    (size_t)MQ_QUANT_MAX_N);
         return -1;
     }
-    size_t max = ops->max_size(c, n);
-    if (len > max || (ops->exact_size && len != max)) {
+    if (!mq_codec_size_ok(c, len, n)) {
+        size_t max = ops->max_size(c, n);
         char spec[MQ_CODEC_MAX_SPEC];
         mq_codec_format(c, spec, sizeof spec);
         mq_err_set("%s: payload of %zu bytes for %zu values (expected %s %zu)", spec, len, n,

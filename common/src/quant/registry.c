@@ -47,11 +47,7 @@ void mq_codec_help(char *buf, size_t len)
 {
     size_t w = 0;
     if (len)
-        buf[0] = 0;
-    for (size_t i = 0; i < S_NCODECS && w < len; i++) {
-        int k = snprintf(buf + w, len - w, "  %-34s %s\n", s_codecs[i]->usage, s_codecs[i]->help);
-        if (k < 0)
-            break;
-        w += (size_t)k;
-    }
+        buf[0] = '\0';
+    for (size_t i = 0; i < S_NCODECS; i++)
+        mq_help_line(buf, len, &w, 34, s_codecs[i]->usage, s_codecs[i]->help);
 }

@@ -53,7 +53,7 @@ void mq_policy_help(char *buf, size_t len)
     if (len)
         buf[0] = '\0';
     for (size_t i = 0; i < S_NPOLICIES; i++)
-        s_add(buf, len, &w, "  %-26s %s\n", s_policies[i]->usage, s_policies[i]->help);
+        mq_help_line(buf, len, &w, 26, s_policies[i]->usage, s_policies[i]->help);
 }
 
 /* Contract: see rl.h. The short form is the usage up to its first '[' (optional part). */

@@ -320,3 +320,16 @@ int mq_mkdirs(const char *path)
     }
     return 0;
 }
+
+void mq_help_line(char *buf, size_t len, size_t *w, int width, const char *usage,
+                  const char *help)
+{
+    if (len == 0 || *w >= len)
+        return;
+    if (*w == 0)
+        buf[0] = '\0';
+    int k = snprintf(buf + *w, len - *w, "  %-*s %s\n", width, usage, help);
+    if (k < 0)
+        return;
+    *w = *w + (size_t)k < len ? *w + (size_t)k : len - 1;
+}

@@ -377,19 +377,19 @@ static mq_drop_t s_check_tensor(const Mqgrad__TensorHeader *t, size_t frame_len,
     }
     if (mq_codec_validate(&out->codec) != 0)
         return MQ_DROP_CODEC;
-    size_t max = mq_codec_payload_size(&out->codec, t->count);
-    bool exact = mq_codec_ops(&out->codec)->exact_size;
-    if (t->payload_len != frame_len || frame_len > max || (exact && frame_len != max)) {
-        mq_err_set("tensor '%s': payload is %zu bytes, header says %llu, codec %s %zu", out->name,
-                   frame_len, (unsigned long long)t->payload_len,
-                   exact ? "needs exactly" : "allows at most", max);
+    if (t->payload_len != frame_len) {
+        mq_err_set("tensor '%s': payload is %zu bytes, header says %llu", out->name, frame_len,
+                   (unsigned long long)t->payload_len);
         return MQ_DROP_LENGTH;
     }
+    /* One validation, the codec's (its size rule first); a refusal is a length drop when the
+     * size was what it refused. */
     if (mq_codec_validate_payload(&out->codec, data, frame_len, t->count) != 0) {
         char why[256];
         snprintf(why, sizeof why, "%s", mq_err_last());
         mq_err_set("tensor '%s': %s", out->name, why);
-        return MQ_DROP_PAYLOAD;
+        return mq_codec_size_ok(&out->codec, frame_len, t->count) ? MQ_DROP_PAYLOAD
+                                                                   : MQ_DROP_LENGTH;
     }
     return MQ_DROP_NONE;
 }
