@@ -1,6 +1,8 @@
 /* Tests of `mqgrad report`: the test writes small run directories (2 methods x 2 seeds, values
  * simple enough to check by hand), runs the built mqgrad on them and checks report.md's tables
- * against numbers it computes from the same runs, the PNGs, and the errors on bad input. */
+ * against numbers it computes from the same runs, the PNGs, and the errors on bad input; and,
+ * on seeds whose accuracy is a straight line, the plots' data: median, band, where the line
+ * stops, markers, one panel per link speed. */
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -658,4 +660,268 @@ Test(report, bad_codec_field_names_the_file)
     char *err = s_slurp("stderr");
     cr_expect(strstr(err, "fixed4-1/config.json: \"bucket\""), "%s", err);
     free(err);
+}
+
+/* ---- the plots' curves ----------------------------------------------------------------- */
+
+/* Writes run directory DIRNAME: POLICY, SEED, at LINK Mbit/s, N iterations at times T[i] with
+ * test accuracy ACC[i] (NaN: not evaluated at that iteration). */
+static void s_write_curve(const char *dirname, const char *policy, int seed, double link, int n,
+                          const double *t, const double *acc)
+{
+    char dir[256], summary[1024];
+    size_t cap = 256 + (size_t)n * 128, len;
+    char *csv = malloc(cap);
+    cr_assert_not_null(csv);
+    snprintf(dir, sizeof dir, "%s/%s", s_root, dirname);
+    cr_assert_eq(mq_mkdirs(dir), 0);
+    len = (size_t)snprintf(csv, cap, "iter,train_time_s,loss,smoothed_loss,bits,bytes_up,"
+                                     "bytes_down,compute_ms,encode_ms,wait_ms,decode_ms,"
+                                     "update_ms,agent_ms,test_acc,test_loss\n");
+    for (int i = 0; i < n; i++) {
+        len += (size_t)snprintf(csv + len, cap - len, "%d,%.10g,%g,%g,2,100,100,10,1,20,1,1,0,",
+                                i + 1, t[i], 2.0 / (i + 1), 2.0 / (i + 1));
+        if (isnan(acc[i]))
+            len += (size_t)snprintf(csv + len, cap - len, ",\n");
+        else
+            len += (size_t)snprintf(csv + len, cap - len, "%.10g,%.10g\n", acc[i], 1 - acc[i]);
+    }
+    test_write_file(dir, "metrics.csv", csv);
+    snprintf(summary, sizeof summary,
+             "{\"iterations\":%d,\"train_time_s\":%.10g,\"policy\":\"%s\",\"seed\":%d,"
+             "\"link_mbps\":%g,\"status\":\"completed\"}\n",
+             n, t[n - 1], policy, seed, link);
+    test_write_file(dir, "summary.json", summary);
+    free(csv);
+}
+
+typedef struct {
+    double t, median, q25, q75;
+    int seeds;
+} dat_row_t;
+
+/* Reads data file NAME (under the root): block 0, "time median q25 q75 seeds", into ROWS, and
+ * block 1, the method's points, into MARKS ([time, value]); the number of rows. */
+static int s_read_dat(const char *name, dat_row_t *rows, int max, double (*marks)[2],
+                      int *n_marks)
+{
+    char *text = s_slurp(name), *save = NULL;
+    int n = 0, block = 0;
+    *n_marks = 0;
+    for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (line[0] == '#') {
+            if (strstr(line, "# block 1"))
+                block = 1;
+            continue;
+        }
+        if (block == 0 && n < max) {
+            dat_row_t *r = &rows[n];
+            cr_assert_eq(sscanf(line, "%lf %lf %lf %lf %d", &r->t, &r->median, &r->q25, &r->q75,
+                                &r->seeds),
+                         5, "%s: bad row '%s'", name, line);
+            n++;
+        } else if (block == 1 && *n_marks < 16) {
+            cr_assert_eq(sscanf(line, "%lf %lf", &marks[*n_marks][0], &marks[*n_marks][1]), 2,
+                         "%s: bad point '%s'", name, line);
+            (*n_marks)++;
+        }
+    }
+    free(text);
+    return n;
+}
+
+/* How many times NEEDLE occurs in TEXT. */
+static int s_count(const char *text, const char *needle)
+{
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, needle)); p++)
+        n++;
+    return n;
+}
+
+/* The row of ROWS at time T, or NULL. */
+static const dat_row_t *s_row_at(const dat_row_t *rows, int n, double t)
+{
+    for (int i = 0; i < n; i++)
+        if (fabs(rows[i].t - t) < 1e-9)
+            return &rows[i];
+    return NULL;
+}
+
+/* Three seeds of one method at 1.0, 1.1 and 1.25 s per iteration, evaluated at every one of
+ * 20 iterations; accuracy (%) 20 + 2t, 30 + 2t and 10 + 2t: the median is seed 1's, the
+ * quartiles 15 + 2t and 25 + 2t, exactly (the interpolation of a straight line). */
+#define CURVE_N 20
+static const double s_dt[3] = {1.0, 1.1, 1.25}, s_base[3] = {0.20, 0.30, 0.10};
+
+static void s_write_three_seeds(const char *policy, const char *prefix, double link)
+{
+    for (int s = 0; s < 3; s++) {
+        double t[CURVE_N], acc[CURVE_N];
+        char dirname[64];
+        for (int i = 0; i < CURVE_N; i++) {
+            t[i] = s_dt[s] * (i + 1);
+            acc[i] = s_base[s] + 0.02 * t[i];
+        }
+        snprintf(dirname, sizeof dirname, "%s-%d", prefix, s + 1);
+        s_write_curve(dirname, policy, s + 1, link, CURVE_N, t, acc);
+    }
+}
+
+/* The median over seeds on the common grid; the line only where all three seeds have a value
+ * (1.25 s, the last first point, to 20 s, the first last point: no jump where a seed stops);
+ * the band wherever two do. */
+Test(report, curve_is_the_median_where_all_seeds_have_a_value)
+{
+    s_write_three_seeds("fixed:2", "three", 80);
+    const char *args[] = {"--out", "rep", "three-1", "three-2", "three-3", NULL};
+    cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
+    dat_row_t rows[512];
+    double marks[16][2];
+    int n_marks, n = s_read_dat("rep/data/accuracy_fixed-2.dat", rows, 512, marks, &n_marks);
+    cr_assert_gt(n, 190, "the grid: 200 steps over 0..25 s, from the first seed's start");
+    cr_expect_eq(n_marks, 0, "20 points per seed: a line, no markers");
+    /* A grid point (25 s * 80 / 200) in the middle, and where the line starts and stops. */
+    const dat_row_t *mid = s_row_at(rows, n, 10.0), *first = s_row_at(rows, n, 1.25),
+                    *last = s_row_at(rows, n, 20.0);
+    cr_assert(mid && first && last, "rows at 10, 1.25 and 20 s");
+    cr_expect_float_eq(mid->median, 40.0, 1e-6);
+    cr_expect_float_eq(mid->q25, 35.0, 1e-6);
+    cr_expect_float_eq(mid->q75, 45.0, 1e-6);
+    cr_expect_eq(mid->seeds, 3);
+    cr_expect_float_eq(first->median, 22.5, 1e-6);
+    cr_expect_float_eq(last->median, 60.0, 1e-6);
+    int with_line = 0;
+    for (int i = 0; i < n; i++) {
+        const dat_row_t *r = &rows[i];
+        bool inside = r->t >= 1.25 - 1e-9 && r->t <= 20.0 + 1e-9;
+        cr_expect_eq(!isnan(r->median), inside, "median at %g s: %g", r->t, r->median);
+        if (!isnan(r->median)) {
+            cr_expect_float_eq(r->median, 20 + 2 * r->t, 1e-6, "at %g s", r->t);
+            with_line++;
+        }
+        if (r->seeds == 3) {
+            cr_expect_float_eq(r->q25, 15 + 2 * r->t, 1e-6, "at %g s", r->t);
+            cr_expect_float_eq(r->q75, 25 + 2 * r->t, 1e-6, "at %g s", r->t);
+        }
+        cr_expect_eq(!isnan(r->q25), r->seeds >= 2, "band at %g s with %d seeds", r->t,
+                     r->seeds);
+        cr_expect(r->t >= 1.0 - 1e-9 && r->t <= 25.0 + 1e-9, "a row at %g s, outside the seeds",
+                  r->t);
+    }
+    cr_expect_gt(with_line, 140);
+    /* Past 20 s two seeds, then one: band, then nothing. */
+    const dat_row_t *r21 = s_row_at(rows, n, 21.0), *r23 = s_row_at(rows, n, 23.0);
+    cr_assert(r21 && r23);
+    cr_expect_eq(r21->seeds, 2);
+    cr_expect_float_eq(r21->q25, 52.0 + 0.25 * 20, 1e-6);
+    cr_expect_eq(r23->seeds, 1);
+    cr_expect(isnan(r23->q25) && isnan(r23->median));
+    char *gp = s_slurp("rep/accuracy.gp");
+    cr_expect(strstr(gp, "'data/accuracy_fixed-2.dat' index 0 using 1:2 with lines lt 1"), "%s",
+              gp);
+    cr_expect(strstr(gp, "'data/accuracy_fixed-2.dat' index 0 using 1:3:4 with filledcurves"));
+    cr_expect(!strstr(gp, "index 1"), "no markers on a method with many points:\n%s", gp);
+    cr_expect(strstr(gp, "25..75 % of seeds"), "the key says what the band is:\n%s", gp);
+    free(gp);
+    char *md = s_slurp("rep/report.md");
+    cr_expect(strstr(md, "only where all of the method's seeds have a value"), "%s", md);
+    free(md);
+}
+
+/* fp32 on a slow link: 3 iterations per seed and one evaluation, at the end. Its loss is a
+ * line with its 3 points marked; its accuracy, one point per seed at times that never
+ * overlap, is their median point. Both still show, beside a method with many points. */
+Test(report, method_with_few_points_is_drawn_with_markers)
+{
+    s_write_three_seeds("fixed:2", "three", 80);
+    for (int s = 0; s < 3; s++) {
+        double dt = 10 + s, t[3] = {dt, 2 * dt, 3 * dt}, acc[3] = {NAN, NAN, 0.3 + 0.1 * s};
+        char dirname[32];
+        snprintf(dirname, sizeof dirname, "fp32-%d", s + 1);
+        s_write_curve(dirname, "none", s + 1, 80, 3, t, acc);
+    }
+    const char *args[] = {"--out", "rep", "three-1", "three-2", "three-3",
+                          "fp32-1", "fp32-2", "fp32-3", NULL};
+    cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
+    dat_row_t rows[512];
+    double marks[16][2];
+    int n_marks, n = s_read_dat("rep/data/loss_none.dat", rows, 512, marks, &n_marks);
+    cr_assert_gt(n, 0);
+    /* The k-th points at their median time (11, 22, 33 s), the first and last moved onto the
+     * line's ends (12 and 30 s: where all three seeds have a loss). */
+    cr_assert_eq(n_marks, 3, "one marker per iteration");
+    cr_expect_float_eq(marks[0][0], 12.0, 1e-9);
+    cr_expect_float_eq(marks[1][0], 22.0, 1e-9);
+    cr_expect_float_eq(marks[2][0], 30.0, 1e-9);
+    /* Loss 2/iteration: at 22 s the seeds are at iterations 2.2, 2 and 1.83. */
+    const dat_row_t *r22 = s_row_at(rows, n, 22.0);
+    cr_assert_not_null(r22, "the marker's time is a row of the line");
+    cr_expect_float_eq(marks[1][1], r22->median, 1e-9);
+    cr_expect_float_eq(marks[1][1], 1.0, 1e-6, "the median: seed 2, at its 2nd iteration");
+    n = s_read_dat("rep/data/accuracy_none.dat", rows, 512, marks, &n_marks);
+    for (int i = 0; i < n; i++)
+        cr_expect(isnan(rows[i].median), "the seeds never overlap: no median at %g s",
+                  rows[i].t);
+    cr_assert_eq(n_marks, 1);
+    cr_expect_float_eq(marks[0][0], 33.0, 1e-9);
+    cr_expect_float_eq(marks[0][1], 40.0, 1e-6);
+    char *gp = s_slurp("rep/loss.gp");
+    cr_expect(strstr(gp, "'data/loss_none.dat' index 0 using 1:2 with lines lt 1"), "%s", gp);
+    cr_expect(strstr(gp, "'data/loss_none.dat' index 1 using 1:2 with points lt 1"), "%s", gp);
+    cr_expect(strstr(gp, "with linespoints lt 1 title 'none (3 seeds)'"), "%s", gp);
+    cr_expect(strstr(gp, "with lines lt 2 title 'fixed:2 (3 seeds)'"), "%s", gp);
+    free(gp);
+    gp = s_slurp("rep/accuracy.gp");
+    cr_expect(strstr(gp, "'data/accuracy_none.dat' index 1 using 1:2 with linespoints lt 1"),
+              "%s", gp);
+    free(gp);
+}
+
+/* Runs at two link speeds: one panel each, titled with the speed, in one PNG; a method's
+ * curve at each speed is over that speed's runs only. One speed: one panel. */
+Test(report, link_speeds_get_a_panel_each)
+{
+    s_write_three_seeds("fixed:2", "slow", 80);
+    s_write_three_seeds("fixed:2", "fast", 1000);
+    const char *args[] = {"--out", "rep", "slow-1", "slow-2", "slow-3",
+                          "fast-1", "fast-2", "fast-3", NULL};
+    cr_assert_eq(s_report(NULL, args), 0);
+    char *gp = s_slurp("rep/accuracy.gp");
+    cr_expect(strstr(gp, "set multiplot"), "%s", gp);
+    const char *slow = strstr(gp, "set title '80 Mbit/s'"),
+               *fast = strstr(gp, "set title '1000 Mbit/s'");
+    cr_expect(slow && fast && slow < fast, "a panel per link speed, slowest first:\n%s", gp);
+    cr_expect(strstr(gp, "'data/accuracy_fixed-2_80mbit.dat' index 0 using 1:2 with lines"));
+    cr_expect(strstr(gp, "'data/accuracy_fixed-2_1000mbit.dat' index 0 using 1:2 with lines"));
+    cr_expect_eq(s_count(gp, "\nplot "), 3, "two panels and the key:\n%s", gp);
+    cr_expect(strstr(gp, "title 'fixed:2 (3 seeds)'"), "seeds per panel in the key:\n%s", gp);
+    free(gp);
+    dat_row_t rows[512];
+    double marks[16][2];
+    int n_marks, n = s_read_dat("rep/data/accuracy_fixed-2_1000mbit.dat", rows, 512, marks,
+                                &n_marks);
+    const dat_row_t *mid = s_row_at(rows, n, 10.0);
+    cr_assert_not_null(mid);
+    cr_expect_eq(mid->seeds, 3, "the 1000 Mbit/s runs alone");
+    cr_expect_float_eq(mid->median, 40.0, 1e-6);
+    char *md = s_slurp("rep/report.md");
+    cr_expect(strstr(md, "one panel per link speed (80 Mbit/s, 1000 Mbit/s)"), "%s", md);
+    free(md);
+    if (s_have_gnuplot()) {
+        char *png = s_slurp("rep/accuracy.png");
+        cr_expect_eq(memcmp(png, "\x89PNG\r\n\x1a\n", 8), 0);
+        free(png);
+    }
+
+    const char *one[] = {"--out", "rep1", "slow-1", "slow-2", "slow-3", NULL};
+    cr_assert_eq(s_report("/nonexistent-gnuplot", one), 0);
+    gp = s_slurp("rep1/accuracy.gp");
+    cr_expect_eq(s_count(gp, "\nplot "), 2, "one panel and the key:\n%s", gp);
+    cr_expect(strstr(gp, "set title '80 Mbit/s'"), "%s", gp);
+    cr_expect(strstr(gp, "'data/accuracy_fixed-2.dat'"), "no speed in the file name:\n%s", gp);
+    free(gp);
+    md = s_slurp("rep1/report.md");
+    cr_expect(!strstr(md, "one panel per link speed"), "%s", md);
+    free(md);
 }

@@ -43,6 +43,7 @@ typedef struct {
      * mq_rep_group, report_stats.c, which states the rule). */
     char method[128];
     uint64_t seed;
+    double link_mbps; /* the emulated link speed; 0 = no emulation, NaN = not recorded */
     char status[32];
     bool diverged;     /* status "diverged": never counted as the method's accuracy */
     char div_rule[16]; /* the rule that fired, the iteration and the evidence */
@@ -113,9 +114,46 @@ mq_rep_series_t *mq_rep_series_new(const mq_rep_run_t *run, mq_rep_metric_t metr
 void mq_rep_series_destroy(mq_rep_series_t **self_p);
 bool mq_rep_series_at(const mq_rep_series_t *s, double t, double *v);
 
+/* A method's curve over its seeds, for one plot: every seed resampled on a common time grid
+ * (linear interpolation, each seed only inside its own first..last point), the median over
+ * seeds as the line, the 25..75 % quantiles as the band. */
+#define MQ_REP_GRID 200      /* uniform steps over the plot's time range */
+#define MQ_REP_FEW_POINTS 10 /* a method with at most this many points per seed gets markers */
+typedef struct {
+    double t;
+    double median;   /* NaN where the line is not drawn */
+    double q25, q75; /* NaN where fewer than 2 seeds have a value */
+    size_t seeds;    /* seeds with a value at t */
+} mq_rep_cpoint_t;
+
+typedef struct {
+    mq_rep_cpoint_t *rows; /* by time; none if no seed has a point */
+    size_t n_rows;
+    /* The method's own points: for each k, the k-th point of its seeds (the same iteration,
+     * or the same evaluation) at their median time; on the line when the seeds overlap. */
+    double *mark_t, *mark_v;
+    size_t n_marks;
+    size_t seeds;    /* the seeds drawn: those that did not diverge (all, if every one did) */
+    size_t left_out; /* diverged seeds left out because others did not diverge */
+    bool sparse;     /* at most MQ_REP_FEW_POINTS points per seed: draw the markers */
+    bool disjoint;   /* no time where all seeds have a value: the line joins the markers */
+    double from, to; /* where rows have a median; NaN if disjoint */
+} mq_rep_curve_t;
+
+/* The curve of METRIC over RUNS (one method's runs at one link speed) on the grid of
+ * MQ_REP_GRID steps over [0, T_END], plus every seed's first and last time and the markers'
+ * times. -1 on allocation failure. Free with mq_rep_curve_free (also after a failure). */
+int mq_rep_curve(mq_rep_run_t *const *runs, size_t n_runs, mq_rep_metric_t metric, double t_end,
+                 mq_rep_curve_t *c);
+void mq_rep_curve_free(mq_rep_curve_t *c);
+/* The Q-quantile (0..1) of the N sorted values in V, interpolated between neighbours
+ * (the usual "type 7": the median of 3 is the middle one, of 2 their mean). */
+double mq_rep_quantile(const double *v, size_t n, double q);
+
 /* ---- report_plot.c ------------------------------------------------------------------ */
 typedef enum { MQ_REP_PLOTS_DRAWN, MQ_REP_PLOTS_NO_GNUPLOT } mq_rep_plots_t;
-/* Writes OUT/data/<plot>_<method>.dat and OUT/<plot>.gp for the four plots and runs gnuplot
+/* Writes OUT/data/<plot>_<method>.dat (<plot>_<method>_<link>mbit.dat when the runs span
+ * several link speeds: one panel each) and OUT/<plot>.gp for the four plots and runs gnuplot
  * in OUT (program from MQGRAD_GNUPLOT, default "gnuplot" on PATH). *STATE says whether the
  * PNGs were drawn. -1 if a file cannot be written or gnuplot fails. */
 int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title,
@@ -123,6 +161,13 @@ int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title,
 /* Name of plot I (0..3) and whether it has any data (accuracy needs evaluations). */
 const char *mq_rep_plot_name(int i);
 bool mq_rep_plot_has_data(const mq_rep_set_t *set, int i);
+/* The distinct link speeds of SET's runs, ascending, "not recorded" (NaN) last, into LINKS
+ * (room for SET->n_runs); their number. One panel each in every plot. */
+size_t mq_rep_links(const mq_rep_set_t *set, double *links);
+/* Whether two runs' link speeds are the same panel's (NaN matches NaN). */
+bool mq_rep_same_link(double a, double b);
+/* A link speed in words, a panel's title: "80 Mbit/s", "no link emulation". */
+void mq_rep_link_name(double mbps, char *buf, size_t len);
 
 /* ---- report_md.c -------------------------------------------------------------------- */
 typedef struct {

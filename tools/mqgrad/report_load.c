@@ -66,6 +66,8 @@ static int s_load_summary(const char *path, mq_rep_run_t *run)
         run->final_acc = f->num;
     if ((f = mq_json_get(j, "final_sparsity")) && f->kind == MQ_JSON_NUM)
         run->final_sparsity = f->num;
+    if ((f = mq_json_get(j, "link_mbps")) && f->kind == MQ_JSON_NUM && f->num >= 0)
+        run->link_mbps = f->num;
     const mq_json_field_t *up = mq_json_get(j, "bytes_up"), *down = mq_json_get(j, "bytes_down");
     if (up && down && up->kind == MQ_JSON_NUM && down->kind == MQ_JSON_NUM)
         run->total_bytes = up->num + down->num;
@@ -75,20 +77,29 @@ done:
     return rc;
 }
 
-/* The codec settings of config.json (codec, bucket, stochastic, error_feedback). An fp32 run
- * has none; a run without config.json, or with one from before these fields, has them
- * unknown (and is shown under its plain policy). */
-static int s_load_codec(const char *dir, mq_rep_run_t *run)
+/* The codec settings of config.json (codec, bucket, stochastic, error_feedback), and its
+ * link speed when summary.json had none. An fp32 run has no codec; a run without
+ * config.json, or with one from before these fields, has them unknown (and is shown under its
+ * plain policy). An fp32 run's config.json is read only for a link speed it may hold. */
+static int s_load_config(const char *dir, mq_rep_run_t *run)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     run->codec = (mq_rep_codec_t){.known = false};
-    if (strcmp(run->policy, "none") == 0 || access(path, F_OK) != 0)
+    bool fp32 = strcmp(run->policy, "none") == 0;
+    if ((fp32 && !isnan(run->link_mbps)) || access(path, F_OK) != 0)
         return 0;
     mq_json_t json, *j = &json;
     int rc = -1;
     if (mq_json_load(path, j) < 0)
         goto done;
+    const mq_json_field_t *link = mq_json_get(j, "link_mbps");
+    if (isnan(run->link_mbps) && link && link->kind == MQ_JSON_NUM && link->num >= 0)
+        run->link_mbps = link->num;
+    if (fp32) {
+        rc = 0;
+        goto done;
+    }
     const mq_json_field_t *b = mq_json_get(j, "bucket"), *k = mq_json_get(j, "codec");
     const mq_json_field_t *st = mq_json_get(j, "stochastic");
     const mq_json_field_t *ef = mq_json_get(j, "error_feedback");
@@ -288,7 +299,8 @@ static void s_fill_finals(mq_rep_run_t *run)
 int mq_rep_load_run(const char *dir, mq_rep_run_t *run)
 {
     *run = (mq_rep_run_t){
-        .final_loss = NAN, .final_acc = NAN, .final_sparsity = NAN, .total_bytes = NAN};
+        .final_loss = NAN, .final_acc = NAN, .final_sparsity = NAN, .total_bytes = NAN,
+        .link_mbps = NAN};
     size_t n = strlen(dir) + 32;
     char *path = malloc(n);
     run->dir = strdup(dir);
@@ -304,7 +316,7 @@ int mq_rep_load_run(const char *dir, mq_rep_run_t *run)
         rc = s_load_metrics(path, run);
     }
     if (rc == 0)
-        rc = s_load_codec(dir, run);
+        rc = s_load_config(dir, run);
     free(path);
     if (rc < 0) {
         mq_rep_run_free(run);

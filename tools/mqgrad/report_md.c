@@ -125,10 +125,38 @@ static void s_runs(FILE *f, const mq_rep_set_t *set)
     fputc('\n', f);
 }
 
+/* The plots' panels, when the runs span several link speeds: "(80 Mbit/s, 1000 Mbit/s)". */
+static void s_panels(FILE *f, const mq_rep_set_t *set)
+{
+    double links[set->n_runs + 1];
+    char name[64];
+    size_t n = mq_rep_links(set, links);
+    if (n < 2)
+        return;
+    fprintf(f, "The runs span %zu link speeds: each plot has one panel per link speed (", n);
+    for (size_t i = 0; i < n; i++) {
+        mq_rep_link_name(links[i], name, sizeof name);
+        fprintf(f, "%s%s", i ? ", " : "", name);
+    }
+    fprintf(f, "), with the same line style for a method in every panel; the tables below "
+               "pool each method's runs over all link speeds.\n\n");
+}
+
 static void s_plots(FILE *f, const mq_rep_set_t *set, bool drawn)
 {
-    fprintf(f, "## Plots\n\nOne line per method: the mean over seeds; the band is the min..max "
-               "over seeds, on a common time grid (linear interpolation between iterations).\n\n");
+    fprintf(f,
+            "## Plots\n\nOne line per method: the median over its seeds on a common time grid, "
+            "each seed interpolated linearly between its points and only inside its own first "
+            "to last point. The line is drawn only where all of the method's seeds have a "
+            "value, from the latest first point to the earliest last one: the median is then "
+            "over the same seeds at every time, and does not jump where a seed starts or "
+            "stops. The light band is the 25..75 %% range of the seeds, wherever at least two "
+            "have a value. A method with at most %d points per seed (fp32 on a slow link) "
+            "also shows its points: its seeds' k-th points at their median time; if its "
+            "seeds never overlap in time, these points are its line. Runs that diverged are "
+            "left out of their method's curves unless all of its runs did.\n\n",
+            MQ_REP_FEW_POINTS);
+    s_panels(f, set);
     if (!drawn)
         fprintf(f, "_The PNGs were not drawn (gnuplot was not found or failed); draw them in this "
                    "directory with `gnuplot NAME.gp`._\n\n");

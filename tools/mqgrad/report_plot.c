@@ -1,6 +1,7 @@
-/* The plots of `mqgrad report`: each method's runs interpolated onto a common time grid
- * (mean line, min..max band over seeds), written as data files plus one gnuplot script per
- * plot, then drawn by gnuplot into PNGs. Without gnuplot the data and scripts remain. */
+/* The plots of `mqgrad report`: each method's curve over its seeds (report_stats.c: median
+ * line, 25..75 % band, markers where the method has few points), one panel per link speed,
+ * written as data files plus one gnuplot script per plot, then drawn by gnuplot into PNGs.
+ * Without gnuplot the data and scripts remain. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -12,8 +13,11 @@
 #include "mqgrad/util.h"
 #include "report.h"
 
-#define S_GRID 200
 #define S_N_PLOTS 4
+#define S_PANEL_W 640 /* pixels of one panel */
+#define S_PANEL_H 460
+#define S_TITLE_H 40 /* the plot's title above the panels */
+#define S_KEY_LINE 21 /* one key entry */
 
 typedef struct {
     const char *name;
@@ -40,12 +44,60 @@ bool mq_rep_plot_has_data(const mq_rep_set_t *set, int i)
 {
     if (s_plots[i].metric != MQ_REP_ACC)
         return set->n_runs > 0;
-    for (size_t r = 0; r < set->n_runs; r++)
-        for (size_t k = 0; k < set->runs[r].n_rows; k++)
-            if (set->runs[r].rows[k].evaluated)
-                return true;
+    for (size_t k = 0; k < set->n_methods; k++) {
+        const mq_rep_method_t *m = &set->methods[k];
+        for (size_t r = 0; r < m->n_runs; r++) {
+            const mq_rep_run_t *run = m->runs[r];
+            if (run->diverged && m->n_diverged < m->n_runs)
+                continue; /* not drawn (mq_rep_curve) */
+            for (size_t j = 0; j < run->n_rows; j++)
+                if (run->rows[j].evaluated)
+                    return true;
+        }
+    }
     return false;
 }
+
+/* ---- link speeds: one panel each ------------------------------------------------------ */
+
+bool mq_rep_same_link(double a, double b)
+{
+    return (isnan(a) && isnan(b)) || a == b;
+}
+
+static int s_cmp_link(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    if (isnan(x) || isnan(y))
+        return isnan(x) - isnan(y); /* not recorded: last */
+    return x < y ? -1 : x > y;
+}
+
+size_t mq_rep_links(const mq_rep_set_t *set, double *links)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < set->n_runs; i++) {
+        size_t k = 0;
+        while (k < n && !mq_rep_same_link(links[k], set->runs[i].link_mbps))
+            k++;
+        if (k == n)
+            links[n++] = set->runs[i].link_mbps;
+    }
+    qsort(links, n, sizeof *links, s_cmp_link);
+    return n;
+}
+
+void mq_rep_link_name(double mbps, char *buf, size_t len)
+{
+    if (isnan(mbps))
+        snprintf(buf, len, "link speed not recorded");
+    else if (mbps == 0)
+        snprintf(buf, len, "no link emulation");
+    else
+        snprintf(buf, len, "%g Mbit/s", mbps);
+}
+
+/* ---- data files --------------------------------------------------------------------- */
 
 /* File-name form of a method name: "fixed:4" -> "fixed-4". */
 static void s_slug(const char *name, char *buf, size_t len)
@@ -56,54 +108,139 @@ static void s_slug(const char *name, char *buf, size_t len)
     buf[n] = '\0';
 }
 
-/* Writes OUT/data/<plot>_<method>.dat: "t mean min max n" per grid point where at least one
- * seed has a value. *POINTS is the number of such points. */
-static int s_write_dat(const mq_rep_method_t *m, const s_plot_t *p, const char *path,
-                       size_t *points)
+/* "data/accuracy_fixed-4.dat", or "data/accuracy_fixed-4_80mbit.dat" when the plot has a
+ * panel per link speed. */
+static void s_dat_name(const s_plot_t *p, const mq_rep_method_t *m, double link, bool panels,
+                       char *buf, size_t len)
 {
-    mq_rep_series_t **series = calloc(m->n_runs, sizeof *series);
+    char slug[128], suffix[48] = "";
+    s_slug(m->name, slug, sizeof slug);
+    if (panels && isnan(link))
+        snprintf(suffix, sizeof suffix, "_link-unknown");
+    else if (panels && link == 0)
+        snprintf(suffix, sizeof suffix, "_no-link");
+    else if (panels)
+        snprintf(suffix, sizeof suffix, "_%gmbit", link);
+    snprintf(buf, len, "data/%s_%s%s.dat", p->name, slug, suffix);
+}
+
+/* What a panel's script needs to know of a method's data file. */
+typedef struct {
+    size_t n_runs; /* the method's runs at this link speed (0: no data file) */
+    bool band;     /* block 0 has a band somewhere (two seeds overlap) */
+    bool line;     /* block 0 has a median somewhere */
+    bool marks;    /* block 1, the method's points, is there and drawn: few points per seed */
+    bool joined;   /* the seeds never overlap: block 1 is the line */
+} s_drawn_t;
+
+static bool s_drawn(const s_drawn_t *d)
+{
+    return d->band || d->line || d->marks;
+}
+
+/* One plot's panels: the link speeds, and what each method has at each (D[link * n_methods +
+ * method]). */
+typedef struct {
+    const mq_rep_set_t *set;
+    const s_plot_t *p;
+    const double *links;
+    size_t n_links;
+    s_drawn_t *d;
+} s_fig_t;
+
+static void s_num(FILE *f, double v)
+{
+    if (isfinite(v))
+        fprintf(f, " %.9g", v);
+    else
+        fputs(" NaN", f); /* gnuplot leaves a gap there */
+}
+
+static void s_dat_body(FILE *f, const mq_rep_curve_t *c, const s_plot_t *p)
+{
+    if (c->disjoint)
+        fprintf(f, "# No time where all %zu seeds have a value: the line joins the points of "
+                   "block 1.\n", c->seeds);
+    else if (c->seeds)
+        fprintf(f, "# The line: where all %zu seeds have a value, %.9g .. %.9g s.\n", c->seeds,
+                c->from, c->to);
+    fprintf(f, "# time_s median q25 q75 seeds (NaN: not drawn; the band needs 2 seeds)\n");
+    for (size_t i = 0; i < c->n_rows; i++) {
+        const mq_rep_cpoint_t *r = &c->rows[i];
+        fprintf(f, "%.9g", r->t);
+        s_num(f, r->median * p->yscale);
+        s_num(f, r->q25 * p->yscale);
+        s_num(f, r->q75 * p->yscale);
+        fprintf(f, " %zu\n", r->seeds);
+    }
+    if (c->n_marks == 0)
+        return;
+    fprintf(f, "\n\n# block 1: the method's points, the k-th of every seed at their median "
+               "time: time_s value\n");
+    for (size_t i = 0; i < c->n_marks; i++) {
+        fprintf(f, "%.9g", c->mark_t[i]);
+        s_num(f, c->mark_v[i] * p->yscale);
+        fputc('\n', f);
+    }
+}
+
+/* Writes OUT/NAME, the curve of RUNS (method M's runs at one link speed) for plot P. */
+static int s_write_dat(const mq_rep_method_t *m, mq_rep_run_t *const *runs, size_t n_runs,
+                       const s_plot_t *p, double t_end, const char *link, const char *out,
+                       const char *name, s_drawn_t *d)
+{
+    char path[4096];
+    mq_rep_curve_t c;
+    snprintf(path, sizeof path, "%s/%s", out, name);
+    if (mq_rep_curve(runs, n_runs, p->metric, t_end, &c) < 0) {
+        mq_rep_curve_free(&c);
+        return -1;
+    }
     FILE *f = fopen(path, "w");
-    int rc = -1;
-    double t_end = 0;
-    if (!series || !f) {
+    if (!f) {
         mq_err_set("%s: cannot write: %s", path, strerror(errno));
-        goto done;
+        mq_rep_curve_free(&c);
+        return -1;
     }
-    for (size_t r = 0; r < m->n_runs; r++) {
-        if (!(series[r] = mq_rep_series_new(m->runs[r], p->metric)))
-            goto done;
-        t_end = fmax(t_end, mq_rep_run_time(m->runs[r]));
+    fprintf(f, "# %s of method %s at %s: %zu seed%s", p->name, m->name, link, c.seeds,
+            c.seeds == 1 ? "" : "s");
+    if (c.left_out)
+        fprintf(f, " (%zu more diverged: left out)", c.left_out);
+    fprintf(f, "; median over seeds, band 25..75 %% of seeds\n");
+    s_dat_body(f, &c, p);
+    *d = (s_drawn_t){.n_runs = n_runs,
+                     .marks = c.n_marks > 0 && (c.sparse || c.disjoint),
+                     .joined = c.disjoint && c.n_marks > 0};
+    for (size_t i = 0; i < c.n_rows; i++) {
+        d->line |= isfinite(c.rows[i].median);
+        d->band |= isfinite(c.rows[i].q25);
     }
-    fprintf(f, "# %s of method %s over %zu seeds: time_s mean min max seeds\n", p->name, m->name,
-            m->n_runs);
-    *points = 0;
-    for (int g = 0; g <= S_GRID; g++) {
-        double t = t_end * g / S_GRID, sum = 0, lo = INFINITY, hi = -INFINITY, v;
-        size_t n = 0;
-        for (size_t r = 0; r < m->n_runs; r++)
-            if (mq_rep_series_at(series[r], t, &v) && isfinite(v)) {
-                sum += v * p->yscale;
-                lo = fmin(lo, v * p->yscale);
-                hi = fmax(hi, v * p->yscale);
-                n++;
-            }
-        if (n) {
-            fprintf(f, "%.9g %.9g %.9g %.9g %zu\n", t, sum / (double)n, lo, hi, n);
-            (*points)++;
-        }
-    }
-    rc = ferror(f) ? -1 : 0;
-    if (rc < 0)
+    mq_rep_curve_free(&c);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
         mq_err_set("%s: write failed", path);
-done:
-    if (f && fclose(f) != 0 && rc == 0) {
-        mq_err_set("%s: write failed", path);
-        rc = -1;
+        return -1;
     }
-    for (size_t r = 0; series && r < m->n_runs; r++)
-        mq_rep_series_destroy(&series[r]);
-    free(series);
-    return rc;
+    return 0;
+}
+
+/* ---- the script --------------------------------------------------------------------- */
+
+/* One line type per method, the same in every plot and panel: ten colours, then the same
+ * colours dashed, then dash-dotted, so that 30 methods stay apart; a point type each for the
+ * methods drawn with their points. */
+static const char *const s_colours[] = {"#000000", "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
+                                        "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"};
+static const char *const s_dashes[] = {"solid", "(14,6)", "(12,5,3,5)"};
+static const int s_points[] = {7, 5, 9, 11, 13, 15, 6, 4, 8, 10};
+#define S_N_COLOURS (sizeof s_colours / sizeof *s_colours)
+
+static void s_linetypes(FILE *f, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        fprintf(f, "set linetype %zu lc rgb '%s' lw 2 dt %s pt %d ps 1.3\n", k + 1,
+                s_colours[k % S_N_COLOURS], s_dashes[k / S_N_COLOURS % 3],
+                s_points[(k + k / S_N_COLOURS) % S_N_COLOURS]);
 }
 
 /* TEXT as a gnuplot single-quoted string body (a quote is doubled). */
@@ -117,54 +254,179 @@ static void s_gp_quote(FILE *f, const char *text)
     }
 }
 
-/* A method's legend entry: its name, its seeds, and how many diverged (their curves stop or
- * fall where they diverged, which is worth seeing but not mistaking for the method). */
-static void s_legend(FILE *f, const mq_rep_method_t *m)
+/* Method K's key entry: its name, its seeds (in each panel, if they differ), and how many
+ * diverged (left out of its curves when others did not; drawn, and so marked, when all
+ * did). Its length in characters. */
+static size_t s_legend(FILE *f, const s_fig_t *g, size_t k)
 {
-    s_gp_quote(f, m->name);
-    fprintf(f, " (%zu seed%s", m->n_runs, m->n_runs == 1 ? "" : "s");
-    if (m->n_diverged)
-        fprintf(f, ", %zu diverged", m->n_diverged);
-    fputs(")'", f);
+    const mq_rep_method_t *m = &g->set->methods[k];
+    char text[512];
+    size_t first = 0, n = 0, nm = g->set->n_methods;
+    bool same = true;
+    for (size_t l = 0; l < g->n_links; l++) {
+        size_t c = g->d[l * nm + k].n_runs;
+        first = first ? first : c;
+        same &= c == 0 || c == first;
+    }
+    n += (size_t)snprintf(text, sizeof text, "%s (", m->name);
+    for (size_t l = 0; l < g->n_links && !same; l++)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%s%zu", l ? " / " : "",
+                              g->d[l * nm + k].n_runs);
+    if (same)
+        n += (size_t)snprintf(text + n, sizeof text - n, "%zu", first);
+    n += (size_t)snprintf(text + n, sizeof text - n, " seed%s", same && first == 1 ? "" : "s");
+    if (m->n_diverged == m->n_runs)
+        snprintf(text + n, sizeof text - n, ", %zu diverged)", m->n_diverged);
+    else if (m->n_diverged)
+        snprintf(text + n, sizeof text - n, ", %zu diverged, not drawn)", m->n_diverged);
+    else
+        snprintf(text + n, sizeof text - n, ")");
+    if (f)
+        s_gp_quote(f, text);
+    return strlen(text);
 }
 
-static int s_write_gp(const mq_rep_set_t *set, const s_plot_t *p, const char *out,
-                      const char *title, const bool *has)
+/* The plot elements of method K in one panel: band, line, points. */
+static void s_panel_method(FILE *f, const char *name, size_t k, const s_drawn_t *d,
+                           const char **sep)
 {
-    char path[4096], slug[128];
-    snprintf(path, sizeof path, "%s/%s.gp", out, p->name);
+    const char *next = ", \\\n     ";
+    if (d->band) {
+        fprintf(f, "%s'%s' index 0 using 1:3:4 with filledcurves lc %zu notitle", *sep, name,
+                k + 1);
+        *sep = next;
+    }
+    if (d->line) {
+        fprintf(f, "%s'%s' index 0 using 1:2 with lines lt %zu notitle", *sep, name, k + 1);
+        *sep = next;
+    }
+    if (d->marks) {
+        fprintf(f, "%s'%s' index 1 using 1:2 with %s lt %zu notitle", *sep, name,
+                d->joined ? "linespoints" : "points", k + 1);
+        *sep = next;
+    }
+}
+
+/* The key, beside the panels so that it never covers data: what the line and the band are,
+ * then every method once, with its points if some panel draws them, or "no data" if none
+ * draws it at all (a method never evaluated has no accuracy). */
+static void s_key(FILE *f, const s_fig_t *g, double x0)
+{
+    size_t nm = g->set->n_methods;
+    fprintf(f, "\n# The key, beside the panels.\n"
+               "set origin %.4f, 0\nset size %.4f, 1\nset lmargin 0\nset tmargin 4\n"
+               "unset title\nunset xlabel\nunset ylabel\nunset grid\nunset border\nunset tics\n"
+               "unset logscale\nset xrange [0:1]\nset yrange [0:1]\n"
+               "set key inside left top Left reverse samplen 4 spacing 1.2 width 2\n",
+            x0, 1 - x0);
+    fputs("plot 2 with lines lw 2 lc rgb '#606060' title 'line: median over seeds', \\\n"
+          "     2 with filledcurves y1=3 fc rgb '#606060' title "
+          "'band: 25..75 % of seeds (where 2 or more)'",
+          f);
+    for (size_t k = 0; k < nm; k++) {
+        bool runs = false, drawn = false, points = false;
+        for (size_t l = 0; l < g->n_links; l++) {
+            const s_drawn_t *d = &g->d[l * nm + k];
+            runs |= d->n_runs > 0;
+            drawn |= s_drawn(d);
+            points |= d->marks;
+        }
+        if (!runs)
+            continue;
+        fprintf(f, ", \\\n     2 with %s lt %zu title '", points ? "linespoints" : "lines",
+                k + 1);
+        s_legend(f, g, k);
+        fputs(drawn ? "'" : ": no data'", f);
+    }
+    fputs("\n", f);
+}
+
+/* The figure's size in pixels: panels two abreast, the key to their right (as wide as its
+ * longest entry, as tall as its entries). */
+static void s_layout(const s_fig_t *g, size_t n_panels, int *cols, int *w, int *h)
+{
+    size_t longest = 42; /* the band's entry */
+    for (size_t k = 0; k < g->set->n_methods; k++) {
+        size_t len = s_legend(NULL, g, k) + 9; /* ": no data" */
+        longest = len > longest ? len : longest;
+    }
+    *cols = n_panels > 1 ? 2 : 1;
+    int rows = (int)(n_panels + (size_t)*cols - 1) / *cols;
+    int key_w = (int)fmin(fmax(90 + 7.0 * (double)longest, 320), 760);
+    *w = *cols * S_PANEL_W + key_w;
+    *h = (int)fmax(rows * S_PANEL_H, S_KEY_LINE * (double)(g->set->n_methods + 6)) + S_TITLE_H;
+}
+
+static void s_gp_header(FILE *f, const s_plot_t *p, const char *title, int w, int h, size_t nm)
+{
+    fprintf(f,
+            "# Written by mqgrad report: %s vs training time, one panel per link speed, one line "
+            "per\n# method: the median over its seeds where all of them have a value (so it "
+            "never jumps\n# where a seed starts or stops); the band: 25..75 %% of the seeds, "
+            "where at least 2 have\n# a value; markers on methods with at most %d points per "
+            "seed. The numbers are in\n# data/. Run it in this directory: gnuplot %s.gp\n",
+            p->name, MQ_REP_FEW_POINTS, p->name);
+    fprintf(f,
+            "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+            "    set terminal pngcairo size %d,%d noenhanced font ',10'\n"
+            "} else {\n    set terminal png truecolor size %d,%d noenhanced\n}\n",
+            w, h, w, h);
+    fprintf(f, "set output '%s.png'\n", p->name);
+    s_linetypes(f, nm);
+    /* Lighter bands when there are many to overlap. */
+    fprintf(f, "set style fill transparent solid %.2f noborder\nset multiplot title '",
+            nm > 6 ? 0.12 : 0.2);
+    s_gp_quote(f, title);
+    fprintf(f, ": %s'\nunset key\nset grid\nset xlabel 'training time (s)'\nset ylabel '%s'\n"
+               "set xrange [0:*]\n%s",
+            p->name, p->ylabel, p->extra);
+}
+
+/* Whether link L of G has anything to draw: it gets a panel. */
+static bool s_panel(const s_fig_t *g, size_t l)
+{
+    for (size_t k = 0; k < g->set->n_methods; k++)
+        if (s_drawn(&g->d[l * g->set->n_methods + k]))
+            return true;
+    return false;
+}
+
+static int s_write_gp(const s_fig_t *g, const char *out, const char *title)
+{
+    const mq_rep_set_t *set = g->set;
+    size_t nm = set->n_methods, n_panels = 0;
+    char path[4096], name[512], link[64];
+    for (size_t l = 0; l < g->n_links; l++)
+        n_panels += s_panel(g, l);
+    int cols, w, h, i = 0;
+    s_layout(g, n_panels, &cols, &w, &h);
+    snprintf(path, sizeof path, "%s/%s.gp", out, g->p->name);
     FILE *f = fopen(path, "w");
     if (!f) {
         mq_err_set("%s: cannot write: %s", path, strerror(errno));
         return -1;
     }
-    fprintf(f,
-            "# Written by mqgrad report: %s vs training time, one line per method (mean over "
-            "seeds),\n# band = min..max over seeds. Run it in this directory: gnuplot %s.gp\n",
-            p->name, p->name);
-    fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
-               "    set terminal pngcairo size 960,600 noenhanced\n"
-               "} else {\n    set terminal png truecolor size 960,600 noenhanced\n}\n");
-    fprintf(f, "set output '%s.png'\nset title '", p->name);
-    s_gp_quote(f, title);
-    fprintf(f, ": %s'\nset xlabel 'training time (s)'\nset ylabel '%s'\n", p->name, p->ylabel);
-    fprintf(f,
-            "set grid\nset key outside right top\nset style fill transparent solid 0.2 "
-            "noborder\n%s",
-            p->extra);
-    const char *sep = "plot ";
-    for (size_t k = 0; k < set->n_methods; k++) {
-        if (!has[k])
+    s_gp_header(f, g->p, title, w, h, nm);
+    for (size_t l = 0; l < g->n_links; l++) {
+        if (!s_panel(g, l))
             continue;
-        s_slug(set->methods[k].name, slug, sizeof slug);
-        fprintf(f, "%s'data/%s_%s.dat' using 1:3:4 with filledcurves lc %zu notitle, \\\n", sep,
-                p->name, slug, k + 1);
-        fprintf(f, "     'data/%s_%s.dat' using 1:2 with lines lw 2 lc %zu title '", p->name, slug,
-                k + 1);
-        s_legend(f, &set->methods[k]);
-        sep = ", \\\n     ";
+        int r = i / cols, c = i % cols;
+        i++;
+        mq_rep_link_name(g->links[l], link, sizeof link);
+        fprintf(f, "\nset origin %.4f, %.4f\nset size %.4f, %.4f\nset title '%s'\n",
+                (double)(c * S_PANEL_W) / w, (double)(h - S_TITLE_H - (r + 1) * S_PANEL_H) / h,
+                (double)S_PANEL_W / w, (double)S_PANEL_H / h, link);
+        const char *sep = "plot ";
+        for (size_t k = 0; k < nm; k++) {
+            if (!s_drawn(&g->d[l * nm + k]))
+                continue;
+            s_dat_name(g->p, &set->methods[k], g->links[l], g->n_links > 1, name, sizeof name);
+            s_panel_method(f, name, k, &g->d[l * nm + k], &sep);
+        }
+        fputs("\n", f);
     }
-    fputs("\n", f);
+    s_key(f, g, (double)(cols * S_PANEL_W) / w);
+    fputs("unset multiplot\n", f);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
         mq_err_set("%s: write failed", path);
@@ -217,28 +479,70 @@ static int s_run_gnuplot(const char *prog, const char *out, const char *script)
     return 0;
 }
 
-/* Data files and script of plot P; draws it when PROG is set. */
-static int s_one_plot(const mq_rep_set_t *set, const s_plot_t *p, const char *out,
-                      const char *title, const char *prog)
+/* The runs of method M at link speed LINK, into RUNS; their number. */
+static size_t s_runs_at(const mq_rep_method_t *m, double link, mq_rep_run_t **runs)
 {
-    char path[4096], slug[128], script[64];
-    bool has[set->n_methods];
-    bool any = false;
-    for (size_t k = 0; k < set->n_methods; k++) {
-        size_t points = 0;
-        s_slug(set->methods[k].name, slug, sizeof slug);
-        snprintf(path, sizeof path, "%s/data/%s_%s.dat", out, p->name, slug);
-        if (s_write_dat(&set->methods[k], p, path, &points) < 0)
-            return -1;
-        has[k] = points > 0;
-        any |= has[k];
+    size_t n = 0;
+    for (size_t r = 0; r < m->n_runs; r++)
+        if (mq_rep_same_link(m->runs[r]->link_mbps, link))
+            runs[n++] = m->runs[r];
+    return n;
+}
+
+/* The end of a panel's time axis: the longest run at LINK. */
+static double s_panel_end(const mq_rep_set_t *set, double link)
+{
+    double end = 0;
+    for (size_t i = 0; i < set->n_runs; i++)
+        if (mq_rep_same_link(set->runs[i].link_mbps, link))
+            end = fmax(end, mq_rep_run_time(&set->runs[i]));
+    return end;
+}
+
+/* The data files of figure G, into OUT/data; false in *ANY if no method has a value. */
+static int s_write_data(s_fig_t *g, const char *out, mq_rep_run_t **runs, bool *any)
+{
+    const mq_rep_set_t *set = g->set;
+    char name[512], link[64];
+    *any = false;
+    for (size_t l = 0; l < g->n_links; l++) {
+        double t_end = s_panel_end(set, g->links[l]);
+        mq_rep_link_name(g->links[l], link, sizeof link);
+        for (size_t k = 0; k < set->n_methods; k++) {
+            const mq_rep_method_t *m = &set->methods[k];
+            size_t n = s_runs_at(m, g->links[l], runs);
+            s_drawn_t *d = &g->d[l * set->n_methods + k];
+            if (n == 0)
+                continue;
+            s_dat_name(g->p, m, g->links[l], g->n_links > 1, name, sizeof name);
+            if (s_write_dat(m, runs, n, g->p, t_end, link, out, name, d) < 0)
+                return -1;
+            *any |= s_drawn(d);
+        }
     }
-    if (!any)
-        return 0; /* e.g. no evaluation in any run: nothing to draw */
-    if (s_write_gp(set, p, out, title, has) < 0)
-        return -1;
+    return 0;
+}
+
+/* Data files and script of plot P; draws it when PROG is set. */
+static int s_one_plot(const mq_rep_set_t *set, const s_plot_t *p, const double *links,
+                      size_t n_links, const char *out, const char *title, const char *prog)
+{
+    char script[64];
+    s_fig_t g = {.set = set, .p = p, .links = links, .n_links = n_links};
+    g.d = calloc(n_links * set->n_methods + 1, sizeof *g.d);
+    mq_rep_run_t **runs = calloc(set->n_runs + 1, sizeof *runs);
+    bool any = false;
+    int rc = -1;
+    if (!g.d || !runs)
+        mq_err_set("out of memory");
+    else if (s_write_data(&g, out, runs, &any) == 0)
+        rc = any ? s_write_gp(&g, out, title) : 0; /* e.g. no evaluation in any run */
+    free(g.d);
+    free(runs);
+    if (rc < 0 || !any || !prog)
+        return rc;
     snprintf(script, sizeof script, "%s.gp", p->name);
-    return prog ? s_run_gnuplot(prog, out, script) : 0;
+    return s_run_gnuplot(prog, out, script);
 }
 
 int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, mq_rep_plots_t *state)
@@ -255,8 +559,15 @@ int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, mq
                 "path): no PNGs drawn; the data and the gnuplot scripts are in %s (draw them "
                 "with: cd %s && for f in *.gp; do gnuplot $f; done)\n",
                 mq_env_str("MQGRAD_GNUPLOT", "gnuplot"), out, out);
-    for (int i = 0; i < S_N_PLOTS; i++)
-        if (s_one_plot(set, &s_plots[i], out, title, prog) < 0)
-            return -1;
-    return 0;
+    double *links = calloc(set->n_runs + 1, sizeof *links);
+    if (!links) {
+        mq_err_set("out of memory");
+        return -1;
+    }
+    size_t n_links = mq_rep_links(set, links);
+    int rc = 0;
+    for (int i = 0; i < S_N_PLOTS && rc == 0; i++)
+        rc = s_one_plot(set, &s_plots[i], links, n_links, out, title, prog);
+    free(links);
+    return rc;
 }

@@ -1,6 +1,7 @@
 /* Statistics of `mqgrad report`: grouping runs into methods, per-run quantities (accuracy at a
- * time, time to a target accuracy, time fractions), mean and spread over seeds, and the
- * interpolation of a run's series onto a common time grid for the plots. */
+ * time, time to a target accuracy, time fractions), mean and spread over seeds, the
+ * interpolation of a run's series onto a common time grid, and a method's curve over its seeds
+ * (median and quartiles) for the plots. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -324,4 +325,205 @@ bool mq_rep_series_at(const mq_rep_series_t *s, double t, double *v)
     else
         *v = s->y[lo] + (s->y[hi] - s->y[lo]) * (t - s->x[lo]) / dx;
     return true;
+}
+
+/* ---- curves over seeds -------------------------------------------------------------- */
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+double mq_rep_quantile(const double *v, size_t n, double q)
+{
+    if (n == 0)
+        return NAN;
+    double h = q * (double)(n - 1);
+    size_t lo = (size_t)h;
+    if (lo + 1 >= n)
+        return v[n - 1];
+    return v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]);
+}
+
+/* The median of the N values in V (reordered). */
+static double s_median(double *v, size_t n)
+{
+    qsort(v, n, sizeof *v, s_cmp_double);
+    return mq_rep_quantile(v, n, 0.5);
+}
+
+static int s_cmp_time(const void *a, const void *b)
+{
+    const mq_rep_cpoint_t *x = a, *y = b;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+
+void mq_rep_curve_free(mq_rep_curve_t *c)
+{
+    free(c->rows);
+    free(c->mark_t);
+    free(c->mark_v);
+    *c = (mq_rep_curve_t){0};
+}
+
+/* The grid of curve C: MQ_REP_GRID steps over [0, T_END], every seed's first and last time
+ * (so that the line and the band start and stop exactly there) and the markers' times (so
+ * that the line passes through them), within the seeds' span; sorted, without repeats. */
+static int s_grid(mq_rep_series_t *const *s, size_t n, double t_end, mq_rep_curve_t *c)
+{
+    double lo = INFINITY, hi = -INFINITY;
+    for (size_t r = 0; r < n; r++) {
+        lo = fmin(lo, s[r]->x[0]);
+        hi = fmax(hi, s[r]->x[s[r]->n - 1]);
+    }
+    if (!(t_end > 0))
+        t_end = hi;
+    c->rows = calloc(MQ_REP_GRID + 1 + 2 * n + c->n_marks, sizeof *c->rows);
+    if (!c->rows)
+        return -1;
+    size_t k = 0;
+    for (int g = 0; g <= MQ_REP_GRID; g++) {
+        double t = t_end * g / MQ_REP_GRID;
+        if (t >= lo && t <= hi)
+            c->rows[k++].t = t;
+    }
+    for (size_t r = 0; r < n; r++) {
+        c->rows[k++].t = s[r]->x[0];
+        c->rows[k++].t = s[r]->x[s[r]->n - 1];
+    }
+    for (size_t i = 0; i < c->n_marks; i++)
+        c->rows[k++].t = c->mark_t[i];
+    qsort(c->rows, k, sizeof *c->rows, s_cmp_time);
+    c->n_rows = 0;
+    for (size_t i = 0; i < k; i++)
+        if (c->n_rows == 0 || c->rows[i].t > c->rows[c->n_rows - 1].t)
+            c->rows[c->n_rows++].t = c->rows[i].t;
+    return 0;
+}
+
+/* The values of the N seeds at T into V (finite ones only); their number. */
+static size_t s_values_at(mq_rep_series_t *const *s, size_t n, double t, double *v)
+{
+    size_t k = 0;
+    for (size_t r = 0; r < n; r++)
+        if (mq_rep_series_at(s[r], t, &v[k]) && isfinite(v[k]))
+            k++;
+    return k;
+}
+
+/* C's markers: for each k, the k-th points of the seeds that have one, at the median of their
+ * times. Where the seeds overlap the marker sits on the line (its time clamped into the
+ * line's range, so the first and last markers mark where the line starts and stops); where
+ * they do not, its value is the median of the k-th values, and the markers are the line. */
+static int s_marks(mq_rep_series_t *const *s, size_t n, mq_rep_curve_t *c, double *vt,
+                   double *vv)
+{
+    size_t most = 0;
+    for (size_t r = 0; r < n; r++)
+        most = s[r]->n > most ? s[r]->n : most;
+    c->sparse = most <= MQ_REP_FEW_POINTS;
+    if (!c->sparse && !c->disjoint)
+        return 0;
+    c->mark_t = malloc(most * sizeof *c->mark_t);
+    c->mark_v = malloc(most * sizeof *c->mark_v);
+    if (!c->mark_t || !c->mark_v)
+        return -1;
+    for (size_t k = 0; k < most; k++) {
+        size_t m = 0, mv = 0;
+        for (size_t r = 0; r < n; r++)
+            if (k < s[r]->n) {
+                vt[m++] = s[r]->x[k];
+                if (isfinite(s[r]->y[k]))
+                    vv[mv++] = s[r]->y[k];
+            }
+        double t = s_median(vt, m), v;
+        if (c->disjoint) {
+            if (mv == 0)
+                continue;
+            v = s_median(vv, mv);
+        } else {
+            t = fmin(fmax(t, c->from), c->to);
+            size_t got = s_values_at(s, n, t, vv);
+            if (got < n)
+                continue;
+            v = s_median(vv, got);
+        }
+        if (c->n_marks && t <= c->mark_t[c->n_marks - 1])
+            continue; /* clamped onto the previous one */
+        c->mark_t[c->n_marks] = t;
+        c->mark_v[c->n_marks++] = v;
+    }
+    return 0;
+}
+
+/* Fills C's rows and markers from the N series S (each with at least one point). The line is
+ * drawn only where all N seeds have a value, from the latest first point to the earliest last
+ * one: there the median is over the same seeds at every time, so it never jumps where a seed
+ * starts or stops (a mean over whichever seeds remain did, at every run's end). The band
+ * shows the rest, wherever at least two seeds overlap. */
+static int s_fill(mq_rep_series_t *const *s, size_t n, double t_end, mq_rep_curve_t *c)
+{
+    double *v = malloc(2 * n * sizeof *v);
+    int rc = -1;
+    c->from = -INFINITY;
+    c->to = INFINITY;
+    for (size_t r = 0; r < n; r++) {
+        c->from = fmax(c->from, s[r]->x[0]);
+        c->to = fmin(c->to, s[r]->x[s[r]->n - 1]);
+    }
+    c->disjoint = c->from > c->to;
+    if (c->disjoint)
+        c->from = c->to = NAN;
+    if (!v || s_marks(s, n, c, v, v + n) < 0 || s_grid(s, n, t_end, c) < 0)
+        goto done;
+    for (size_t i = 0; i < c->n_rows; i++) {
+        mq_rep_cpoint_t *p = &c->rows[i];
+        p->seeds = s_values_at(s, n, p->t, v);
+        qsort(v, p->seeds, sizeof *v, s_cmp_double);
+        bool line = !c->disjoint && p->seeds == n && p->t >= c->from && p->t <= c->to;
+        p->median = line ? mq_rep_quantile(v, n, 0.5) : NAN;
+        p->q25 = p->seeds >= 2 ? mq_rep_quantile(v, p->seeds, 0.25) : NAN;
+        p->q75 = p->seeds >= 2 ? mq_rep_quantile(v, p->seeds, 0.75) : NAN;
+    }
+    rc = 0;
+done:
+    free(v);
+    return rc;
+}
+
+int mq_rep_curve(mq_rep_run_t *const *runs, size_t n_runs, mq_rep_metric_t metric, double t_end,
+                 mq_rep_curve_t *c)
+{
+    *c = (mq_rep_curve_t){.from = NAN, .to = NAN};
+    mq_rep_series_t **s = calloc(n_runs ? n_runs : 1, sizeof *s);
+    size_t live = 0, n = 0;
+    int rc = -1;
+    if (!s)
+        goto done;
+    for (size_t r = 0; r < n_runs; r++)
+        live += !runs[r]->diverged;
+    /* A diverged run's curve is not its method's (its loss may be 1e10): it is left out, unless
+     * every run diverged, when the curves are all there is. */
+    for (size_t r = 0; r < n_runs; r++) {
+        if (live && runs[r]->diverged) {
+            c->left_out++;
+            continue;
+        }
+        if (!(s[n] = mq_rep_series_new(runs[r], metric)))
+            goto done;
+        if (s[n]->n > 0) /* a seed never evaluated has no accuracy curve to take part in */
+            n++;
+        else
+            mq_rep_series_destroy(&s[n]);
+    }
+    c->seeds = n;
+    rc = n ? s_fill(s, n, t_end, c) : 0;
+done:
+    if (rc < 0)
+        mq_err_set("out of memory");
+    for (size_t r = 0; s && r < n_runs; r++)
+        mq_rep_series_destroy(&s[r]);
+    free(s);
+    return rc;
 }
