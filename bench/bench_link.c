@@ -1,5 +1,5 @@
 /* Link emulation accuracy (DESIGN §7): a real ZeroMQ DEALER -> ROUTER transfer over TCP in
- * which the sender charges mq_link_egress per message and the receiver mq_link_ingress, as the
+ * which the sender charges mq_link_egress per message and the receiver mq_link_arrive, as the
  * worker and server do; it prints the achieved throughput against the configured one, so the
  * result is a ratio whatever the machine's speed.
  *
@@ -141,7 +141,7 @@ static int s_send_flow(s_sender_t *s)
         goto err;
     }
     mq_link_t link;
-    mq_link_init(&link, s->mbps);
+    mq_link_init(&link, s->mbps, false);
     double owed = 0;
     s_hdr_t hdr = {.t0 = mq_now_s(), .total = (uint32_t)s->messages};
     for (int i = 0; i < s->messages; i++) {
@@ -245,7 +245,7 @@ static int s_receive(void *sock, double mbps, int senders, s_result_t *res)
         if (s_reply(sock, ids[i], lens[i], 'G') != 0)
             return mq_err_set("go: %s", zmq_strerror(zmq_errno())), -1;
     mq_link_t link;
-    mq_link_init(&link, mbps);
+    mq_link_init(&link, mbps, false);
     int done = 0;
     res->t0 = INFINITY;
     while (done < senders) {
@@ -263,7 +263,7 @@ static int s_receive(void *sock, double mbps, int senders, s_result_t *res)
         size_t size = zmq_msg_size(&pay);
         zmq_msg_close(&pay);
         res->latency = mq_now_s() - hdr.t_sent;
-        mq_link_ingress(&link, size);
+        mq_link_arrive(&link, size, 0);
         double now = mq_now_s();
         res->per[p] += size;
         res->bytes += size;

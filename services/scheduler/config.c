@@ -45,6 +45,7 @@ static void s_defaults(mq_scheduler_config_t *c)
     c->diverge_factor = w.loss_factor;
     c->diverge_patience = w.patience;
     strcpy(c->on_divergence, "stop");
+    strcpy(c->clock, "real");
     c->guard_spike = w.spike_factor;
     c->guard_iters = w.guard_iters;
     c->guard_bits = w.guard_bits;
@@ -107,6 +108,11 @@ static int s_check(const mq_scheduler_config_t *c)
                 c->on_divergence);
         return 2;
     }
+    if (strcmp(c->clock, "real") != 0 && strcmp(c->clock, "simulated") != 0) {
+        fprintf(stderr, "mqgrad-scheduler: --clock '%s' is not 'real' or 'simulated'\n",
+                c->clock);
+        return 2;
+    }
     if (c->iterations == 0 && c->time_budget <= 0) {
         fprintf(stderr, "mqgrad-scheduler: give --iterations or --time-budget (or both)\n");
         return 2;
@@ -163,6 +169,8 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          "tensors smaller than this travel as fp32"},
         {"link-mbps", "MQGRAD_LINK_MBPS", MQ_FLAG_DOUBLE, &c->link_mbps, 0, 0, 1e6,
          "emulated NIC speed of every node in Mbit/s (0 = off)"},
+        {"clock", "MQGRAD_CLOCK", MQ_FLAG_STR, c->clock, sizeof c->clock, 0, 0,
+         "real (links sleep) | simulated (link time computed, compute charged as CPU time)"},
         {"seed", "MQGRAD_SEED", MQ_FLAG_LONG, &c->seed, 0, 0, 1L << 62, "seed"},
         {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, c->run_dir, sizeof c->run_dir, 0, 0,
          "run directory (default runs/cluster-<time>)"},
@@ -218,6 +226,7 @@ void mq_sched_run_config(const mq_scheduler_config_t *c, mq_run_config_t *r)
     snprintf(r->optimizer, sizeof r->optimizer, "%s", c->optimizer);
     r->error_feedback = c->error_feedback;
     r->link_mbps = c->link_mbps;
+    r->simulated_clock = strcmp(c->clock, "simulated") == 0;
     r->fp32 = k.id == MQ_CODEC_ID_none;
     r->eval_limit = (uint32_t)c->eval_limit;
 }
@@ -238,14 +247,14 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
         "\"eval_limit\":%ld,\"agent\":\"%s\",\"agent_deadline_ms\":%g,\"initial_bits\":%ld,"
         "\"codec\":\"%s\",\"codec_spec\":\"%s\",\"optimizer\":\"%s\",\"bucket\":%ld,"
         "\"stochastic\":%s,\"error_feedback\":%s,"
-        "\"quant_threshold\":%ld,\"link_mbps\":%g,\"seed\":%ld,\"final_eval_limit\":%ld,"
+        "\"quant_threshold\":%ld,\"link_mbps\":%g,\"clock\":\"%s\",\"seed\":%ld,\"final_eval_limit\":%ld,"
         "\"diverge_factor\":%g,\"diverge_patience\":%ld,\"on_divergence\":\"%s\","
         "\"guard_spike\":%g,\"guard_iters\":%ld,\"guard_bits\":%ld}",
         c->model, c->dataset, c->workers, c->servers, c->batch, c->lr, c->lr_decay, c->l2,
         c->iterations, c->time_budget, c->eval_every, c->eval_limit, agent, c->agent_deadline_ms, c->bits,
         ops ? ops->name : "none", spec, c->optimizer, uniform ? (long)k.param[0] : 0L,
         uniform && k.param[1] ? "true" : "false",
-        c->error_feedback ? "true" : "false", c->threshold, c->link_mbps, c->seed,
+        c->error_feedback ? "true" : "false", c->threshold, c->link_mbps, c->clock, c->seed,
         c->final_eval_limit < 0 ? c->eval_limit : c->final_eval_limit, c->diverge_factor,
         c->diverge_patience, c->on_divergence, c->guard_spike, c->guard_iters, c->guard_bits);
     return n > 0 && (size_t)n < len ? 0 : -1;

@@ -45,6 +45,9 @@ typedef struct {
     int used_bits; /* what the iteration in flight uses: the policy's, or the guard's floor */
     bool evaluate, final_pending;
     double t_issued, t_observed;
+    double sim_issued, sim_done; /* simulated clock: the iteration in flight was issued at,
+                                  * and the latest report stamp so far */
+    double t_training; /* wall time training started, for the summary */
     bool got[MQ_MAX_WORKERS];
     uint32_t nreports;
     mq_report_t sum;
@@ -140,6 +143,10 @@ static void s_issue(s_sched_t *self)
     self->max_eval_ms = 0;
     self->phase = S_RUNNING;
     self->t_issued = mq_now_s();
+    /* Simulated clock: iterations follow one another without gaps, so the iteration starts
+     * at the training time so far; the agent's and the evaluations' time is not counted. */
+    self->sim_issued = self->sim_done = self->run.simulated_clock ? self->train_time : 0;
+    self->out.sim_time = self->sim_issued;
     if (s_broadcast(self, true, false) != 0) {
         mq_error("iteration %llu: cannot reach every worker: %s",
                  (unsigned long long)self->iter, mq_err_last());
@@ -197,6 +204,7 @@ static void s_on_ready(s_sched_t *self, const mq_msg_t *msg)
     mq_info("every node is ready; training starts");
     s_event(self, "ready", NULL);
     self->t_progress = mq_now_s();
+    self->t_training = self->t_progress;
     s_issue(self);
 }
 
@@ -219,6 +227,8 @@ static void s_summary(s_sched_t *self, const char *status)
         .servers = (int)self->cfg->servers,
         .seed = (uint64_t)self->cfg->seed,
         .link_mbps = self->cfg->link_mbps,
+        .clock = self->cfg->clock,
+        .wall_time_s = self->t_training > 0 ? mq_now_s() - self->t_training : 0,
         .status = status,
     };
     if (self->watch.diverged) {
@@ -527,7 +537,9 @@ static void s_on_decision(s_sched_t *self, const mq_msg_t *msg)
 
 static void s_iteration_done(s_sched_t *self)
 {
-    double iter_ms = (mq_now_s() - self->t_issued) * 1e3 - self->max_eval_ms;
+    double iter_ms = self->run.simulated_clock
+                         ? (self->sim_done - self->sim_issued) * 1e3
+                         : (mq_now_s() - self->t_issued) * 1e3 - self->max_eval_ms;
     self->train_time += iter_ms / 1e3;
     self->last_iter_s = iter_ms / 1e3;
     double smoothed_before = self->watch.smoothed;
@@ -614,6 +626,8 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
     const mq_report_t *r = &msg->report;
     mq_report_t *s = &self->sum;
     self->got[msg->rank] = true;
+    if (msg->sim_time > self->sim_done)
+        self->sim_done = msg->sim_time;
     s->loss += r->loss;
     s->grad_sqmean += r->grad_sqmean;
     s->grad_range += r->grad_range;

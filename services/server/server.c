@@ -95,7 +95,7 @@ static int s_setup(s_server_t *self)
         mq_err_set("out of memory");
         return -1;
     }
-    mq_link_init(&self->link, r->link_mbps);
+    mq_link_init(&self->link, r->link_mbps, r->simulated_clock);
     return 0;
 }
 
@@ -143,6 +143,7 @@ static void s_complete(s_server_t *self)
 {
     mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
     uint32_t nsegs = mq_kv_shard(self->kv)->nsegs;
+    mq_link_settle(&self->link); /* simulated clock: every push has streamed in */
     mq_msg_init(&self->out, MQ_MSG_AGGREGATE);
     self->out.iter = mq_kv_iter(self->kv);
     self->out.shard = self->rank;
@@ -162,7 +163,7 @@ static void s_complete(s_server_t *self)
             copy[i] = mq_sendbuf_payload(payloads[i].hint, payloads[i].data, payloads[i].len);
         memcpy(self->out.peer, self->slots[r].peer, self->slots[r].peer_len);
         self->out.peer_len = self->slots[r].peer_len;
-        mq_link_egress(&self->link, bytes);
+        self->out.sim_time = mq_link_egress(&self->link, bytes);
         if (mq_wire_send(self->data, &self->out, copy, nsegs) != 0)
             mq_warn("aggregate %llu to worker %u: %s", (unsigned long long)self->out.iter, r,
                     mq_err_last());
@@ -209,7 +210,7 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
         mq_drops_note(&self->node.drops, d, msg->peer, msg->peer_len, why);
         return;
     }
-    mq_link_ingress(&self->link, msg->wire_bytes);
+    mq_link_arrive(&self->link, msg->wire_bytes, msg->sim_time);
     s_slot_t *slot = &self->slots[msg->rank];
     const uint8_t *data[MQ_WIRE_MAX_TENSORS];
     size_t len[MQ_WIRE_MAX_TENSORS];

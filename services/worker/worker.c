@@ -47,8 +47,10 @@ typedef struct {
     uint32_t eval_limit;
     uint32_t got;
     bool got_shard[MQ_WIRE_MAX_SERVERS];
-    double t_pushed;
-    double egress_s; /* this iteration's time on the emulated NIC: sending, not encoding */
+    double t_pushed;      /* the node's time (mqgrad/ps.h clock) when the pushes were out */
+    double t_pushed_wall; /* the same on the wall clock, for the timeout */
+    double egress_s;      /* this iteration's time on the NIC: sending, not encoding */
+    double decode_s;      /* this iteration's time applying aggregates */
     mq_report_t report;
     mq_msg_t in, out;
 } s_worker_t;
@@ -135,7 +137,11 @@ static void s_evaluate(s_worker_t *self, uint32_t limit)
 static int s_setup(s_worker_t *self)
 {
     const mq_run_config_t *r = &self->run;
-    mq_nn_set_threads((int)self->cfg->threads);
+    /* The simulated clock charges a node's compute as its thread's CPU time: one thread. */
+    int threads = r->simulated_clock ? 1 : (int)self->cfg->threads;
+    if (r->simulated_clock && self->cfg->threads > 1)
+        mq_info("simulated clock: OpenBLAS runs on 1 thread, not %ld", self->cfg->threads);
+    mq_nn_set_threads(threads);
     if (s_load_data(self) != 0)
         return -1;
     self->model = mq_model_new(r->model, mq_dataset_channels(self->train), (int)r->batch, r->l2);
@@ -157,7 +163,7 @@ static int s_setup(s_worker_t *self)
     self->kv = mq_kv_worker_new(self->model, &kc);
     if (!self->kv)
         return -1;
-    mq_link_init(&self->link, r->link_mbps);
+    mq_link_init(&self->link, r->link_mbps, r->simulated_clock);
     return 0;
 }
 
@@ -315,9 +321,9 @@ static int s_push(s_worker_t *self, uint32_t s)
     size_t bytes = 0;
     for (uint32_t i = 0; i < out->ntensors; i++)
         bytes += payloads[i].len;
-    double e0 = mq_now_s();
-    mq_link_egress(&self->link, bytes);
-    self->egress_s += mq_now_s() - e0;
+    double e0 = mq_link_now(&self->link);
+    out->sim_time = mq_link_egress(&self->link, bytes);
+    self->egress_s += mq_link_now(&self->link) - e0;
     if (mq_wire_send(self->servers[s], out, payloads, out->ntensors) != 0)
         return -1;
     self->report.bytes_up += out->wire_bytes;
@@ -345,8 +351,10 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     memset(self->got_shard, 0, sizeof self->got_shard);
     memset(&self->report, 0, sizeof self->report);
     self->egress_s = 0;
+    self->decode_s = 0;
+    mq_link_sync(&self->link, msg->sim_time);
 
-    double t0 = mq_now_s();
+    double t0 = mq_link_now(&self->link);
     /* No message may still point into the gradient we are about to overwrite. */
     if (mq_kv_worker_wait(self->kv, S_BUF_TIMEOUT_MS) != 0) {
         s_fail(self, "gradient buffer");
@@ -354,7 +362,7 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     }
     mq_batcher_next(self->batcher, self->x, self->y);
     double loss = mq_model_grad(self->model, self->x, self->y, (int)self->run.batch);
-    double t1 = mq_now_s();
+    double t1 = mq_link_now(&self->link);
     /* A non-finite loss cannot travel (the wire refuses it): it is counted instead. */
     self->report.loss = isfinite(loss) ? loss : 0;
     self->report.loss_nonfinite = !isfinite(loss);
@@ -365,7 +373,8 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
             s_fail(self, "push");
             return;
         }
-    self->t_pushed = mq_now_s();
+    self->t_pushed = mq_link_now(&self->link);
+    self->t_pushed_wall = mq_now_s();
     self->report.compute_ms = (t1 - t0) * 1e3;
     /* Time spent sending on an emulated link is communication, not quantization. */
     self->report.encode_ms = (self->t_pushed - t1 - self->egress_s) * 1e3;
@@ -375,11 +384,18 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
 static void s_finish_iteration(s_worker_t *self)
 {
     mq_report_t *r = &self->report;
+    /* Waiting: from the pushes to the last aggregate applied, less the applying. */
+    double done = mq_link_settle(&self->link);
+    r->decode_ms = self->decode_s * 1e3;
+    r->wait_ms += (done - self->t_pushed - self->decode_s) * 1e3;
+    mq_link_pause(&self->link); /* evaluation is not training time */
     if (self->evaluate)
         s_evaluate(self, self->eval_limit);
+    mq_link_resume(&self->link);
     mq_msg_t *out = &self->out;
     mq_msg_init(out, MQ_MSG_REPORT);
     out->peer_len = 0;
+    out->sim_time = self->link.simulated ? done : 0;
     out->iter = self->iter;
     out->rank = self->rank;
     out->report = *r;
@@ -410,15 +426,11 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
         mq_drops_note(&self->node.drops, reason, (const uint8_t *)&s, sizeof s, why);
         return;
     }
-    double t0 = mq_now_s();
-    mq_link_ingress(&self->link, msg->wire_bytes);
-    double t1 = mq_now_s();
+    mq_link_arrive(&self->link, msg->wire_bytes, msg->sim_time);
+    double t1 = mq_link_now(&self->link);
     mq_kv_worker_apply(self->kv, s, self->iter, self->lr, msg->tensors, msg->payload,
                        msg->payload_len, &self->report.update_sq);
-    double t2 = mq_now_s();
-    self->report.decode_ms += (t2 - t1) * 1e3;
-    self->report.wait_ms += (t0 - self->t_pushed) * 1e3 + (t1 - t0) * 1e3;
-    self->t_pushed = t2; /* later waits count from here: decode time is not waiting */
+    self->decode_s += mq_link_now(&self->link) - t1;
     self->report.bytes_down += msg->wire_bytes;
     self->got_shard[s] = true;
     if (++self->got == self->nservers)
@@ -479,7 +491,7 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     s_worker_t *self = arg;
     mq_node_check_peer(&self->node);
     if (!self->node.finished && self->busy &&
-        mq_now_s() - self->t_pushed > self->cfg->iter_timeout) {
+        mq_now_s() - self->t_pushed_wall > self->cfg->iter_timeout) {
         mq_err_set("iteration %llu: %u of %u servers replied within %.0f s",
                    (unsigned long long)self->iter, self->got, self->nservers,
                    self->cfg->iter_timeout);

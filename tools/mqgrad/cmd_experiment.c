@@ -499,6 +499,8 @@ static int s_report(const s_opts_t *o, const s_run_t *runs, int n)
              b->link_mbps[0] ? b->link_mbps : "unlimited");
     if (b->link_mbps[0])
         strncat(title, " Mbit/s", sizeof title - strlen(title) - 1);
+    if (strcmp(b->clock, "simulated") == 0)
+        strncat(title, ", simulated clock", sizeof title - strlen(title) - 1);
     char *argv[n + 12];
     int k = 0;
     argv[k++] = "report";

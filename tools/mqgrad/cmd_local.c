@@ -78,6 +78,9 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
         {"seed", NULL, MQ_FLAG_STR, o->seed, sizeof o->seed, 0, 0, ""},
         {"link-mbps", NULL, MQ_FLAG_STR, o->link_mbps, sizeof o->link_mbps, 0, 0,
          "emulated NIC speed per node, Mbit/s"},
+        {"clock", NULL, MQ_FLAG_STR, o->clock, sizeof o->clock, 0, 0,
+         "real (links sleep; default) | simulated (link time computed from bytes, compute "
+         "charged as CPU time: nodes behave like separate machines)"},
         {"codec", NULL, MQ_FLAG_STR, o->codec, sizeof o->codec, 0, 0,
          "codec of the big tensors, e.g. qsgd, topk:ratio=0.01 (default uniform; "
          "mqgrad-scheduler --help lists them)"},
@@ -123,6 +126,11 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
     if (rc == 0 && ((o->codec[0] && mq_codec_parse(o->codec, &c) != 0) ||
                     (o->optimizer[0] && mq_optim_parse(o->optimizer, &r) != 0))) {
         fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
+        rc = 2;
+    }
+    if (rc == 0 && o->clock[0] && strcmp(o->clock, "real") != 0 &&
+        strcmp(o->clock, "simulated") != 0) {
+        fprintf(stderr, "mqgrad local: --clock '%s' is not 'real' or 'simulated'\n", o->clock);
         rc = 2;
     }
     if (rc == 0 && !o->run_dir[0])
@@ -276,7 +284,7 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     bool fp32 = strcmp(o->policy, "none") == 0;
     if (strncmp(o->policy, "fixed:", 6) == 0) /* start at K, not at the agent's n_0 */
         snprintf(bits, sizeof bits, "%.2s", o->policy + 6);
-    char *argv[64] = {exe, "--bind", bind, "--workers", w, "--servers", s,
+    char *argv[80] = {exe, "--bind", bind, "--workers", w, "--servers", s,
                       "--run-dir", (char *)o->run_dir, "--bits", bits};
     int n = 11;
     if (fp32)
@@ -301,6 +309,7 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     s_fwd(argv, &n, "--lr-decay", o->lr_decay);
     s_fwd(argv, &n, "--seed", o->seed);
     s_fwd(argv, &n, "--link-mbps", o->link_mbps);
+    s_fwd(argv, &n, "--clock", o->clock);
     if (!fp32)
         s_fwd(argv, &n, "--codec", o->codec);
     s_fwd(argv, &n, "--optimizer", o->optimizer);

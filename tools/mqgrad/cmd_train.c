@@ -329,8 +329,19 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
             fprintf(stderr, "mqgrad train: %s\n", mq_err_last());
             return 1;
         }
-        *sum = (mq_summary_t){it, train_s, loss, acc, NAN, 0, 0, "none", o->model, o->dataset, 1, 0,
-                              o->seed, 0, "running", NULL, 0, NULL};
+        *sum = (mq_summary_t){.iterations = it,
+                              .train_time_s = train_s,
+                              .final_loss = loss,
+                              .final_test_acc = acc,
+                              .final_sparsity = NAN,
+                              .policy = "none",
+                              .model = o->model,
+                              .dataset = o->dataset,
+                              .workers = 1,
+                              .seed = o->seed,
+                              .clock = "real",
+                              .wall_time_s = train_s,
+                              .status = "running"};
         if (diverged) {
             fprintf(stderr, "mqgrad train: DIVERGED at iteration %llu: %s; lower --lr\n",
                     (unsigned long long)it, watch->detail);
@@ -339,9 +350,11 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
             snprintf(fields, sizeof fields, "\"rule\":\"%s\",\"detail\":\"%s\"", watch->rule,
                      detail);
             mq_runlog_event(r->log, it, "diverged", fields);
-            *sum = (mq_summary_t){it, train_s, loss, row.evaluated ? acc : NAN, NAN, 0, 0, "none",
-                                  o->model, o->dataset, 1, 0, o->seed, 0, "diverged",
-                                  watch->rule, it, watch->detail};
+            sum->final_test_acc = row.evaluated ? acc : NAN;
+            sum->status = "diverged";
+            sum->divergence_rule = watch->rule;
+            sum->divergence_iter = it;
+            sum->divergence_detail = watch->detail;
             mq_runlog_summary(r->log, sum);
             return MQ_EXIT_DIVERGED;
         }

@@ -15,7 +15,7 @@ typedef struct {
         eval_limit[24], batch[24], lr[24], seed[24], link_mbps[24], bucket[24], threshold[24],
         agent_args[256], final_eval_limit[24], diverge_factor[24], diverge_patience[24],
         on_divergence[16], guard_spike[24], guard_iters[24], guard_bits[8], progress_every[24],
-        lr_decay[24], codec[128], optimizer[64];
+        lr_decay[24], codec[128], optimizer[64], clock[16];
     bool stochastic, error_feedback;
     /* forwarded to the workers */
     char data_dir[512], threads[8];

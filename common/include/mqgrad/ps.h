@@ -102,27 +102,73 @@ void mq_ps_apply(const mq_optim_t *o, const mq_codec_t *c, const uint8_t *payloa
                  float *w, size_t n, float *scratch, float *state, float lr, uint64_t t,
                  mq_codec_stats_t *stats);
 
-/* ---- link emulation -----------------------------------------------------------------
- * A node's NIC: egress and ingress token buckets of RATE megabits per second (0 = off).
- * Senders charge their egress before sending (serialization delay); receivers charge their
- * ingress on arrival, counting the message as having arrived at the sender's pace, so one
- * flow runs at RATE and several flows into one node share it. */
+/* ---- links and clocks ---------------------------------------------------------------
+ * A node's NIC: egress and ingress token buckets of RATE megabits per second (0 = off), and
+ * the clock the node's time is read on. Senders charge their egress before sending
+ * (serialization delay); receivers charge their ingress on arrival, counting the message as
+ * having arrived at the sender's pace, so one flow runs at RATE and several flows into one
+ * node share it. The same model runs on two clocks:
+ *
+ *  - real: the buckets sleep as the NIC would and time is mq_now_s(). What a run measures is
+ *    what happened, including CPU contention when nodes share cores.
+ *  - simulated: nothing sleeps. A node's time advances by its thread's CPU time (its compute)
+ *    and by the time it is blocked on its egress, and jumps forward when it waits for a
+ *    message stamped later than its own time (it was idle). A message carries the time its
+ *    last byte left the sender (msg->sim_time); the receiver runs the ingress bucket on those
+ *    stamps in stamp order when it has all the messages it waits for (mq_link_settle), so
+ *    the order in which messages really arrived does not matter. Nodes sharing cores thus
+ *    behave like separate machines, and a link of any speed costs no waiting. */
 typedef struct {
     double bytes_per_s;
-    double next_free; /* mq_now_s() at which the link is idle again */
-    double overslept; /* how late the last egress sleep returned: credited to the next send */
+    double next_free; /* the time at which the link is idle again */
+    double overslept; /* real: how late the last egress sleep returned, credited to the next */
 } mq_bucket_t;
+
+#define MQ_LINK_MAX_PENDING 256
+
+typedef struct {
+    double stamp;  /* when the message's last byte left its sender */
+    double cpu;    /* this thread's CPU time when the message was taken */
+    size_t bytes;
+} mq_arrival_t;
 
 typedef struct {
     mq_bucket_t egress, ingress;
     uint64_t bytes_out, bytes_in;
+    bool simulated;
+    double sim_now;  /* simulated: the node's time at cpu_mark */
+    double cpu_mark; /* simulated: the thread CPU time when sim_now was set */
+    double paused;   /* simulated: the time mq_link_pause took */
+    mq_arrival_t pending[MQ_LINK_MAX_PENDING]; /* simulated: taken since the last settle */
+    uint32_t npending;
 } mq_link_t;
 
-void mq_link_init(mq_link_t *link, double mbps);
+/* A link of MBPS (0 = unlimited) on the real or the simulated clock; its time starts at 0
+ * (simulated) and it must be used from one thread only (the CPU time is that thread's). */
+void mq_link_init(mq_link_t *link, double mbps, bool simulated);
 bool mq_link_enabled(const mq_link_t *link);
-/* Sleeps as the NIC would before BYTES can leave / after BYTES arrived. */
-void mq_link_egress(mq_link_t *link, size_t bytes);
-void mq_link_ingress(mq_link_t *link, size_t bytes);
+/* The node's time now, seconds: mq_now_s() on the real clock. */
+double mq_link_now(mq_link_t *link);
+/* BYTES leave: sleeps as the NIC would (real), or advances the node's time past the
+ * serialization (simulated). Returns the time the last byte left: the stamp to send. */
+double mq_link_egress(mq_link_t *link, size_t bytes);
+/* A message of BYTES stamped STAMP was taken. Real: sleeps until it has streamed in.
+ * Simulated: noted, to be charged by mq_link_settle, as is the CPU time spent on it until the
+ * next message is taken or the settle (up to MQ_LINK_MAX_PENDING between settles; beyond, the
+ * oldest is settled at once). */
+void mq_link_arrive(mq_link_t *link, size_t bytes, double stamp);
+/* Every message waited for is in: runs the ingress on them in stamp order, the node idle
+ * until each arrived and busy for the CPU time spent on it; returns the node's time after
+ * (real: mq_now_s()). */
+double mq_link_settle(mq_link_t *link);
+/* A control message (no link charge) stamped STAMP was taken: the node's time is at least
+ * STAMP. */
+void mq_link_sync(mq_link_t *link, double stamp);
+/* Work between pause and resume is not the run's time (evaluation): simulated, the node's
+ * time after resume is what pause returned; real, nothing changes (the scheduler subtracts
+ * the reported evaluation time). */
+double mq_link_pause(mq_link_t *link);
+void mq_link_resume(mq_link_t *link);
 
 /* ---- endpoints ----------------------------------------------------------------------*/
 /* Binds SOCK to ENDPOINT (CZMQ syntax: "tcp://HOST:PORT", port "*" or 0 for any free one) and

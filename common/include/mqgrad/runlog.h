@@ -47,6 +47,8 @@ typedef struct {
     int workers, servers;
     uint64_t seed;
     double link_mbps;      /* 0 = no emulation */
+    const char *clock;     /* "real" or "simulated": what train_time_s was measured on */
+    double wall_time_s;    /* wall-clock seconds from the first iteration to the end */
     const char *status;    /* "completed", "interrupted", "failed", "diverged" */
     /* Set when status is "diverged" (written only then): the rule that fired ("nonfinite",
      * "loss", "accuracy"), the iteration it fired at, and its evidence in words. */

@@ -34,6 +34,8 @@ void mq_log(mq_log_level_t level, const char *fmt, ...) __attribute__((format(pr
 /* ---- clocks -------------------------------------------------------------------------*/
 /* Monotonic time in seconds / microseconds since an arbitrary origin. */
 double mq_now_s(void);
+/* CPU time the calling thread has used, seconds. */
+double mq_thread_cpu_s(void);
 int64_t mq_now_us(void);
 
 /* ---- environment defaults -----------------------------------------------------------

@@ -101,6 +101,7 @@ typedef struct {
     char optimizer[64];            /* the update rule (mqgrad/optim.h) */
     bool error_feedback;
     double link_mbps;
+    bool simulated_clock; /* links and compute on the simulated clock (mqgrad/ps.h) */
     bool fp32;
     uint32_t eval_limit;
 } mq_run_config_t;
@@ -172,6 +173,7 @@ typedef struct {
     float lr;
     bool evaluate;
     uint32_t eval_limit; /* ITERATE: test examples for this evaluation (0 = all) */
+    double sim_time;     /* simulated clock: the sender's time (s) when the message left */
     mq_report_t report;
     mq_obs_msg_t obs;
     mq_status_msg_t status;

@@ -1,4 +1,4 @@
-/* Shard plans, zero-copy send buffers, link emulation and endpoint advertising: the pieces
+/* Shard plans, zero-copy send buffers, links and their clocks, and endpoint advertising: the pieces
  * the scheduler, servers and workers share without knowing protobuf. */
 #include "mqgrad/ps.h"
 
@@ -217,19 +217,35 @@ void mq_sendbuf_release(mq_sendbuf_t *buf)
     buf->cap = 0;
 }
 
-/* ---- link emulation ---------------------------------------------------------------- */
+/* ---- links and clocks ---------------------------------------------------------------- */
 
-void mq_link_init(mq_link_t *link, double mbps)
+void mq_link_init(mq_link_t *link, double mbps, bool simulated)
 {
     memset(link, 0, sizeof *link);
     double rate = mbps > 0 ? mbps * 1e6 / 8.0 : 0;
     link->egress.bytes_per_s = rate;
     link->ingress.bytes_per_s = rate;
+    link->simulated = simulated;
+    link->cpu_mark = simulated ? mq_thread_cpu_s() : 0;
 }
 
 bool mq_link_enabled(const mq_link_t *link)
 {
     return link->egress.bytes_per_s > 0;
+}
+
+double mq_link_now(mq_link_t *link)
+{
+    if (!link->simulated)
+        return mq_now_s();
+    return link->sim_now + (mq_thread_cpu_s() - link->cpu_mark);
+}
+
+/* Simulated: the node's time is T from now on. */
+static void s_set(mq_link_t *link, double t)
+{
+    link->sim_now = t;
+    link->cpu_mark = mq_thread_cpu_s();
 }
 
 static void s_sleep_until(double t)
@@ -243,32 +259,100 @@ static void s_sleep_until(double t)
         ;
 }
 
-void mq_link_egress(mq_link_t *link, size_t bytes)
+/* The ingress model: a message of BYTES whose last byte left at STAMP streamed in during the
+ * `dur` seconds before it, unless the link was still busy; returns when it is all in. */
+static double s_ingress_at(mq_bucket_t *b, size_t bytes, double stamp)
+{
+    if (b->bytes_per_s <= 0)
+        return stamp;
+    double dur = (double)bytes / b->bytes_per_s;
+    b->next_free = fmax(b->next_free, stamp - dur) + dur;
+    return b->next_free;
+}
+
+double mq_link_egress(mq_link_t *link, size_t bytes)
 {
     link->bytes_out += bytes;
     mq_bucket_t *b = &link->egress;
+    if (link->simulated) {
+        double now = mq_link_now(link);
+        if (b->bytes_per_s > 0) {
+            b->next_free = fmax(b->next_free, now) + (double)bytes / b->bytes_per_s;
+            now = b->next_free; /* the sender is blocked until its last byte is out */
+        }
+        s_set(link, now);
+        return now;
+    }
     if (b->bytes_per_s <= 0)
-        return;
+        return 0;
     double now = mq_now_s();
     /* A sender woken late (preempted, overslept) has not lost link time it was owed. */
     double start = fmax(b->next_free, now - b->overslept);
     b->next_free = start + (double)bytes / b->bytes_per_s;
     s_sleep_until(b->next_free);
     b->overslept = fmax(0, mq_now_s() - b->next_free);
+    return 0;
 }
 
-void mq_link_ingress(mq_link_t *link, size_t bytes)
+void mq_link_arrive(mq_link_t *link, size_t bytes, double stamp)
 {
     link->bytes_in += bytes;
-    mq_bucket_t *b = &link->ingress;
-    if (b->bytes_per_s <= 0)
+    if (!link->simulated) {
+        if (link->ingress.bytes_per_s > 0)
+            s_sleep_until(s_ingress_at(&link->ingress, bytes, mq_now_s()));
         return;
-    double now = mq_now_s();
-    double dur = (double)bytes / b->bytes_per_s;
-    /* The message streamed in during the last `dur` seconds unless the link was busy. */
-    double start = b->next_free > now - dur ? b->next_free : now - dur;
-    b->next_free = start + dur;
-    s_sleep_until(b->next_free);
+    }
+    if (link->npending == MQ_LINK_MAX_PENDING)
+        mq_link_settle(link); /* more than a round can hold: charge what is in so far */
+    link->pending[link->npending++] =
+        (mq_arrival_t){.stamp = stamp, .cpu = mq_thread_cpu_s(), .bytes = bytes};
+}
+
+double mq_link_settle(mq_link_t *link)
+{
+    if (!link->simulated)
+        return mq_now_s();
+    uint32_t n = link->npending;
+    if (n == 0)
+        return mq_link_now(link);
+    mq_arrival_t *p = link->pending;
+    double cpu_now = mq_thread_cpu_s();
+    /* The node's own work before the first message, then each message's share of the CPU:
+     * from its taking to the next one's (in the order they were taken). */
+    double t = link->sim_now + (p[0].cpu - link->cpu_mark);
+    for (uint32_t i = 0; i < n; i++)
+        p[i].cpu = (i + 1 < n ? p[i + 1].cpu : cpu_now) - p[i].cpu;
+    for (uint32_t i = 1; i < n; i++) { /* stamp order; stable, and n is small */
+        mq_arrival_t a = p[i];
+        uint32_t j = i;
+        for (; j > 0 && p[j - 1].stamp > a.stamp; j--)
+            p[j] = p[j - 1];
+        p[j] = a;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        t = fmax(t, s_ingress_at(&link->ingress, p[i].bytes, p[i].stamp)) + p[i].cpu;
+    link->npending = 0;
+    link->sim_now = t;
+    link->cpu_mark = cpu_now;
+    return t;
+}
+
+void mq_link_sync(mq_link_t *link, double stamp)
+{
+    if (link->simulated)
+        s_set(link, fmax(mq_link_now(link), stamp));
+}
+
+double mq_link_pause(mq_link_t *link)
+{
+    link->paused = mq_link_now(link);
+    return link->paused;
+}
+
+void mq_link_resume(mq_link_t *link)
+{
+    if (link->simulated)
+        s_set(link, link->paused);
 }
 
 /* ---- endpoints --------------------------------------------------------------------- */

@@ -155,10 +155,13 @@ int mq_runlog_summary(mq_runlog_t *r, const mq_summary_t *s)
                      "  \"bytes_up\": %llu,\n  \"bytes_down\": %llu,\n  \"policy\": \"%s\",\n"
                      "  \"model\": \"%s\",\n  \"dataset\": \"%s\",\n  \"workers\": %d,\n"
                      "  \"servers\": %d,\n  \"seed\": %llu,\n  \"link_mbps\": %s,\n"
+                     "  \"clock\": \"%s\",\n  \"wall_time_s\": %.4f,\n"
                      "  \"status\": \"%s\"%s\n}\n",
                      (unsigned long long)s->iterations, s->train_time_s, loss, acc, sparsity,
                      (unsigned long long)s->bytes_up, (unsigned long long)s->bytes_down, pol,
-                     model, ds, s->workers, s->servers, (unsigned long long)s->seed, link, st, div);
+                     model, ds, s->workers, s->servers, (unsigned long long)s->seed, link,
+                     s->clock && strcmp(s->clock, "simulated") == 0 ? "simulated" : "real",
+                     s->wall_time_s, st, div);
     if (n < 0 || (size_t)n >= sizeof text) {
         mq_err_set("summary of %s does not fit in %zu bytes", r->dir, sizeof text);
         return -1;

@@ -88,6 +88,7 @@ static void s_config_to_pb(const mq_run_config_t *c, Mqgrad__RunConfig *pb)
     pb->optimizer = (char *)c->optimizer;
     pb->error_feedback = c->error_feedback;
     pb->link_mbps = c->link_mbps;
+    pb->simulated_clock = c->simulated_clock;
     pb->fp32 = c->fp32;
     pb->eval_limit = c->eval_limit;
 }
@@ -161,6 +162,7 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.lr = msg->lr;
     meta.evaluate = msg->evaluate;
     meta.eval_limit = msg->eval_limit;
+    meta.sim_time = msg->sim_time;
     meta.text = msg->text;
     if (msg->nservers > MQ_WIRE_MAX_SERVERS || msg->ntensors > MQ_WIRE_MAX_TENSORS) {
         mq_err_set("too many servers (%u) or tensors (%u)", msg->nservers, msg->ntensors);
@@ -408,6 +410,7 @@ static void s_config_from_pb(const Mqgrad__RunConfig *pb, mq_run_config_t *c)
     s_copy_str(c->optimizer, sizeof c->optimizer, pb->optimizer);
     c->error_feedback = pb->error_feedback;
     c->link_mbps = pb->link_mbps;
+    c->simulated_clock = pb->simulated_clock;
     c->fp32 = pb->fp32;
     c->eval_limit = pb->eval_limit;
 }
@@ -467,7 +470,8 @@ static bool s_scalars_finite(const mq_msg_t *m)
            isfinite(o->loss_smoothed) && isfinite(o->grad_norm) && isfinite(o->sent_norm) &&
            isfinite(o->update_norm) &&
            isfinite(o->iter_ms) && isfinite(o->grad_sqmean) && isfinite(o->grad_range) &&
-           isfinite(o->progress) && isfinite(m->config.link_mbps) && isfinite(m->config.l2);
+           isfinite(o->progress) && isfinite(m->config.link_mbps) && isfinite(m->config.l2) &&
+           isfinite(m->sim_time);
 }
 
 /* Converts an unpacked Meta into MSG and validates the payload frames against it. */
@@ -506,6 +510,7 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->lr = meta->lr;
     msg->evaluate = meta->evaluate;
     msg->eval_limit = meta->eval_limit;
+    msg->sim_time = meta->sim_time;
     if (meta->report)
         s_report_from_pb(meta->report, &msg->report);
     if (meta->observation) {
@@ -532,6 +537,11 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     s_copy_str(msg->text, sizeof msg->text, meta->text);
     if (!s_scalars_finite(msg)) {
         mq_err_set("%s: a numeric field is not finite", mq_msg_type_name(msg->type));
+        return MQ_DROP_NONFINITE;
+    }
+    if (msg->sim_time < 0) {
+        mq_err_set("%s: simulated time %g before the run's start", mq_msg_type_name(msg->type),
+                   msg->sim_time);
         return MQ_DROP_NONFINITE;
     }
     msg->ntensors = (uint32_t)meta->n_tensors;

@@ -1,0 +1,202 @@
+/* The simulated clock (mqgrad/ps.h): the link model's arithmetic by hand, and the same runs
+ * on both clocks agreeing on iteration times where the real clock measures what the simulated
+ * one models (links that dominate the iteration; CPU contention between nodes sharing cores,
+ * which the simulated clock removes by design, taken out as bench/clock_check.sh does). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "local_run.h"
+#include "mqgrad/ps.h"
+#include "mqgrad/util.h"
+
+/* ---- the link model on the simulated clock ---------------------------------------------- */
+
+/* Spins until this thread has used at least S more seconds of CPU. */
+static void s_burn(double s)
+{
+    double end = mq_thread_cpu_s() + s;
+    volatile double x = 0;
+    while (mq_thread_cpu_s() < end)
+        x += 1;
+}
+
+Test(clock, egress_blocks_the_sender_and_stamps_the_last_byte)
+{
+    mq_link_t l;
+    mq_link_init(&l, 80, true); /* 10 MB/s */
+    double t0 = mq_link_now(&l);
+    cr_assert_lt(t0, 0.01, "a new link's time starts at 0, got %g", t0);
+    double stamp = mq_link_egress(&l, 5000000);
+    cr_assert_float_eq(stamp, t0 + 0.5, 0.01, "5 MB at 10 MB/s leave 0.5 s later: %g", stamp);
+    double stamp2 = mq_link_egress(&l, 1000000);
+    cr_assert_float_eq(stamp2, stamp + 0.1, 0.01, "the second waits for the first: %g", stamp2);
+    cr_assert_geq(mq_link_now(&l), stamp2, "the sender was blocked until its bytes were out");
+    cr_assert_eq(l.bytes_out, 6000000);
+}
+
+Test(clock, ingress_is_charged_in_stamp_order_whatever_the_order_taken)
+{
+    /* Two 1 MB messages into a 10 MB/s NIC, stamped 2.0 and 1.0 (their last bytes left then):
+     * the one stamped 1.0 streamed in during [0.9, 1.0], the other during [1.9, 2.0]; taken in
+     * either order, the node has both at 2.0. */
+    for (int order = 0; order < 2; order++) {
+        mq_link_t l;
+        mq_link_init(&l, 80, true);
+        double a = order ? 1.0 : 2.0, b = order ? 2.0 : 1.0;
+        mq_link_arrive(&l, 1000000, a);
+        mq_link_arrive(&l, 1000000, b);
+        double t = mq_link_settle(&l);
+        cr_assert_float_eq(t, 2.0, 0.005, "order %d: all in at %g, expected 2.0", order, t);
+    }
+    /* Stamped together, they share the NIC: the second is in 0.1 s after the first. */
+    mq_link_t l;
+    mq_link_init(&l, 80, true);
+    mq_link_arrive(&l, 1000000, 1.0);
+    mq_link_arrive(&l, 1000000, 1.0);
+    cr_assert_float_eq(mq_link_settle(&l), 1.1, 0.005);
+    cr_assert_eq(l.bytes_in, 2000000);
+}
+
+Test(clock, compute_is_charged_as_cpu_time_and_idle_time_jumps)
+{
+    mq_link_t l;
+    mq_link_init(&l, 0, true); /* no rate limit: only compute and stamps */
+    mq_link_sync(&l, 3.0);     /* a message stamped 3.0: the node was idle until then */
+    double t0 = mq_link_now(&l);
+    cr_assert_float_eq(t0, 3.0, 0.005);
+    s_burn(0.05);
+    double t1 = mq_link_now(&l);
+    cr_assert(t1 - t0 >= 0.05 && t1 - t0 < 0.1, "50 ms of CPU advance the clock by %g s", t1 - t0);
+    /* Work on a message that arrives after the node is free starts at its arrival. */
+    mq_link_arrive(&l, 100, 5.0);
+    s_burn(0.02);
+    double t2 = mq_link_settle(&l);
+    cr_assert(t2 >= 5.02 && t2 < 5.06, "arrival 5.0 + 20 ms of work: %g", t2);
+    /* A message already waiting when the node is busy costs no idle time. */
+    mq_link_arrive(&l, 100, 1.0);
+    double t3 = mq_link_settle(&l);
+    cr_assert(t3 >= t2 && t3 < t2 + 0.01, "an early message adds no idle time: %g after %g", t3,
+              t2);
+    /* Evaluation between pause and resume is not the run's time. */
+    double p = mq_link_pause(&l);
+    s_burn(0.03);
+    mq_link_resume(&l);
+    cr_assert_lt(mq_link_now(&l) - p, 0.005, "paused work was charged");
+}
+
+Test(clock, the_real_clock_is_the_wall)
+{
+    mq_link_t l;
+    mq_link_init(&l, 80, false);
+    double w0 = mq_now_s();
+    cr_assert_float_eq(mq_link_now(&l), w0, 0.01);
+    cr_assert_eq(mq_link_egress(&l, 200000), 0, "the real clock stamps nothing");
+    double w1 = mq_now_s();
+    cr_assert(w1 - w0 >= 0.019, "200 kB at 10 MB/s sleep 20 ms, slept %g s", w1 - w0);
+}
+
+/* ---- the same run on both clocks ------------------------------------------------------- */
+
+/* The medians of the iteration time and of compute_ms (seconds), iterations 1.. (0 warms up). */
+static void s_medians(const char *dir, double *iter_s, double *compute_s)
+{
+    char *csv = test_slurp(dir, "metrics.csv");
+    double d[256], c[256], prev = 0;
+    int n = 0, row = 0;
+    for (char *save, *line = strtok_r(csv, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        if (row++ == 0)
+            continue; /* header: iter,train_time_s,loss,smoothed_loss,bits,up,down,compute_ms */
+        double v[8];
+        char *p = line;
+        for (int k = 0; k < 8; k++) {
+            v[k] = strtod(p, &p);
+            p += *p == ',';
+        }
+        if (row > 2 && n < 256) {
+            d[n] = v[1] - prev;
+            c[n] = v[7] / 1e3;
+            n++;
+        }
+        prev = v[1];
+    }
+    free(csv);
+    cr_assert_geq(n, 3, "%s: too few iterations", dir);
+    for (int i = 1; i < n; i++) /* insertion sort of both, each on its own */
+        for (int j = i; j > 0 && d[j - 1] > d[j]; j--) {
+            double x = d[j];
+            d[j] = d[j - 1], d[j - 1] = x;
+        }
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && c[j - 1] > c[j]; j--) {
+            double x = c[j];
+            c[j] = c[j - 1], c[j - 1] = x;
+        }
+    *iter_s = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+    *compute_s = n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
+}
+
+static void s_compare(const char *name, const char *model, const char *iters, const char *mbps,
+                      const char *const *method)
+{
+    double it[2], comp[2];
+    const char *clocks[2] = {"real", "simulated"};
+    for (int k = 0; k < 2; k++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "/tmp/mqgrad-test-clock-%d-%s-%s", (int)getpid(), name,
+                 clocks[k]);
+        const char *args[24] = {"--model", model,     "--iterations", iters,
+                                "--eval-every", "0",   "--final-eval-limit", "100",
+                                "--link-mbps", mbps,  "--clock",      clocks[k],
+                                "--seed",       "1",   "--threshold",  "100"};
+        int n = 16;
+        for (int i = 0; method[i]; i++)
+            args[n++] = method[i];
+        args[n] = NULL;
+        int rc = test_wait(test_spawn_args(dir, args), 300);
+        cr_assert_eq(rc, 0, "%s on the %s clock exited %d", name, clocks[k], rc);
+        char *sum = test_slurp(dir, "summary.json");
+        cr_assert(strstr(sum, k ? "\"clock\": \"simulated\"" : "\"clock\": \"real\""),
+                  "the summary names its clock: %s", sum);
+        free(sum);
+        s_medians(dir, &it[k], &comp[k]);
+        test_rmtree(dir);
+    }
+    /* Contention: the real run's compute beyond its CPU time, which separate machines would
+     * not have had. */
+    double excess = comp[0] > comp[1] ? comp[0] - comp[1] : 0;
+    double ratio = it[1] / (it[0] - excess);
+    cr_log_info("%s: real %.1f ms (compute %.1f), simulated %.1f ms (compute %.1f): ratio %.3f",
+                name, it[0] * 1e3, comp[0] * 1e3, it[1] * 1e3, comp[1] * 1e3, ratio);
+    cr_assert(fabs(ratio - 1) <= 0.05,
+              "%s: simulated iteration %.1f ms vs real %.1f ms less %.1f ms of contention: "
+              "ratio %.3f, not within 5 %%",
+              name, it[1] * 1e3, it[0] * 1e3, excess * 1e3, ratio);
+}
+
+Test(clock, simulated_matches_real_fp32_80mbit, .timeout = 600)
+{
+    const char *m[] = {"--codec", "none", "--policy", "none", NULL};
+    s_compare("fp32", "small", "12", "80", m);
+}
+
+Test(clock, simulated_matches_real_8bit_80mbit, .timeout = 600)
+{
+    const char *m[] = {"--policy", "fixed:8", NULL};
+    s_compare("8bit", "paper", "5", "80", m);
+}
+
+Test(clock, simulated_matches_real_2bit_80mbit, .timeout = 600)
+{
+    const char *m[] = {"--policy", "fixed:2", NULL};
+    s_compare("2bit", "paper", "6", "80", m);
+}
+
+Test(clock, a_bad_clock_is_refused, .timeout = 60)
+{
+    const char *args[] = {"--iterations", "1", "--clock", "sundial", NULL};
+    int rc = test_wait(test_spawn_args("/tmp/mqgrad-test-clock-bad", args), 30);
+    cr_assert_eq(rc, 2, "--clock sundial exited %d, expected 2 (bad usage)", rc);
+}
