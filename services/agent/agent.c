@@ -18,7 +18,7 @@ typedef struct {
     int port;
     mq_agent_http_t *http;
     mq_policy_t *policy;     /* the active policy */
-    mq_policy_t *stash;      /* the last mqgrad policy swapped away from, or NULL */
+    mq_policy_t *stash;      /* the last mqgrad or learned policy swapped away from, or NULL */
     int min_bits;            /* of the active policy: the bit-width of its first Q-value */
     mq_policy_status_t last; /* the active policy's status after the last change */
     uint64_t iter;           /* last observed iteration, whatever the policy */
@@ -32,9 +32,17 @@ typedef struct {
 
 /* ---- policies ----------------------------------------------------------------------- */
 
-static bool s_is_mqgrad(const char *spec)
+/* SPEC names policy NAME (with or without options). */
+static bool s_is(const char *spec, const char *name)
 {
-    return strncmp(spec, "mqgrad", 6) == 0 && (spec[6] == '\0' || spec[6] == ':');
+    size_t n = strlen(name);
+    return strncmp(spec, name, n) == 0 && (spec[n] == '\0' || spec[n] == ':');
+}
+
+/* A policy whose learned state is kept aside when it is swapped away from. */
+static bool s_keeps_learning(const char *spec)
+{
+    return s_is(spec, "mqgrad") || s_is(spec, "learned");
 }
 
 /* The bit range a spec will have: OPTS's, overridden by "min=" / "max=" in the spec. */
@@ -72,9 +80,11 @@ static void s_activate(s_agent_t *self, mq_policy_t *p)
     s_spec_range(self->last.spec, &self->cfg->opts, &self->min_bits, &hi);
 }
 
-/* Makes SPEC the active policy. Swapping back to the mqgrad spec that was swapped away
- * from resumes it (weights, MDP state, bits); any other spec is built new, starting at the
- * current bits. The mqgrad policy swapped away from is kept aside (one at a time). */
+/* Makes SPEC the active policy. Swapping back to the mqgrad (or learned) spec that was
+ * swapped away from resumes it (weights, MDP state, bits); any other spec is built new,
+ * starting at the current bits, and a new learned spec takes over the table of the learned
+ * policy swapped away from or kept aside (e.g. "learned" trained, "learned:epsilon=0"
+ * deployed). The mqgrad or learned policy swapped away from is kept aside (one at a time). */
 static int s_swap(s_agent_t *self, const char *spec)
 {
     if (strcmp(spec, self->last.spec) == 0) {
@@ -83,7 +93,7 @@ static int s_swap(s_agent_t *self, const char *spec)
     }
     mq_policy_t *next = NULL, *old = self->policy;
     bool resumed = false;
-    if (self->stash && s_is_mqgrad(spec)) {
+    if (self->stash && s_keeps_learning(spec)) {
         mq_policy_status_t ss;
         mq_policy_status(self->stash, &ss);
         resumed = strcmp(ss.spec, spec) == 0;
@@ -95,7 +105,14 @@ static int s_swap(s_agent_t *self, const char *spec)
         return -1;
     }
     mq_policy_status_t before = self->last;
-    if (s_is_mqgrad(before.spec)) {
+    const mq_policy_t *from = mq_policy_episodic(old) ? old : self->stash;
+    bool adopted = false;
+    if (!resumed && mq_policy_episodic(next) && mq_policy_episodic(from)) {
+        adopted = mq_policy_adopt(next, from) == 0;
+        if (!adopted)
+            mq_warn("policy %s starts with an empty table: %s", spec, mq_err_last());
+    }
+    if (s_keeps_learning(before.spec)) {
         mq_policy_destroy(&self->stash);
         self->stash = old;
     } else {
@@ -105,7 +122,7 @@ static int s_swap(s_agent_t *self, const char *spec)
     self->n.swaps++;
     mq_info("policy swap: %s (%d bits, step %llu) -> %s (%d bits, %s)", before.spec, before.bits,
             (unsigned long long)before.step, self->last.spec, self->last.bits,
-            resumed ? "learned state resumed" : "new");
+            resumed ? "learned state resumed" : adopted ? "new, with the learned table" : "new");
     return 0;
 }
 
@@ -212,7 +229,8 @@ static int s_load(s_agent_t *self, char *what, size_t cap)
 }
 
 /* Restores the state, then makes --policy the active policy (a restored policy with another
- * spec is swapped away from, so a restored mqgrad keeps its learned state aside).
+ * spec is swapped away from, so a restored mqgrad or learned keeps its learned state aside,
+ * and a learned --policy takes over a restored learned table).
  * Returns 0, or 2 with cfg->start_error set. */
 static int s_setup_policy(s_agent_t *self, char *what, size_t cap)
 {
@@ -295,16 +313,37 @@ static void s_new_run(s_agent_t *self, uint64_t iter)
     self->warned_old = false;
 }
 
-/* Iterations arrive in order. One from the first window after later ones starts a new run;
- * any other step back is ignored by the policy (a scheduler resuming from a checkpoint
- * repeats iterations already seen), which is said once. */
+/* A policy that learns across runs sees iteration 0 again: a new episode of the same policy.
+ * It closes the last one (its return recorded, what it learned kept); saved at once. */
+static void s_new_episode(s_agent_t *self)
+{
+    uint64_t last = self->iter;
+    if (mq_policy_new_episode(self->policy) != 0) {
+        mq_warn("a new episode of %s failed: %s", self->last.spec, mq_err_last());
+        return;
+    }
+    mq_policy_status(self->policy, &self->last);
+    self->iter = 0;
+    self->warned_old = false;
+    mq_info("iteration 0 after %llu: a new episode of %s (%s)", (unsigned long long)last,
+            self->last.spec, self->last.detail);
+    s_save(self);
+}
+
+/* Iterations arrive in order. Iteration 0 after others starts a new episode of a policy
+ * that learns across runs; for the others, one from the first window after later ones
+ * starts a new run; any other step back is ignored by the policy (a scheduler resuming from
+ * a checkpoint repeats iterations already seen), which is said once. */
 static void s_check_order(s_agent_t *self, uint64_t iter)
 {
     if (self->n.observations == 0 || self->last.observations == 0 || iter > self->iter) {
         self->warned_old = false;
         return;
     }
-    if (iter < (uint64_t)self->cfg->opts.T && self->iter >= (uint64_t)self->cfg->opts.T) {
+    if (iter == 0 && mq_policy_episodic(self->policy)) {
+        s_new_episode(self);
+    } else if (iter < (uint64_t)self->cfg->opts.T &&
+               self->iter >= (uint64_t)self->cfg->opts.T) {
         s_new_run(self, iter);
     } else if (!self->warned_old) {
         mq_warn("iteration %llu is not after the last observed (%llu): ignored, as are the "

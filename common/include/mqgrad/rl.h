@@ -1,8 +1,9 @@
 /* Bit-width policies behind one interface: the MQGrad SARSA agent (paper section 3.3,
- * Algorithm 2), fixed:K, adaptive (Oland & Raj as the paper describes them), schedule and
- * DQ-SGD (Yan et al., eqs. 18/20). No sockets here: a policy sees one observation per
- * training iteration and says which bit width the next iterations use. Each policy is a
- * plug-in of the rl module (common/src/rl/registry.c lists them); mq_policy_help prints them. */
+ * Algorithm 2), fixed:K, adaptive (Oland & Raj as the paper describes them), schedule,
+ * DQ-SGD (Yan et al., eqs. 18/20) and learned (tabular Q-learning across runs). No sockets
+ * here: a policy sees one observation per training iteration and says which bit width the
+ * next iterations use. Each policy is a plug-in of the rl module (common/src/rl/registry.c
+ * lists them); mq_policy_help prints them. */
 #ifndef MQGRAD_RL_H
 #define MQGRAD_RL_H
 
@@ -61,7 +62,7 @@ void mq_policy_opts_default(mq_policy_opts_t *o);
 typedef struct mq_policy_t mq_policy_t;
 
 /* Makes a policy from SPEC: a registered policy's name ("mqgrad", "fixed:K", "adaptive",
- * "schedule", "dqsgd", ...; mq_policy_help lists them), optionally followed by
+ * "schedule", "dqsgd", "learned", ...; mq_policy_help lists them), optionally followed by
  * ":key=value,..." giving the policy's own options (e.g. dqsgd's k, alpha, bits) or
  * overriding OPTS (keys T, alpha, epsilon, eta, discount, gamma, min, max, start, hidden,
  * tau, seed, literal_eq3; a policy's own key wins over a common one of the same name), e.g.
@@ -71,11 +72,12 @@ mq_policy_t *mq_policy_new(const char *spec, const mq_policy_opts_t *opts);
 void mq_policy_destroy(mq_policy_t **self_p);
 
 /* Feeds one observation (iterations arrive in order; a repeated or older iteration is
- * ignored and returns the current bits). Returns the bit width to use from iteration
- * obs->iter + 1 on, or -1 with an error if P or OBS is NULL. A step (MDP step, history
- * entry) happens when a window of T observations is complete; most policies decide only
- * then and answer the current bits between steps, a policy deciding every iteration
- * (dqsgd) may change the bits at any observation. */
+ * ignored and returns the current bits, until mq_policy_new_episode starts a new run).
+ * Returns the bit width to use from iteration obs->iter + 1 on, or -1 with an error if P or
+ * OBS is NULL. A step (MDP step, history entry) happens when a window of T observations is
+ * complete; most policies decide only then and answer the current bits between steps, a
+ * policy deciding on its own clock (dqsgd each iteration, learned every S seconds of
+ * training) may change the bits at any observation. */
 int mq_policy_observe(mq_policy_t *p, const mq_observation_t *obs);
 
 /* What a query shows. q_values has one entry per bit width min..max (NaN where the policy
@@ -107,6 +109,38 @@ typedef struct {
     double reward;
 } mq_decision_t;
 size_t mq_policy_history(const mq_policy_t *p, const mq_decision_t **out);
+
+/* Starts a new episode: the next observation belongs to a new training run, and its
+ * iterations count from 0 again (without this, a restored policy ignores iterations not
+ * newer than the last it saw). What every policy resets: the window and the smoothing of
+ * equation (1) (carry, scale), the last iteration, the observation and step counts, the
+ * decision history (it describes one run) and the bits, back to the width the policy
+ * starts with (start bits; fixed's K; schedule's min). The random generator goes on. What
+ * each policy keeps:
+ *   learned   its Q-table and visit counts; the closed episode's return is recorded (when
+ *             it made a decision), the episode counted, and epsilon decays with the count;
+ *   mqgrad    its Q-network; the MDP state s_t is dropped, so the next window's decision is
+ *             a first one (no SARSA update joins the last run's last step to the new run);
+ *   dqsgd     nothing: k is calibrated again on the new run's first norm (unless k or t was
+ *             given) and its counters start over, as a fresh dqsgd would;
+ *   fixed, adaptive, schedule: nothing of their own.
+ * 0, or -1 with an error (P NULL). */
+int mq_policy_new_episode(mq_policy_t *p);
+
+/* True if P learns across runs (learned): the agent then starts a new episode when the
+ * iterations start over, where for the others it starts a new policy. */
+bool mq_policy_episodic(const mq_policy_t *p);
+
+/* The returns (sums of rewards) of P's last closed episodes, oldest first, at most 1024:
+ * *OUT points into P (valid until its next new episode, restore or destroy). 0 (and *OUT
+ * NULL) for a policy without episodes. */
+size_t mq_policy_returns(const mq_policy_t *p, const double **out);
+
+/* P takes over what FROM, the same policy under another spec (e.g. "learned" trained, then
+ * "learned:epsilon=0" deployed), learned across episodes: learned's table, visit counts,
+ * episode count and returns. 0, or -1 with an error and P unchanged: another policy, one
+ * that learns nothing across runs, or options that give another table (bit range, buckets). */
+int mq_policy_adopt(mq_policy_t *p, const mq_policy_t *from);
 
 /* The registered policies for a --help text: one line each, "  USAGE  HELP\n", in
  * registry order, NUL-terminated and cut at LEN. */

@@ -197,6 +197,21 @@ static int s_decide(mq_policy_t *p, const mq_observation_t *obs, double r, mq_de
     return 0;
 }
 
+/* A new run: nothing learned to keep. k is calibrated again on the new run's first norm
+ * (its gradients start where the last run's did, not where they ended) unless the spec gave
+ * it, and the counters describe the new run, as a fresh dqsgd's would. */
+static int s_episode(mq_policy_t *p)
+{
+    mq_rl_dqsgd_t *d = p->priv;
+    if (!d->k_given)
+        d->k = 0;
+    d->decided = d->low = d->high = d->skipped = d->no_horizon = 0;
+    d->bits_sum = 0;
+    d->last_real = NAN;
+    d->recorded = p->bits;
+    return 0;
+}
+
 static void s_save(const mq_policy_t *p, mq_rl_writer_t *w)
 {
     const mq_rl_dqsgd_t *d = p->priv;
@@ -280,4 +295,5 @@ const mq_policy_ops_t mq_policy_dqsgd_ops = {
     .save = s_save,
     .restore = s_restore,
     .status = s_status,
+    .episode = s_episode,
 };

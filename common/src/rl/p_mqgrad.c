@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int s_init(mq_policy_t *p)
 {
@@ -87,6 +88,17 @@ static int s_restore(mq_policy_t *p, mq_rl_reader_t *r)
     return 0;
 }
 
+/* A new run: the network stays; s_t goes, so the next window's decision is a first one
+ * (the new run's first state does not follow from the last run's last action). */
+static int s_episode(mq_policy_t *p)
+{
+    mq_rl_mqgrad_t *m = p->priv;
+    m->have_state = false;
+    m->n = m->action = 0;
+    memset(m->x, 0, (size_t)p->o.T * sizeof(double));
+    return 0;
+}
+
 /* The Q-values of s_t once there is one. */
 static void s_status(const mq_policy_t *p, mq_policy_status_t *st)
 {
@@ -106,4 +118,5 @@ const mq_policy_ops_t mq_policy_mqgrad_ops = {
     .save = s_save,
     .restore = s_restore,
     .status = s_status,
+    .episode = s_episode,
 };

@@ -232,6 +232,7 @@ mq_policy_t *mq_rl_build(const char *spec, const mq_policy_opts_t *opts, bool sa
     }
     if (ops->init && ops->init(p) != 0)
         goto err;
+    p->first_bits = p->bits;
     return p;
 err:
     mq_policy_destroy(&p);
@@ -414,4 +415,55 @@ size_t mq_policy_history(const mq_policy_t *p, const mq_decision_t **out)
 {
     *out = p->hist;
     return p->nhist;
+}
+
+/* Contract: see rl.h. The common reset comes first, so the policy's hook sees the new
+ * episode's bits and counters and its own data still as the last episode left them. */
+int mq_policy_new_episode(mq_policy_t *p)
+{
+    if (!p) {
+        mq_err_set("mq_policy_new_episode: NULL policy");
+        return -1;
+    }
+    mq_rl_window_t *w = &p->win;
+    memset(w->lbar, 0, (size_t)p->o.T * sizeof(double));
+    *w = (mq_rl_window_t){.lbar = w->lbar};
+    p->have_carry = p->have_scale = false;
+    p->carry = p->scale = 0;
+    p->last_iter = p->observations = p->step = 0;
+    p->last_reward = NAN;
+    p->nhist = 0;
+    p->bits = p->first_bits;
+    return p->ops->episode ? p->ops->episode(p) : 0;
+}
+
+/* Contract: see rl.h. */
+bool mq_policy_episodic(const mq_policy_t *p)
+{
+    return p && p->ops->episodic;
+}
+
+/* Contract: see rl.h. */
+size_t mq_policy_returns(const mq_policy_t *p, const double **out)
+{
+    *out = NULL;
+    return p && p->ops->returns ? p->ops->returns(p, out) : 0;
+}
+
+/* Contract: see rl.h. */
+int mq_policy_adopt(mq_policy_t *p, const mq_policy_t *from)
+{
+    if (!p || !from) {
+        mq_err_set("mq_policy_adopt: NULL policy");
+        return -1;
+    }
+    if (p->ops != from->ops) {
+        mq_err_set("policy %s cannot take over what %s learned", p->spec, from->spec);
+        return -1;
+    }
+    if (!p->ops->adopt) {
+        mq_err_set("policy %s learns nothing across runs to take over", p->ops->name);
+        return -1;
+    }
+    return p->ops->adopt(p, from);
 }

@@ -12,6 +12,7 @@
     X(adaptive)                                                                                    \
     X(schedule)                                                                                    \
     X(dqsgd)                                                                                       \
+    X(learned)                                                                                     \
     /* one line per policy, above this one */
 
 #define S_DECLARE(name) extern const mq_policy_ops_t mq_policy_##name##_ops;

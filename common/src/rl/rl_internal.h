@@ -54,7 +54,9 @@ int mq_rl_get_f64s(mq_rl_reader_t *r, double *v, size_t expect, const char *what
  * Life of a policy: option (each spec parameter, own first) -> the common options are
  * checked -> init -> for each observation: the window takes it, observe, and when the window
  * closes, decide (one history entry per close) -> fini. A restored policy is built the same
- * way from its saved spec and options, then restore reads what save wrote.
+ * way from its saved spec and options, then restore reads what save wrote. A new episode
+ * (mq_policy_new_episode, a new training run) resets the common per-run state and calls
+ * episode; what a policy learned stays.
  *
  * Adding a policy: a file p_<name>.c defining `const mq_policy_ops_t mq_policy_<name>_ops`
  * and one line in registry.c; the tests of the registry then run it too. */
@@ -87,6 +89,18 @@ typedef struct mq_policy_ops {
     int (*restore)(mq_policy_t *p, mq_rl_reader_t *r);
     /* Its part of a status: Q-values, the detail line. */
     void (*status)(const mq_policy_t *p, mq_policy_status_t *st);
+    /* mq_policy_new_episode, after the common part was reset (window, smoothing, counters,
+     * history, P->bits back to the first width): closes the previous episode and readies the
+     * next, keeping what the policy learned. -1 with an error. */
+    int (*episode)(mq_policy_t *p);
+    /* The returns of the episodes closed so far, oldest first (NULL: none kept). */
+    size_t (*returns)(const mq_policy_t *p, const double **out);
+    /* P (new, same policy) takes over what FROM learned across episodes; -1 with an error
+     * and P unchanged when their options make that impossible. NULL: nothing to take. */
+    int (*adopt)(mq_policy_t *p, const mq_policy_t *from);
+    /* It learns across runs: the agent starts a new episode, not a new policy, when the
+     * iterations start over (mq_policy_episodic). */
+    bool episodic;
 } mq_policy_ops_t;
 
 /* The registry (registry.c): the policy named NAME, or NULL; all of them, in listing order. */
@@ -117,7 +131,8 @@ struct mq_policy_t {
     char spec[MQ_RL_MAX_SPEC];
     mq_policy_opts_t o;
     mq_rng_t rng;
-    int bits; /* bits in use now */
+    int bits;       /* bits in use now */
+    int first_bits; /* the width init chose: each episode starts there */
     uint64_t step, last_iter, observations;
     double last_reward;
     bool have_carry; /* carry: last smoothed loss, seeds the next value of eq. (1) */
@@ -208,6 +223,53 @@ double mq_rl_dqsgd_levels(double k, double alpha, uint64_t n, uint64_t nn, doubl
 /* The smallest width B >= 1 whose 2^(B-1) - 1 levels reach S (to a relative 1e-9, so that
  * an S computed as exactly 2^(B-1) - 1 gets B), at most 64. */
 int mq_rl_dqsgd_width(double s);
+
+/* ---- learned (p_learned.c) ------------------------------------------------------------ */
+
+#define MQ_RL_MAX_RETURNS 1024
+#define MQ_RL_LEARNED_ACTIONS 3 /* bits -1, keep, +1 */
+
+/* learned's own options and state (P->priv), exposed for the tests. The table holds
+ * Q(s, a) at q[s * 3 + a], a = 0 down, 1 keep, 2 up; s = ((bits - min) * nprog + progress)
+ * * ntrend + trend) * nqerr + qerr. */
+typedef struct {
+    /* own options */
+    double every;      /* seconds of training time per decision; 0 = every T iterations */
+    double smooth;     /* loss smoothing per iteration, as eq. (1)'s alpha */
+    double gain;       /* reward scale (100: percent of the episode's first smoothed loss) */
+    double discount;   /* Q-learning's discount */
+    double decay;      /* epsilon = floor + (epsilon - floor) * decay^episodes */
+    double floor;      /* epsilon's floor */
+    bool frozen;       /* greedy, no learning (also when epsilon is 0) */
+    int nprog, ntrend, nqerr; /* buckets of each feature (1: feature off) */
+    unsigned given;    /* the own options the spec gave (one bit each), for the defaults */
+    /* what it learned, kept across episodes */
+    int nstates;
+    double *q;
+    uint32_t *visits;
+    uint64_t episodes; /* episodes closed (with at least one decision) */
+    uint64_t updates;  /* Q-learning updates, all episodes */
+    size_t nret;       /* returns kept, the last MQ_RL_MAX_RETURNS episodes */
+    double returns[MQ_RL_MAX_RETURNS];
+    /* this episode */
+    bool have_loss;
+    double sm, s0, s_prev; /* smoothed loss now, the episode's first, at the last decision */
+    double ret;            /* sum of this episode's rewards */
+    double ms;             /* the open interval: timed milliseconds, observations, timed ones */
+    uint32_t its, timed;
+    double qerr_sum;       /* relative quantization error | |Q(g)| - |g| | / |g|, summed */
+    uint32_t qerr_n;
+    double progress;       /* the last known fraction of the run's budget used */
+    int trend, qbucket;    /* features of the last closed interval */
+    bool have_sa;          /* s, a: the state and action of the open interval */
+    int s, a;
+    uint64_t decisions;    /* this episode */
+    double last_r;         /* the last reward (NaN before the first) */
+    int recorded;          /* the bits of the last history entry (for its action) */
+} mq_rl_learned_t;
+
+/* The epsilon learned explores with now (0 when frozen). */
+double mq_rl_learned_epsilon(const mq_policy_t *p);
 
 /* CRC-32 (IEEE 802.3, reflected, as zlib's crc32) continuing from CRC (start with 0). */
 uint32_t mq_rl_crc32(uint32_t crc, const uint8_t *buf, size_t len);
