@@ -138,10 +138,18 @@ static int s_load(const s_opts_t *o, mq_rep_set_t *set)
     }
     if (mq_rep_group(set) < 0)
         return -1;
-    for (size_t k = 0; k < set->n_methods; k++) /* runs are sorted by seed */
+    /* The same method and seed twice on the same link (runs at other link speeds are other
+     * panels, not repeats). */
+    for (size_t k = 0; k < set->n_methods; k++)
         for (size_t r = 1; r < set->methods[k].n_runs; r++) {
-            const mq_rep_run_t *a = set->methods[k].runs[r - 1], *b = set->methods[k].runs[r];
-            if (a->seed == b->seed)
+            const mq_rep_run_t *b = set->methods[k].runs[r], *a = NULL;
+            for (size_t q = 0; q < r && !a; q++) {
+                const mq_rep_run_t *c = set->methods[k].runs[q];
+                if (c->seed == b->seed && (c->link_mbps == b->link_mbps ||
+                                           (isnan(c->link_mbps) && isnan(b->link_mbps))))
+                    a = c;
+            }
+            if (a)
                 fprintf(stderr,
                         "mqgrad report: warning: %s and %s are both %s with seed %llu; both "
                         "count as seeds\n",
