@@ -70,6 +70,13 @@ void mq_agent_actor(zsock_t *pipe, void *args);
  * NUL-terminated text, but then the return is >= CAP). */
 size_t mq_agent_status_json(const mq_status_msg_t *st, char *buf, size_t cap);
 
+/* Ends the episode (run) of the agent state file PATH, between runs: an episodic policy
+ * ("learned") records the run's return, and the file is rewritten atomically, so the next
+ * run starts a new episode with what was learned. *RETURNS (malloc'd, the caller frees) and
+ * *N: the returns of every episode so far (N = 0 and the file unchanged for a policy without
+ * episodes). 0, or -1 with an error naming the file. */
+int mq_agent_state_end_episode(const char *path, double **returns, size_t *n);
+
 #ifdef __cplusplus
 }
 #endif

@@ -186,6 +186,51 @@ int mq_agent_state_load(const char *path, mq_policy_t **cur, mq_policy_t **stash
     return 0;
 }
 
+/* Contract: see agent.h. */
+int mq_agent_state_end_episode(const char *path, double **returns, size_t *n)
+{
+    mq_policy_t *cur = NULL, *stash = NULL;
+    mq_agent_counters_t c;
+    *returns = NULL, *n = 0;
+    int rc = mq_agent_state_load(path, &cur, &stash, &c);
+    if (rc != 0) {
+        if (rc == 1)
+            mq_err_set("state file %s does not exist", path);
+        return -1;
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    rc = 0;
+    if (mq_policy_episodic(cur)) {
+        const double *r;
+        rc = mq_policy_new_episode(cur);
+        size_t k = rc == 0 ? mq_policy_returns(cur, &r) : 0;
+        if (rc == 0 && k > 0 && !(*returns = malloc(k * sizeof **returns))) {
+            mq_err_set("out of memory");
+            rc = -1;
+        }
+        if (rc == 0 && k > 0) {
+            memcpy(*returns, r, k * sizeof **returns);
+            *n = k;
+        }
+        if (rc == 0 && (mq_agent_state_pack(cur, stash, &c, &buf, &len) != 0 ||
+                        mq_write_file_atomic(path, buf, len) != 0)) {
+            char why[600];
+            snprintf(why, sizeof why, "%s", mq_err_last());
+            mq_err_set("state file %s: %s", path, why);
+            rc = -1;
+        }
+    }
+    if (rc != 0) {
+        free(*returns);
+        *returns = NULL, *n = 0;
+    }
+    free(buf);
+    mq_policy_destroy(&cur);
+    mq_policy_destroy(&stash);
+    return rc;
+}
+
 /* ---- background saver ---------------------------------------------------------------- */
 
 static void s_write(const char *path, zmsg_t *msg, bool *failing)

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent.h"
 #include "cli.h"
 #include "local.h"
 #include "methods.h"
@@ -29,6 +30,8 @@
 
 typedef struct {
     char methods[512], seeds[256], out[480], target_acc[24], checkpoints[256];
+    char train_agent[24], agent_state[480];
+    long episodes; /* --train-agent N; 0 = an experiment */
     mq_local_opts_t base;
     char method[S_MAX_METHODS][64];
     int n_methods;
@@ -72,15 +75,24 @@ static const char s_usage[] =
     "A method may end with \"+exact\" (mqgrad+exact, fixed:2+exact): the same policy with\n"
     "the paper-exact codec: one range per tensor slice, nearest rounding (--bucket 0, no\n"
     "--stochastic, no --error-feedback); none+exact is refused (fp32 has no codec).\n"
-    "Every `mqgrad local` flag is accepted except --policy, --seed and --run-dir.\n\n"
+    "Every `mqgrad local` flag is accepted except --policy, --seed and --run-dir.\n"
+    "\n"
+    "Training an agent across runs: --train-agent N runs N episodes of one learning\n"
+    "policy (e.g. --methods learned) into OUT/episode-<k>-seed<s>, taking the --seeds in\n"
+    "turn, every episode continuing one agent state, OUT/agent.state; it writes the agent's\n"
+    "return per episode to OUT/returns.csv and OUT/returns.png (its learning curve), and\n"
+    "resumes where it stopped. --agent-state FILE starts every run's agent from a copy of\n"
+    "FILE (FILE itself is never written): deploy a trained agent on held-out seeds with\n"
+    "--methods learned:epsilon=0 --agent-state OUT/agent.state --seeds 1,2,3.\n\n"
     "presets:\n";
 
 /* Moves this command's own flags from ARGV into MINE, the rest (local's flags) into REST;
  * both keep argv[0]. */
 static void s_split_args(int argc, char **argv, char **mine, int *nm, char **rest, int *nr)
 {
-    static const char *const own[] = {"--methods", "--seeds", "--out", "--target-acc",
-                                      "--checkpoints"};
+    static const char *const own[] = {"--methods",     "--seeds",       "--out",
+                                      "--target-acc",  "--checkpoints", "--train-agent",
+                                      "--agent-state"};
     mine[0] = rest[0] = S_ME;
     *nm = *nr = 1;
     for (int i = 1; i < argc; i++) {
@@ -202,6 +214,42 @@ static int s_check_local(const mq_local_opts_t *b, int nr, char **rest)
     return 0;
 }
 
+/* --train-agent and --agent-state: a number of episodes, one method whose policy learns
+ * across runs, a state file that exists and is an agent's. */
+static int s_check_training(s_opts_t *o)
+{
+    if (o->agent_state[0] && access(o->agent_state, R_OK) != 0) {
+        mq_err_set("--agent-state %s: %s", o->agent_state, strerror(errno));
+        return -1;
+    }
+    if (!o->train_agent[0])
+        return 0;
+    if (mq_parse_long("--train-agent", o->train_agent, 1, 100000, &o->episodes) < 0)
+        return -1;
+    if (strlen(o->out) > 400) {
+        mq_err_set("--out: at most 400 characters with --train-agent");
+        return -1;
+    }
+    if (o->n_methods != 1) {
+        mq_err_set("--train-agent trains one method, not %d (give --methods learned, or "
+                   "learned:OPTIONS)",
+                   o->n_methods);
+        return -1;
+    }
+    mq_method_t m;
+    if (mq_method_resolve(o->method[0], &m) != 0)
+        return -1;
+    mq_policy_t *p = mq_policy_new(m.policy, NULL);
+    bool episodic = p && mq_policy_episodic(p);
+    mq_policy_destroy(&p);
+    if (!episodic) {
+        mq_err_set("--train-agent: policy '%s' does not learn across runs (learned does)",
+                   m.policy);
+        return -1;
+    }
+    return 0;
+}
+
 /* 0 ok, 1 help printed, 2 bad usage (message printed). */
 static int s_parse(s_opts_t *o, int argc, char **argv)
 {
@@ -219,6 +267,10 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
          "report: accuracy for the time-to-target table (default 0.85)"},
         {"checkpoints", NULL, MQ_FLAG_STR, o->checkpoints, sizeof o->checkpoints, 0, 0,
          "report: times (s) of the accuracy table (default 25..100% of the shortest run)"},
+        {"train-agent", NULL, MQ_FLAG_STR, o->train_agent, sizeof o->train_agent, 0, 0,
+         "N: train one learning policy over N runs (episodes), see above"},
+        {"agent-state", NULL, MQ_FLAG_STR, o->agent_state, sizeof o->agent_state, 0, 0,
+         "every run's agent starts from a copy of this state file"},
         {0},
     };
     char usage[sizeof s_usage + 2048];
@@ -243,7 +295,7 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
     double v;
     if (s_parse_methods(o) < 0 || s_parse_seeds(o) < 0 || s_check_local(&o->base, nr, rest) < 0 ||
         (o->target_acc[0] && mq_parse_double("--target-acc", o->target_acc, 0, 1, &v) < 0) ||
-        !o->out[0]) {
+        s_check_training(o) < 0 || !o->out[0]) {
         fprintf(stderr, "%s: %s\n", S_ME, o->out[0] ? mq_err_last() : "--out: empty");
         return 2;
     }
@@ -319,8 +371,21 @@ static int s_agent_args(mq_local_opts_t *lo, long seed)
     return 0;
 }
 
-/* Runs one cluster with its chatter (summary, scheduler lines) in DIR/logs/local.log. */
-static int s_run_cluster(const s_opts_t *o, const s_run_t *r)
+/* Copies FROM to TO (atomically: TO is whole or untouched). */
+static int s_copy_file(const char *from, const char *to)
+{
+    char *data;
+    size_t len;
+    if (mq_read_file(from, &data, &len) != 0)
+        return -1;
+    int rc = mq_write_file_atomic(to, data, len);
+    free(data);
+    return rc;
+}
+
+/* Runs one cluster with its chatter (summary, scheduler lines) in DIR/logs/local.log; its
+ * agent starts from a copy of STATE when given (NULL: a new agent). */
+static int s_run_cluster(const s_opts_t *o, const s_run_t *r, const char *state)
 {
     mq_local_opts_t lo = o->base;
     mq_method_t m;
@@ -346,7 +411,10 @@ static int s_run_cluster(const s_opts_t *o, const s_run_t *r)
     char logdir[PATH_MAX], log[PATH_MAX + 16];
     snprintf(logdir, sizeof logdir, "%s/logs", r->dir);
     snprintf(log, sizeof log, "%s/local.log", logdir);
-    if (s_agent_args(&lo, r->seed) < 0 || s_set_aside(r->dir) < 0 || mq_mkdirs(logdir) < 0) {
+    char run_state[PATH_MAX];
+    snprintf(run_state, sizeof run_state, "%s/agent.state", r->dir); /* where local puts it */
+    if (s_agent_args(&lo, r->seed) < 0 || s_set_aside(r->dir) < 0 || mq_mkdirs(logdir) < 0 ||
+        (state && s_copy_file(state, run_state) < 0)) {
         fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
         return 1;
     }
@@ -472,7 +540,7 @@ static int s_run_all(const s_opts_t *o, s_run_t *runs, int n)
                    r->seed, res);
         } else {
             double t0 = mq_now_s();
-            int rc = s_run_cluster(o, r);
+            int rc = s_run_cluster(o, r, o->agent_state[0] ? o->agent_state : NULL);
             if (rc == 130 || s_interrupted)
                 return 130;
             double dt = mq_now_s() - t0;
@@ -533,6 +601,132 @@ static int s_report(const s_opts_t *o, const s_run_t *runs, int n)
     return rc;
 }
 
+/* ---- training an agent across runs ----------------------------------------------------- */
+
+/* OUT/returns.csv (one row per finished episode) and its plot OUT/returns.png. */
+static void s_learning_curve(const s_opts_t *o)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/returns.csv", o->out);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "%s: %s: %s\n", S_ME, path, strerror(errno));
+        return;
+    }
+    fprintf(f, "episode,seed,return,final_test_acc,final_loss,iterations,train_time_s\n");
+    for (long e = 0; e < o->episodes; e++) {
+        long seed = o->seed[e % o->n_seeds];
+        char dir[PATH_MAX], mark[PATH_MAX + 16], *text;
+        size_t len;
+        snprintf(dir, sizeof dir, "%.400s/episode-%04ld-seed%ld", o->out, e + 1, seed);
+        snprintf(mark, sizeof mark, "%s/episode.done", dir);
+        mq_rep_run_t run;
+        if (mq_read_file(mark, &text, &len) != 0)
+            continue;
+        double ret = strtod(text, NULL);
+        free(text);
+        if (mq_rep_load_run(dir, &run) < 0)
+            continue;
+        fprintf(f, "%ld,%ld,%.6g,%.6g,%.6g,%llu,%.3f\n", e + 1, seed, ret, run.final_acc,
+                run.final_loss, (unsigned long long)run.iterations, mq_rep_run_time(&run));
+        mq_rep_run_free(&run);
+    }
+    if (fclose(f) != 0)
+        fprintf(stderr, "%s: %s: write failed\n", S_ME, path);
+    snprintf(path, sizeof path, "%s/returns.gp", o->out);
+    f = fopen(path, "w");
+    if (!f)
+        return;
+    fprintf(f, "set terminal pngcairo size 900,450 noenhanced\nset output 'returns.png'\n"
+               "set datafile separator ','\nset key top left\nset grid\n"
+               "set xlabel 'episode (training run)'\nset ylabel 'return of the episode'\n"
+               "set y2label 'final test accuracy (%%)'\nset y2tics\nset ytics nomirror\n"
+               "set title 'agent %s: return per episode'\n"
+               "plot 'returns.csv' every ::1 using 1:3 with linespoints pt 7 ps 0.6 "
+               "title 'return', '' every ::1 using 1:($4*100) axes x1y2 with points pt 6 "
+               "title 'final test accuracy'\n",
+               o->method[0]);
+    fclose(f);
+    if (mq_rep_gnuplot(o->out, "returns.gp") < 0)
+        fprintf(stderr, "%s: learning curve: %s\n", S_ME, mq_err_last());
+}
+
+/* --train-agent: o->episodes runs of the one method, on the seeds in turn, all continuing
+ * the agent state OUT/agent.state. After a run the state its agent left becomes that state
+ * and the episode is closed in it (mq_agent_state_end_episode: the return is recorded);
+ * OUT/episode-<k>-seed<s>/episode.done then holds the return, and a resumed training skips
+ * the episode. A failed run leaves the state as it was (it taught nothing) and is counted. */
+static int s_train(const s_opts_t *o)
+{
+    char state[PATH_MAX];
+    snprintf(state, sizeof state, "%s/agent.state", o->out);
+    if (o->agent_state[0] && access(state, F_OK) != 0 && s_copy_file(o->agent_state, state) < 0) {
+        fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
+        return 1;
+    }
+    printf("%s: training %s over %ld episodes in %s, agent state %s\n", S_ME, o->method[0],
+           o->episodes, o->out, state);
+    fflush(stdout);
+    int failed = 0, executed = 0;
+    double spent = 0;
+    for (long e = 0; e < o->episodes && !s_interrupted; e++) {
+        s_run_t r = {.method = o->method[0], .seed = o->seed[e % o->n_seeds]};
+        if ((size_t)snprintf(r.dir, sizeof r.dir, "%.400s/episode-%04ld-seed%ld", o->out, e + 1,
+                             r.seed) >= sizeof r.dir) {
+            fprintf(stderr, "%s: --out is too long\n", S_ME);
+            return 2;
+        }
+        char mark[PATH_MAX], ran[PATH_MAX], line[64];
+        snprintf(mark, sizeof mark, "%s/episode.done", r.dir);
+        snprintf(ran, sizeof ran, "%s/agent.state", r.dir);
+        if (access(mark, F_OK) == 0) {
+            printf("[%ld/%ld] episode already done, skipped\n", e + 1, o->episodes);
+            continue;
+        }
+        mq_rep_run_t run;
+        if (s_finished(r.dir, &run)) { /* ran, but stopped before its episode was closed */
+            mq_rep_run_free(&run);
+        } else {
+            double t0 = mq_now_s();
+            int rc = s_run_cluster(o, &r, access(state, F_OK) == 0 ? state : NULL);
+            if (rc == 130 || s_interrupted)
+                return 130;
+            spent += mq_now_s() - t0;
+            executed++;
+            s_after_run(&r, (int)e + 1, (int)o->episodes, rc, mq_now_s() - t0,
+                        spent / executed * (double)(o->episodes - e - 1));
+            if (r.state != S_DONE) {
+                failed++;
+                continue;
+            }
+        }
+        double *ret = NULL;
+        size_t k = 0;
+        if (s_copy_file(ran, state) < 0 || mq_agent_state_end_episode(state, &ret, &k) < 0) {
+            fprintf(stderr, "%s: episode %ld: %s\n", S_ME, e + 1, mq_err_last());
+            return 1;
+        }
+        double last = k ? ret[k - 1] : NAN;
+        free(ret);
+        int n = snprintf(line, sizeof line, "%.9g\n", last);
+        if (mq_write_file_atomic(mark, line, (size_t)n) != 0) {
+            fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
+            return 1;
+        }
+        printf("    return %.3f (the agent's episode %zu)\n", last, k);
+        fflush(stdout);
+    }
+    if (s_interrupted)
+        return 130;
+    s_learning_curve(o);
+    printf("%s: learning curve in %s/returns.csv and returns.png; the trained agent is %s\n",
+           S_ME, o->out, state);
+    if (failed)
+        fprintf(stderr, "%s: %d of %ld episodes failed (see their logs)\n", S_ME, failed,
+                o->episodes);
+    return failed ? 1 : 0;
+}
+
 int mq_cmd_experiment(int argc, char **argv)
 {
     static s_opts_t o;
@@ -551,6 +745,15 @@ int mq_cmd_experiment(int argc, char **argv)
     }
     s_interrupted = 0;
     s_catch_signals();
+    if (o.episodes > 0) {
+        free(runs);
+        rc = s_train(&o);
+        if (rc == 130)
+            printf("\n%s: interrupted; run the same command again to resume (finished "
+                   "episodes are kept)\n",
+                   S_ME);
+        return rc;
+    }
     rc = s_run_all(&o, runs, n);
     if (rc == 130) {
         printf("\n%s: interrupted; run the same command again to resume (finished runs are "

@@ -160,6 +160,9 @@ int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title,
                  mq_rep_plots_t *state);
 /* Name of plot I (0..3) and whether it has any data (accuracy needs evaluations). */
 const char *mq_rep_plot_name(int i);
+/* Runs gnuplot (MQGRAD_GNUPLOT, else found on PATH) on SCRIPT inside DIR: 0 drawn, 1 no
+ * gnuplot here, -1 with an error when it failed. */
+int mq_rep_gnuplot(const char *dir, const char *script);
 bool mq_rep_plot_has_data(const mq_rep_set_t *set, int i);
 /* The distinct link speeds of SET's runs, ascending, "not recorded" (NaN) last, into LINKS
  * (room for SET->n_runs); their number. One panel each in every plot. */

@@ -479,6 +479,14 @@ static int s_run_gnuplot(const char *prog, const char *out, const char *script)
     return 0;
 }
 
+/* Contract: see report.h. */
+int mq_rep_gnuplot(const char *dir, const char *script)
+{
+    char buf[4096];
+    const char *prog = s_find_gnuplot(buf, sizeof buf);
+    return prog ? s_run_gnuplot(prog, dir, script) : 1;
+}
+
 /* The runs of method M at link speed LINK, into RUNS; their number. */
 static size_t s_runs_at(const mq_rep_method_t *m, double link, mq_rep_run_t **runs)
 {
