@@ -312,6 +312,15 @@ Test(experiment, bad_flags_exit_2_before_running, .timeout = 60)
         {{"--iterations", "5", "--methods", "fixed:2/adam", NULL}, "unknown rule 'adam'"},
         {{"--iterations", "5", "--codec", "topk:ratio=2", NULL}, "ratio"},
         {{"--iterations", "5", "--optimizer", "qrda:l9=1", NULL}, "not an option of qrda"},
+        {{"--iterations", "5", "--train-agent", "3", "--methods", "fixed:2", NULL},
+         "does not learn across runs"},
+        {{"--iterations", "5", "--train-agent", "3", "--methods", "learned,fixed:2", NULL},
+         "trains one method"},
+        {{"--iterations", "5", "--train-agent", "0", "--methods", "learned", NULL},
+         "--train-agent"},
+        {{"--iterations", "5", "--agent-state", "/nonexistent/agent.state", NULL},
+         "--agent-state /nonexistent/agent.state"},
+        {{"--iterations", "5", "--clock", "sundial", NULL}, "--clock 'sundial'"},
         /* The methods (with +exact) parse: what stops it is the next flag, the seeds. */
         {{"--iterations", "5", "--methods", "mqgrad+exact,fixed:2+exact,fixed:2,none", "--seeds",
           "x", NULL},
@@ -326,6 +335,78 @@ Test(experiment, bad_flags_exit_2_before_running, .timeout = 60)
         free(text);
         cr_expect(!s_exists(out, "."), "case %zu: created %s", i, out);
     }
+    s_rmtree(root);
+}
+
+/* --train-agent: episodes continue one agent state (the agent's episode count grows), the
+ * learning curve has a row per episode, a re-run skips finished episodes, and a trained agent
+ * is deployed frozen on another seed with --agent-state, which is never written. */
+Test(experiment, train_agent_learns_across_runs_and_deploys, .timeout = 300)
+{
+    char root[64], out[96], log[128], dep[96];
+    snprintf(root, sizeof root, "/tmp/mqgrad-exp-train-%d", (int)getpid());
+    snprintf(out, sizeof out, "%s/train", root);
+    snprintf(dep, sizeof dep, "%s/deploy", root);
+    snprintf(log, sizeof log, "%s/experiment.log", root);
+    cr_assert_eq(mq_mkdirs(root), 0);
+    const char *args[] = {"--train-agent", "3",  "--methods", "learned:every=1", "--seeds",
+                          "11,12",         "--model", "small", "--workers",       "2",
+                          "--servers",     "2",       "--threads", "1",        "--link-mbps",
+                          "80",            "--clock", "simulated", "--time-budget", "4",
+                          "--eval-every",  "0",       NULL};
+    int code = s_experiment(out, log, 240, args);
+    char *text = s_slurp(log);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, text);
+    cr_expect(strstr(text, "return ") && strstr(text, "(the agent's episode 3)"),
+              "the third run is the agent's third episode:\n%s", text);
+    free(text);
+    char path[200];
+    snprintf(path, sizeof path, "%s/returns.csv", out);
+    char *csv = s_slurp(path);
+    int rows = 0;
+    for (const char *p = csv; (p = strchr(p, '\n')); p++)
+        rows++;
+    cr_expect_eq(rows, 4, "a header and one row per episode:\n%s", csv);
+    cr_expect(strstr(csv, "\n1,11,") && strstr(csv, "\n2,12,") && strstr(csv, "\n3,11,"),
+              "episodes take the seeds in turn:\n%s", csv);
+    free(csv);
+    cr_expect(s_exists(out, "episode-0003-seed11/summary.json"));
+
+    code = s_experiment(out, log, 60, args);
+    text = s_slurp(log);
+    cr_assert_eq(code, 0, "exit %d on the re-run:\n%s", code, text);
+    cr_expect(strstr(text, "[3/3] episode already done, skipped"), "%s", text);
+    free(text);
+
+    snprintf(path, sizeof path, "%s/agent.state", out);
+    char *before = s_slurp(path);
+    size_t before_len = 0;
+    {
+        char *d;
+        cr_assert_eq(mq_read_file(path, &d, &before_len), 0);
+        free(d);
+    }
+    const char *dargs[] = {"--methods", "learned:every=1,epsilon=0", "--agent-state", path,
+                           "--seeds", "7", "--model", "small", "--workers", "2", "--servers", "2",
+                           "--threads", "1", "--link-mbps", "80", "--clock", "simulated",
+                           "--time-budget", "4", "--eval-every", "0", NULL};
+    code = s_experiment(dep, log, 240, dargs);
+    text = s_slurp(log);
+    cr_assert_eq(code, 0, "deploy: exit %d:\n%s", code, text);
+    free(text);
+    char alog[200];
+    snprintf(alog, sizeof alog, "%s/learned-every-1-epsilon-0-seed7/logs/agent.log", dep);
+    text = s_slurp(alog);
+    cr_expect(strstr(text, "resumed at step 0"), "the deployed agent starts from the trained "
+                                                 "state:\n%s", text);
+    free(text);
+    char *d;
+    size_t after_len;
+    cr_assert_eq(mq_read_file(path, &d, &after_len), 0);
+    cr_expect(after_len == before_len && memcmp(d, before, after_len) == 0,
+              "--agent-state's file was written");
+    free(d);
+    free(before);
     s_rmtree(root);
 }
 
