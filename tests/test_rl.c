@@ -10,19 +10,11 @@
 #include <string.h>
 
 #include "../common/src/rl/rl_internal.h"
+#include "policy_test.h"
 #include "rl_v1_fixtures.h"
 
 #define EPS 1e-12
 
-/* An observation of iteration M with loss L and time MS (a pointer to a compound literal). */
-#define OBS(m, l, ms) (&(mq_observation_t){.iter = (m), .loss = (l), .iter_ms = (ms)})
-
-static mq_policy_t *s_new(const char *spec, const mq_policy_opts_t *o)
-{
-    mq_policy_t *p = mq_policy_new(spec, o);
-    cr_assert_not_null(p, "mq_policy_new(%s): %s", spec, mq_err_last());
-    return p;
-}
 
 /* mqgrad's own data (network, MDP state). */
 static mq_rl_mqgrad_t *s_mq(mq_policy_t *p)
@@ -66,7 +58,7 @@ Test(rl, smoothing_follows_equation_1)
     mq_policy_opts_t o;
     mq_policy_opts_default(&o);
     o.alpha = 0.1;
-    mq_policy_t *p = s_new("mqgrad", &o);
+    mq_policy_t *p = test_policy_new("mqgrad", &o);
     const double loss[] = {2, 1, 1, 1, 1, 0.6561};
     const double want[] = {2, 1.9, 1.81, 1.729, 1.6561};
     for (int i = 0; i < 5; i++)
@@ -95,7 +87,7 @@ Test(rl, slope_and_reward_follow_equation_2)
     mq_policy_opts_t o;
     mq_policy_opts_default(&o);
     o.alpha = 1;
-    mq_policy_t *p = s_new("fixed:4", &o);
+    mq_policy_t *p = test_policy_new("fixed:4", &o);
     mq_policy_status_t st;
     mq_policy_status(p, &st);
     cr_expect(isnan(st.last_reward));
@@ -116,7 +108,7 @@ static mq_policy_t *s_small_net(double epsilon, bool literal, bool keep_first)
     mq_policy_opts_default(&o);
     o.T = 2, o.alpha = 1, o.epsilon = epsilon, o.eta = 0.5, o.discount = 0.5, o.gamma = 100;
     o.min_bits = 2, o.max_bits = 4, o.start_bits = 2, o.hidden = 2, o.literal_eq3 = literal;
-    mq_policy_t *p = s_new("mqgrad", &o);
+    mq_policy_t *p = test_policy_new("mqgrad", &o);
     mq_rl_qnet_t *net = &s_mq(p)->net;
     const double w1[] = {1, 0, 0, -1}, b1[] = {0, 0.5};
     const double w2a[] = {0, 1, 1, 0, 0.5, 0.5}, w2b[] = {1, 0, 0, 1, 0.5, 0.5};
@@ -230,7 +222,7 @@ Test(rl, mqgrad_bits_never_decrease_long_run)
         mq_policy_opts_default(&o);
         o.seed = 99;
         o.literal_eq3 = literal;
-        mq_policy_t *p = s_new("mqgrad", &o);
+        mq_policy_t *p = test_policy_new("mqgrad", &o);
         mq_rng_t rng;
         mq_rng_seed(&rng, 7);
         int prev = 2, prev_n = 2;
@@ -254,7 +246,7 @@ Test(rl, mqgrad_bits_never_decrease_long_run)
 
 Test(rl, fixed_always_k)
 {
-    mq_policy_t *p = s_new("fixed:1", NULL);
+    mq_policy_t *p = test_policy_new("fixed:1", NULL);
     for (uint64_t m = 0; m < 50; m++)
         cr_expect_eq(mq_policy_observe(p, OBS(m, 1.0 / (m + 1), 5)), 1);
     mq_policy_status_t st;
@@ -277,7 +269,7 @@ ParameterizedTest(int *k, rl, fixed_k_for_every_width)
 {
     char spec[16];
     snprintf(spec, sizeof spec, "fixed:%d", *k);
-    mq_policy_t *p = s_new(spec, NULL);
+    mq_policy_t *p = test_policy_new(spec, NULL);
     for (uint64_t m = 0; m < 23; m++)
         cr_expect_eq(mq_policy_observe(p, OBS(m, 10.0 - m, 1 + m)), *k);
     uint8_t *buf;
@@ -308,10 +300,10 @@ static int s_adaptive_window(mq_policy_t *p, uint64_t first, double range, doubl
  *   range 0.5:  K=2: (0.5/3)^2/12 = 0.0023 -> 2 (and the rule may go down) */
 Test(rl, adaptive_decisions)
 {
-    mq_policy_t *p = s_new("adaptive", NULL);
+    mq_policy_t *p = test_policy_new("adaptive", NULL);
     cr_expect_eq(mq_policy_observe(p, OBS(0, 1, 5)), 2, "starts at start_bits");
     mq_policy_destroy(&p);
-    p = s_new("adaptive", NULL);
+    p = test_policy_new("adaptive", NULL);
     cr_expect_eq(s_adaptive_window(p, 0, 11.2, 1), 4);
     cr_expect_eq(s_adaptive_window(p, 5, 50, 1), 7);
     cr_expect_eq(s_adaptive_window(p, 10, 1000, 1), 8);
@@ -322,7 +314,7 @@ Test(rl, adaptive_decisions)
     cr_expect_eq(h[3].action, -6, "8 -> 2");
     mq_policy_destroy(&p);
     /* The window's mean is used: ranges 0 and 22.4 average to 11.2 -> 4 bits. */
-    p = s_new("adaptive", NULL);
+    p = test_policy_new("adaptive", NULL);
     for (uint64_t m = 0; m < 5; m++)
         mq_policy_observe(
             p, &(mq_observation_t){
@@ -336,7 +328,7 @@ Test(rl, adaptive_decisions)
 /* Bits 2..8 are 7 stages of equal length: progress f gives 2 + floor(7 f). */
 Test(rl, schedule_ramps_over_the_run)
 {
-    mq_policy_t *p = s_new("schedule", NULL);
+    mq_policy_t *p = test_policy_new("schedule", NULL);
     cr_expect_eq(mq_policy_observe(p, OBS(0, 1, 1)), 2);
     int bits = 0;
     for (uint64_t m = 1; m < 5; m++) /* closes at m = 4 with progress 0.5: 2 + 3 = 5 */
@@ -344,7 +336,7 @@ Test(rl, schedule_ramps_over_the_run)
     cr_expect_eq(bits, 5);
     mq_policy_destroy(&p);
     /* No progress: (iter + 1) / total_iters; 700 iterations, 100 per width. */
-    p = s_new("schedule", NULL);
+    p = test_policy_new("schedule", NULL);
     int seen[9] = {0};
     for (uint64_t m = 0; m < 700; m++) {
         bits = mq_policy_observe(p, &(mq_observation_t){.iter = m, .loss = 1, .total_iters = 700});
@@ -365,7 +357,7 @@ Test(rl, iterations_out_of_order_and_gaps)
     mq_policy_opts_t o;
     mq_policy_opts_default(&o);
     o.alpha = 0.5;
-    mq_policy_t *p = s_new("fixed:3", &o);
+    mq_policy_t *p = test_policy_new("fixed:3", &o);
     mq_policy_observe(p, OBS(0, 4, 10));
     mq_policy_observe(p, OBS(1, 2, 10));
     mq_policy_observe(p, OBS(1, 100, 10)); /* repeated: ignored */
@@ -410,7 +402,7 @@ Test(rl, non_finite_losses_hold_the_smoothed_value)
     mq_policy_opts_t o;
     mq_policy_opts_default(&o);
     o.alpha = 0.5;
-    mq_policy_t *p = s_new("fixed:3", &o);
+    mq_policy_t *p = test_policy_new("fixed:3", &o);
     const double loss[] = {NAN, 4, INFINITY, 2, 2}, ms[] = {10, 10, NAN, 10, 10};
     for (int i = 0; i < 5; i++)
         mq_policy_observe(p, OBS(i, loss[i], ms[i]));
@@ -466,7 +458,7 @@ static void s_check_resume(const char *spec, uint64_t split)
     o.seed = 2024;
     o.epsilon = 0.3; /* explore often so the rng state matters */
     int bits_a[100], bits_b[100];
-    mq_policy_t *a = s_new(spec, &o), *b = s_new(spec, &o);
+    mq_policy_t *a = test_policy_new(spec, &o), *b = test_policy_new(spec, &o);
     s_feed(a, 0, 100, bits_a); /* 20 decisions */
     s_feed(b, 0, split, bits_b);
     b = s_save_restore(b);
@@ -507,7 +499,7 @@ Test(rl, resume_is_exact)
 
 static void s_saved(uint8_t **buf, size_t *len)
 {
-    mq_policy_t *p = s_new("mqgrad", NULL);
+    mq_policy_t *p = test_policy_new("mqgrad", NULL);
     int bits[60];
     s_feed(p, 0, 60, bits);
     cr_assert_eq(mq_policy_save(p, buf, len), 0);
@@ -578,7 +570,7 @@ static void s_check_v1(const uint8_t *buf, size_t len, const char *spec, uint64_
 {
     mq_policy_t *old = mq_policy_restore(buf, len);
     cr_assert_not_null(old, "%s: %s", spec, mq_err_last());
-    mq_policy_t *now = s_new(spec, NULL);
+    mq_policy_t *now = test_policy_new(spec, NULL);
     for (uint64_t m = 0; m < count; m++) {
         mq_observation_t o = s_fixture_obs(m);
         mq_policy_observe(now, &o);
@@ -628,7 +620,7 @@ Test(rl, version_1_states_still_restore)
  * bits 4, four counters 32, carry 12, scale 12, open 4, index 8. */
 Test(rl, open_window_must_hold_the_last_iteration)
 {
-    mq_policy_t *p = s_new("fixed:3", NULL);
+    mq_policy_t *p = test_policy_new("fixed:3", NULL);
     for (uint64_t m = 0; m < 7; m++)
         mq_policy_observe(p, OBS(m, 1, 1));
     cr_assert_eq(p->win.filled, 2);
@@ -650,7 +642,7 @@ Test(rl, open_window_must_hold_the_last_iteration)
  * length of a fixed policy (nothing of its own) sits just before the history count. */
 Test(rl, policy_section_is_framed)
 {
-    mq_policy_t *p = s_new("fixed:3", NULL);
+    mq_policy_t *p = test_policy_new("fixed:3", NULL);
     uint8_t *buf;
     size_t len;
     cr_assert_eq(mq_policy_save(p, &buf, &len), 0);
@@ -748,7 +740,7 @@ Test(rl, every_registered_policy_behaves)
     for (size_t i = 0; i < n; i++) {
         char spec[64];
         s_plain_spec(all[i], spec, sizeof spec);
-        mq_policy_t *p = s_new(spec, NULL);
+        mq_policy_t *p = test_policy_new(spec, NULL);
         mq_policy_status_t st;
         mq_policy_status(p, &st);
         cr_expect_str_eq(st.spec, spec);
@@ -768,7 +760,7 @@ Test(rl, every_registered_policy_behaves)
 
 Test(rl, spec_parameters_override_options)
 {
-    mq_policy_t *p = s_new("mqgrad:T=10,epsilon=0.05,min=3,start=4,hidden=4", NULL);
+    mq_policy_t *p = test_policy_new("mqgrad:T=10,epsilon=0.05,min=3,start=4,hidden=4", NULL);
     cr_expect_eq(p->o.T, 10);
     cr_expect_float_eq(p->o.epsilon, 0.05, EPS);
     cr_expect_eq(p->o.min_bits, 3);
@@ -779,7 +771,7 @@ Test(rl, spec_parameters_override_options)
     cr_expect_eq(st.nq, 6);
     cr_expect(isnan(st.q_values[0]), "no Q-values before the first decision");
     mq_policy_destroy(&p);
-    p = s_new("adaptive:tau=0.5", NULL);
+    p = test_policy_new("adaptive:tau=0.5", NULL);
     cr_expect_float_eq(p->o.tau, 0.5, EPS);
     mq_policy_destroy(&p);
 }

@@ -14,16 +14,9 @@
 #include <unistd.h>
 
 #include "../common/src/rl/rl_internal.h"
+#include "policy_test.h"
 #include "agent_internal.h"
 
-#define OBS(m, l, ms) (&(mq_observation_t){.iter = (m), .loss = (l), .iter_ms = (ms)})
-
-static mq_policy_t *s_new(const char *spec, const mq_policy_opts_t *o)
-{
-    mq_policy_t *p = mq_policy_new(spec, o);
-    cr_assert_not_null(p, "mq_policy_new(%s): %s", spec, mq_err_last());
-    return p;
-}
 
 static mq_rl_learned_t *s_ln(mq_policy_t *p)
 {
@@ -130,7 +123,7 @@ static void s_opts(mq_policy_opts_t *o, int min, int max, int start)
 
 Test(rl_learned, defaults_and_options)
 {
-    mq_policy_t *p = s_new("learned", NULL);
+    mq_policy_t *p = test_policy_new("learned", NULL);
     mq_rl_learned_t *m = s_ln(p);
     cr_expect_float_eq(m->every, 5, 1e-12);
     cr_expect_float_eq(m->smooth, 0.1, 1e-12);
@@ -151,7 +144,7 @@ Test(rl_learned, defaults_and_options)
 
     mq_policy_opts_t o;
     s_opts(&o, 1, 4, 1);
-    p = s_new("learned:every=2,gain=10,discount=0,progress=2,frozen", &o);
+    p = test_policy_new("learned:every=2,gain=10,discount=0,progress=2,frozen", &o);
     m = s_ln(p);
     cr_expect_float_eq(m->every, 2, 1e-12);
     cr_expect_float_eq(m->gain, 10, 1e-12);
@@ -160,17 +153,17 @@ Test(rl_learned, defaults_and_options)
     cr_expect_eq(m->nstates, 4 * 2 * 2 * 3, "bits 1..4, 2 progress buckets");
     cr_expect_float_eq(mq_rl_learned_epsilon(p), 0, 1e-12, "frozen: greedy");
     mq_policy_destroy(&p);
-    p = s_new("learned:trend=0,qerr=0", &o);
+    p = test_policy_new("learned:trend=0,qerr=0", &o);
     cr_expect_eq(s_ln(p)->nstates, 4 * 4, "bits 1..4, 4 progress buckets, no trend, no error");
     mq_policy_destroy(&p);
 
-    p = s_new("learned:epsilon=0.005,every=0", NULL);
+    p = test_policy_new("learned:epsilon=0.005,every=0", NULL);
     cr_expect_float_eq(s_ln(p)->floor, 0.005, 1e-12, "the floor is at most epsilon");
     cr_expect_float_eq(s_ln(p)->every, 0, 1e-12);
     mq_policy_destroy(&p);
 
     /* the others have no episodes of their own to report */
-    p = s_new("mqgrad", NULL);
+    p = test_policy_new("mqgrad", NULL);
     cr_expect_not(mq_policy_episodic(p));
     r = (const double *)p;
     cr_expect_eq(mq_policy_returns(p, &r), 0);
@@ -213,7 +206,7 @@ Test(rl_learned, bad_options_refused)
                   bad[i].spec, mq_err_last(), bad[i].msg);
     }
     /* a floor above epsilon is no contradiction when nothing explores */
-    mq_policy_t *p = s_new("learned:floor=0.5,frozen", NULL);
+    mq_policy_t *p = test_policy_new("learned:floor=0.5,frozen", NULL);
     mq_policy_destroy(&p);
 }
 
@@ -226,7 +219,7 @@ Test(rl_learned, bits_stay_in_range_and_go_down)
     mq_policy_opts_t o;
     s_opts(&o, 1, 3, 1);
     o.epsilon = 1;
-    mq_policy_t *p = s_new("learned:every=0", &o);
+    mq_policy_t *p = test_policy_new("learned:every=0", &o);
     int seen[10] = {0}, downs = 0, ups = 0, prev = p->bits;
     for (uint64_t m = 0; m < 2000; m++) {
         int b = mq_policy_observe(p, OBS(m, 2.0 - 0.0005 * (double)m, 10));
@@ -244,7 +237,7 @@ Test(rl_learned, bits_stay_in_range_and_go_down)
 
     /* greedy on a table that prefers "down" everywhere: one bit less per decision, to min */
     s_opts(&o, 2, 8, 8);
-    p = s_new("learned:every=0,epsilon=0", &o);
+    p = test_policy_new("learned:every=0,epsilon=0", &o);
     mq_rl_learned_t *m = s_ln(p);
     for (int s = 0; s < m->nstates; s++)
         m->q[s * 3] = 1;
@@ -277,14 +270,14 @@ static int s_decision_iters(mq_policy_t *p, uint64_t n, double ms, uint64_t *at)
 Test(rl_learned, decisions_by_training_time)
 {
     uint64_t at[200];
-    mq_policy_t *p = s_new("learned:every=1", NULL);
+    mq_policy_t *p = test_policy_new("learned:every=1", NULL);
     int k = s_decision_iters(p, 100, 100, at); /* 10 iterations a second */
     cr_expect_eq(k, 10);
     for (int i = 0; i < k; i++)
         cr_expect_eq(at[i], (uint64_t)(10 * i), "decision %d", i);
     mq_policy_destroy(&p);
 
-    p = s_new("learned:every=1", NULL);
+    p = test_policy_new("learned:every=1", NULL);
     k = s_decision_iters(p, 100, 250, at); /* 4 a second */
     cr_expect_eq(k, 25);
     for (int i = 0; i < k; i++)
@@ -293,14 +286,14 @@ Test(rl_learned, decisions_by_training_time)
                  "the history still has one entry per window of T = 5");
     mq_policy_destroy(&p);
 
-    p = s_new("learned:every=1,T=8", NULL);
+    p = test_policy_new("learned:every=1,T=8", NULL);
     k = s_decision_iters(p, 100, NAN, at); /* no time known: every T */
     cr_expect_eq(k, 13);
     cr_expect_eq(at[1], 8);
     cr_expect_eq(at[12], 96);
     mq_policy_destroy(&p);
 
-    p = s_new("learned:every=0", NULL);
+    p = test_policy_new("learned:every=0", NULL);
     k = s_decision_iters(p, 100, 250, at);
     cr_expect_eq(k, 20);
     cr_expect_eq(at[1], 5);
@@ -314,7 +307,7 @@ Test(rl_learned, decisions_by_training_time)
  * 25 - 12.5 + 37.5 = 50 = 100 (4 - 2) / 4. */
 Test(rl_learned, reward_is_the_normalized_decrease)
 {
-    mq_policy_t *p = s_new("learned:every=1,smooth=1", NULL);
+    mq_policy_t *p = test_policy_new("learned:every=1,smooth=1", NULL);
     mq_rl_learned_t *m = s_ln(p);
     for (uint64_t i = 0; i <= 24; i++) {
         double l = i == 0 ? 4 : i <= 10 ? 4 - 0.1 * (double)i : i <= 20 ? 3.5 : 2;
@@ -333,7 +326,7 @@ Test(rl_learned, reward_is_the_normalized_decrease)
 
     /* smooth 0.5, gain 10, every 0.2 s: losses 4, 2, 2 smooth to 4, 3, 2.5; the decision at
      * iteration 2 gets 10 (4 - 2.5) / 4 = 3.75 */
-    p = s_new("learned:every=0.2,smooth=0.5,gain=10", NULL);
+    p = test_policy_new("learned:every=0.2,smooth=0.5,gain=10", NULL);
     m = s_ln(p);
     const double l[] = {4, 2, 2};
     for (uint64_t i = 0; i < 3; i++)
@@ -354,7 +347,7 @@ Test(rl_learned, save_restore_is_bit_exact)
     s_opts(&o, 1, 8, 4);
     o.epsilon = 0.3;
     o.seed = 99;
-    mq_policy_t *a = s_new("learned:every=5", &o), *b = s_new("learned:every=5", &o);
+    mq_policy_t *a = test_policy_new("learned:every=5", &o), *b = test_policy_new("learned:every=5", &o);
     for (uint64_t ep = 0; ep < 3; ep++) {
         s_episode(a, ep, NULL);
         s_episode(b, ep, NULL);
@@ -407,7 +400,7 @@ Test(rl_learned, save_restore_is_bit_exact)
 /* The returns are bounded: the last 1024 episodes, oldest first, and saved. */
 Test(rl_learned, returns_keep_the_last_1024_episodes)
 {
-    mq_policy_t *p = s_new("learned:every=0,smooth=1", NULL);
+    mq_policy_t *p = test_policy_new("learned:every=0,smooth=1", NULL);
     for (int ep = 0; ep < 1030; ep++) {
         /* return 100 (2 - l1) / 2 with l1 = 2 - ep / 1000 */
         mq_policy_observe(p, OBS(0, 2, 1));
@@ -428,7 +421,7 @@ Test(rl_learned, new_episode_accepts_iteration_0_and_records_the_return)
 {
     mq_policy_opts_t o;
     s_opts(&o, 2, 8, 3);
-    mq_policy_t *p = s_new("learned:every=1,smooth=1", &o);
+    mq_policy_t *p = test_policy_new("learned:every=1,smooth=1", &o);
     for (uint64_t i = 0; i < 50; i++)
         mq_policy_observe(p, OBS(i, 3 - 0.02 * (double)i, 100));
     mq_policy_observe(p, OBS(0, 9, 100)); /* without a new episode: an old iteration */
@@ -487,7 +480,7 @@ Test(rl_learned, every_policy_starts_over_on_a_new_episode)
         char *k = strstr(spec, ":K");
         if (k)
             strcpy(k, ":3");
-        mq_policy_t *p = s_new(spec, NULL), *fresh = s_new(spec, NULL);
+        mq_policy_t *p = test_policy_new(spec, NULL), *fresh = test_policy_new(spec, NULL);
         int first = p->bits;
         for (uint64_t m = 0; m < 100; m++) {
             mq_observation_t o = s_obs_at(m);
@@ -539,7 +532,7 @@ Test(rl_learned, epsilon_decays_across_episodes_and_zero_is_greedy)
     mq_policy_opts_t o;
     s_opts(&o, 2, 8, 4);
     o.epsilon = 0.5;
-    mq_policy_t *p = s_new("learned:decay=0.5,floor=0.05", &o);
+    mq_policy_t *p = test_policy_new("learned:decay=0.5,floor=0.05", &o);
     for (int ep = 0; ep < 4; ep++) {
         cr_expect_float_eq(mq_rl_learned_epsilon(p), 0.05 + 0.45 * pow(0.5, ep), 1e-12,
                            "after %d episodes", ep);
@@ -554,9 +547,9 @@ Test(rl_learned, epsilon_decays_across_episodes_and_zero_is_greedy)
     uint64_t seen_a[9] = {0}, seen_b[9] = {0};
     o.epsilon = 0;
     o.seed = 1;
-    mq_policy_t *a = s_new("learned", &o);
+    mq_policy_t *a = test_policy_new("learned", &o);
     o.seed = 2;
-    mq_policy_t *b = s_new("learned", &o);
+    mq_policy_t *b = test_policy_new("learned", &o);
     for (int ep = 0; ep < 3; ep++) {
         s_episode(a, 7, seen_a);
         s_episode(b, 7, seen_b);
@@ -601,7 +594,7 @@ Test(rl_learned, learns_to_beat_every_fixed_width, .timeout = 60)
     int best = 0;
     for (int b = 1; b <= 8; b++) {
         s_opts(&o, b, b, b);
-        mq_policy_t *f = s_new("learned:epsilon=0", &o);
+        mq_policy_t *f = test_policy_new("learned:epsilon=0", &o);
         double ret, loss;
         s_evaluate(f, &ret, &loss, NULL);
         printf("fixed %d bits: return %.3f, final loss %.4f\n", b, ret, loss);
@@ -615,10 +608,10 @@ Test(rl_learned, learns_to_beat_every_fixed_width, .timeout = 60)
         s_opts(&o, 1, 8, 4);
         o.epsilon = 0.2;
         o.seed = seed;
-        mq_policy_t *p = s_new("learned", &o);
+        mq_policy_t *p = test_policy_new("learned", &o);
         for (uint64_t ep = 0; ep < S_TRAIN_EPISODES; ep++)
             s_episode(p, seed * 100000 + ep, NULL);
-        mq_policy_t *g = s_new("learned:epsilon=0", &o);
+        mq_policy_t *g = test_policy_new("learned:epsilon=0", &o);
         cr_assert_eq(mq_policy_adopt(g, p), 0, "%s", mq_err_last());
         uint64_t seen[9] = {0};
         double ret, loss;
