@@ -14,6 +14,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "report.h"
+
 #include "mqgrad/util.h"
 #include "run_files.h"
 
@@ -924,4 +926,32 @@ Test(report, link_speeds_get_a_panel_each)
     md = s_slurp("rep1/report.md");
     cr_expect(!strstr(md, "one panel per link speed"), "%s", md);
     free(md);
+}
+
+/* Welch's test against hand computations: {1,2,3} vs {4,5,6} has t = -3.674, df = 4 and a
+ * two-sided p of 0.0213; t = 4.303 at 2 df and t = 12.706 at 1 df are the 5 % points. */
+Test(report, welch_test_matches_the_t_distribution)
+{
+    double t, df;
+    double p = mq_rep_welch((double[]){1, 2, 3}, 3, (double[]){4, 5, 6}, 3, &t, &df);
+    cr_expect_float_eq(t, -3.6742, 1e-3, "t = %g", t);
+    cr_expect_float_eq(df, 4, 1e-9, "df = %g", df);
+    cr_expect_float_eq(p, 0.02131, 2e-4, "p = %g", p);
+    /* unequal variances: {0, 2} vs {10, 10.5, 11, 11.5}: t chosen so that df is not whole */
+    p = mq_rep_welch((double[]){0, 2}, 2, (double[]){10, 10.5, 11, 11.5}, 4, &t, &df);
+    cr_expect(df > 1 && df < 2, "Welch-Satterthwaite df = %g", df);
+    cr_expect(p > 0 && p < 0.1, "p = %g", p);
+    /* the 5 % points of Student's t: two pairs of equal spread (df 2), then one without
+     * spread (df 1) */
+    double x = 4.303 * sqrt(2);
+    p = mq_rep_welch((double[]){x - 1, x + 1}, 2, (double[]){-1, 1}, 2, &t, &df);
+    cr_expect_float_eq(df, 2, 1e-9);
+    cr_expect_float_eq(p, 0.05, 5e-4, "t = 4.303 at 2 df: p = %g", p);
+    p = mq_rep_welch((double[]){12.706 - 1, 12.706 + 1}, 2, (double[]){0, 0}, 2, &t, &df);
+    cr_expect_float_eq(df, 1, 1e-9);
+    cr_expect_float_eq(p, 0.05, 5e-4, "t = 12.706 at 1 df: p = %g", p);
+    cr_expect_float_eq(mq_rep_welch((double[]){-1, 1}, 2, (double[]){-1, 1}, 2, &t, &df), 1, 1e-9,
+                       "equal means: p = 1");
+    cr_expect(isnan(mq_rep_welch((double[]){1}, 1, (double[]){1, 2}, 2, &t, &df)),
+              "one value: no test");
 }

@@ -105,6 +105,10 @@ bool mq_rep_fractions(const mq_rep_run_t *run, double *quant_pct, double *agent_
 
 /* Mean and sample standard deviation (n - 1; 0 when N is 1) of the N finite values in V. */
 void mq_rep_mean_std(const double *v, size_t n, double *mean, double *std);
+/* Welch's t-test of mean(A) = mean(B) with unequal variances: the two-sided p-value, with the
+ * statistic in *T and the Welch-Satterthwaite degrees of freedom in *DF. NaN when either side
+ * has fewer than 2 values. */
+double mq_rep_welch(const double *a, size_t na, const double *b, size_t nb, double *t, double *df);
 
 /* Value of series METRIC of RUN at time T, interpolated from its rows: false where the run
  * has no value (before its first or after its last point). */

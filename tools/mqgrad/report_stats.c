@@ -255,6 +255,59 @@ void mq_rep_mean_std(const double *v, size_t n, double *mean, double *std)
     *std = n > 1 ? sqrt(sq / (double)(n - 1)) : 0;
 }
 
+/* The regularized incomplete beta function I_x(a, b) by its continued fraction (evaluated
+ * with the modified Lentz method), on the side of x where it converges fast. */
+static double s_ibeta(double x, double a, double b)
+{
+    if (x <= 0)
+        return 0;
+    if (x >= 1)
+        return 1;
+    if (x > (a + 1) / (a + b + 2))
+        return 1 - s_ibeta(1 - x, b, a);
+    const double tiny = 1e-300;
+    double front = exp(a * log(x) + b * log1p(-x) - (lgamma(a) + lgamma(b) - lgamma(a + b))) / a;
+    double c = 1, d = 1 - (a + b) * x / (a + 1);
+    d = fabs(d) < tiny ? 1 / tiny : 1 / d;
+    double h = d;
+    for (int m = 1; m <= 300; m++) {
+        /* even step: m (b - m) x / ((a + 2m - 1)(a + 2m)); odd: -(a + m)(a + b + m) x / ... */
+        double num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m));
+        d = 1 + num * d;
+        c = 1 + num / c;
+        d = fabs(d) < tiny ? 1 / tiny : 1 / d;
+        c = fabs(c) < tiny ? tiny : c;
+        h *= d * c;
+        num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1));
+        d = 1 + num * d;
+        c = 1 + num / c;
+        d = fabs(d) < tiny ? 1 / tiny : 1 / d;
+        c = fabs(c) < tiny ? tiny : c;
+        double step = d * c;
+        h *= step;
+        if (fabs(step - 1) < 1e-12)
+            break;
+    }
+    return front * h;
+}
+
+double mq_rep_welch(const double *a, size_t na, const double *b, size_t nb, double *t, double *df)
+{
+    double ma, sa, mb, sb;
+    *t = *df = NAN;
+    if (na < 2 || nb < 2)
+        return NAN;
+    mq_rep_mean_std(a, na, &ma, &sa);
+    mq_rep_mean_std(b, nb, &mb, &sb);
+    double va = sa * sa / (double)na, vb = sb * sb / (double)nb;
+    if (!(va + vb > 0))
+        return ma == mb ? 1 : 0; /* no spread at all: equal, or certainly apart */
+    *t = (ma - mb) / sqrt(va + vb);
+    *df = (va + vb) * (va + vb) /
+          (va * va / (double)(na - 1) + vb * vb / (double)(nb - 1));
+    return s_ibeta(*df / (*df + *t * *t), *df / 2, 0.5);
+}
+
 /* ---- series ------------------------------------------------------------------------- */
 
 struct mq_rep_series_t {
