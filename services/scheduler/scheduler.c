@@ -283,9 +283,10 @@ static void s_progress(s_sched_t *self, bool force)
         snprintf(it, sizeof it, "%llu/%ld", (unsigned long long)self->iter, c->iterations);
     else
         snprintf(it, sizeof it, "%llu", (unsigned long long)self->iter);
-    printf("iter %-11s loss %.4f  acc %-6s  bits %2d  sent %8.1f MB  %5.2f it/s  left %.0f s\n",
+    printf("iter %-11s loss %.4f  acc %-6s  bits %2d  sent %8.1f MB  %5.2f it/s  left %.0f s%s\n",
            it, self->watch.smoothed, acc, self->used_bits,
-           (double)(self->bytes_up + self->bytes_down) / 1e6, rate, left < 0 ? 0 : left);
+           (double)(self->bytes_up + self->bytes_down) / 1e6, rate, left < 0 ? 0 : left,
+           self->run.simulated_clock ? " (simulated clock)" : "");
     fflush(stdout);
 }
 
