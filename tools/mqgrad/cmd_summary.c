@@ -77,7 +77,9 @@ typedef struct {
     uint64_t acc_iter;
     /* from config.json, else summary.json */
     char status[32], policy[64], model[32], dataset[32], rule[32], detail[512];
+    char clock[16]; /* "real", "simulated"; "" when the run does not say */
     double iterations, train_time, workers, servers, link_mbps, div_iter;
+    double wall_time; /* -1 when the run does not say */
     double eval_limit, final_eval_limit; /* -1 when absent */
 } s_run_t;
 
@@ -94,6 +96,7 @@ static int s_load_json(const char *cfg_path, const char *sum_path, s_run_t *r)
     }
     snprintf(r->policy, sizeof r->policy, "?");
     r->eval_limit = r->final_eval_limit = -1;
+    r->wall_time = -1;
     if (s_jtext(&sum, &cfg, "policy", r->policy, sizeof r->policy) < 0 ||
         s_jtext(&cfg, &sum, "model", r->model, sizeof r->model) < 0 ||
         s_jtext(&cfg, &sum, "dataset", r->dataset, sizeof r->dataset) < 0 ||
@@ -101,7 +104,9 @@ static int s_load_json(const char *cfg_path, const char *sum_path, s_run_t *r)
         s_jnum(&cfg, NULL, "eval_limit", 0, 1e12, &r->eval_limit) < 0 ||
         s_jnum(&cfg, NULL, "final_eval_limit", 0, 1e12, &r->final_eval_limit) < 0 ||
         s_jnum(&sum, NULL, "iterations", 0, 1e15, &r->iterations) < 0 ||
-        s_jnum(&sum, NULL, "train_time_s", 0, 1e12, &r->train_time) < 0)
+        s_jnum(&sum, NULL, "train_time_s", 0, 1e12, &r->train_time) < 0 ||
+        s_jtext(&sum, &cfg, "clock", r->clock, sizeof r->clock) < 0 ||
+        s_jnum(&sum, NULL, "wall_time_s", 0, 1e12, &r->wall_time) < 0)
         goto done;
     int w = s_jnum(&cfg, &sum, "workers", 1, 1e6, &r->workers);
     int s = w < 0 ? -1 : s_jnum(&cfg, &sum, "servers", 0, 1e6, &r->servers);
@@ -514,8 +519,16 @@ static void s_print_bytes(FILE *out, const s_run_t *r, double fp32_iter, const c
  * codecs). */
 static void s_print_time(FILE *out, const s_run_t *r, double param_bytes, const char *why)
 {
-    char t[48], est_s[48], ratio[32];
+    char t[128], est_s[48], ratio[32], wall[48];
     s_fmt_secs(r->train_time, t, sizeof t);
+    if (strcmp(r->clock, "simulated") == 0) { /* its seconds are not the ones the user waited */
+        s_fmt_secs(r->wall_time, wall, sizeof wall);
+        size_t n = strlen(t);
+        if (r->wall_time >= 0)
+            snprintf(t + n, sizeof t - n, " (simulated clock; %s of wall time)", wall);
+        else
+            snprintf(t + n, sizeof t - n, " (simulated clock)");
+    }
     if (r->servers == 0 || s_all_fp32(r) || !r->rows) {
         fprintf(out, "time: %s of training%s\n", t,
                 r->servers > 0 && s_all_fp32(r) ? " in fp32 (this run is the baseline)" : "");
