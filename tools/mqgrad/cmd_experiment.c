@@ -603,7 +603,9 @@ static int s_report(const s_opts_t *o, const s_run_t *runs, int n)
 
 /* ---- training an agent across runs ----------------------------------------------------- */
 
-/* OUT/returns.csv (one row per finished episode) and its plot OUT/returns.png. */
+/* OUT/returns.csv (one row per finished episode) and its plot OUT/returns.png. Returns
+ * differ more between seeds than between neighbouring episodes, so each round of episodes
+ * (one per seed) also gets its mean, comparable from round to round. */
 static void s_learning_curve(const s_opts_t *o)
 {
     char path[PATH_MAX];
@@ -613,22 +615,31 @@ static void s_learning_curve(const s_opts_t *o)
         fprintf(stderr, "%s: %s: %s\n", S_ME, path, strerror(errno));
         return;
     }
-    fprintf(f, "episode,seed,return,final_test_acc,final_loss,iterations,train_time_s\n");
+    fprintf(f, "episode,seed,return,round_mean,final_test_acc,final_loss,iterations,"
+               "train_time_s\n");
+    double round_sum = 0;
+    int round_n = 0;
     for (long e = 0; e < o->episodes; e++) {
         long seed = o->seed[e % o->n_seeds];
-        char dir[PATH_MAX], mark[PATH_MAX + 16], *text;
+        char dir[PATH_MAX], mark[PATH_MAX + 16], *text, mean[32] = "";
         size_t len;
         snprintf(dir, sizeof dir, "%.400s/episode-%04ld-seed%ld", o->out, e + 1, seed);
         snprintf(mark, sizeof mark, "%s/episode.done", dir);
         mq_rep_run_t run;
+        if (e % o->n_seeds == 0)
+            round_sum = 0, round_n = 0;
         if (mq_read_file(mark, &text, &len) != 0)
             continue;
         double ret = strtod(text, NULL);
         free(text);
         if (mq_rep_load_run(dir, &run) < 0)
             continue;
-        fprintf(f, "%ld,%ld,%.6g,%.6g,%.6g,%llu,%.3f\n", e + 1, seed, ret, run.final_acc,
-                run.final_loss, (unsigned long long)run.iterations, mq_rep_run_time(&run));
+        round_sum += ret;
+        if (++round_n == o->n_seeds)
+            snprintf(mean, sizeof mean, "%.6g", round_sum / round_n);
+        fprintf(f, "%ld,%ld,%.6g,%s,%.6g,%.6g,%llu,%.3f\n", e + 1, seed, ret, mean,
+                run.final_acc, run.final_loss, (unsigned long long)run.iterations,
+                mq_rep_run_time(&run));
         mq_rep_run_free(&run);
     }
     if (fclose(f) != 0)
@@ -637,15 +648,16 @@ static void s_learning_curve(const s_opts_t *o)
     f = fopen(path, "w");
     if (!f)
         return;
-    fprintf(f, "set terminal pngcairo size 900,450 noenhanced\nset output 'returns.png'\n"
-               "set datafile separator ','\nset key top left\nset grid\n"
-               "set xlabel 'episode (training run)'\nset ylabel 'return of the episode'\n"
-               "set y2label 'final test accuracy (%%)'\nset y2tics\nset ytics nomirror\n"
-               "set title 'agent %s: return per episode'\n"
-               "plot 'returns.csv' every ::1 using 1:3 with linespoints pt 7 ps 0.6 "
-               "title 'return', '' every ::1 using 1:($4*100) axes x1y2 with points pt 6 "
-               "title 'final test accuracy'\n",
-               o->method[0]);
+    fprintf(f, "set terminal pngcairo size 900,520 noenhanced\nset output 'returns.png'\n"
+               "set datafile separator ','\nset datafile missing ''\n"
+               "set key below\nset grid\nset xlabel 'episode (training run)'\n"
+               "set ylabel 'return (loss decrease, %% of the first loss)'\n"
+               "set title 'agent %s: return per episode, %d seeds in turn'\n"
+               "plot 'returns.csv' every ::1 using 1:3 with points pt 7 ps 0.8 "
+               "title 'return of the episode', "
+               "'' every ::1 using 1:4 with linespoints lw 2 pt 5 title 'mean of the round "
+               "(one episode per seed)'\n",
+               o->method[0], o->n_seeds);
     fclose(f);
     if (mq_rep_gnuplot(o->out, "returns.gp") < 0)
         fprintf(stderr, "%s: learning curve: %s\n", S_ME, mq_err_last());
