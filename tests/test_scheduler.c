@@ -40,3 +40,31 @@ Test(scheduler, bad_schedule_flags_are_refused)
     char *argv2[] = {"scheduler", "--on-divergence", "maybe", NULL};
     cr_expect_eq(mq_scheduler_config_parse(&c, 3, argv2), 2);
 }
+
+/* A time budget alone runs for that long (no hidden cap of iterations); without one the run
+ * has 200 iterations; both given, whichever ends first. */
+Test(scheduler, time_budget_alone_has_no_iteration_cap)
+{
+    mq_scheduler_config_t c;
+    s_parse(&c, (char *[]){"scheduler", "--time-budget", "120", NULL});
+    cr_expect_eq(c.iterations, 0, "--time-budget alone: %ld iterations", c.iterations);
+    s_parse(&c, (char *[]){"scheduler", NULL});
+    cr_expect_eq(c.iterations, 200);
+    s_parse(&c, (char *[]){"scheduler", "--time-budget", "120", "--iterations", "50", NULL});
+    cr_expect_eq(c.iterations, 50);
+    cr_expect_float_eq(c.time_budget, 120, 1e-12);
+}
+
+Test(scheduler, clock_flag)
+{
+    mq_scheduler_config_t c;
+    mq_run_config_t r;
+    s_parse(&c, (char *[]){"scheduler", NULL});
+    mq_sched_run_config(&c, &r);
+    cr_expect_not(r.simulated_clock, "the real clock by default");
+    s_parse(&c, (char *[]){"scheduler", "--clock", "simulated", NULL});
+    mq_sched_run_config(&c, &r);
+    cr_expect(r.simulated_clock);
+    char *argv[] = {"scheduler", "--clock", "sundial", NULL};
+    cr_expect_eq(mq_scheduler_config_parse(&c, 3, argv), 2);
+}

@@ -26,7 +26,7 @@ static void s_defaults(mq_scheduler_config_t *c)
     c->batch = 32;
     c->lr = 0.01;
     c->l2 = 1e-4;
-    c->iterations = 200;
+    c->iterations = -1; /* not given: 200, or none when a time budget is given */
     c->eval_every = 100;
     c->eval_limit = 2000;
     c->final_eval_limit = -1;
@@ -139,7 +139,7 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          "decay lr linearly to 0 over this last fraction of the run (0 = constant)"},
         {"l2", "MQGRAD_L2", MQ_FLAG_DOUBLE, &c->l2, 0, 0, 10, "L2 on the big FC weights"},
         {"iterations", "MQGRAD_ITERATIONS", MQ_FLAG_LONG, &c->iterations, 0, 0, 1000000000L,
-         "iterations (0 = until the time budget)"},
+         "iterations (0 = until the time budget; default 200, or 0 with --time-budget)"},
         {"time-budget", "MQGRAD_TIME_BUDGET", MQ_FLAG_DOUBLE, &c->time_budget, 0, 0, 1e7,
          "seconds of training time (0 = none)"},
         {"eval-every", "MQGRAD_EVAL_EVERY", MQ_FLAG_LONG, &c->eval_every, 0, 0, 1000000000L,
@@ -202,6 +202,10 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
              "agent):\n%s\nupdate rules (--optimizer):\n%s",
              codecs, rules);
     int rc = mq_flags_parse(flags, argc, argv, usage, NULL, 0, NULL);
+    /* A time budget alone means "train for that long": no iteration cap behind the user's
+     * back. */
+    if (rc == 0 && c->iterations < 0)
+        c->iterations = c->time_budget > 0 ? 0 : 200;
     if (rc == 0)
         rc = s_check(c);
     if (rc == 0 && !c->run_dir[0])

@@ -25,7 +25,8 @@ typedef struct {
     long batch;
     double lr, l2;
     double lr_decay;      /* fraction of the run at its end over which lr decays to 0; 0 = none */
-    long iterations;      /* 0 = no limit (then a time budget is needed) */
+    long iterations;      /* 0 = no limit (then a time budget is needed); when not given, 200
+                           * without a time budget and 0 with one */
     double time_budget;   /* seconds of training time, evaluation excluded; 0 = none */
     long eval_every;      /* iterations; 0 = only at the end */
     long eval_limit;      /* test examples evaluated, 0 = all */
