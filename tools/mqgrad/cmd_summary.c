@@ -52,7 +52,9 @@ static int s_jtext(const mq_json_t *a, const mq_json_t *b, const char *key, char
         mq_err_set("%s: \"%s\" must be a string", o->path, key);
         return -1;
     }
-    snprintf(buf, len, "%s", f->str);
+    size_t n = strnlen(f->str, len - 1); /* a longer value is cut to what BUF holds */
+    memcpy(buf, f->str, n);
+    buf[n] = '\0';
     return 1;
 }
 
