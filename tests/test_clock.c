@@ -100,6 +100,17 @@ Test(clock, the_real_clock_is_the_wall)
 
 /* ---- the same run on both clocks ------------------------------------------------------- */
 
+/* The median of V[0..N) (sorted in place; N >= 1). */
+static double s_median(double *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            double x = v[j];
+            v[j] = v[j - 1], v[j - 1] = x;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* The medians of the iteration time and of compute_ms (seconds), iterations 1.. (0 warms up). */
 static void s_medians(const char *dir, double *iter_s, double *compute_s)
 {
@@ -124,18 +135,8 @@ static void s_medians(const char *dir, double *iter_s, double *compute_s)
     }
     free(csv);
     cr_assert_geq(n, 2, "%s: too few iterations", dir);
-    for (int i = 1; i < n; i++) /* insertion sort of both, each on its own */
-        for (int j = i; j > 0 && d[j - 1] > d[j]; j--) {
-            double x = d[j];
-            d[j] = d[j - 1], d[j - 1] = x;
-        }
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && c[j - 1] > c[j]; j--) {
-            double x = c[j];
-            c[j] = c[j - 1], c[j - 1] = x;
-        }
-    *iter_s = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
-    *compute_s = n % 2 ? c[n / 2] : (c[n / 2 - 1] + c[n / 2]) / 2;
+    *iter_s = s_median(d, n);
+    *compute_s = s_median(c, n);
 }
 
 static void s_compare(const char *name, const char *model, const char *iters, const char *mbps,

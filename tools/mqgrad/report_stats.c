@@ -255,8 +255,20 @@ void mq_rep_mean_std(const double *v, size_t n, double *mean, double *std)
     *std = n > 1 ? sqrt(sq / (double)(n - 1)) : 0;
 }
 
-/* The regularized incomplete beta function I_x(a, b) by its continued fraction (evaluated
- * with the modified Lentz method), on the side of x where it converges fast. */
+/* One term NUM of a continued fraction, by the modified Lentz method: updates the running
+ * D and C (kept away from zero by TINY) and returns the factor the value is multiplied by. */
+static double s_lentz(double num, double *d, double *c)
+{
+    const double tiny = 1e-300;
+    *d = 1 + num * *d;
+    *c = 1 + num / *c;
+    *d = fabs(*d) < tiny ? 1 / tiny : 1 / *d;
+    *c = fabs(*c) < tiny ? tiny : *c;
+    return *d * *c;
+}
+
+/* The regularized incomplete beta function I_x(a, b) by its continued fraction, on the side of
+ * x where it converges fast. */
 static double s_ibeta(double x, double a, double b)
 {
     if (x <= 0)
@@ -265,25 +277,14 @@ static double s_ibeta(double x, double a, double b)
         return 1;
     if (x > (a + 1) / (a + b + 2))
         return 1 - s_ibeta(1 - x, b, a);
-    const double tiny = 1e-300;
     double front = exp(a * log(x) + b * log1p(-x) - (lgamma(a) + lgamma(b) - lgamma(a + b))) / a;
-    double c = 1, d = 1 - (a + b) * x / (a + 1);
-    d = fabs(d) < tiny ? 1 / tiny : 1 / d;
+    double c = 1, d = 1 - (a + b) * x / (a + 1); /* the first term starts D; C stays 1 */
+    d = fabs(d) < 1e-300 ? 1e300 : 1 / d;
     double h = d;
     for (int m = 1; m <= 300; m++) {
-        /* even step: m (b - m) x / ((a + 2m - 1)(a + 2m)); odd: -(a + m)(a + b + m) x / ... */
-        double num = m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m));
-        d = 1 + num * d;
-        c = 1 + num / c;
-        d = fabs(d) < tiny ? 1 / tiny : 1 / d;
-        c = fabs(c) < tiny ? tiny : c;
-        h *= d * c;
-        num = -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1));
-        d = 1 + num * d;
-        c = 1 + num / c;
-        d = fabs(d) < tiny ? 1 / tiny : 1 / d;
-        c = fabs(c) < tiny ? tiny : c;
-        double step = d * c;
+        /* the even term m (b - m) x / ((a + 2m - 1)(a + 2m)), then the odd one */
+        h *= s_lentz(m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)), &d, &c);
+        double step = s_lentz(-(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)), &d, &c);
         h *= step;
         if (fabs(step - 1) < 1e-12)
             break;
