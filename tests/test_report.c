@@ -16,6 +16,7 @@
 
 #include "report.h"
 
+#include "mqgrad/runlog.h"
 #include "mqgrad/util.h"
 #include "run_files.h"
 
@@ -458,6 +459,73 @@ Test(report, garbled_metrics_names_file_and_line)
     cr_expect_not_null(strstr(err, "fixed4-2/metrics.csv:4"), "error does not name it: %s", err);
     cr_expect(!s_exists("rep/report.md"));
     free(err);
+}
+
+/* metrics.csv is read by column name: the header runlog writes now (workers last), the older
+ * one without workers (the runs of s_setup), and one reordered with a column it does not know.
+ * A column it needs, missing, is named. */
+Test(report, metrics_columns_are_read_by_name)
+{
+    char dir[256];
+    snprintf(dir, sizeof dir, "%s/now", s_root);
+    mq_runlog_t *log = mq_runlog_new(dir, "{}");
+    cr_assert_not_null(log, "%s", mq_err_last());
+    for (int i = 1; i <= 3; i++) {
+        mq_metrics_row_t row = {.iter = (uint64_t)i, .train_time_s = i, .loss = 1.0 / i,
+                                .smoothed_loss = 1.0 / i, .bits = 4, .bytes_up = 10,
+                                .bytes_down = 5, .workers = (uint32_t)i + 1, .evaluated = i == 2,
+                                .test_acc = 0.75, .test_loss = 0.5};
+        cr_assert_eq(mq_runlog_row(log, &row), 0, "%s", mq_err_last());
+    }
+    mq_summary_t sum = {.iterations = 3, .final_test_acc = NAN, .final_sparsity = NAN,
+                        .final_loss = NAN, .policy = "fixed:4", .seed = 1, .status = "completed"};
+    cr_assert_eq(mq_runlog_summary(log, &sum), 0, "%s", mq_err_last());
+    mq_runlog_destroy(&log);
+    mq_rep_run_t run;
+    cr_assert_eq(mq_rep_load_run(dir, &run), 0, "%s", mq_err_last());
+    cr_expect_eq(run.n_rows, 3);
+    cr_expect_eq(run.rows[2].workers, 4);
+    cr_expect(run.rows[1].evaluated && run.rows[1].acc == 0.75 && run.rows[1].test_loss == 0.5);
+    cr_expect(!run.rows[2].evaluated && run.rows[2].bytes == 15 && run.rows[2].bits == 4);
+    cr_expect_eq(run.final_acc, 0.75, "the last evaluation: %g", run.final_acc);
+    mq_rep_run_free(&run);
+
+    snprintf(dir, sizeof dir, "%s/none-1", s_root);
+    cr_assert_eq(mq_rep_load_run(dir, &run), 0, "%s", mq_err_last());
+    cr_expect_eq(run.n_rows, N_ITERS);
+    cr_expect_eq(run.rows[0].workers, 0, "a run from before the column: workers unknown");
+    mq_rep_run_free(&run);
+
+    snprintf(dir, sizeof dir, "%s/fixed4-1", s_root);
+    test_write_file(dir, "metrics.csv",
+                    "later,test_loss,test_acc,workers,agent_ms,update_ms,decode_ms,wait_ms,"
+                    "encode_ms,compute_ms,bytes_down,bytes_up,bits,smoothed_loss,loss,"
+                    "train_time_s,iter\n"
+                    "x,,,2,0.5,1,1,20,2,10,200,400,4,2,2,0.5,1\n"
+                    "y,0.4,0.6,2,0.5,1,1,20,2,10,200,400,4,1,1,1,2\n");
+    cr_assert_eq(mq_rep_load_run(dir, &run), 0, "%s", mq_err_last());
+    cr_expect(run.n_rows == 2 && run.rows[1].iter == 2 && run.rows[1].t == 1 &&
+              run.rows[1].acc == 0.6 && run.rows[1].test_loss == 0.4 &&
+              run.rows[1].bytes == 600 && run.rows[1].compute_ms == 10 &&
+              run.rows[1].agent_ms == 0.5 && run.rows[1].workers == 2);
+    mq_rep_run_free(&run);
+
+    test_write_file(dir, "metrics.csv",
+                    "iter,train_time_s,loss,smoothed_loss,bits,bytes_up,bytes_down,compute_ms,"
+                    "encode_ms,decode_ms,update_ms,agent_ms,test_acc,test_loss,workers\n"
+                    "1,0.5,2,2,4,400,200,10,2,1,1,0.5,,,2\n");
+    cr_expect_eq(mq_rep_load_run(dir, &run), -1);
+    cr_expect(strstr(mq_err_last(), "fixed4-1/metrics.csv:1: no column 'wait_ms'"), "%s",
+              mq_err_last());
+    test_write_file(dir, "metrics.csv", MQ_METRICS_HEADER "\n"
+                                        "1,0.5,2,2,4,400,200,10,2,20,1,1,0.5,,,2.5\n");
+    cr_expect_eq(mq_rep_load_run(dir, &run), -1);
+    cr_expect(strstr(mq_err_last(), "metrics.csv:2: column workers"), "%s", mq_err_last());
+    test_write_file(dir, "metrics.csv", MQ_METRICS_HEADER "\n"
+                                        "1,0.5,2,2,4,400,200,10,2,20,1,1,0.5,,\n");
+    cr_expect_eq(mq_rep_load_run(dir, &run), -1);
+    cr_expect(strstr(mq_err_last(), "metrics.csv:2: 15 columns, the header has 16"), "%s",
+              mq_err_last());
 }
 
 Test(report, missing_summary_is_named)

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mqgrad/runlog.h"
 #include "mqgrad/util.h"
 #include "run_files.h"
 #include "run_summary.h"
@@ -372,6 +373,34 @@ Test(summary, columns_by_name_and_a_cut_last_row)
     cr_assert_str_eq(s_line(text, 1, line, sizeof line),
                      "bits (policy fixed:2): 2 (it 0-1) → 3 (2)");
     free(text);
+}
+
+/* The header runlog writes now ends in workers, which older runs lack: the same run with and
+ * without that column reads the same. */
+Test(summary, the_workers_column_and_runs_from_before_it_read_the_same)
+{
+    char dir[256], path[512], *old_csv, *now_csv;
+    size_t len;
+    s_dir("workers", dir, sizeof dir);
+    run_t run = s_paper_run();
+    s_write_run(dir, &run);
+    int rc;
+    char *before = s_summary(dir, &rc);
+    cr_assert_eq(rc, 0, "%s", mq_err_last());
+    snprintf(path, sizeof path, "%s/metrics.csv", dir);
+    cr_assert_eq(mq_read_file(path, &old_csv, &len), 0);
+    FILE *m = open_memstream(&now_csv, &len);
+    for (char *save, *line = strtok_r(old_csv, "\n", &save); line;
+         line = strtok_r(NULL, "\n", &save))
+        fprintf(m, "%s,%s\n", line, line == old_csv ? "workers" : "4");
+    fclose(m);
+    cr_assert(strncmp(now_csv, MQ_METRICS_HEADER "\n", strlen(MQ_METRICS_HEADER) + 1) == 0,
+              "%.300s", now_csv);
+    test_write_file(dir, "metrics.csv", now_csv);
+    char *after = s_summary(dir, &rc);
+    cr_assert_eq(rc, 0, "%s", mq_err_last());
+    cr_expect_str_eq(after, before);
+    free(old_csv), free(now_csv), free(before), free(after);
 }
 
 /* ---- errors -------------------------------------------------------------------------- */

@@ -318,7 +318,8 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
         bool diverged = mq_watch_loss(watch, it, loss, 0, 32, NULL);
         mq_metrics_row_t row = {.iter = it, .train_time_s = train_s, .loss = loss,
                                 .smoothed_loss = watch->smoothed, .bits = 32,
-                                .compute_ms = (t2 - t1) * 1e3, .update_ms = (t3 - t2) * 1e3};
+                                .compute_ms = (t2 - t1) * 1e3, .update_ms = (t3 - t2) * 1e3,
+                                .workers = 1};
         bool last = it >= r->max_iter || s_stop || (o->time_budget && train_s >= o->time_budget);
         if (!diverged && ((o->eval_every && it % o->eval_every == 0) || last)) {
             s_evaluate(r, &row);
@@ -396,7 +397,11 @@ int mq_cmd_train(int argc, char **argv)
         mq_runlog_event(r.log, 0, "start", NULL);
         rc = s_loop(&r, &sum);
         mq_runlog_event(r.log, sum.iterations, "end", NULL);
-        mq_runlog_summary(r.log, &sum);
+        if (mq_runlog_summary(r.log, &sum) < 0) { /* the run's result would be lost unsaid */
+            fprintf(stderr, "mqgrad train: %s\n", mq_err_last());
+            if (rc == 0)
+                rc = 1;
+        }
         if (!o.quiet && rc == 0)
             printf("done: %llu iterations, %.1f s training, final loss %.4f, test accuracy "
                    "%.2f%% (%s)\n",

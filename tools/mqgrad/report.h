@@ -19,6 +19,7 @@ typedef struct {
     double compute_ms, encode_ms, wait_ms, decode_ms, update_ms, agent_ms;
     bool evaluated;
     double acc, test_loss;
+    uint32_t workers; /* whose pushes the iteration aggregated; 0 in runs from before the column */
 } mq_rep_row_t;
 
 /* A run's codec settings, from its config.json. KNOWN is false for fp32 runs and for runs

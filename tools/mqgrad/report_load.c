@@ -1,6 +1,8 @@
 /* Loads one run directory for `mqgrad report`: summary.json and config.json through the run
- * files' JSON reader (json.h), and a strict reader for metrics.csv (the exact header of
- * runlog.h, then fifteen numeric columns a row). Every error names the file and the line. */
+ * files' JSON reader (json.h), and a strict reader for metrics.csv: its columns found by name
+ * in its header (runlog.h's, or an older run's without the columns added since; columns this
+ * reader does not know are skipped), then as many numeric cells a row as the header has
+ * columns. Every error names the file and the line. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -11,8 +13,6 @@
 #include "mqgrad/util.h"
 #include "json.h"
 #include "report.h"
-
-#define S_METRICS_COLS 15
 
 /* ---- summary.json and config.json ---------------------------------------------------- */
 
@@ -131,92 +131,151 @@ done:
 
 /* ---- metrics.csv -------------------------------------------------------------------- */
 
-static const char *const s_cols[S_METRICS_COLS] = {
-    "iter",      "train_time_s", "loss",       "smoothed_loss", "bits",
-    "bytes_up",  "bytes_down",   "compute_ms", "encode_ms",     "wait_ms",
-    "decode_ms", "update_ms",    "agent_ms",   "test_acc",      "test_loss"};
+/* The columns read, by name: columns are only ever appended to runlog.h's header, so a run
+ * from before one was added lacks it (optional here) and one written after this reader was
+ * has columns it skips. */
+enum {
+    C_ITER, C_TIME, C_LOSS, C_SMOOTHED, C_BITS, C_UP, C_DOWN, C_COMPUTE, C_ENCODE, C_WAIT,
+    C_DECODE, C_UPDATE, C_AGENT, C_ACC, C_TEST_LOSS, C_WORKERS, S_NCOLS
+};
 
-/* Column C of a row: a finite number >= 0 (loss columns may be any number, nan included). */
-static int s_cell(const char *path, int line, int c, const char *s, double *out)
+static const struct {
+    const char *name;
+    bool optional; /* added later: older runs lack it */
+    bool any;      /* any number, nan included (the losses); else finite and >= 0 */
+    bool integral;
+} s_cols[S_NCOLS] = {
+    [C_ITER] = {.name = "iter", .integral = true},
+    [C_TIME] = {.name = "train_time_s"},
+    [C_LOSS] = {.name = "loss", .any = true},
+    [C_SMOOTHED] = {.name = "smoothed_loss", .any = true},
+    [C_BITS] = {.name = "bits", .integral = true},
+    [C_UP] = {.name = "bytes_up", .integral = true},
+    [C_DOWN] = {.name = "bytes_down", .integral = true},
+    [C_COMPUTE] = {.name = "compute_ms"},
+    [C_ENCODE] = {.name = "encode_ms"},
+    [C_WAIT] = {.name = "wait_ms"},
+    [C_DECODE] = {.name = "decode_ms"},
+    [C_UPDATE] = {.name = "update_ms"},
+    [C_AGENT] = {.name = "agent_ms"},
+    [C_ACC] = {.name = "test_acc"},
+    [C_TEST_LOSS] = {.name = "test_loss", .any = true},
+    [C_WORKERS] = {.name = "workers", .optional = true, .integral = true},
+};
+
+typedef struct {
+    const char *path;
+    int line;
+    int ncols;       /* in the header */
+    int at[S_NCOLS]; /* where each column sits in a row; -1 if the run has none */
+    char **cells;    /* NCOLS of them, the current line's */
+} s_csv_t;
+
+/* Splits LINE in place at commas; stores at most MAX cells, returns how many there are. */
+static int s_split(char *line, char **cells, int max)
 {
+    int n = 0;
+    for (char *p = line;; p++) {
+        if (n < max)
+            cells[n] = p;
+        n++;
+        if (!(p = strchr(p, ',')))
+            return n;
+        *p = '\0';
+    }
+}
+
+static int s_header(s_csv_t *c, char *line)
+{
+    int n = 1;
+    for (const char *p = line; (p = strchr(p, ',')); p++)
+        n++;
+    if (!(c->cells = calloc((size_t)n, sizeof *c->cells))) {
+        mq_err_set("%s: out of memory", c->path);
+        return -1;
+    }
+    c->ncols = s_split(line, c->cells, n);
+    for (int k = 0; k < S_NCOLS; k++) {
+        c->at[k] = -1;
+        for (int i = n; i-- > 0;)
+            if (strcmp(c->cells[i], s_cols[k].name) == 0)
+                c->at[k] = i;
+        if (c->at[k] < 0 && !s_cols[k].optional) {
+            mq_err_set("%s:1: no column '%s' in the header (expected the columns '%s')",
+                       c->path, s_cols[k].name, MQ_METRICS_HEADER);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Column K of the current row: a finite number >= 0 (loss columns may be any number, nan
+ * included). */
+static int s_cell(const s_csv_t *c, int k, double *out)
+{
+    const char *s = c->cells[c->at[k]];
     char *end;
     errno = 0;
     double v = *s ? strtod(s, &end) : 0;
-    bool loss_col = c == 2 || c == 3 || c == 14;
-    if (!*s || *end || errno == ERANGE || (!loss_col && (!isfinite(v) || v < 0))) {
-        mq_err_set("%s:%d: column %s: '%s' is not a %s", path, line, s_cols[c], s,
-                   loss_col ? "number" : "finite number >= 0");
+    if (!*s || *end || errno == ERANGE || (!s_cols[k].any && (!isfinite(v) || v < 0))) {
+        mq_err_set("%s:%d: column %s: '%s' is not a %s", c->path, c->line, s_cols[k].name, s,
+                   s_cols[k].any ? "number" : "finite number >= 0");
         return -1;
     }
-    bool integral = c == 0 || c == 4 || c == 5 || c == 6;
-    if (integral && v != floor(v)) {
-        mq_err_set("%s:%d: column %s: '%s' is not an integer", path, line, s_cols[c], s);
+    if (s_cols[k].integral && v != floor(v)) {
+        mq_err_set("%s:%d: column %s: '%s' is not an integer", c->path, c->line,
+                   s_cols[k].name, s);
         return -1;
     }
     *out = v;
     return 0;
 }
 
-/* Splits LINE (modified in place) at commas into exactly S_METRICS_COLS cells. */
-static int s_split(const char *path, int line_no, char *line, char **cells)
+static int s_parse_row(s_csv_t *c, char *line, const mq_rep_row_t *prev, mq_rep_row_t *r)
 {
-    int n = 0;
-    for (char *p = line;; p++) {
-        if (n < S_METRICS_COLS)
-            cells[n] = p;
-        n++;
-        p = strchr(p, ',');
-        if (!p)
-            break;
-        *p = '\0';
-    }
-    if (n != S_METRICS_COLS) {
-        mq_err_set("%s:%d: %d columns, expected %d (%s)", path, line_no, n, S_METRICS_COLS,
-                   MQ_METRICS_HEADER);
+    double v[S_NCOLS] = {0};
+    int got = s_split(line, c->cells, c->ncols);
+    if (got != c->ncols) {
+        mq_err_set("%s:%d: %d columns, the header has %d", c->path, c->line, got, c->ncols);
         return -1;
     }
-    return 0;
-}
-
-static int s_parse_row(const char *path, int line_no, char *line, const mq_rep_row_t *prev,
-                       mq_rep_row_t *r)
-{
-    char *cells[S_METRICS_COLS];
-    double v[S_METRICS_COLS];
-    if (s_split(path, line_no, line, cells) < 0)
-        return -1;
-    bool evaluated = cells[13][0] != '\0';
-    if (evaluated != (cells[14][0] != '\0')) {
-        mq_err_set("%s:%d: test_acc and test_loss must both be set or both empty", path, line_no);
+    bool evaluated = c->cells[c->at[C_ACC]][0] != '\0';
+    if (evaluated != (c->cells[c->at[C_TEST_LOSS]][0] != '\0')) {
+        mq_err_set("%s:%d: test_acc and test_loss must both be set or both empty", c->path,
+                   c->line);
         return -1;
     }
-    for (int c = 0; c < (evaluated ? S_METRICS_COLS : 13); c++)
-        if (s_cell(path, line_no, c, cells[c], &v[c]) < 0)
+    for (int k = 0; k < S_NCOLS; k++)
+        if (c->at[k] >= 0 && (evaluated || (k != C_ACC && k != C_TEST_LOSS)) &&
+            s_cell(c, k, &v[k]) < 0)
             return -1;
-    if (v[4] < 1 || v[4] > 32 || (evaluated && v[13] > 1)) {
-        mq_err_set("%s:%d: %s out of range (bits 1..32, test_acc 0..1)", path, line_no,
-                   v[4] < 1 || v[4] > 32 ? "bits" : "test_acc");
+    bool bad_bits = v[C_BITS] < 1 || v[C_BITS] > 32, bad_workers = v[C_WORKERS] > UINT32_MAX;
+    if (bad_bits || bad_workers || (evaluated && v[C_ACC] > 1)) {
+        mq_err_set("%s:%d: %s out of range (bits 1..32, test_acc 0..1, workers < 2^32)",
+                   c->path, c->line, bad_bits ? "bits" : bad_workers ? "workers" : "test_acc");
         return -1;
     }
-    if (prev && (v[0] <= (double)prev->iter || v[1] < prev->t)) {
-        mq_err_set("%s:%d: iter and train_time_s must increase from row to row", path, line_no);
+    if (prev && (v[C_ITER] <= (double)prev->iter || v[C_TIME] < prev->t)) {
+        mq_err_set("%s:%d: iter and train_time_s must increase from row to row", c->path,
+                   c->line);
         return -1;
     }
-    *r = (mq_rep_row_t){.iter = (uint64_t)v[0],
-                        .t = v[1],
-                        .loss = v[2],
-                        .smoothed = v[3],
-                        .bits = (int)v[4],
-                        .bytes = v[5] + v[6],
-                        .compute_ms = v[7],
-                        .encode_ms = v[8],
-                        .wait_ms = v[9],
-                        .decode_ms = v[10],
-                        .update_ms = v[11],
-                        .agent_ms = v[12],
+    *r = (mq_rep_row_t){.iter = (uint64_t)v[C_ITER],
+                        .t = v[C_TIME],
+                        .loss = v[C_LOSS],
+                        .smoothed = v[C_SMOOTHED],
+                        .bits = (int)v[C_BITS],
+                        .bytes = v[C_UP] + v[C_DOWN],
+                        .compute_ms = v[C_COMPUTE],
+                        .encode_ms = v[C_ENCODE],
+                        .wait_ms = v[C_WAIT],
+                        .decode_ms = v[C_DECODE],
+                        .update_ms = v[C_UPDATE],
+                        .agent_ms = v[C_AGENT],
                         .evaluated = evaluated,
-                        .acc = evaluated ? v[13] : NAN,
-                        .test_loss = evaluated ? v[14] : NAN};
+                        .acc = evaluated ? v[C_ACC] : NAN,
+                        .test_loss = evaluated ? v[C_TEST_LOSS] : NAN,
+                        .workers = (uint32_t)v[C_WORKERS]};
     return 0;
 }
 
@@ -235,7 +294,8 @@ static int s_load_metrics(const char *path, mq_rep_run_t *run)
     size_t len;
     if (mq_read_file(path, &text, &len) < 0)
         return -1;
-    int rc = -1, line_no = 0;
+    s_csv_t c = {.path = path};
+    int rc = -1;
     run->rows = calloc(s_count_lines(text), sizeof *run->rows);
     if (!run->rows) {
         mq_err_set("%s: out of memory", path);
@@ -246,31 +306,30 @@ static int s_load_metrics(const char *path, mq_rep_run_t *run)
         goto done;
     }
     for (char *line = text, *next; *line; line = next) {
-        line_no++;
+        c.line++;
         next = strchr(line, '\n');
         next = next ? (*next = '\0', next + 1) : line + strlen(line);
         size_t n = strlen(line);
         if (n && line[n - 1] == '\r')
             line[n - 1] = '\0';
-        if (line_no == 1) {
-            if (strcmp(line, MQ_METRICS_HEADER) != 0) {
-                mq_err_set("%s:1: header is not '%s'", path, MQ_METRICS_HEADER);
+        if (c.line == 1) {
+            if (s_header(&c, line) < 0)
                 goto done;
-            }
             continue;
         }
         mq_rep_row_t *prev = run->n_rows ? &run->rows[run->n_rows - 1] : NULL;
-        if (s_parse_row(path, line_no, line, prev, &run->rows[run->n_rows]) < 0)
+        if (s_parse_row(&c, line, prev, &run->rows[run->n_rows]) < 0)
             goto done;
         run->n_rows++;
     }
-    if (line_no == 0)
+    if (c.line == 0)
         mq_err_set("%s:1: empty file (expected the header '%s')", path, MQ_METRICS_HEADER);
     else if (run->n_rows == 0)
         mq_err_set("%s:2: no rows after the header: the run recorded no iteration", path);
     else
         rc = 0;
 done:
+    free(c.cells);
     free(text);
     return rc;
 }

@@ -3,12 +3,17 @@
  *
  *   config.json    the run's settings (written once at the start, by the caller's JSON)
  *   metrics.csv    one row per iteration, columns in MQ_METRICS_HEADER order; test_acc and
- *                  test_loss are empty where the iteration was not evaluated
+ *                  test_loss are empty where the iteration was not evaluated. Columns are
+ *                  only ever appended (workers came last), so readers find them by name and
+ *                  still read older runs that lack the later ones
  *   events.jsonl   one JSON object per line: {"t": seconds, "iter": m, "event": "...", ...}
  *   summary.json   written at the end (and rewritten at each evaluation, so a killed run
  *                  still leaves one)
  *
- * Rows are flushed as they are written so a run can be followed with tail -f. */
+ * Rows are written through as they come so a run can be followed with tail -f. A run directory
+ * is never truncated: mq_runlog_new refuses a directory that already holds a run, and
+ * mq_runlog_append continues one. A write that fails (a full disk) fails the call that made it,
+ * with the file and the system's reason in the error. */
 #ifndef MQGRAD_RUNLOG_H
 #define MQGRAD_RUNLOG_H
 
@@ -22,7 +27,7 @@ extern "C" {
 
 #define MQ_METRICS_HEADER                                                                      \
     "iter,train_time_s,loss,smoothed_loss,bits,bytes_up,bytes_down,compute_ms,encode_ms,"      \
-    "wait_ms,decode_ms,update_ms,agent_ms,test_acc,test_loss"
+    "wait_ms,decode_ms,update_ms,agent_ms,test_acc,test_loss,workers"
 
 typedef struct {
     uint64_t iter;
@@ -33,6 +38,9 @@ typedef struct {
     double compute_ms, encode_ms, wait_ms, decode_ms, update_ms, agent_ms; /* worker means */
     bool evaluated;
     double test_acc, test_loss;
+    /* Workers whose pushes were aggregated in this iteration (fewer than the run's workers
+     * when some were missing from it); 1 for the single-process `mqgrad train`. */
+    uint32_t workers;
 } mq_metrics_row_t;
 
 typedef struct {
@@ -59,15 +67,32 @@ typedef struct {
 
 typedef struct mq_runlog_t mq_runlog_t;
 
-/* Creates DIR (and parents) and writes config.json from CONFIG_JSON (a complete JSON object).
- * NULL with an error if the directory cannot be made or written. */
+/* Starts a run in DIR: creates DIR (and parents), metrics.csv with its header, an empty
+ * events.jsonl, and config.json from CONFIG_JSON (a complete JSON object; NULL for {}).
+ * NULL with an error if DIR already holds a run (any of config.json, metrics.csv,
+ * events.jsonl, summary.json: none is ever written over) or cannot be made or written. A
+ * missing or empty directory, or one holding only other files, is fine. */
 mq_runlog_t *mq_runlog_new(const char *dir, const char *config_json);
+/* Reopens the run in DIR to continue it (a resumed run): rows and events are appended after
+ * the ones already there, nothing is truncated, config.json is left as it is. NULL with an
+ * error naming the file unless DIR has config.json and a metrics.csv whose first line is
+ * MQ_METRICS_HEADER (a run written with other columns would get rows that do not line up)
+ * and whose last row is complete (ends with a newline). events.jsonl is created if missing.
+ * The "t" of the events written from here counts from this call. */
+mq_runlog_t *mq_runlog_append(const char *dir);
+/* The iteration of the last complete row of DIR/metrics.csv into *ITER: 0, or 1 when the
+ * file has no row yet, or -1 with an error (no file, or a last row that does not start with
+ * an iteration). What a resumed run continues from. */
+int mq_runlog_last_iter(const char *dir, uint64_t *iter);
 void mq_runlog_destroy(mq_runlog_t **self_p);
 const char *mq_runlog_dir(const mq_runlog_t *r);
+/* Appends ROW to metrics.csv. -1 with an error naming the file and the reason ("No space
+ * left on device") if it cannot be written. */
 int mq_runlog_row(mq_runlog_t *r, const mq_metrics_row_t *row);
-/* FIELDS_JSON is the rest of the object after "t","iter","event" (may be NULL or ""),
- * e.g. "\"policy\":\"fixed:4\"". */
+/* Appends one line to events.jsonl; -1 as mq_runlog_row. FIELDS_JSON is the rest of the
+ * object after "t","iter","event" (may be NULL or ""), e.g. "\"policy\":\"fixed:4\"". */
 int mq_runlog_event(mq_runlog_t *r, uint64_t iter, const char *event, const char *fields_json);
+/* Replaces summary.json atomically; -1 with an error naming it if that fails. */
 int mq_runlog_summary(mq_runlog_t *r, const mq_summary_t *s);
 
 /* Escapes S for use inside a JSON string (quotes not included) into BUF. */
