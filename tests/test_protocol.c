@@ -25,6 +25,22 @@ static void s_raw(zsock_t *s, const void *data, size_t len)
     cr_assert_eq(zframe_send(&f, s, 0), 0);
 }
 
+static uint64_t s_run_id; /* the run under test's id (events.jsonl "start") */
+
+/* The run's id, from its start event. */
+static uint64_t s_read_run_id(const char *run)
+{
+    char path[400], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/events.jsonl", run);
+    cr_assert_eq(mq_read_file(path, &text, &len), 0, "%s", mq_err_last());
+    const char *p = strstr(text, "\"run_id\":\"");
+    cr_assert_not_null(p, "no run id in %s", path);
+    uint64_t id = strtoull(p + 10, NULL, 16);
+    free(text);
+    return id;
+}
+
 /* A push of COUNT fp32 values whose payload has LEN bytes (a mismatch is the point). */
 static void s_push(zsock_t *s, uint64_t iter, uint32_t rank, uint32_t shard, uint64_t count,
                    size_t len, float fill)
@@ -40,6 +56,7 @@ static void s_push(zsock_t *s, uint64_t iter, uint32_t rank, uint32_t shard, uin
     msg.shard = shard;
     msg.bits = 32;
     msg.lr = 0.1f;
+    msg.run_id = s_run_id;
     msg.ntensors = 1;
     snprintf(msg.tensors[0].name, sizeof msg.tensors[0].name, "conv1.w");
     msg.tensors[0].count = count;
@@ -86,6 +103,7 @@ Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
     char run[300];
     snprintf(run, sizeof run, "%s/run", c.dir);
     mq_test_wait_rows(run, 2, 30);
+    s_run_id = s_read_run_id(run);
 
     zsock_t *evil = s_dealer(server_ep);
     const uint8_t wrong_version[] = {0x08, 0x01, 0x10, 0x0c}; /* version 1 (old), PING */
@@ -99,10 +117,17 @@ Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
     s_push(evil, 0, 0, 0, 10, 39, 1.0f);         /* payload shorter than its header */
     s_push(evil, 0, 0, 0, 10, 44, 1.0f);         /* payload longer than its header */
     s_push(evil, 0, 0, 0, 10, 40, NAN);          /* non-finite values: the codec refuses them */
+    s_run_id ^= 1;
+    s_push(evil, 0, 0, 0, 10, 40, 1.0f);         /* a push of another run */
     s_ping_ok(evil);
 
     zsock_t *stranger = s_dealer(c.endpoint);
-    s_raw(stranger, "\x08\x02\x10\x06\x20\x00", 6); /* a REPORT for rank 0 from a stranger */
+    mq_msg_t report;
+    memset(&report, 0, sizeof report);
+    mq_msg_init(&report, MQ_MSG_REPORT); /* for rank 0 of this run, from a stranger */
+    report.run_id = s_run_id ^ 1;
+    cr_assert_eq(mq_wire_send(stranger, &report, NULL, 0), 0);
+    s_raw(stranger, "\x08\x02\x10\x06\x20\x00", 6); /* a REPORT of no run */
     s_raw(stranger, "junk", 4);
     s_ping_ok(stranger);
 
@@ -118,11 +143,13 @@ Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
     cr_expect_eq(s_count(drops, "shard"), 1);
     cr_expect_eq(s_count(drops, "length"), 2);
     cr_expect_eq(s_count(drops, "payload"), 1);
+    cr_expect_eq(s_count(drops, "run"), 1);
     zstr_free(&drops);
     zstr_send(c.sched, "DROPS");
     drops = zstr_recv(c.sched);
     cr_log_info("scheduler drops: %s", drops);
     cr_expect_eq(s_count(drops, "rank"), 1);
+    cr_expect_eq(s_count(drops, "run"), 1);
     cr_expect_eq(s_count(drops, "garbage"), 1);
     zstr_free(&drops);
     zsock_destroy(&evil);

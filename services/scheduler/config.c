@@ -20,6 +20,10 @@ static void s_defaults(mq_scheduler_config_t *c)
     memset(c, 0, sizeof *c);
     strcpy(c->bind, "tcp://*:7000");
     c->workers = 2;
+    c->min_workers = 1;
+    c->max_workers = 0; /* not given: max(--workers, 64) */
+    c->heartbeat_timeout = 5;
+    c->pause_timeout = 600;
     c->servers = 1;
     strcpy(c->model, "paper");
     strcpy(c->dataset, "fashion-mnist");
@@ -127,7 +131,16 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
         {"bind", "MQGRAD_SCHEDULER_BIND", MQ_FLAG_STR, c->bind, sizeof c->bind, 0, 0,
          "endpoint to bind"},
         {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &c->workers, 0, 1, MQ_MAX_WORKERS,
-         "workers expected"},
+         "workers to wait for before the first iteration (more may join later)"},
+        {"min-workers", "MQGRAD_MIN_WORKERS", MQ_FLAG_LONG, &c->min_workers, 0, 1,
+         MQ_MAX_WORKERS, "below this many workers the run pauses (not fails) until some join"},
+        {"max-workers", "MQGRAD_MAX_WORKERS", MQ_FLAG_LONG, &c->max_workers, 0, 1,
+         MQ_MAX_WORKERS, "workers the run takes at most; later ones are refused (default "
+                         "max(--workers, 64))"},
+        {"heartbeat-timeout", "MQGRAD_HEARTBEAT_TIMEOUT", MQ_FLAG_DOUBLE, &c->heartbeat_timeout,
+         0, 1.5, 3600, "seconds of silence after which a node is lost (heartbeats every 0.5 s)"},
+        {"pause-timeout", "MQGRAD_PAUSE_TIMEOUT", MQ_FLAG_DOUBLE, &c->pause_timeout, 0, 1, 86400,
+         "seconds the run may stay paused below --min-workers before it fails"},
         {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &c->servers, 0, 1, MQ_WIRE_MAX_SERVERS,
          "servers expected"},
         {"model", "MQGRAD_MODEL", MQ_FLAG_STR, c->model, sizeof c->model, 0, 0, "paper | small"},
@@ -206,6 +219,14 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
      * back. */
     if (rc == 0 && c->iterations < 0)
         c->iterations = c->time_budget > 0 ? 0 : 200;
+    if (rc == 0 && c->max_workers == 0)
+        c->max_workers = c->workers > 64 ? c->workers : 64;
+    if (rc == 0 && (c->workers > c->max_workers || c->min_workers > c->max_workers)) {
+        fprintf(stderr, "mqgrad-scheduler: --workers %ld and --min-workers %ld must not exceed "
+                        "--max-workers %ld\n",
+                c->workers, c->min_workers, c->max_workers);
+        rc = 2;
+    }
     if (rc == 0)
         rc = s_check(c);
     if (rc == 0 && !c->run_dir[0])
@@ -221,7 +242,8 @@ void mq_sched_run_config(const mq_scheduler_config_t *c, mq_run_config_t *r)
     r->batch = (uint32_t)c->batch;
     r->seed = (uint64_t)c->seed;
     r->l2 = (float)c->l2;
-    r->workers = (uint32_t)c->workers;
+    r->workers = (uint32_t)c->max_workers; /* the rank space: nodes size their tables by it */
+    r->min_workers = (uint32_t)c->min_workers;
     r->servers = (uint32_t)c->servers;
     r->quant_threshold = (uint64_t)c->threshold;
     mq_codec_t k = mq_codec_none();
@@ -246,7 +268,8 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
     bool uniform = k.id == MQ_CODEC_ID_uniform;
     int n = snprintf(
         buf, len,
-        "{\"model\":\"%s\",\"dataset\":\"%s\",\"workers\":%ld,\"servers\":%ld,\"batch\":%ld,"
+        "{\"model\":\"%s\",\"dataset\":\"%s\",\"workers\":%ld,\"min_workers\":%ld,"
+        "\"max_workers\":%ld,\"heartbeat_timeout_s\":%g,\"servers\":%ld,\"batch\":%ld,"
         "\"lr\":%.9g,\"lr_decay\":%g,\"l2\":%.9g,\"iterations\":%ld,\"time_budget_s\":%g,\"eval_every\":%ld,"
         "\"eval_limit\":%ld,\"agent\":\"%s\",\"agent_deadline_ms\":%g,\"initial_bits\":%ld,"
         "\"codec\":\"%s\",\"codec_spec\":\"%s\",\"optimizer\":\"%s\",\"bucket\":%ld,"
@@ -254,7 +277,8 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
         "\"quant_threshold\":%ld,\"link_mbps\":%g,\"clock\":\"%s\",\"seed\":%ld,\"final_eval_limit\":%ld,"
         "\"diverge_factor\":%g,\"diverge_patience\":%ld,\"on_divergence\":\"%s\","
         "\"guard_spike\":%g,\"guard_iters\":%ld,\"guard_bits\":%ld}",
-        c->model, c->dataset, c->workers, c->servers, c->batch, c->lr, c->lr_decay, c->l2,
+        c->model, c->dataset, c->workers, c->min_workers, c->max_workers, c->heartbeat_timeout,
+        c->servers, c->batch, c->lr, c->lr_decay, c->l2,
         c->iterations, c->time_budget, c->eval_every, c->eval_limit, agent, c->agent_deadline_ms, c->bits,
         ops ? ops->name : "none", spec, c->optimizer, uniform ? (long)k.param[0] : 0L,
         uniform && k.param[1] ? "true" : "false",

@@ -1,13 +1,23 @@
 /* The scheduler actor: registration until the cluster is complete, then the iteration
  * barrier. After all reports of iteration m are in it records the row, tells the agent, and
  * waits at most a deadline for the bits of m+1; a silent agent never stalls the run (the
- * last bits are reused and further waits are skipped until the agent answers again). */
+ * last bits are reused and further waits are skipped until the agent answers again).
+ *
+ * Membership changes while the run goes on (README "Failures and elasticity"). Each
+ * iteration has a member set: the workers that are up when it is issued. A worker that is
+ * silent for --heartbeat-timeout, or says it leaves, is cut from the round in flight: the
+ * servers are told the smaller set (a higher view), say HAVE once every member's push is in,
+ * and only when every server has does the scheduler COMMIT the set, so every shard averages
+ * over the same workers. A worker that registers late gets a free rank, sets up, and is a
+ * member from the next iteration on (it pulls the parameters first). Below --min-workers the
+ * run pauses until enough are back. */
 #include "scheduler.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mqgrad/ps.h"
 #include "mqgrad/runlog.h"
@@ -17,14 +27,27 @@
 #include "mqgrad/wire.h"
 #include "scheduler_internal.h"
 
+/* A rank's holder: FREE (none), SETUP (welcomed, loading), READY (set up, a member from the
+ * next iteration on), ACTIVE (a member). */
+typedef enum { N_FREE, N_SETUP, N_READY, N_ACTIVE } s_state_t;
+
 typedef struct {
     uint8_t peer[MQ_WIRE_MAX_PEER];
     size_t peer_len;
     uint64_t incarnation;
     char endpoint[MQ_WIRE_MAX_TEXT];
+    s_state_t state;
+    double last_heard;
 } s_node_t;
 
-typedef enum { S_REGISTERING, S_PREPARING, S_RUNNING, S_WAIT_AGENT, S_DONE } s_phase_t;
+typedef enum {
+    S_REGISTERING,
+    S_PREPARING,
+    S_RUNNING,
+    S_WAIT_AGENT,
+    S_PAUSED, /* fewer than --min-workers: iteration `iter` is issued once enough are back */
+    S_DONE
+} s_phase_t;
 
 typedef struct {
     zsock_t *pipe;
@@ -35,9 +58,9 @@ typedef struct {
     int port;
     s_phase_t phase;
     s_node_t workers[MQ_MAX_WORKERS], servers[MQ_WIRE_MAX_SERVERS];
-    uint32_t nworkers, nservers, nready;
-    bool ready_w[MQ_MAX_WORKERS], ready_s[MQ_WIRE_MAX_SERVERS];
-    double t_created;
+    uint32_t nservers;
+    uint64_t run_id;
+    double t_created, t_paused;
     mq_runlog_t *log;
     /* iteration state */
     uint64_t iter;
@@ -50,6 +73,13 @@ typedef struct {
     double t_training; /* wall time training started, for the summary */
     bool got[MQ_MAX_WORKERS];
     uint32_t nreports;
+    /* the round's member set: cut when a member is lost, committed once every server has
+     * every member's push */
+    uint32_t members[MQ_MAX_WORKERS], nmembers;
+    uint32_t view;
+    bool committed;
+    bool have[MQ_WIRE_MAX_SERVERS];
+    uint64_t cursor, round_cursor; /* the data position: next round's, this round's */
     mq_report_t sum;
     double max_eval_ms;
     /* run totals */
@@ -69,6 +99,7 @@ typedef struct {
     double t_progress;
     mq_msg_t in, out;
     mq_drops_t drops;
+    bool log_failed; /* the run directory refused a write: the run fails */
 } s_sched_t;
 
 static void s_finish(s_sched_t *self, const char *status, int code);
@@ -82,21 +113,47 @@ static int s_send_to(s_sched_t *self, const s_node_t *node)
     return mq_wire_send(self->router, &self->out, NULL, 0);
 }
 
-/* Sends self->out to every registered node; returns how many could not be reached. */
+/* Sends self->out to every node that holds a rank; returns how many could not be reached. */
 static int s_broadcast(s_sched_t *self, bool workers, bool servers)
 {
     int failed = 0;
-    for (uint32_t i = 0; workers && i < self->nworkers; i++)
-        failed += s_send_to(self, &self->workers[i]) != 0;
+    for (uint32_t i = 0; workers && i < MQ_MAX_WORKERS; i++)
+        if (self->workers[i].state != N_FREE)
+            failed += s_send_to(self, &self->workers[i]) != 0;
     for (uint32_t i = 0; servers && i < self->nservers; i++)
         failed += s_send_to(self, &self->servers[i]) != 0;
     return failed;
 }
 
+/* Workers holding a rank in STATE (N_FREE: any state but free). */
+static uint32_t s_count(const s_sched_t *self, s_state_t state)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
+        n += state == N_FREE ? self->workers[i].state != N_FREE : self->workers[i].state == state;
+    return n;
+}
+
+/* Tells the servers the round's member set (a new view of it). */
+static void s_send_members(s_sched_t *self, mq_msg_type_t type)
+{
+    mq_msg_init(&self->out, type);
+    self->out.iter = self->iter;
+    self->out.view = self->view;
+    self->out.nmembers = self->nmembers;
+    memcpy(self->out.members, self->members, self->nmembers * sizeof *self->members);
+    if (s_broadcast(self, false, true) != 0)
+        mq_warn("iteration %llu: cannot reach every server: %s", (unsigned long long)self->iter,
+                mq_err_last());
+}
+
 static void s_event(s_sched_t *self, const char *event, const char *fields)
 {
-    if (self->log)
-        mq_runlog_event(self->log, self->iter, event, fields);
+    if (self->log && mq_runlog_event(self->log, self->iter, event, fields) != 0 &&
+        !self->log_failed) {
+        mq_error("events: %s", mq_err_last());
+        self->log_failed = true; /* the run fails at the end of the round */
+    }
 }
 
 /* ---- the run ------------------------------------------------------------------------------ */
@@ -112,9 +169,62 @@ static double s_progress_fraction(const s_sched_t *self)
 }
 
 
+static void s_pause(s_sched_t *self, uint32_t have)
+{
+    if (self->phase != S_PAUSED) {
+        char fields[96];
+        snprintf(fields, sizeof fields, "\"workers\":%u,\"min_workers\":%ld", have,
+                 self->cfg->min_workers);
+        s_event(self, "pause", fields);
+        mq_warn("%u workers, fewer than --min-workers %ld: the run pauses at iteration %llu "
+                "until enough are back (at most %.0f s)",
+                have, self->cfg->min_workers, (unsigned long long)self->iter,
+                self->cfg->pause_timeout);
+        self->t_paused = mq_now_s();
+    }
+    self->phase = S_PAUSED;
+}
+
+/* The round's members: every worker up (those ready since the last round join now). */
+static void s_form_round(s_sched_t *self)
+{
+    self->nmembers = 0;
+    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) {
+        s_node_t *w = &self->workers[r];
+        if (w->state == N_READY) {
+            w->state = N_ACTIVE;
+            char fields[64];
+            snprintf(fields, sizeof fields, "\"rank\":%u,\"workers\":%u", r,
+                     s_count(self, N_ACTIVE));
+            s_event(self, "worker_joined", fields);
+            mq_info("worker %u joins at iteration %llu (%u workers)", r,
+                    (unsigned long long)self->iter, s_count(self, N_ACTIVE));
+        }
+        if (w->state == N_ACTIVE)
+            self->members[self->nmembers++] = r;
+    }
+}
+
 static void s_issue(s_sched_t *self)
 {
     const mq_scheduler_config_t *c = self->cfg;
+    uint32_t up = s_count(self, N_ACTIVE) + s_count(self, N_READY);
+    if (up < (uint32_t)c->min_workers || up == 0) {
+        s_pause(self, up);
+        return;
+    }
+    if (self->phase == S_PAUSED) {
+        char fields[64];
+        snprintf(fields, sizeof fields, "\"workers\":%u,\"paused_s\":%.1f", up,
+                 mq_now_s() - self->t_paused);
+        s_event(self, "resume", fields);
+        mq_info("%u workers: the run goes on", up);
+    }
+    s_form_round(self);
+    self->committed = false;
+    memset(self->have, 0, sizeof self->have);
+    self->round_cursor = self->cursor;
+    self->cursor += (uint64_t)self->nmembers * (uint64_t)c->batch;
     /* The last iteration is evaluated; under a time budget, foresee it from the last one's
      * duration (a wrong guess costs one extra, evaluated iteration in s_next). */
     bool last = (c->iterations > 0 && self->iter + 1 >= (uint64_t)c->iterations) ||
@@ -137,6 +247,9 @@ static void s_issue(s_sched_t *self)
     bool final = last || self->final_pending;
     self->out.eval_limit =
         (uint32_t)(final && c->final_eval_limit >= 0 ? c->final_eval_limit : c->eval_limit);
+    self->out.nmembers = self->nmembers;
+    memcpy(self->out.members, self->members, self->nmembers * sizeof *self->members);
+    self->out.cursor = self->round_cursor;
     memset(self->got, 0, sizeof self->got);
     memset(&self->sum, 0, sizeof self->sum);
     self->nreports = 0;
@@ -147,11 +260,26 @@ static void s_issue(s_sched_t *self)
      * at the training time so far; the agent's and the evaluations' time is not counted. */
     self->sim_issued = self->sim_done = self->run.simulated_clock ? self->train_time : 0;
     self->out.sim_time = self->sim_issued;
-    if (s_broadcast(self, true, false) != 0) {
-        mq_error("iteration %llu: cannot reach every worker: %s",
-                 (unsigned long long)self->iter, mq_err_last());
-        s_finish(self, "failed", 1);
-    }
+    for (uint32_t k = 0; k < self->nmembers; k++)
+        if (s_send_to(self, &self->workers[self->members[k]]) != 0)
+            mq_warn("iteration %llu: cannot reach worker %u: %s", (unsigned long long)self->iter,
+                    self->members[k], mq_err_last()); /* its heartbeats will tell */
+    s_send_members(self, MQ_MSG_ITERATE);
+}
+
+/* WELCOME for NODE, which holds rank RANK: the run, its id, the servers. */
+static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
+{
+    node->last_heard = mq_now_s(); /* its heartbeats start now */
+    mq_msg_init(&self->out, MQ_MSG_WELCOME);
+    self->out.config = self->run;
+    self->out.run_id = self->run_id;
+    self->out.rank = rank;
+    self->out.nservers = self->nservers;
+    for (uint32_t s = 0; s < self->nservers; s++)
+        memcpy(self->out.servers[s], self->servers[s].endpoint, sizeof self->out.servers[s]);
+    if (s_send_to(self, node) != 0)
+        mq_warn("welcome to rank %u: %s", rank, mq_err_last());
 }
 
 static void s_start(s_sched_t *self)
@@ -164,43 +292,55 @@ static void s_start(s_sched_t *self)
         s_finish(self, "failed", 1);
         return;
     }
-    mq_msg_init(&self->out, MQ_MSG_WELCOME);
-    self->out.config = self->run;
-    self->out.nservers = self->nservers;
-    for (uint32_t s = 0; s < self->nservers; s++)
-        memcpy(self->out.servers[s], self->servers[s].endpoint, sizeof self->out.servers[s]);
-    for (uint32_t i = 0; i < self->nservers; i++) {
-        self->out.rank = i;
-        s_send_to(self, &self->servers[i]);
-    }
-    for (uint32_t i = 0; i < self->nworkers; i++) {
-        self->out.rank = i;
-        s_send_to(self, &self->workers[i]);
-    }
-    char fields[128];
-    snprintf(fields, sizeof fields, "\"workers\":%u,\"servers\":%u", self->nworkers,
-             self->nservers);
+    for (uint32_t i = 0; i < self->nservers; i++)
+        s_welcome(self, &self->servers[i], i);
+    for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
+        if (self->workers[i].state != N_FREE)
+            s_welcome(self, &self->workers[i], i);
+    char fields[160];
+    snprintf(fields, sizeof fields, "\"workers\":%u,\"servers\":%u,\"run_id\":\"%016llx\"",
+             s_count(self, N_FREE), self->nservers, (unsigned long long)self->run_id);
     s_event(self, "start", fields);
-    mq_info("cluster complete: %u workers, %u servers; run directory %s", self->nworkers,
-            self->nservers, self->cfg->run_dir);
+    mq_info("cluster complete: %u workers, %u servers; run %016llx in %s", s_count(self, N_FREE),
+            self->nservers, (unsigned long long)self->run_id, self->cfg->run_dir);
     self->phase = S_PREPARING;
 }
 
-/* A node finished its setup (data, model); iteration 0 starts when all have. */
+/* A node finished its setup (data, model). Iteration 0 starts when every server and the
+ * --workers first workers have; a worker ready later is a member from the next iteration. */
 static void s_on_ready(s_sched_t *self, const mq_msg_t *msg)
 {
-    s_node_t *nodes = msg->role == MQ_ROLE_WORKER ? self->workers : self->servers;
-    bool *ready = msg->role == MQ_ROLE_WORKER ? self->ready_w : self->ready_s;
-    uint32_t n = msg->role == MQ_ROLE_WORKER ? self->nworkers : self->nservers;
-    if (self->phase != S_PREPARING || msg->rank >= n || nodes[msg->rank].peer_len != msg->peer_len ||
-        memcmp(nodes[msg->rank].peer, msg->peer, msg->peer_len) != 0 || ready[msg->rank]) {
+    bool worker = msg->role == MQ_ROLE_WORKER;
+    s_node_t *node = NULL;
+    if (worker && msg->rank < MQ_MAX_WORKERS)
+        node = &self->workers[msg->rank];
+    else if (!worker && msg->rank < self->nservers)
+        node = &self->servers[msg->rank];
+    if (!node || node->state != N_SETUP || node->incarnation != msg->incarnation ||
+        node->peer_len != msg->peer_len || memcmp(node->peer, msg->peer, msg->peer_len) != 0 ||
+        self->phase == S_REGISTERING || self->phase == S_DONE) {
         mq_drops_note(&self->drops, MQ_DROP_RANK, msg->peer, msg->peer_len,
                       "ready from an unknown node, twice, or out of phase");
         return;
     }
-    ready[msg->rank] = true;
-    if (++self->nready < self->nworkers + self->nservers)
+    node->state = N_READY;
+    node->last_heard = mq_now_s();
+    if (self->phase == S_PAUSED) {
+        s_issue(self);
         return;
+    }
+    if (self->phase != S_PREPARING)
+        return; /* a member from the next iteration on */
+    for (uint32_t s = 0; s < self->nservers; s++)
+        if (self->servers[s].state != N_READY)
+            return;
+    if (s_count(self, N_READY) < (uint32_t)self->cfg->workers)
+        return;
+    for (uint32_t s = 0; s < self->nservers; s++)
+        self->servers[s].state = N_ACTIVE;
+    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) /* the first members: no join events */
+        if (self->workers[r].state == N_READY)
+            self->workers[r].state = N_ACTIVE;
     mq_info("every node is ready; training starts");
     s_event(self, "ready", NULL);
     self->t_progress = mq_now_s();
@@ -239,8 +379,10 @@ static void s_summary(s_sched_t *self, const char *status)
         if (self->acc_iter < (double)self->watch.div_iter)
             s.final_test_acc = NAN;
     }
-    if (mq_runlog_summary(self->log, &s) != 0)
+    if (mq_runlog_summary(self->log, &s) != 0) {
         mq_error("summary: %s", mq_err_last());
+        self->log_failed = true;
+    }
 }
 
 static void s_finish(s_sched_t *self, const char *status, int code)
@@ -259,6 +401,11 @@ static void s_finish(s_sched_t *self, const char *status, int code)
             "%.2f%%, %.1f MB sent",
             status, (unsigned long long)self->iter, self->train_time, self->last_loss,
             self->last_acc * 100, (double)(self->bytes_up + self->bytes_down) / 1e6);
+    if (self->log_failed && code == 0) {
+        mq_error("the run directory %s is incomplete (a write failed): exit 1",
+                 self->cfg->run_dir);
+        code = 1;
+    }
     mq_service_done(self->pipe, code);
 }
 
@@ -324,7 +471,7 @@ static void s_next(s_sched_t *self)
 static void s_norms(const s_sched_t *self, double *grad, double *sent, double *update)
 {
     const mq_report_t *r = &self->sum;
-    double W = self->nworkers;
+    double W = self->nmembers;
     *grad = sqrt(r->grad_sq / W);
     *sent = sqrt(r->sent_sq / W);
     *update = sqrt(r->update_sq / W);
@@ -389,7 +536,7 @@ static bool s_check_health(s_sched_t *self, double loss, double smoothed_before)
 /* Records iteration m's row; returns true if the run must stop (it diverged). */
 static bool s_record(s_sched_t *self)
 {
-    uint32_t W = self->nworkers;
+    uint32_t W = self->nmembers;
     const mq_report_t *s = &self->sum;
     double loss = s->loss_nonfinite ? NAN : s->loss / W;
     double smoothed_before = self->watch.smoothed;
@@ -412,6 +559,7 @@ static bool s_record(s_sched_t *self)
         .update_ms = s->update_ms / W,
         .agent_ms = self->agent_ms,
         .evaluated = self->evaluate && s->eval_total > 0,
+        .workers = W,
     };
     if (row.evaluated) {
         row.test_acc = (double)s->eval_correct / (double)s->eval_total;
@@ -424,8 +572,13 @@ static bool s_record(s_sched_t *self)
             stop = strcmp(self->cfg->on_divergence, "stop") == 0;
         }
     }
-    if (mq_runlog_row(self->log, &row) != 0)
+    if (mq_runlog_row(self->log, &row) != 0) {
+        /* A run that cannot record itself fails now, with the reason, rather than end
+         * "completed" with rows missing. */
         mq_error("metrics: %s", mq_err_last());
+        self->log_failed = true;
+        return true;
+    }
     return stop;
 }
 
@@ -462,7 +615,7 @@ static int s_on_agent_deadline(zloop_t *loop, int timer_id, void *arg)
  * answering, else goes straight on. */
 static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
 {
-    uint32_t W = self->nworkers;
+    uint32_t W = self->nmembers;
     const mq_scheduler_config_t *c = self->cfg;
     mq_msg_init(&self->out, MQ_MSG_OBSERVE);
     self->out.iter = self->iter - 1;
@@ -547,6 +700,11 @@ static void s_iteration_done(s_sched_t *self)
     bool stop = s_record(self);
     self->agent_ms = 0;
     self->iter++;
+    self->view = 0;
+    if (self->log_failed) {
+        s_finish(self, "failed", 1);
+        return;
+    }
     if (stop) {
         s_progress(self, true);
         s_finish(self, "diverged", MQ_EXIT_DIVERGED);
@@ -563,7 +721,7 @@ static void s_iteration_done(s_sched_t *self)
 
 static void s_refuse(s_sched_t *self, mq_msg_t *msg, const char *why)
 {
-    mq_warn("refused a registration: %s", why);
+    mq_warn("refused a %s: %s", mq_msg_type_name(msg->type), why);
     mq_msg_init(&self->out, MQ_MSG_ERROR);
     memcpy(self->out.peer, msg->peer, msg->peer_len);
     self->out.peer_len = msg->peer_len;
@@ -571,41 +729,157 @@ static void s_refuse(s_sched_t *self, mq_msg_t *msg, const char *why)
     mq_wire_send(self->router, &self->out, NULL, 0);
 }
 
+/* Closes the round on the servers once every one of them has every member's push. */
+static void s_maybe_commit(s_sched_t *self)
+{
+    if (self->committed || self->nmembers == 0 || self->phase != S_RUNNING)
+        return;
+    for (uint32_t s = 0; s < self->nservers; s++)
+        if (!self->have[s])
+            return;
+    self->committed = true;
+    s_send_members(self, MQ_MSG_COMMIT);
+}
+
+static void s_iteration_done(s_sched_t *self);
+
+/* Worker RANK is gone (WHY): its rank is free, and the round in flight goes on without it
+ * unless it already reported (then its push is in every shard's aggregate). */
+static void s_lose_worker(s_sched_t *self, uint32_t rank, const char *why)
+{
+    s_node_t *w = &self->workers[rank];
+    bool member = w->state == N_ACTIVE;
+    w->state = N_FREE;
+    w->incarnation = 0;
+    uint32_t left = s_count(self, N_ACTIVE) + s_count(self, N_READY);
+    char fields[200], reason[128];
+    mq_json_escape(why, reason, sizeof reason);
+    snprintf(fields, sizeof fields, "\"rank\":%u,\"reason\":\"%s\",\"workers\":%u", rank, reason,
+             left);
+    s_event(self, "worker_lost", fields);
+    mq_warn("worker %u lost at iteration %llu (%s); %u workers left", rank,
+            (unsigned long long)self->iter, why, left);
+    if (!member || (self->phase != S_RUNNING && self->phase != S_WAIT_AGENT))
+        return;
+    int k = mq_member_index(self->members, self->nmembers, rank);
+    if (self->phase != S_RUNNING || k < 0 || self->got[rank])
+        return;
+    /* Cut it from the round: the servers aggregate over the others. */
+    memmove(&self->members[k], &self->members[k + 1],
+            (self->nmembers - (uint32_t)k - 1) * sizeof *self->members);
+    self->nmembers--;
+    if (self->committed) { /* every server has its push: the round stands, without its report */
+        if (self->nmembers > 0 && self->nreports == self->nmembers)
+            s_iteration_done(self);
+        return;
+    }
+    self->view++;
+    memset(self->have, 0, sizeof self->have);
+    s_send_members(self, MQ_MSG_ITERATE);
+    if (self->nmembers == 0) { /* nobody is left in the round: it runs again */
+        mq_warn("iteration %llu lost every member; it will run again", (unsigned long long)self->iter);
+        s_issue(self);
+    }
+}
+
+/* The node of ROLE and RANK that says it is INCARNATION, or NULL. */
+static s_node_t *s_node_of(s_sched_t *self, mq_role_t role, uint32_t rank, uint64_t incarnation)
+{
+    s_node_t *n = NULL;
+    if (role == MQ_ROLE_WORKER && rank < MQ_MAX_WORKERS)
+        n = &self->workers[rank];
+    else if (role == MQ_ROLE_SERVER && rank < self->nservers)
+        n = &self->servers[rank];
+    return n && n->state != N_FREE && n->incarnation == incarnation ? n : NULL;
+}
+
+static void s_on_heartbeat(s_sched_t *self, mq_msg_t *msg)
+{
+    s_node_t *n = s_node_of(self, msg->role, msg->rank, msg->incarnation);
+    if (n && msg->run_id == self->run_id) {
+        n->last_heard = mq_now_s();
+        return;
+    }
+    char why[160];
+    snprintf(why, sizeof why, "%s %u is not part of run %016llx (taken out of it, or of another "
+             "run)", msg->role == MQ_ROLE_SERVER ? "server" : "worker", msg->rank,
+             (unsigned long long)self->run_id);
+    s_refuse(self, msg, why);
+}
+
+static void s_on_leave(s_sched_t *self, mq_msg_t *msg)
+{
+    s_node_t *n = s_node_of(self, MQ_ROLE_WORKER, msg->rank, msg->incarnation);
+    if (!n || msg->role != MQ_ROLE_WORKER) {
+        mq_drops_note(&self->drops, MQ_DROP_RANK, msg->peer, msg->peer_len,
+                      "leave from a node that holds no rank");
+        return;
+    }
+    s_lose_worker(self, msg->rank, "it left (stopped)");
+}
+
 static void s_on_register(s_sched_t *self, mq_msg_t *msg)
 {
     bool worker = msg->role == MQ_ROLE_WORKER;
-    s_node_t *nodes = worker ? self->workers : self->servers;
-    uint32_t *n = worker ? &self->nworkers : &self->nservers;
-    long want = worker ? self->cfg->workers : self->cfg->servers;
-    for (uint32_t i = 0; i < *n; i++)
-        if (nodes[i].incarnation == msg->incarnation)
-            return; /* a repeat of a registration we have */
     if (msg->role != MQ_ROLE_WORKER && msg->role != MQ_ROLE_SERVER) {
         s_refuse(self, msg, "unknown role");
         return;
     }
-    if (self->phase != S_REGISTERING) {
-        s_refuse(self, msg, "the run has already started; late joins are not supported");
+    for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
+        if (self->workers[i].state != N_FREE && self->workers[i].incarnation == msg->incarnation)
+            return; /* a repeat of a registration we have */
+    for (uint32_t i = 0; i < self->nservers; i++)
+        if (self->servers[i].incarnation == msg->incarnation)
+            return;
+    if (self->phase == S_DONE) {
+        s_refuse(self, msg, "the run is over");
         return;
     }
-    if (*n >= (uint32_t)want) {
-        s_refuse(self, msg, worker ? "enough workers already" : "enough servers already");
-        return;
+    s_node_t *node = NULL;
+    uint32_t rank = 0;
+    if (worker) {
+        while (rank < (uint32_t)self->cfg->max_workers && self->workers[rank].state != N_FREE)
+            rank++;
+        if (rank == (uint32_t)self->cfg->max_workers) {
+            char why[128];
+            snprintf(why, sizeof why, "all %ld worker ranks are taken (--max-workers)",
+                     self->cfg->max_workers);
+            s_refuse(self, msg, why);
+            return;
+        }
+        node = &self->workers[rank];
+    } else {
+        if (self->phase != S_REGISTERING) {
+            s_refuse(self, msg, "the run has started: a server cannot join it (a lost server "
+                                "ends the run)");
+            return;
+        }
+        if (self->nservers >= (uint32_t)self->cfg->servers) {
+            s_refuse(self, msg, "enough servers already");
+            return;
+        }
+        if (!msg->endpoint[0]) {
+            s_refuse(self, msg, "a server must give its endpoint");
+            return;
+        }
+        rank = self->nservers++;
+        node = &self->servers[rank];
     }
-    if (!worker && !msg->endpoint[0]) {
-        s_refuse(self, msg, "a server must give its endpoint");
-        return;
-    }
-    s_node_t *node = &nodes[(*n)++];
     memcpy(node->peer, msg->peer, msg->peer_len);
     node->peer_len = msg->peer_len;
     node->incarnation = msg->incarnation;
+    node->state = N_SETUP;
+    node->last_heard = mq_now_s();
     snprintf(node->endpoint, sizeof node->endpoint, "%s", msg->endpoint);
+    uint32_t nworkers = s_count(self, N_FREE);
     mq_info("%s %u registered%s%s (%u/%ld workers, %u/%ld servers)", worker ? "worker" : "server",
-            *n - 1, worker ? "" : " at ", node->endpoint, self->nworkers, self->cfg->workers,
+            rank, worker ? "" : " at ", node->endpoint, nworkers, self->cfg->workers,
             self->nservers, self->cfg->servers);
-    if (self->nworkers == (uint32_t)self->cfg->workers &&
-        self->nservers == (uint32_t)self->cfg->servers)
+    if (self->phase != S_REGISTERING) {
+        s_welcome(self, node, rank); /* a late join: a member once it is ready */
+        return;
+    }
+    if (nworkers >= (uint32_t)self->cfg->workers && self->nservers == (uint32_t)self->cfg->servers)
         s_start(self);
 }
 
@@ -613,17 +887,22 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
 {
     const char *why = NULL;
     mq_drop_t d = MQ_DROP_NONE;
-    if (msg->rank >= self->nworkers || self->workers[msg->rank].peer_len != msg->peer_len ||
-        memcmp(self->workers[msg->rank].peer, msg->peer, msg->peer_len) != 0)
+    const s_node_t *w = msg->rank < MQ_MAX_WORKERS ? &self->workers[msg->rank] : NULL;
+    if (!w || w->state != N_ACTIVE || w->incarnation != msg->incarnation ||
+        w->peer_len != msg->peer_len || memcmp(w->peer, msg->peer, msg->peer_len) != 0)
         d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
-    else if (self->phase != S_RUNNING || msg->iter != self->iter)
-        d = MQ_DROP_ITER, why = "report for another iteration";
+    else if (msg->iter < self->iter)
+        d = MQ_DROP_LATE, why = "report for a round that closed without it";
+    else if (self->phase != S_RUNNING || msg->iter != self->iter ||
+             mq_member_index(self->members, self->nmembers, msg->rank) < 0)
+        d = MQ_DROP_ITER, why = "report for another iteration, or from a worker not in it";
     else if (self->got[msg->rank])
         d = MQ_DROP_DUPLICATE, why = "second report";
     if (d != MQ_DROP_NONE) {
         mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why);
         return;
     }
+    self->workers[msg->rank].last_heard = mq_now_s();
     const mq_report_t *r = &msg->report;
     mq_report_t *s = &self->sum;
     self->got[msg->rank] = true;
@@ -653,8 +932,23 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
         s->params = r->params;
         self->max_eval_ms = r->eval_ms > self->max_eval_ms ? r->eval_ms : self->max_eval_ms;
     }
-    if (++self->nreports == self->nworkers)
+    if (++self->nreports == self->nmembers)
         s_iteration_done(self);
+}
+
+static void s_on_have(s_sched_t *self, const mq_msg_t *msg)
+{
+    const s_node_t *sv = msg->shard < self->nservers ? &self->servers[msg->shard] : NULL;
+    if (!sv || sv->peer_len != msg->peer_len || memcmp(sv->peer, msg->peer, msg->peer_len) != 0) {
+        mq_drops_note(&self->drops, MQ_DROP_SHARD, msg->peer, msg->peer_len,
+                      "have from a peer that is not that server");
+        return;
+    }
+    self->servers[msg->shard].last_heard = mq_now_s();
+    if (self->phase != S_RUNNING || msg->iter != self->iter || msg->view != self->view)
+        return; /* for a member set since cut: the new one's HAVE follows */
+    self->have[msg->shard] = true;
+    s_maybe_commit(self);
 }
 
 /* ---- event handlers ------------------------------------------------------------------------ */
@@ -669,6 +963,7 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
             mq_drops_note(&self->drops, drop, msg->peer, msg->peer_len, mq_err_last());
         return 0;
     }
+    bool ours = msg->run_id == self->run_id;
     switch (msg->type) {
     case MQ_MSG_PING:
         mq_msg_init(msg, MQ_MSG_PONG);
@@ -677,11 +972,30 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
     case MQ_MSG_REGISTER:
         s_on_register(self, msg);
         break;
-    case MQ_MSG_REPORT:
-        s_on_report(self, msg);
+    case MQ_MSG_HEARTBEAT:
+        s_on_heartbeat(self, msg);
         break;
+    case MQ_MSG_REPORT:
     case MQ_MSG_READY:
-        s_on_ready(self, msg);
+    case MQ_MSG_HAVE:
+    case MQ_MSG_LEAVE:
+        if (!ours) {
+            char why[160];
+            snprintf(why, sizeof why, "a %s of run %016llx; this scheduler runs %016llx",
+                     mq_msg_type_name(msg->type), (unsigned long long)msg->run_id,
+                     (unsigned long long)self->run_id);
+            mq_drops_note(&self->drops, MQ_DROP_RUN, msg->peer, msg->peer_len, why);
+            if (msg->run_id) /* a node of another run: told, so it stops (a stranger is not) */
+                s_refuse(self, msg, why);
+        } else if (msg->type == MQ_MSG_REPORT) {
+            s_on_report(self, msg);
+        } else if (msg->type == MQ_MSG_READY) {
+            s_on_ready(self, msg);
+        } else if (msg->type == MQ_MSG_HAVE) {
+            s_on_have(self, msg);
+        } else {
+            s_on_leave(self, msg);
+        }
         break;
     default:
         mq_drops_note(&self->drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
@@ -716,9 +1030,39 @@ static void s_missing(s_sched_t *self, char *buf, size_t len)
 {
     size_t off = 0;
     buf[0] = '\0';
-    for (uint32_t r = 0; r < self->nworkers && off < len; r++)
-        if (!self->got[r])
-            off += (size_t)snprintf(buf + off, len - off, "%s%u", off ? "," : "", r);
+    for (uint32_t k = 0; k < self->nmembers && off < len; k++)
+        if (!self->got[self->members[k]])
+            off += (size_t)snprintf(buf + off, len - off, "%s%u", off ? "," : "",
+                                    self->members[k]);
+}
+
+/* Nodes silent for longer than the heartbeat timeout are lost: a worker leaves the run, a
+ * server ends it (its shard has no other copy the run could go on from). */
+static void s_check_nodes(s_sched_t *self, double now)
+{
+    double limit = self->cfg->heartbeat_timeout;
+    if (self->phase == S_REGISTERING) /* nobody beats before its WELCOME */
+        return;
+    for (uint32_t r = 0; r < MQ_MAX_WORKERS && self->phase != S_DONE; r++) {
+        s_node_t *w = &self->workers[r];
+        if (w->state != N_FREE && now - w->last_heard > limit) {
+            char why[96];
+            snprintf(why, sizeof why, "silent for %.1f s", now - w->last_heard);
+            s_lose_worker(self, r, why);
+        }
+    }
+    for (uint32_t i = 0; i < self->nservers && self->phase != S_DONE; i++) {
+        s_node_t *sv = &self->servers[i];
+        if (self->phase != S_REGISTERING && now - sv->last_heard > limit) {
+            char fields[96];
+            snprintf(fields, sizeof fields, "\"rank\":%u,\"silent_s\":%.1f", i,
+                     now - sv->last_heard);
+            s_event(self, "server_lost", fields);
+            mq_error("server %u silent for %.1f s: the run cannot go on without its shard", i,
+                     now - sv->last_heard);
+            s_finish(self, "failed", 1);
+        }
+    }
 }
 
 static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
@@ -726,17 +1070,23 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     s_sched_t *self = arg;
     const mq_scheduler_config_t *c = self->cfg;
     double now = mq_now_s();
+    s_check_nodes(self, now);
     if ((self->phase == S_REGISTERING || self->phase == S_PREPARING) &&
         now - self->t_created > c->start_timeout) {
         mq_error("only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
-                 self->nworkers, c->workers, self->nservers, c->servers, self->nready,
-                 c->start_timeout);
+                 s_count(self, N_FREE), c->workers, self->nservers, c->servers,
+                 s_count(self, N_READY), c->start_timeout);
         s_finish(self, "failed", 1);
     } else if (self->phase == S_RUNNING && now - self->t_issued > c->iter_timeout) {
         char missing[512];
         s_missing(self, missing, sizeof missing);
         mq_error("iteration %llu did not complete within %.0f s (no report from workers %s)",
                  (unsigned long long)self->iter, c->iter_timeout, missing);
+        s_finish(self, "failed", 1);
+    } else if (self->phase == S_PAUSED && now - self->t_paused > c->pause_timeout) {
+        mq_error("paused for %.0f s with %u workers (--min-workers %ld): giving up",
+                 now - self->t_paused, s_count(self, N_ACTIVE) + s_count(self, N_READY),
+                 c->min_workers);
         s_finish(self, "failed", 1);
     }
     if (self->phase != S_DONE) {
@@ -831,6 +1181,12 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     else if (!self->cfg->agent[0])
         snprintf(self->policy, sizeof self->policy, "fixed:%d", self->bits);
     self->t_created = mq_now_s();
+    /* Names the run on every message, so a node of another run is told, not mixed in. */
+    self->run_id = ((uint64_t)zclock_time() << 20) ^ ((uint64_t)getpid() << 4) ^
+                   (uint64_t)(uintptr_t)self;
+    if (!self->run_id)
+        self->run_id = 1;
+    mq_wire_set_run_id(self->run_id);
     mq_log_set_tag("scheduler");
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);

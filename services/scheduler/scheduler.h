@@ -20,7 +20,11 @@
 
 typedef struct {
     char bind[256];
-    long workers, servers;
+    long workers, servers; /* workers: how many the first iteration waits for */
+    long min_workers;      /* below it the run pauses */
+    long max_workers;      /* the rank space; registrations beyond it are refused */
+    double heartbeat_timeout; /* seconds of silence after which a node is lost */
+    double pause_timeout;  /* seconds the run may stay paused before it fails */
     char model[16], dataset[16];
     long batch;
     double lr, l2;

@@ -1,7 +1,14 @@
 /* The server actor: register with the scheduler, learn the run and its shard, then serve
  * pushes. This file is the transport and the validation; the key/value layer (mqgrad/kv.h)
- * aggregates. Pushes are held (their frames, not copies) until all workers' are in, and the
- * reply the layer encodes is sent to every worker from its buffers. */
+ * aggregates. Pushes are held (their frames, not copies) until the round closes, and the
+ * reply the layer encodes is sent to every member from its buffers.
+ *
+ * A round closes on the scheduler's word, so that every server aggregates over the same
+ * workers even when one dies half-way through its pushes: the scheduler's ITERATE names the
+ * round's members (and names them again, one fewer, when it cuts a lost worker out); when
+ * the pushes of every member are in, the server says HAVE; once every server has, the
+ * scheduler sends COMMIT with the final set, and the server aggregates over exactly that
+ * set. A worker that joins (or fell behind) PULLs the master shard first. */
 #include "server.h"
 
 #include <stdlib.h>
@@ -37,6 +44,10 @@ typedef struct {
     mq_codec_t codec;  /* the run's codec for quantized segments, level set per iteration */
     mq_kv_t *kv;       /* the shard, the round in flight, the reply, the master-copy update */
     s_slot_t *slots;   /* one per worker */
+    /* the round in flight: its member set as the scheduler last named it */
+    bool set_known, have_sent;
+    uint32_t view, nmembers;
+    uint32_t members[MQ_WIRE_MAX_WORKERS];
     mq_link_t link;
     mq_msg_t in, out;
 } s_server_t;
@@ -113,7 +124,8 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
     }
     mq_log_set_tag("server %u", self->rank);
     self->welcomed = true;
-    if (s_setup(self) != 0) {
+    if (mq_node_welcomed(&self->node, self->loop, self->rank, msg->run_id) != 0 ||
+        s_setup(self) != 0) {
         s_fail(self, "setup");
         return;
     }
@@ -137,8 +149,9 @@ static void s_release_slots(s_server_t *self)
     }
 }
 
-/* Every push is in: the key/value layer makes the reply (and updates the master copy), the
- * pushes' frames go, and every worker gets the reply from the layer's buffers. */
+/* The scheduler committed the round over self->members: the key/value layer makes the reply
+ * (and updates the master copy) from exactly those pushes, every push's frames go, and every
+ * member gets the reply from the layer's buffers. */
 static void s_complete(s_server_t *self)
 {
     mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
@@ -148,15 +161,18 @@ static void s_complete(s_server_t *self)
     self->out.iter = mq_kv_iter(self->kv);
     self->out.shard = self->rank;
     self->out.ntensors = nsegs;
-    if (mq_kv_complete(self->kv, self->out.tensors, payloads) != 0) {
+    if (mq_kv_complete_set(self->kv, self->members, self->nmembers, self->out.tensors,
+                           payloads) != 0) {
         s_fail(self, "aggregate");
         return;
     }
     s_release_slots(self);
+    self->set_known = false;
     size_t bytes = 0;
     for (uint32_t i = 0; i < nsegs; i++)
         bytes += payloads[i].len;
-    for (uint32_t r = 0; r < self->run.workers; r++) {
+    for (uint32_t k = 0; k < self->nmembers; k++) {
+        uint32_t r = self->members[k];
         /* Each send takes its own references on the buffers; ours are dropped after. */
         mq_payload_t copy[MQ_WIRE_MAX_TENSORS];
         for (uint32_t i = 0; i < nsegs; i++)
@@ -172,6 +188,112 @@ static void s_complete(s_server_t *self)
         payloads[i].free_fn((void *)payloads[i].data, payloads[i].hint);
 }
 
+/* Tells the scheduler once per member set when every member's push is in. */
+static void s_maybe_have(s_server_t *self)
+{
+    if (!self->set_known || self->have_sent || self->nmembers == 0 ||
+        !mq_kv_has_all(self->kv, self->members, self->nmembers))
+        return;
+    mq_msg_init(&self->out, MQ_MSG_HAVE);
+    self->out.peer_len = 0;
+    self->out.iter = mq_kv_iter(self->kv);
+    self->out.shard = self->rank;
+    self->out.view = self->view;
+    if (mq_wire_send(self->node.sched, &self->out, NULL, 0) != 0)
+        mq_warn("have %llu: %s", (unsigned long long)self->out.iter, mq_err_last());
+    self->have_sent = true;
+}
+
+/* The scheduler names the round's members (again, with a higher view, after a cut). */
+static void s_on_iterate(s_server_t *self, const mq_msg_t *msg)
+{
+    uint64_t iter = mq_kv_iter(self->kv);
+    if (msg->iter != iter || (self->set_known && msg->view <= self->view)) {
+        mq_drops_note(&self->node.drops, msg->iter < iter ? MQ_DROP_LATE : MQ_DROP_ITER,
+                      (const uint8_t *)"sched", 5, "member set for another round");
+        return;
+    }
+    self->set_known = true;
+    self->have_sent = false;
+    self->view = msg->view;
+    self->nmembers = msg->nmembers;
+    memcpy(self->members, msg->members, msg->nmembers * sizeof *msg->members);
+    if (self->nmembers == 0) { /* every member is gone: the round will be run again */
+        mq_kv_discard(self->kv);
+        s_release_slots(self);
+        self->set_known = false;
+        return;
+    }
+    s_maybe_have(self);
+}
+
+static void s_on_commit(s_server_t *self, const mq_msg_t *msg)
+{
+    if (!self->set_known || msg->iter != mq_kv_iter(self->kv) || msg->view != self->view ||
+        msg->nmembers == 0 || !mq_kv_has_all(self->kv, msg->members, msg->nmembers)) {
+        mq_drops_note(&self->node.drops, MQ_DROP_ITER, (const uint8_t *)"sched", 5,
+                      "commit for a round this server cannot close");
+        return;
+    }
+    self->nmembers = msg->nmembers;
+    memcpy(self->members, msg->members, msg->nmembers * sizeof *msg->members);
+    s_complete(self);
+}
+
+static void s_free_buffer(void *data, void *hint)
+{
+    (void)hint;
+    free(data);
+}
+
+/* A worker that joins (or missed rounds) asks for the master shard as of the current round.
+ * A rare message, so its buffers are allocated for it. */
+static void s_on_pull(s_server_t *self, mq_msg_t *msg)
+{
+    uint64_t iter = mq_kv_iter(self->kv);
+    mq_msg_t *out = &self->out;
+    if (msg->iter != iter) {
+        mq_msg_init(out, MQ_MSG_ERROR);
+        out->iter = iter;
+        snprintf(out->text, sizeof out->text, "pull for iteration %llu, this server is at %llu",
+                 (unsigned long long)msg->iter, (unsigned long long)iter);
+        mq_wire_send(self->data, out, NULL, 0);
+        return;
+    }
+    size_t n = mq_kv_size(self->kv), nstate = n * mq_kv_state_per(self->kv);
+    float *params = malloc(n * sizeof(float) + 1);
+    float *state = nstate ? malloc(nstate * sizeof(float)) : NULL;
+    if (!params || (nstate && !state)) {
+        free(params);
+        free(state);
+        mq_drops_note(&self->node.drops, MQ_DROP_TOO_MANY, msg->peer, msg->peer_len,
+                      "out of memory for a pull");
+        return;
+    }
+    mq_kv_export(self->kv, params, state);
+    mq_msg_init(out, MQ_MSG_PARAMS);
+    out->iter = iter;
+    out->shard = self->rank;
+    mq_payload_t payloads[2] = {{params, n * sizeof(float), s_free_buffer, NULL},
+                                {state, nstate * sizeof(float), s_free_buffer, NULL}};
+    const char *names[2] = {"params", "state"};
+    size_t counts[2] = {n, nstate};
+    out->ntensors = nstate ? 2 : 1;
+    for (uint32_t i = 0; i < out->ntensors; i++) {
+        snprintf(out->tensors[i].name, sizeof out->tensors[i].name, "%s", names[i]);
+        out->tensors[i].count = counts[i];
+        out->tensors[i].codec = mq_codec_none();
+    }
+    if (!nstate)
+        free(state);
+    out->sim_time = mq_link_egress(&self->link, (n + nstate) * sizeof(float));
+    if (mq_wire_send(self->data, out, payloads, out->ntensors) != 0)
+        mq_warn("params for iteration %llu: %s", (unsigned long long)iter, mq_err_last());
+    else
+        mq_info("sent the master shard at iteration %llu to a worker that joins",
+                (unsigned long long)iter);
+}
+
 /* Validates a push against the run's state; returns the drop reason or MQ_DROP_NONE. */
 static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char **why)
 {
@@ -179,17 +301,19 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char 
     bool bits_ok = r->fp32 ? msg->bits == 32 : mq_bits_ok(&self->codec, (int)msg->bits);
     if (!self->welcomed)
         return *why = "push before the run started", MQ_DROP_ITER;
+    if (msg->run_id != self->node.run_id)
+        return *why = "push of another run", MQ_DROP_RUN;
     if (msg->shard != self->rank)
         return *why = "push for another shard", MQ_DROP_SHARD;
     if (msg->rank >= r->workers)
         return *why = "push from an unknown rank", MQ_DROP_RANK;
     uint64_t iter = mq_kv_iter(self->kv);
+    if (msg->iter < iter) /* a straggler's, for a round already closed without it */
+        return *why = "push for a closed round", MQ_DROP_LATE;
     if (msg->iter != iter)
-        return *why = msg->iter < iter ? "stale iteration" : "future iteration", MQ_DROP_ITER;
-    const s_slot_t *slot = &self->slots[msg->rank];
-    if (slot->peer_len &&
-        (slot->peer_len != msg->peer_len || memcmp(slot->peer, msg->peer, msg->peer_len) != 0))
-        return *why = "push from a peer that does not own that rank", MQ_DROP_RANK;
+        return *why = "future iteration", MQ_DROP_ITER;
+    if (self->set_known && mq_member_index(self->members, self->nmembers, msg->rank) < 0)
+        return *why = "push from a worker that is not a member of the round", MQ_DROP_RANK;
     if (mq_kv_has(self->kv, msg->rank))
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
     if (!bits_ok || !(msg->lr > 0))
@@ -233,8 +357,7 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
     }
     memcpy(slot->peer, msg->peer, msg->peer_len);
     slot->peer_len = msg->peer_len;
-    if (rc == 1)
-        s_complete(self);
+    s_maybe_have(self);
 }
 
 /* ---- event handlers -------------------------------------------------------------------- */
@@ -255,6 +378,12 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
     } else if (msg->type == MQ_MSG_PUSH) {
         if (!self->node.finished)
             s_on_push(self, msg);
+    } else if (msg->type == MQ_MSG_PULL) {
+        if (!self->welcomed || msg->run_id != self->node.run_id)
+            mq_drops_note(&self->node.drops, MQ_DROP_RUN, msg->peer, msg->peer_len,
+                          "pull before the run started, or of another run");
+        else if (!self->node.finished)
+            s_on_pull(self, msg);
     } else {
         mq_drops_note(&self->node.drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
                       mq_msg_type_name(msg->type));
@@ -281,6 +410,10 @@ static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
         return 0;
     if (msg->type == MQ_MSG_WELCOME) {
         s_on_welcome(self, msg);
+    } else if (msg->type == MQ_MSG_ITERATE && self->kv) {
+        s_on_iterate(self, msg);
+    } else if (msg->type == MQ_MSG_COMMIT && self->kv) {
+        s_on_commit(self, msg);
     } else if (msg->type == MQ_MSG_STOP) {
         mq_info("stop after %llu iterations: %s",
                 (unsigned long long)(self->kv ? mq_kv_iter(self->kv) : 0),

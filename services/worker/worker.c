@@ -1,7 +1,12 @@
 /* The worker actor: register, take the run's configuration from the scheduler, then for
- * each ITERATE compute, quantize, push, wait for every shard's aggregate, apply, report.
- * Payloads go out without copies (quantized segments from reusable buffers, fp32 segments
- * straight from the gradient) and aggregates are decoded straight into the parameters. */
+ * each ITERATE that names it a member compute, quantize, push, wait for every shard's
+ * aggregate, apply, report. Payloads go out without copies (quantized segments from
+ * reusable buffers, fp32 segments straight from the gradient) and aggregates are decoded
+ * straight into the parameters.
+ *
+ * A replica is in step when it has applied every round before the one it is asked to run.
+ * One that is not (it joins late, or a round closed without it) first PULLs every server's
+ * master shard, as of that round, and then runs it like the others. */
 #include "worker.h"
 
 #include <float.h>
@@ -38,13 +43,16 @@ typedef struct {
     mq_codec_t codec;   /* the run's codec for quantized segments, level set per iteration */
     mq_kv_worker_t *kv; /* the shards: push encode and aggregate apply */
     mq_link_t link;
+    uint64_t synced; /* the replica has applied every round before this one */
     /* the iteration in flight */
-    bool busy;
-    uint64_t iter, next_iter;
+    bool busy, pulling;
+    uint64_t iter;
     int bits;
     float lr;
     bool evaluate;
     uint32_t eval_limit;
+    uint32_t member, nmembers; /* this worker's index in the round's member set, its size */
+    uint64_t cursor;           /* the round's data position */
     uint32_t got;
     bool got_shard[MQ_WIRE_MAX_SERVERS];
     double t_pushed;      /* the node's time (mqgrad/ps.h clock) when the pushes were out */
@@ -94,8 +102,8 @@ static int s_load_data(s_worker_t *self)
     self->test = self->train ? mq_dataset_load(r->dataset, self->cfg->data_dir, false) : NULL;
     if (!self->test)
         return -1;
-    self->batcher = mq_batcher_new(self->train, (int)self->rank, (int)r->workers, (int)r->batch,
-                                   r->seed, true);
+    /* Positions come with each ITERATE (mq_batcher_take): the batcher needs no partition. */
+    self->batcher = mq_batcher_new(self->train, 0, 1, (int)r->batch, r->seed, true);
     int c = mq_dataset_channels(self->train);
     self->x = malloc(sizeof(float) * r->batch * c * 28 * 28);
     self->y = malloc(r->batch);
@@ -110,15 +118,15 @@ static int s_load_data(s_worker_t *self)
     return 0;
 }
 
-/* Evaluates this worker's slice of the first LIMIT test images (0 = all) into the report. */
+/* Evaluates this member's slice of the first LIMIT test images (0 = all) into the report:
+ * the round's members split them between them. */
 static void s_evaluate(s_worker_t *self, uint32_t limit)
 {
-    const mq_run_config_t *r = &self->run;
     int total = self->test->n;
     if (limit > 0 && (int)limit < total)
         total = (int)limit;
-    int lo = (int)((int64_t)total * self->rank / r->workers);
-    int hi = (int)((int64_t)total * (self->rank + 1) / r->workers);
+    int lo = (int)((int64_t)total * self->member / self->nmembers);
+    int hi = (int)((int64_t)total * (self->member + 1) / self->nmembers);
     size_t img = (size_t)mq_dataset_channels(self->test) * 28 * 28;
     double t0 = mq_now_s(), loss_sum = 0;
     long correct = 0;
@@ -203,7 +211,8 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
     }
     mq_log_set_tag("worker %u", self->rank);
     self->welcomed = true;
-    if (s_setup(self) != 0 || s_connect_servers(self, msg) != 0) {
+    if (mq_node_welcomed(&self->node, self->loop, self->rank, msg->run_id) != 0 ||
+        s_setup(self) != 0 || s_connect_servers(self, msg) != 0) {
         s_fail(self, "setup");
         return;
     }
@@ -330,37 +339,17 @@ static int s_push(s_worker_t *self, uint32_t s)
     return 0;
 }
 
-static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
+/* Computes the round's gradient and pushes it: the replica is in step. */
+static void s_compute(s_worker_t *self)
 {
-    bool bits_ok = self->run.fp32 ? msg->bits == 32 : mq_bits_ok(&self->codec, (int)msg->bits);
-    if (!bits_ok || !(msg->lr > 0)) {
-        mq_drops_note(&self->node.drops, MQ_DROP_CODEC, NULL, 0, "iterate with bad bits or lr");
-        return;
-    }
-    if (self->busy || msg->iter != self->next_iter) {
-        mq_drops_note(&self->node.drops, MQ_DROP_ITER, NULL, 0, "iterate out of order");
-        return;
-    }
-    self->busy = true;
-    self->iter = msg->iter;
-    self->bits = (int)msg->bits;
-    self->lr = msg->lr;
-    self->evaluate = msg->evaluate;
-    self->eval_limit = msg->eval_limit;
-    self->got = 0;
-    memset(self->got_shard, 0, sizeof self->got_shard);
-    memset(&self->report, 0, sizeof self->report);
-    self->egress_s = 0;
-    self->decode_s = 0;
-    mq_link_sync(&self->link, msg->sim_time);
-
     double t0 = mq_link_now(&self->link);
     /* No message may still point into the gradient we are about to overwrite. */
     if (mq_kv_worker_wait(self->kv, S_BUF_TIMEOUT_MS) != 0) {
         s_fail(self, "gradient buffer");
         return;
     }
-    mq_batcher_next(self->batcher, self->x, self->y);
+    mq_batcher_take(self->batcher, self->cursor + (uint64_t)self->member * self->run.batch,
+                    self->x, self->y);
     double loss = mq_model_grad(self->model, self->x, self->y, (int)self->run.batch);
     double t1 = mq_link_now(&self->link);
     /* A non-finite loss cannot travel (the wire refuses it): it is counted instead. */
@@ -381,6 +370,66 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     self->report.wait_ms = self->egress_s * 1e3; /* the replies' waits are added later */
 }
 
+/* Out of step: asks every server for its master shard as of this round. */
+static void s_pull(s_worker_t *self)
+{
+    mq_info("joining at iteration %llu: pulling the parameters from %u servers",
+            (unsigned long long)self->iter, self->nservers);
+    self->pulling = true;
+    self->t_pushed_wall = mq_now_s(); /* the pull's replies fall under the same timeout */
+    mq_msg_t *out = &self->out;
+    for (uint32_t s = 0; s < self->nservers; s++) {
+        mq_msg_init(out, MQ_MSG_PULL);
+        out->peer_len = 0;
+        out->iter = self->iter;
+        out->rank = self->rank;
+        out->shard = s;
+        if (mq_wire_send(self->servers[s], out, NULL, 0) != 0) {
+            s_fail(self, "pull");
+            return;
+        }
+    }
+}
+
+static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
+{
+    bool bits_ok = self->run.fp32 ? msg->bits == 32 : mq_bits_ok(&self->codec, (int)msg->bits);
+    if (!bits_ok || !(msg->lr > 0)) {
+        mq_drops_note(&self->node.drops, MQ_DROP_CODEC, NULL, 0, "iterate with bad bits or lr");
+        return;
+    }
+    int member = mq_msg_member_index(msg, self->rank);
+    if (member < 0) /* not in this round: joins at a later one */
+        return;
+    if (self->busy && msg->iter <= self->iter) {
+        mq_drops_note(&self->node.drops, MQ_DROP_ITER, NULL, 0, "iterate out of order");
+        return;
+    }
+    if (self->busy) /* the round in flight closed without us: its aggregates will not come */
+        mq_warn("iteration %llu closed without this worker; on to %llu",
+                (unsigned long long)self->iter, (unsigned long long)msg->iter);
+    self->busy = true;
+    self->pulling = false;
+    self->iter = msg->iter;
+    self->bits = (int)msg->bits;
+    self->lr = msg->lr;
+    self->evaluate = msg->evaluate;
+    self->eval_limit = msg->eval_limit;
+    self->member = (uint32_t)member;
+    self->nmembers = msg->nmembers;
+    self->cursor = msg->cursor;
+    self->got = 0;
+    memset(self->got_shard, 0, sizeof self->got_shard);
+    memset(&self->report, 0, sizeof self->report);
+    self->egress_s = 0;
+    self->decode_s = 0;
+    mq_link_sync(&self->link, msg->sim_time);
+    if (self->synced != self->iter)
+        s_pull(self);
+    else
+        s_compute(self);
+}
+
 static void s_finish_iteration(s_worker_t *self)
 {
     mq_report_t *r = &self->report;
@@ -398,13 +447,47 @@ static void s_finish_iteration(s_worker_t *self)
     out->sim_time = self->link.simulated ? done : 0;
     out->iter = self->iter;
     out->rank = self->rank;
+    out->incarnation = self->node.incarnation;
     out->report = *r;
-    if (mq_wire_send(self->node.sched, out, NULL, 0) != 0) {
+    self->busy = false;
+    self->synced = self->iter + 1;
+    if (mq_wire_send(self->node.sched, out, NULL, 0) != 0)
         s_fail(self, "report");
+}
+
+/* One server's master shard for a worker out of step; computes once every shard is in. */
+static void s_on_params(s_worker_t *self, uint32_t s, mq_msg_t *msg)
+{
+    const char *why = NULL;
+    mq_drop_t reason = MQ_DROP_NONE;
+    if (!self->pulling || msg->iter != self->iter)
+        reason = MQ_DROP_ITER, why = "parameters for another iteration";
+    else if (msg->shard != s || self->got_shard[s])
+        reason = MQ_DROP_SHARD, why = "parameters for another shard, or twice";
+    else if ((msg->ntensors != 1 && msg->ntensors != 2) ||
+             msg->tensors[0].codec.id != MQ_CODEC_ID_none ||
+             (msg->ntensors == 2 && msg->tensors[1].codec.id != MQ_CODEC_ID_none))
+        reason = MQ_DROP_LAYOUT, why = "parameters not as fp32 params and state";
+    else if (mq_kv_worker_load(self->kv, s, (const float *)msg->payload[0], msg->tensors[0].count,
+                               msg->ntensors == 2 ? (const float *)msg->payload[1] : NULL,
+                               msg->ntensors == 2 ? msg->tensors[1].count : 0) != 0)
+        reason = MQ_DROP_LAYOUT, why = mq_err_last();
+    if (reason != MQ_DROP_NONE) {
+        mq_drops_note(&self->node.drops, reason, (const uint8_t *)&s, sizeof s, why);
         return;
     }
-    self->busy = false;
-    self->next_iter = self->iter + 1;
+    mq_link_arrive(&self->link, msg->wire_bytes, msg->sim_time);
+    self->report.bytes_down += msg->wire_bytes;
+    self->got_shard[s] = true;
+    if (++self->got < self->nservers)
+        return;
+    mq_link_settle(&self->link);
+    self->pulling = false;
+    self->synced = self->iter;
+    self->got = 0;
+    memset(self->got_shard, 0, sizeof self->got_shard);
+    mq_info("in step at iteration %llu", (unsigned long long)self->iter);
+    s_compute(self);
 }
 
 /* Applies one server's aggregate: w += -lr * decode(payload), straight into the parameters. */
@@ -413,8 +496,8 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
     const char *why = NULL;
     mq_drop_t reason = MQ_DROP_NONE;
     if (msg->type != MQ_MSG_AGGREGATE)
-        reason = MQ_DROP_TYPE, why = "servers send only aggregates";
-    else if (!self->busy || msg->iter != self->iter)
+        reason = MQ_DROP_TYPE, why = "servers send only aggregates and parameters";
+    else if (!self->busy || self->pulling || msg->iter != self->iter)
         reason = MQ_DROP_ITER, why = "aggregate for another iteration";
     else if (msg->shard != s)
         reason = MQ_DROP_SHARD, why = "aggregate for another shard";
@@ -451,7 +534,16 @@ static int s_on_server(zloop_t *loop, zsock_t *sock, void *arg)
             mq_drops_note(&self->node.drops, drop, (const uint8_t *)&s, sizeof s, mq_err_last());
         return 0;
     }
-    if (!self->node.finished)
+    if (self->node.finished)
+        ;
+    else if (self->in.run_id != self->node.run_id)
+        mq_drops_note(&self->node.drops, MQ_DROP_RUN, (const uint8_t *)&s, sizeof s,
+                      "a message of another run");
+    else if (self->in.type == MQ_MSG_PARAMS)
+        s_on_params(self, s, &self->in);
+    else if (self->in.type == MQ_MSG_ERROR && self->pulling)
+        mq_warn("server %u: %s; waiting for the next round", s, self->in.text);
+    else
         s_on_aggregate(self, s, &self->in);
     mq_msg_reset(&self->in);
     return 0;
@@ -502,6 +594,7 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 
 static void s_destroy(s_worker_t *self)
 {
+    mq_node_leave(&self->node); /* stopped by a signal, not by the run's end */
     for (uint32_t s = 0; s < MQ_WIRE_MAX_SERVERS; s++)
         zsock_destroy(&self->servers[s]);
     mq_node_close(&self->node);

@@ -1,6 +1,8 @@
 /* `mqgrad local`: starts the agent, the scheduler, S servers and N workers as separate
  * processes over TCP loopback, shows the scheduler's progress, and stops every child when the
- * run ends, when a service fails, or on Ctrl-C. Each child's log goes to RUN/logs/. */
+ * run ends, when a service fails, or on Ctrl-C. A worker that dies is started again (bounded)
+ * and joins the run, which goes on without it meanwhile. Each child's log goes to RUN/logs/
+ * (a restarted worker's is appended to). */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -34,6 +36,8 @@ typedef struct {
     char log[PATH_MAX];
     bool done;
     int code;
+    long worker;  /* its number for a worker, -1 for the others */
+    long restarts; /* times it was started again */
 } s_child_t;
 
 static volatile sig_atomic_t s_stop_signal;
@@ -48,6 +52,7 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
     memset(o, 0, sizeof *o);
     o->workers = 2;
     o->servers = 2;
+    o->restarts = 3;
     strcpy(o->policy, "mqgrad");
     char policies[256];
     mq_policy_names(policies, sizeof policies - 24, " | ");
@@ -55,6 +60,12 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
     const mq_flag_t flags[] = {
         {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, 64, "worker processes"},
         {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, 16, "server processes"},
+        {"min-workers", NULL, MQ_FLAG_STR, o->min_workers, sizeof o->min_workers, 0, 0,
+         "below this many workers the run pauses (1)"},
+        {"heartbeat-timeout", NULL, MQ_FLAG_STR, o->heartbeat_timeout,
+         sizeof o->heartbeat_timeout, 0, 0, "seconds of silence after which a node is lost (5)"},
+        {"restarts", NULL, MQ_FLAG_LONG, &o->restarts, 0, 0, 1000,
+         "times a worker that dies is started again to rejoin (3)"},
         {"policy", "MQGRAD_POLICY", MQ_FLAG_STR, o->policy, sizeof o->policy, 0, 0,
          policies},
         {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, o->run_dir, sizeof o->run_dir, 0, 0,
@@ -189,7 +200,7 @@ static int s_find_exe(const mq_local_opts_t *o, const char *name, char *out, siz
 static int s_spawn(s_child_t *c, const char *exe, char **argv, const char *logdir, bool show)
 {
     snprintf(c->log, sizeof c->log, "%s/%s.log", logdir, c->name);
-    int fd = open(c->log, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
         mq_err_set("%s: %s", c->log, strerror(errno));
         return -1;
@@ -236,6 +247,7 @@ static s_child_t *s_new_child(s_cluster_t *cl, const char *fmt, long i)
     s_child_t *c = &cl->kids[cl->n++];
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, fmt, i);
+    c->worker = -1;
     return c;
 }
 
@@ -320,9 +332,27 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     if (o->error_feedback)
         argv[n++] = "--error-feedback";
     s_fwd(argv, &n, "--progress-every", o->quiet ? "0" : o->progress_every);
+    s_fwd(argv, &n, "--min-workers", o->min_workers);
+    s_fwd(argv, &n, "--heartbeat-timeout", o->heartbeat_timeout);
     argv[n] = NULL;
     cl->sched = cl->n;
     return s_spawn(s_new_child(cl, "scheduler", 0), exe, argv, logdir, true);
+}
+
+static int s_spawn_worker(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
+                          const char *logdir)
+{
+    char worker[PATH_MAX];
+    if (s_find_exe(o, "worker", worker, sizeof worker) != 0)
+        return -1;
+    char *argv[16] = {worker, "--scheduler", cl->sched_ep};
+    int n = 3;
+    s_fwd(argv, &n, "--data-dir", o->data_dir);
+    s_fwd(argv, &n, "--threads", o->threads);
+    argv[n] = NULL;
+    c->done = false;
+    c->code = 0;
+    return s_spawn(c, worker, argv, logdir, false);
 }
 
 static int s_start_nodes(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
@@ -337,12 +367,9 @@ static int s_start_nodes(const mq_local_opts_t *o, s_cluster_t *cl, const char *
             return -1;
     }
     for (long i = 0; i < o->workers; i++) {
-        char *argv[16] = {worker, "--scheduler", cl->sched_ep};
-        int n = 3;
-        s_fwd(argv, &n, "--data-dir", o->data_dir);
-        s_fwd(argv, &n, "--threads", o->threads);
-        argv[n] = NULL;
-        if (s_spawn(s_new_child(cl, "worker-%ld", i), worker, argv, logdir, false) != 0)
+        s_child_t *c = s_new_child(cl, "worker-%ld", i);
+        c->worker = i;
+        if (s_spawn_worker(o, cl, c, logdir) != 0)
             return -1;
     }
     return 0;
@@ -416,6 +443,31 @@ static void s_print_summary(const mq_local_opts_t *o)
     fflush(stdout);
 }
 
+/* A worker died (not on the run's STOP): the scheduler takes it out of the run; it is
+ * started again, at most --restarts times, and joins. */
+static void s_worker_died(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c)
+{
+    char logdir[PATH_MAX];
+    snprintf(logdir, sizeof logdir, "%s/logs", o->run_dir);
+    if (c->code == MQ_EXIT_REFUSED) {
+        fprintf(stderr, "mqgrad local: %s was refused by the scheduler (code %d); not restarted, "
+                        "the run goes on without it\n", c->name, c->code);
+        return;
+    }
+    if (c->restarts >= o->restarts) {
+        fprintf(stderr, "mqgrad local: %s died (code %d) and was restarted %ld times already "
+                        "(--restarts); the run goes on without it\n",
+                c->name, c->code, c->restarts);
+        return;
+    }
+    c->restarts++;
+    fprintf(stderr, "mqgrad local: %s died (code %d); the run goes on without it, and it is "
+                    "started again to rejoin (%ld/%ld)\n",
+            c->name, c->code, c->restarts, o->restarts);
+    if (s_spawn_worker(o, cl, c, logdir) != 0)
+        fprintf(stderr, "mqgrad local: cannot restart %s: %s\n", c->name, mq_err_last());
+}
+
 /* Watches the children until the scheduler finishes, one fails, or a signal comes. */
 static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
 {
@@ -438,6 +490,10 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
         }
         if (c->code == 0 && i != cl->sched)
             continue; /* a node that got STOP a moment before the scheduler exits */
+        if (c->worker >= 0) {
+            s_worker_died(o, cl, c);
+            continue;
+        }
         fprintf(stderr, "mqgrad local: %s (pid %d) failed with exit code %d; stopping the "
                         "cluster\n", c->name, (int)c->pid, c->code);
         s_show_tail(c);

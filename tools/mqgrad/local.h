@@ -15,7 +15,9 @@ typedef struct {
         eval_limit[24], batch[24], lr[24], seed[24], link_mbps[24], bucket[24], threshold[24],
         agent_args[256], final_eval_limit[24], diverge_factor[24], diverge_patience[24],
         on_divergence[16], guard_spike[24], guard_iters[24], guard_bits[8], progress_every[24],
-        lr_decay[24], codec[128], optimizer[64], clock[16];
+        lr_decay[24], codec[128], optimizer[64], clock[16], min_workers[24],
+        heartbeat_timeout[24];
+    long restarts;      /* times a worker that dies is started again (each worker) */
     bool stochastic, error_feedback;
     /* forwarded to the workers */
     char data_dir[512], threads[8];
@@ -25,9 +27,10 @@ typedef struct {
 /* Defaults, then MQGRAD_* variables, then ARGV. Returns 0, 1 (help) or 2 (bad usage). */
 int mq_local_parse(mq_local_opts_t *o, int argc, char **argv);
 
-/* Runs the cluster until the run ends, a process fails, or SIGINT/SIGTERM. Returns 0 when the
- * run completed, 3 (MQ_EXIT_DIVERGED) when it diverged, 1 when a service failed (which one is
- * printed), 130 when interrupted. */
+/* Runs the cluster until the run ends, a process fails, or SIGINT/SIGTERM. A worker that dies
+ * is not a failure: the scheduler takes it out of the run, and it is started again (at most
+ * --restarts times) to join. Returns 0 when the run completed, 3 (MQ_EXIT_DIVERGED) when it
+ * diverged, 1 when a service failed (which one is printed), 130 when interrupted. */
 int mq_local_run(const mq_local_opts_t *o);
 
 #endif

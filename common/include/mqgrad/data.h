@@ -44,6 +44,13 @@ void mq_batcher_destroy(mq_batcher_t **self_p);
 void mq_batcher_seek(mq_batcher_t *b, uint64_t step);
 /* Fills x (batch x C x 28 x 28) and y with the next batch. */
 void mq_batcher_next(mq_batcher_t *b, float *x, uint8_t *y);
+/* Fills x and y with the batch at the run's data position POS (examples from the run's
+ * start): example p is perm_e[p mod n] of epoch e = p / n, so consecutive positions walk each
+ * epoch's permutation once and a batch may run into the next epoch. The cluster hands each
+ * worker its position (member j of k at cursor c takes c + j*batch), so however workers come
+ * and go no example is skipped or seen twice within an epoch, except a batch whose worker
+ * died with it. The partition given to mq_batcher_new is not used here. */
+void mq_batcher_take(mq_batcher_t *b, uint64_t pos, float *x, uint8_t *y);
 /* Writes the whole dataset as 28x28 images (centre crop if needed) into x (n x C x 28 x 28). */
 void mq_dataset_export28(const mq_dataset_t *d, float *x);
 

@@ -118,6 +118,25 @@ int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, int bits, float lr,
  * reply state, so a server cannot go on with the run. */
 int mq_kv_complete(mq_kv_t *self, mq_tensor_hdr_t *hdrs, mq_payload_t *out);
 
+/* Membership that changes (README "Failures and elasticity"): a round is closed over the set
+ * of ranks the scheduler commits, not over every rank. Whether each of RANKS[0..N) has its
+ * push in. */
+bool mq_kv_has_all(const mq_kv_t *self, const uint32_t *ranks, uint32_t n);
+/* As mq_kv_complete, over exactly RANKS[0..N) (in rank order, 1 <= N, each with a push in):
+ * the handler sees those N pushes and nothing else (the mean is over N), and the pushes of
+ * other ranks (a worker cut from the round) are forgotten with the round. */
+int mq_kv_complete_set(mq_kv_t *self, const uint32_t *ranks, uint32_t n, mq_tensor_hdr_t *hdrs,
+                       mq_payload_t *out);
+/* Forgets the round's pushes; the iteration stays (the round is run again). */
+void mq_kv_discard(mq_kv_t *self);
+
+/* The shard for a worker that joins: its elements (mq_kv_size, shard-local: segment i at the
+ * sum of the earlier segments' counts) and the update rule's state over them (mq_kv_state_per
+ * floats per element, same order), as of the start of the current round. */
+size_t mq_kv_size(const mq_kv_t *self);
+size_t mq_kv_state_per(const mq_kv_t *self);
+void mq_kv_export(const mq_kv_t *self, float *params, float *state);
+
 /* ---- the worker half ------------------------------------------------------------------ */
 
 typedef struct {
@@ -170,6 +189,12 @@ int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, const float *grads, in
 void mq_kv_worker_apply(mq_kv_worker_t *self, uint32_t s, uint64_t iter, float lr,
                         const mq_tensor_hdr_t *hdrs, const uint8_t *const *data,
                         const size_t *len, double *update_sq);
+
+/* Takes shard S as a server exported it (mq_kv_export): PARAMS[0..N) shard-local, STATE
+ * [0..NSTATE) its update rule's state. -1 with an error when the sizes are not this plan's
+ * (then nothing is written). */
+int mq_kv_worker_load(mq_kv_worker_t *self, uint32_t s, const float *params, size_t n,
+                      const float *state, size_t nstate);
 
 #ifdef __cplusplus
 }

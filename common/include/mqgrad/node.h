@@ -1,5 +1,10 @@
-/* What a server and a worker share: the link to the scheduler (register, ready, heartbeats,
- * giving up when it goes silent) and the actor's pipe (PORT, DROPS, $TERM). */
+/* What a server and a worker share: the link to the scheduler (register, ready, heartbeats
+ * both ways, giving up when it goes silent, the run id) and the actor's pipe (PORT, DROPS,
+ * $TERM).
+ *
+ * Heartbeats to the scheduler come from a thread of their own (with its own socket), so a
+ * worker deep in a gradient still says it is alive; the scheduler takes a node that is
+ * silent for its --heartbeat-timeout as lost. */
 #ifndef MQGRAD_NODE_H
 #define MQGRAD_NODE_H
 
@@ -13,6 +18,9 @@
 extern "C" {
 #endif
 
+/* Milliseconds between a node's heartbeats to the scheduler. */
+#define MQ_HEARTBEAT_MS 500
+
 typedef struct {
     zsock_t *pipe;       /* the actor's pipe */
     zsock_t *sched;      /* DEALER to the scheduler */
@@ -24,6 +32,9 @@ typedef struct {
     int port;            /* what PORT answers (a bound data port, or 0) */
     mq_drops_t drops;
     mq_msg_t msg;        /* for register / ready */
+    uint64_t run_id;     /* the run WELCOME named (0 before) */
+    uint32_t rank;
+    zactor_t *beat;      /* the heartbeat thread, from WELCOME on */
 } mq_node_t;
 
 /* Connects to the scheduler at ENDPOINT and registers as ROLE (a server gives the endpoint
@@ -32,12 +43,22 @@ int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t ro
                  const char *advertise, double peer_timeout);
 void mq_node_close(mq_node_t *n);
 
+/* WELCOME named the run RUN_ID and this node's RANK: every message this thread sends from now
+ * on carries the run id, and heartbeats start (from LOOP, which also hears a refusal from the
+ * heartbeat thread). Returns 0, or -1 with an error. */
+int mq_node_welcomed(mq_node_t *n, zloop_t *loop, uint32_t rank, uint64_t run_id);
+
 /* Tells the scheduler this node (of RANK) is set up. */
 int mq_node_ready(mq_node_t *n, uint32_t rank);
 
+/* A worker that goes on its own (SIGTERM) tells the scheduler, which takes it out of the run
+ * at once instead of after the heartbeat timeout. */
+void mq_node_leave(mq_node_t *n);
+
 /* Receives one message from the scheduler into MSG. Heartbeats, refusals (which end the
- * node) and bad messages are handled here; returns 0 only for a message the service must
- * act on (WELCOME, ITERATE, STOP), -1 otherwise. */
+ * node with MQ_EXIT_REFUSED), messages of another run (the same) and bad messages are
+ * handled here; returns 0 only for a message the service must act on (WELCOME, ITERATE,
+ * COMMIT, STOP), -1 otherwise. */
 int mq_node_recv(mq_node_t *n, mq_msg_t *msg);
 
 /* Reports the end of the service once: code 0 (run over) or 1 after logging WHAT and the

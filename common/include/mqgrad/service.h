@@ -12,6 +12,12 @@
 extern "C" {
 #endif
 
+/* Exit codes every service shares (README "Failures and elasticity"): 0 the run is over
+ * (completed, or stopped), 1 a failure, 2 a bad flag, 3 the run diverged (mqgrad/watch.h),
+ * 4 the scheduler refused this node (no free rank, the run is another one, it was taken
+ * out of the run): restarting it as it is will not help. */
+#define MQ_EXIT_REFUSED 4
+
 typedef enum { MQ_FLAG_STR, MQ_FLAG_LONG, MQ_FLAG_DOUBLE, MQ_FLAG_BOOL } mq_flag_kind_t;
 
 /* One flag: --NAME VALUE (or --NAME=VALUE; a BOOL takes no value). ENV, when set, names the

@@ -29,6 +29,7 @@ extern "C" {
 #define MQ_WIRE_MAX_PEER 256
 #define MQ_WIRE_MAX_TEXT 256
 #define MQ_WIRE_MAX_Q 16
+#define MQ_WIRE_MAX_WORKERS 256 /* worker ranks a run can hold */
 /* Largest message any socket accepts (ZMQ_MAXMSGSIZE): the paper model's fp32 gradient is
  * 64 MB, so 256 MB leaves room while refusing absurd frames. */
 #define MQ_WIRE_MAX_MSG (256LL << 20)
@@ -52,6 +53,11 @@ typedef enum {
     MQ_MSG_ERROR,
     MQ_MSG_HEARTBEAT,
     MQ_MSG_READY,
+    MQ_MSG_HAVE,
+    MQ_MSG_COMMIT,
+    MQ_MSG_PULL,
+    MQ_MSG_PARAMS,
+    MQ_MSG_LEAVE,
     MQ_MSG_COUNT_
 } mq_msg_type_t;
 
@@ -77,6 +83,8 @@ typedef enum {
     MQ_DROP_DUPLICATE,      /* a second copy of something already counted */
     MQ_DROP_TOO_MANY,       /* more tensors, servers or bytes than the limits */
     MQ_DROP_PAYLOAD,        /* the codec refused the payload (header, index, non-finite value) */
+    MQ_DROP_RUN,            /* a message of another run (its run id is not ours) */
+    MQ_DROP_LATE,           /* a straggler's push or report for an iteration already closed */
     MQ_DROP_COUNT_
 } mq_drop_t;
 
@@ -104,6 +112,7 @@ typedef struct {
     bool simulated_clock; /* links and compute on the simulated clock (mqgrad/ps.h) */
     bool fp32;
     uint32_t eval_limit;
+    uint32_t min_workers; /* the run pauses below this many; `workers` is the rank space */
 } mq_run_config_t;
 
 typedef struct {
@@ -174,6 +183,13 @@ typedef struct {
     bool evaluate;
     uint32_t eval_limit; /* ITERATE: test examples for this evaluation (0 = all) */
     double sim_time;     /* simulated clock: the sender's time (s) when the message left */
+    /* membership (proto/mqgrad.proto): ITERATE's, HAVE's and COMMIT's member set in rank
+     * order (the wire refuses an unsorted or repeated one), its version, the data position */
+    uint32_t nmembers;
+    uint32_t members[MQ_WIRE_MAX_WORKERS];
+    uint32_t view;
+    uint64_t cursor;
+    uint64_t run_id;     /* 0 when sent: the sending thread's (mq_wire_set_run_id) */
     mq_report_t report;
     mq_obs_msg_t obs;
     mq_status_msg_t status;
@@ -207,6 +223,16 @@ int mq_wire_send(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads, siz
  * A message that fails validation is consumed whole and gives -1 with *drop set to the
  * reason and an error describing it; msg->peer then says who sent it when known. */
 int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop);
+
+/* The run id this thread stamps on every message it sends with run_id 0 (a node sets it
+ * once WELCOME names the run; the scheduler when it starts one). */
+void mq_wire_set_run_id(uint64_t run_id);
+uint64_t mq_wire_run_id(void);
+
+/* Index of RANK in the member set MEMBERS[0..N) (rank order), or -1 if it is not a member. */
+int mq_member_index(const uint32_t *members, uint32_t n, uint32_t rank);
+/* The same in MSG's member set. */
+int mq_msg_member_index(const mq_msg_t *msg, uint32_t rank);
 
 /* Frees this thread's receive arena and pack buffer; actors call it before they end. */
 void mq_wire_thread_cleanup(void);

@@ -120,6 +120,28 @@ void mq_batcher_next(mq_batcher_t *b, float *x, uint8_t *y)
         mq_batcher_seek(b, (b->epoch + 1) * b->steps_per_epoch);
 }
 
+void mq_batcher_take(mq_batcher_t *b, uint64_t pos, float *x, uint8_t *y)
+{
+    const mq_dataset_t *d = b->d;
+    const uint64_t n = (uint64_t)d->n;
+    for (int k = 0; k < b->batch; k++, pos++) {
+        uint64_t epoch = pos / n;
+        if (epoch != b->epoch) { /* at most once per batch: positions only grow within it */
+            b->epoch = epoch;
+            s_shuffle(b);
+        }
+        int i = b->perm[pos % n];
+        int oy = (d->h - 28) / 2, ox = (d->w - 28) / 2;
+        if (d->crop && b->train) {
+            uint64_t r = s_mix(s_mix(b->seed ^ 0xc0ffee) ^ s_mix(pos));
+            oy = (int)(r % (uint64_t)(d->h - 27));
+            ox = (int)((r >> 32) % (uint64_t)(d->w - 27));
+        }
+        s_crop(d, i, oy, ox, x + (size_t)k * d->c * 784);
+        y[k] = d->labels[i];
+    }
+}
+
 void mq_dataset_export28(const mq_dataset_t *d, float *x)
 {
     for (int i = 0; i < d->n; i++)

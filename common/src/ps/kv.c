@@ -27,6 +27,9 @@ struct mq_kv_t {
     const uint8_t **data; /* [segment * P + rank] */
     size_t *len;
     bool *has;            /* [rank] */
+    uint32_t *ranks;      /* the round's aggregated ranks, in order (mq_kv_complete_set) */
+    const uint8_t **cdata; /* one segment's pushes of those ranks, compacted: [P] */
+    size_t *clen;
     uint32_t filled;
     uint64_t iter;
     int bits;
@@ -128,8 +131,11 @@ static int s_alloc(mq_kv_t *self)
     self->data = calloc(nslots + 1, sizeof *self->data);
     self->len = calloc(nslots + 1, sizeof *self->len);
     self->has = calloc(c->workers, sizeof *self->has);
+    self->ranks = calloc(c->workers, sizeof *self->ranks);
+    self->cdata = calloc(c->workers, sizeof *self->cdata);
+    self->clen = calloc(c->workers, sizeof *self->clen);
     if (!self->agg || (nstate && !self->opt_state) || (!sgd && !self->scratch) || !self->data ||
-        !self->len || !self->has) {
+        !self->len || !self->has || !self->ranks || !self->cdata || !self->clen) {
         mq_err_set("out of memory for a shard of %zu elements", self->total);
         return -1;
     }
@@ -176,6 +182,9 @@ void mq_kv_destroy(mq_kv_t **self_p)
     free(self->data);
     free(self->len);
     free(self->has);
+    free(self->ranks);
+    free(self->cdata);
+    free(self->clen);
     free(self);
     *self_p = NULL;
 }
@@ -247,19 +256,25 @@ int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, int bits, float lr,
     return ++self->filled == P;
 }
 
-/* Segment I's aggregate into agg, by the handler; a plugged-in handler's result is checked
- * finite (every worker's wire would refuse a non-finite fp32 reply). */
-static int s_aggregate(mq_kv_t *self, uint32_t i)
+/* Segment I's aggregate over the N ranks in self->ranks into agg, by the handler; a
+ * plugged-in handler's result is checked finite (every worker's wire would refuse a
+ * non-finite fp32 reply). The handler sees those ranks' pushes compacted, in rank order:
+ * pointers move, never bytes. */
+static int s_aggregate(mq_kv_t *self, uint32_t i, uint32_t n)
 {
     const mq_segment_t *seg = &self->shard.segs[i];
     uint32_t P = self->cfg.workers;
     float *dst = self->agg + self->local[i];
+    for (uint32_t k = 0; k < n; k++) {
+        self->cdata[k] = self->data[(size_t)i * P + self->ranks[k]];
+        self->clen[k] = self->len[(size_t)i * P + self->ranks[k]];
+    }
     mq_kv_pushes_t in = {
         .seg = seg,
         .codec = mq_segment_codec(seg, self->bits, &self->cfg.codec),
-        .npush = P,
-        .data = self->data + (size_t)i * P,
-        .len = self->len + (size_t)i * P,
+        .npush = n,
+        .data = self->cdata,
+        .len = self->clen,
         .iter = self->iter,
         .lr = self->lr,
     };
@@ -293,6 +308,24 @@ static int s_reply(mq_kv_t *self, uint32_t i, mq_tensor_hdr_t *h, mq_payload_t *
     return 0;
 }
 
+/* Aggregates over the N ranks in self->ranks (each with a push in) and closes the round. */
+static int s_complete(mq_kv_t *self, uint32_t n, mq_tensor_hdr_t *hdrs, mq_payload_t *out)
+{
+    /* The previous round's replies must be gone before the aggregate is overwritten. */
+    if (mq_sendbuf_acquire(&self->agg_ref, 0, S_BUF_TIMEOUT_MS) != 0)
+        return -1;
+    for (uint32_t i = 0; i < self->shard.nsegs; i++) {
+        if (s_aggregate(self, i, n) != 0 || s_reply(self, i, &hdrs[i], &out[i]) != 0) {
+            for (uint32_t k = 0; k < i; k++)
+                out[k].free_fn((void *)out[k].data, out[k].hint);
+            return -1;
+        }
+    }
+    mq_kv_discard(self);
+    self->iter++;
+    return 0;
+}
+
 int mq_kv_complete(mq_kv_t *self, mq_tensor_hdr_t *hdrs, mq_payload_t *out)
 {
     if (self->filled != self->cfg.workers) {
@@ -300,18 +333,62 @@ int mq_kv_complete(mq_kv_t *self, mq_tensor_hdr_t *hdrs, mq_payload_t *out)
                    self->filled, self->cfg.workers);
         return -1;
     }
-    /* The previous round's replies must be gone before the aggregate is overwritten. */
-    if (mq_sendbuf_acquire(&self->agg_ref, 0, S_BUF_TIMEOUT_MS) != 0)
+    for (uint32_t r = 0; r < self->cfg.workers; r++)
+        self->ranks[r] = r;
+    return s_complete(self, self->cfg.workers, hdrs, out);
+}
+
+bool mq_kv_has_all(const mq_kv_t *self, const uint32_t *ranks, uint32_t n)
+{
+    for (uint32_t k = 0; k < n; k++)
+        if (!mq_kv_has(self, ranks[k]))
+            return false;
+    return true;
+}
+
+int mq_kv_complete_set(mq_kv_t *self, const uint32_t *ranks, uint32_t n, mq_tensor_hdr_t *hdrs,
+                       mq_payload_t *out)
+{
+    if (n == 0 || n > self->cfg.workers) {
+        mq_err_set("iteration %llu: a member set of %u ranks", (unsigned long long)self->iter,
+                   n);
         return -1;
-    for (uint32_t i = 0; i < self->shard.nsegs; i++) {
-        if (s_aggregate(self, i) != 0 || s_reply(self, i, &hdrs[i], &out[i]) != 0) {
-            for (uint32_t k = 0; k < i; k++)
-                out[k].free_fn((void *)out[k].data, out[k].hint);
+    }
+    for (uint32_t k = 0; k < n; k++) {
+        if (!mq_kv_has(self, ranks[k]) || (k > 0 && ranks[k] <= ranks[k - 1])) {
+            mq_err_set("iteration %llu: rank %u is not in the round, or the set is not in "
+                       "rank order",
+                       (unsigned long long)self->iter, ranks[k]);
             return -1;
         }
+        self->ranks[k] = ranks[k];
     }
+    return s_complete(self, n, hdrs, out);
+}
+
+void mq_kv_discard(mq_kv_t *self)
+{
     memset(self->has, 0, self->cfg.workers * sizeof *self->has);
     self->filled = 0;
-    self->iter++;
-    return 0;
+}
+
+size_t mq_kv_size(const mq_kv_t *self)
+{
+    return self->total;
+}
+
+size_t mq_kv_state_per(const mq_kv_t *self)
+{
+    return self->opt_per;
+}
+
+void mq_kv_export(const mq_kv_t *self, float *params, float *state)
+{
+    const float *w = mq_model_params(self->model);
+    for (uint32_t i = 0; i < self->shard.nsegs; i++) {
+        const mq_segment_t *seg = &self->shard.segs[i];
+        memcpy(params + self->local[i], w + seg->flat, seg->count * sizeof(float));
+    }
+    if (self->opt_per && state)
+        memcpy(state, self->opt_state, self->opt_per * self->total * sizeof(float));
 }

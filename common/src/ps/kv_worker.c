@@ -154,3 +154,28 @@ void mq_kv_worker_apply(mq_kv_worker_t *self, uint32_t s, uint64_t iter, float l
             *update_sq += st.sq;
     }
 }
+
+int mq_kv_worker_load(mq_kv_worker_t *self, uint32_t s, const float *params, size_t n,
+                      const float *state, size_t nstate)
+{
+    const mq_shard_t *sh = &self->shards[s];
+    size_t total = 0;
+    for (uint32_t i = 0; i < sh->nsegs; i++)
+        total += sh->segs[i].count;
+    if (n != total || nstate != self->opt_per * total) {
+        mq_err_set("shard %u: %zu values and %zu state values, this plan has %zu and %zu", s, n,
+                   nstate, total, self->opt_per * total);
+        return -1;
+    }
+    float *w = mq_model_params(self->model);
+    size_t local = 0;
+    for (uint32_t i = 0; i < sh->nsegs; i++) {
+        const mq_segment_t *seg = &sh->segs[i];
+        memcpy(w + seg->flat, params + local, seg->count * sizeof(float));
+        if (self->opt_per)
+            memcpy(self->opt_state + self->opt_per * seg->flat, state + self->opt_per * local,
+                   self->opt_per * seg->count * sizeof(float));
+        local += seg->count;
+    }
+    return 0;
+}

@@ -34,8 +34,109 @@ int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t ro
     return mq_wire_send(n->sched, &n->msg, NULL, 0);
 }
 
+/* ---- the heartbeat thread ---------------------------------------------------------------- */
+
+typedef struct {
+    char endpoint[256];
+    mq_role_t role;
+    uint32_t rank;
+    uint64_t incarnation, run_id;
+} s_beat_args_t;
+
+/* Sends HEARTBEAT every MQ_HEARTBEAT_MS on its own socket until $TERM; a refusal from the
+ * scheduler (it took this node out of the run) goes up the pipe as "REFUSED <why>". */
+static void s_beat_actor(zsock_t *pipe, void *args)
+{
+    s_beat_args_t a = *(s_beat_args_t *)args;
+    free(args);
+    zsock_t *sock = zsock_new(ZMQ_DEALER);
+    mq_msg_t *msg = calloc(1, sizeof *msg);
+    zsock_signal(pipe, 0);
+    if (!sock || !msg || zsock_connect(sock, "%s", a.endpoint) != 0) {
+        zsock_destroy(&sock);
+        free(msg);
+        zsock_wait(pipe); /* nothing to do but wait for $TERM */
+        return;
+    }
+    mq_wire_prepare(sock, 0);
+    zsock_set_sndtimeo(sock, 0);
+    mq_wire_set_run_id(a.run_id);
+    zpoller_t *poller = zpoller_new(pipe, sock, NULL);
+    int64_t next = zclock_mono();
+    bool refused = false;
+    while (true) {
+        int64_t now = zclock_mono();
+        if (now >= next) {
+            mq_msg_init(msg, MQ_MSG_HEARTBEAT);
+            msg->role = a.role;
+            msg->rank = a.rank;
+            msg->incarnation = a.incarnation;
+            mq_wire_send(sock, msg, NULL, 0); /* a full queue drops it: the next one goes */
+            next = now + MQ_HEARTBEAT_MS;
+        }
+        void *which = zpoller_wait(poller, (int)(next - now));
+        if (which == pipe) {
+            char *cmd = zstr_recv(pipe);
+            bool term = !cmd || streq(cmd, "$TERM");
+            zstr_free(&cmd);
+            if (term)
+                break;
+        } else if (which == sock) {
+            mq_drop_t drop;
+            if (mq_wire_recv(sock, msg, &drop) == 0 && msg->type == MQ_MSG_ERROR && !refused) {
+                refused = true; /* once: the node ends on it */
+                zstr_sendf(pipe, "REFUSED %s", msg->text);
+            }
+            mq_msg_reset(msg);
+        } else if (zpoller_terminated(poller)) {
+            break;
+        }
+    }
+    zpoller_destroy(&poller);
+    zsock_destroy(&sock);
+    mq_msg_reset(msg);
+    free(msg);
+    mq_wire_thread_cleanup();
+}
+
+static int s_on_beat(zloop_t *loop, zsock_t *sock, void *arg)
+{
+    mq_node_t *n = arg;
+    char *text = zstr_recv(sock);
+    if (text && strncmp(text, "REFUSED ", 8) == 0 && !n->finished) {
+        mq_error("the scheduler took this node out of the run: %s", text + 8);
+        n->finished = true;
+        mq_service_done(n->pipe, MQ_EXIT_REFUSED);
+    }
+    zstr_free(&text);
+    return 0;
+}
+
+int mq_node_welcomed(mq_node_t *n, zloop_t *loop, uint32_t rank, uint64_t run_id)
+{
+    n->rank = rank;
+    n->run_id = run_id;
+    mq_wire_set_run_id(run_id);
+    s_beat_args_t *a = calloc(1, sizeof *a);
+    if (!a) {
+        mq_err_set("out of memory");
+        return -1;
+    }
+    *a = (s_beat_args_t){.role = n->role, .rank = rank, .incarnation = n->incarnation,
+                         .run_id = run_id};
+    snprintf(a->endpoint, sizeof a->endpoint, "%s", n->endpoint);
+    n->beat = zactor_new(s_beat_actor, a);
+    if (!n->beat) {
+        free(a);
+        mq_err_set("cannot start the heartbeat thread");
+        return -1;
+    }
+    return zloop_reader(loop, zactor_sock(n->beat), s_on_beat, n);
+}
+
 void mq_node_close(mq_node_t *n)
 {
+    zactor_destroy(&n->beat);
     zsock_destroy(&n->sched);
     mq_msg_reset(&n->msg);
 }
@@ -45,7 +146,19 @@ int mq_node_ready(mq_node_t *n, uint32_t rank)
     mq_msg_init(&n->msg, MQ_MSG_READY);
     n->msg.role = n->role;
     n->msg.rank = rank;
+    n->msg.incarnation = n->incarnation;
     return mq_wire_send(n->sched, &n->msg, NULL, 0);
+}
+
+void mq_node_leave(mq_node_t *n)
+{
+    if (!n->sched || !n->run_id || n->finished)
+        return;
+    mq_msg_init(&n->msg, MQ_MSG_LEAVE);
+    n->msg.role = n->role;
+    n->msg.rank = n->rank;
+    n->msg.incarnation = n->incarnation;
+    mq_wire_send(n->sched, &n->msg, NULL, 0); /* the socket's linger delivers it */
 }
 
 void mq_node_finish(mq_node_t *n, int code, const char *what)
@@ -66,17 +179,26 @@ int mq_node_recv(mq_node_t *n, mq_msg_t *msg)
             mq_drops_note(&n->drops, drop, (const uint8_t *)"sched", 5, mq_err_last());
         return -1;
     }
+    if (n->run_id && msg->run_id != n->run_id && msg->type != MQ_MSG_ERROR) {
+        /* A scheduler that runs another run now (it was restarted): this node's state
+         * belongs to the old one. */
+        mq_err_set("the scheduler at %s now runs run %016llx; this node belongs to run %016llx",
+                   n->endpoint, (unsigned long long)msg->run_id, (unsigned long long)n->run_id);
+        mq_node_finish(n, MQ_EXIT_REFUSED, "another run");
+        goto ignore;
+    }
     n->last_heard = mq_now_s();
     if (n->finished || msg->type == MQ_MSG_HEARTBEAT)
         goto ignore;
     switch (msg->type) {
     case MQ_MSG_WELCOME:
     case MQ_MSG_ITERATE:
+    case MQ_MSG_COMMIT:
     case MQ_MSG_STOP:
         return 0;
     case MQ_MSG_ERROR:
         mq_err_set("the scheduler refused us: %s", msg->text);
-        mq_node_finish(n, 1, "register");
+        mq_node_finish(n, MQ_EXIT_REFUSED, "register");
         break;
     default:
         mq_drops_note(&n->drops, MQ_DROP_TYPE, (const uint8_t *)"sched", 5,

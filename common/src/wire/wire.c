@@ -22,7 +22,8 @@ const char *mq_msg_type_name(mq_msg_type_t t)
     static const char *names[] = {"unknown", "register", "welcome",    "iterate", "push",
                                   "aggregate", "report", "observe",    "decision", "query",
                                   "status",  "policy-set", "ping",      "pong",    "stop",
-                                  "error",   "heartbeat",  "ready"};
+                                  "error",   "heartbeat",  "ready",     "have",    "commit",
+                                  "pull",    "params",     "leave"};
     return (t >= 0 && t < MQ_MSG_COUNT_) ? names[t] : "invalid";
 }
 
@@ -31,7 +32,7 @@ const char *mq_drop_name(mq_drop_t r)
     static const char *names[] = {"none",      "garbage", "version",   "type",   "frames",
                                   "length",    "codec",   "nonfinite", "rank",   "iter",
                                   "shard",     "layout",  "duplicate", "too_many",
-                                  "payload"};
+                                  "payload",   "run",     "late"};
     return (r >= 0 && r < MQ_DROP_COUNT_) ? names[r] : "invalid";
 }
 
@@ -91,6 +92,7 @@ static void s_config_to_pb(const mq_run_config_t *c, Mqgrad__RunConfig *pb)
     pb->simulated_clock = c->simulated_clock;
     pb->fp32 = c->fp32;
     pb->eval_limit = c->eval_limit;
+    pb->min_workers = c->min_workers;
 }
 
 static void s_report_to_pb(const mq_report_t *r, Mqgrad__Report *pb)
@@ -135,6 +137,7 @@ static void s_status_to_pb(mq_status_msg_t *s, Mqgrad__Status *pb)
 }
 
 /* Packs MSG's Meta into a per-thread buffer that grows as needed (rarely: Meta is small). */
+static _Thread_local uint64_t s_run_id;
 static _Thread_local uint8_t *s_pack_buf;
 static _Thread_local size_t s_pack_cap;
 
@@ -164,6 +167,15 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.eval_limit = msg->eval_limit;
     meta.sim_time = msg->sim_time;
     meta.text = msg->text;
+    if (msg->nmembers > MQ_WIRE_MAX_WORKERS) {
+        mq_err_set("%u members (at most %d)", msg->nmembers, MQ_WIRE_MAX_WORKERS);
+        return -1;
+    }
+    meta.n_members = msg->nmembers;
+    meta.members = msg->members;
+    meta.view = msg->view;
+    meta.cursor = msg->cursor;
+    meta.run_id = msg->run_id ? msg->run_id : s_run_id;
     if (msg->nservers > MQ_WIRE_MAX_SERVERS || msg->ntensors > MQ_WIRE_MAX_TENSORS) {
         mq_err_set("too many servers (%u) or tensors (%u)", msg->nservers, msg->ntensors);
         return -1;
@@ -413,6 +425,7 @@ static void s_config_from_pb(const Mqgrad__RunConfig *pb, mq_run_config_t *c)
     c->simulated_clock = pb->simulated_clock;
     c->fp32 = pb->fp32;
     c->eval_limit = pb->eval_limit;
+    c->min_workers = pb->min_workers;
 }
 
 static void s_report_from_pb(const Mqgrad__Report *pb, mq_report_t *r)
@@ -511,6 +524,24 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->evaluate = meta->evaluate;
     msg->eval_limit = meta->eval_limit;
     msg->sim_time = meta->sim_time;
+    msg->view = meta->view;
+    msg->cursor = meta->cursor;
+    msg->run_id = meta->run_id;
+    if (meta->n_members > MQ_WIRE_MAX_WORKERS) {
+        mq_err_set("%zu members (at most %d)", meta->n_members, MQ_WIRE_MAX_WORKERS);
+        return MQ_DROP_TOO_MANY;
+    }
+    for (size_t i = 0; i < meta->n_members; i++) {
+        /* in rank order, each once: receivers search it and count it as a set */
+        if (meta->members[i] >= MQ_WIRE_MAX_WORKERS ||
+            (i > 0 && meta->members[i] <= meta->members[i - 1])) {
+            mq_err_set("member set not in strictly increasing rank order below %d",
+                       MQ_WIRE_MAX_WORKERS);
+            return MQ_DROP_RANK;
+        }
+        msg->members[i] = meta->members[i];
+    }
+    msg->nmembers = (uint32_t)meta->n_members;
     if (meta->report)
         s_report_from_pb(meta->report, &msg->report);
     if (meta->observation) {
@@ -585,6 +616,34 @@ static mq_drop_t s_recv_payloads(void *h, mq_msg_t *msg, bool more)
 }
 
 static _Thread_local s_arena_t *s_arena;
+
+void mq_wire_set_run_id(uint64_t run_id)
+{
+    s_run_id = run_id;
+}
+
+uint64_t mq_wire_run_id(void)
+{
+    return s_run_id;
+}
+
+int mq_member_index(const uint32_t *members, uint32_t n, uint32_t rank)
+{
+    uint32_t lo = 0, hi = n; /* sorted: the wire checked it */
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (members[mid] < rank)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < n && members[lo] == rank ? (int)lo : -1;
+}
+
+int mq_msg_member_index(const mq_msg_t *msg, uint32_t rank)
+{
+    return mq_member_index(msg->members, msg->nmembers, rank);
+}
 
 void mq_wire_thread_cleanup(void)
 {
