@@ -252,6 +252,8 @@ static void s_on_pull(s_server_t *self, mq_msg_t *msg)
 {
     uint64_t iter = mq_kv_iter(self->kv);
     mq_msg_t *out = &self->out;
+    memcpy(out->peer, msg->peer, msg->peer_len); /* the reply goes to whoever asked */
+    out->peer_len = msg->peer_len;
     if (msg->iter != iter) {
         mq_msg_init(out, MQ_MSG_ERROR);
         out->iter = iter;

@@ -1,0 +1,371 @@
+/* Failures and elasticity with real processes over TCP: the scheduler, the servers and the
+ * workers are the installed executables, and workers are killed with SIGKILL (or stopped
+ * with SIGTERM) while the run trains. Each test asserts what a user sees: the run's status,
+ * its iteration count and accuracy against an undisturbed run of the same seed, the
+ * membership events, and that every replica left equals the servers' master copies. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "mqgrad/service.h"
+#include "mqgrad/util.h"
+
+#define S_BIN MQ_TEST_BIN_DIR "/services/mqgrad-"
+#define S_ITERS 400
+#define S_MAXW 8
+
+typedef struct {
+    char dir[256], run[300], endpoint[64];
+    pid_t sched, servers[2], workers[S_MAXW];
+    int nworkers; /* started so far */
+} s_job_t;
+
+static int s_free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    cr_assert_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* Starts S_BIN<NAME> with ARGV (NULL-terminated, argv[0] included), output to LOG. */
+static pid_t s_spawn(const char *name, char **argv, const char *log)
+{
+    char exe[512];
+    snprintf(exe, sizeof exe, "%s%s", S_BIN, name);
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execv(exe, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void s_start_worker(s_job_t *j)
+{
+    cr_assert_lt(j->nworkers, S_MAXW);
+    char dump[320], log[320];
+    snprintf(dump, sizeof dump, "%s/worker-%d.bin", j->dir, j->nworkers);
+    snprintf(log, sizeof log, "%s/worker-%d.log", j->dir, j->nworkers);
+    char *argv[] = {"mqgrad-worker", "--scheduler", j->endpoint, "--threads", "1", "--dump", dump,
+                    NULL};
+    j->workers[j->nworkers++] = s_spawn("worker", argv, log);
+}
+
+/* Scheduler (EXTRA flags appended), two servers and W workers: the small model, 4 bits, no
+ * agent, S_ITERS iterations, a 2 s heartbeat timeout. */
+static void s_start(s_job_t *j, const char *name, int W, char **extra)
+{
+    memset(j, 0, sizeof *j);
+    snprintf(j->dir, sizeof j->dir, "/tmp/mqgrad-elastic-%d-%s", (int)getpid(), name);
+    snprintf(j->run, sizeof j->run, "%s/run", j->dir);
+    cr_assert_eq(mq_mkdirs(j->dir), 0);
+    int port = s_free_port();
+    char bind[64], w[8], iters[16], log[320];
+    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", port);
+    snprintf(j->endpoint, sizeof j->endpoint, "tcp://127.0.0.1:%d", port);
+    snprintf(w, sizeof w, "%d", W);
+    snprintf(iters, sizeof iters, "%d", S_ITERS);
+    snprintf(log, sizeof log, "%s/scheduler.log", j->dir);
+    char *argv[48] = {"mqgrad-scheduler", "--bind", bind, "--workers", w, "--servers", "2",
+                      "--model", "small", "--iterations", iters, "--bits", "4",
+                      "--eval-every", "0", "--final-eval-limit", "0", "--seed", "7",
+                      "--heartbeat-timeout", "2", "--run-dir", j->run, "--progress-every", "0"};
+    int n = 0;
+    while (argv[n])
+        n++;
+    for (int i = 0; extra && extra[i]; i++)
+        argv[n++] = extra[i];
+    argv[n] = NULL;
+    j->sched = s_spawn("scheduler", argv, log);
+    for (int s = 0; s < 2; s++) {
+        char dump[320];
+        snprintf(dump, sizeof dump, "%s/server-%d.bin", j->dir, s);
+        snprintf(log, sizeof log, "%s/server-%d.log", j->dir, s);
+        char *sargv[] = {"mqgrad-server", "--scheduler", j->endpoint, "--bind",
+                         "tcp://127.0.0.1:*", "--dump", dump, NULL};
+        j->servers[s] = s_spawn("server", sargv, log);
+    }
+    for (int i = 0; i < W; i++)
+        s_start_worker(j);
+}
+
+/* Waits at most TIMEOUT_S for PID; returns its exit code (128 + signal), or -1 on timeout. */
+static int s_wait(pid_t pid, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 20; i++) {
+        int status;
+        pid_t r = waitpid(pid, &status, WNOHANG);
+        if (r == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        zclock_sleep(50);
+    }
+    return -1;
+}
+
+/* Waits for the scheduler's end (it must come), then for every node's. */
+static int s_finish(s_job_t *j, int timeout_s)
+{
+    int code = s_wait(j->sched, timeout_s);
+    if (code < 0)
+        kill(j->sched, SIGKILL);
+    for (int s = 0; s < 2; s++)
+        if (s_wait(j->servers[s], 20) < 0)
+            kill(j->servers[s], SIGKILL);
+    for (int i = 0; i < j->nworkers; i++)
+        if (j->workers[i] > 0 && s_wait(j->workers[i], 20) < 0)
+            kill(j->workers[i], SIGKILL);
+    return code;
+}
+
+static void s_kill(s_job_t *j, int i, int sig)
+{
+    cr_assert_gt(j->workers[i], 0);
+    cr_assert_eq(kill(j->workers[i], sig), 0);
+    if (sig == SIGKILL) {
+        waitpid(j->workers[i], NULL, 0);
+        j->workers[i] = -1; /* it leaves no dump */
+    }
+}
+
+static char *s_slurp(const char *dir, const char *name, size_t *len)
+{
+    char path[512], *data;
+    size_t n;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (mq_read_file(path, &data, &n) != 0)
+        return NULL;
+    if (len)
+        *len = n;
+    return data;
+}
+
+static double s_summary_num(const s_job_t *j, const char *key)
+{
+    char *text = s_slurp(j->run, "summary.json", NULL);
+    cr_assert_not_null(text, "no summary.json in %s", j->run);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\": ", key);
+    const char *p = strstr(text, pat);
+    cr_assert_not_null(p, "no %s in the summary", key);
+    double v = strtod(p + strlen(pat), NULL);
+    free(text);
+    return v;
+}
+
+static bool s_summary_has(const s_job_t *j, const char *text)
+{
+    char *s = s_slurp(j->run, "summary.json", NULL);
+    cr_assert_not_null(s);
+    bool has = strstr(s, text) != NULL;
+    free(s);
+    return has;
+}
+
+/* Occurrences of "event":"NAME" in events.jsonl. */
+static int s_events(const s_job_t *j, const char *name)
+{
+    char *text = s_slurp(j->run, "events.jsonl", NULL);
+    cr_assert_not_null(text);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"event\":\"%s\"", name);
+    int n = 0;
+    for (const char *p = text; (p = strstr(p, pat)); p++)
+        n++;
+    free(text);
+    return n;
+}
+
+/* Whether some row of metrics.csv has W in its workers column (the last). */
+static bool s_saw_workers(const s_job_t *j, int w)
+{
+    char *text = s_slurp(j->run, "metrics.csv", NULL);
+    cr_assert_not_null(text);
+    bool saw = false;
+    for (char *line = strchr(text, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        char *end = strchr(line + 1, '\n');
+        char *comma = line;
+        for (char *p = line + 1; p < (end ? end : line + strlen(line)); p++)
+            if (*p == ',')
+                comma = p;
+        saw |= atoi(comma + 1) == w;
+    }
+    free(text);
+    return saw;
+}
+
+/* Every replica a live worker left equals every other and the servers' master shards put
+ * together (shard 0 first; either server may hold it). Returns how many replicas there were. */
+static int s_replicas_agree(const s_job_t *j)
+{
+    size_t l0 = 0, l1 = 0;
+    char *s0 = s_slurp(j->dir, "server-0.bin", &l0), *s1 = s_slurp(j->dir, "server-1.bin", &l1);
+    cr_assert(s0 && s1, "a server left no master copy");
+    int replicas = 0;
+    for (int i = 0; i < j->nworkers; i++) {
+        if (j->workers[i] < 0)
+            continue;
+        char name[32];
+        size_t len;
+        snprintf(name, sizeof name, "worker-%d.bin", i);
+        char *w = s_slurp(j->dir, name, &len);
+        cr_assert_not_null(w, "worker %d left no replica", i);
+        cr_assert_eq(len, l0 + l1, "worker %d: a replica of %zu bytes, the shards hold %zu", i,
+                     len, l0 + l1);
+        bool order01 = memcmp(w, s0, l0) == 0 && memcmp(w + l0, s1, l1) == 0;
+        bool order10 = memcmp(w, s1, l1) == 0 && memcmp(w + l1, s0, l0) == 0;
+        cr_assert(order01 || order10, "worker %d's replica differs from the master copies", i);
+        free(w);
+        replicas++;
+    }
+    free(s0);
+    free(s1);
+    return replicas;
+}
+
+/* The undisturbed run's accuracy, once per test program. */
+static double s_calm_acc(void)
+{
+    static double acc = -1;
+    if (acc >= 0)
+        return acc;
+    s_job_t j;
+    s_start(&j, "calm", 4, NULL);
+    cr_assert_eq(s_finish(&j, 240), 0, "the undisturbed run failed (see %s)", j.dir);
+    acc = s_summary_num(&j, "final_test_acc");
+    cr_log_info("undisturbed: %.2f%%", acc * 100);
+    return acc;
+}
+
+Test(elastic, sigkill_workers_mid_run_and_a_late_join, .timeout = 600)
+{
+    double calm = s_calm_acc();
+    s_job_t j;
+    s_start(&j, "kill", 4, NULL);
+    /* Seeded: which workers die is the same every run. */
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 13);
+    int first = (int)mq_rng_below(&rng, 4);
+    mq_test_wait_rows(j.run, 80, 120);
+    s_kill(&j, first, SIGKILL);
+    mq_test_wait_rows(j.run, 160, 120);
+    int a = (first + 1) % 4, b = (first + 2) % 4; /* two at once */
+    s_kill(&j, a, SIGKILL);
+    s_kill(&j, b, SIGKILL);
+    mq_test_wait_rows(j.run, 220, 120);
+    s_start_worker(&j); /* a new worker joins the running job */
+    cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
+
+    cr_expect(s_summary_has(&j, "\"status\": \"completed\""));
+    cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
+    double acc = s_summary_num(&j, "final_test_acc");
+    cr_log_info("three workers killed, one joined: %.2f%% (undisturbed %.2f%%)", acc * 100,
+                calm * 100);
+    cr_expect_gt(acc, 0.60, "the disturbed run learned nothing: %.3f", acc);
+    cr_expect_geq(acc, calm - 0.05, "%.3f is more than 5 points below the undisturbed %.3f",
+                  acc, calm);
+    cr_expect_eq(s_events(&j, "worker_lost"), 3);
+    cr_expect_eq(s_events(&j, "worker_joined"), 1);
+    cr_expect(s_saw_workers(&j, 4) && s_saw_workers(&j, 3) && s_saw_workers(&j, 1) &&
+                  s_saw_workers(&j, 2),
+              "metrics.csv's workers column does not show 4, 3, 1 and 2 workers");
+    cr_expect_eq(s_replicas_agree(&j), 2, "the survivor and the joiner must both hold replicas");
+}
+
+Test(elastic, sigterm_leaves_at_once, .timeout = 300)
+{
+    s_job_t j;
+    char *extra[] = {"--heartbeat-timeout", "60", NULL}; /* the leave, not the silence */
+    s_start(&j, "term", 3, extra);
+    mq_test_wait_rows(j.run, 60, 120);
+    double t0 = mq_now_s();
+    s_kill(&j, 1, SIGTERM);
+    cr_assert_eq(s_wait(j.workers[1], 30), 0, "a stopped worker exits 0");
+    j.workers[1] = -1;
+    int rows = mq_test_rows(j.run);
+    mq_test_wait_rows(j.run, rows + 20, 30); /* the run goes on, well before 60 s */
+    cr_expect_lt(mq_now_s() - t0, 50);
+    cr_assert_eq(s_finish(&j, 300), 0);
+    char *events = s_slurp(j.run, "events.jsonl", NULL);
+    cr_expect_not_null(strstr(events, "\"reason\":\"it left (stopped)\""), "%s", events);
+    free(events);
+    cr_expect_eq(s_replicas_agree(&j), 2);
+}
+
+Test(elastic, below_min_workers_the_run_pauses_then_resumes, .timeout = 300)
+{
+    s_job_t j;
+    char *extra[] = {"--min-workers", "2", NULL};
+    s_start(&j, "pause", 2, extra);
+    mq_test_wait_rows(j.run, 50, 120);
+    s_kill(&j, 0, SIGKILL);
+    for (int i = 0; i < 200 && s_events(&j, "pause") == 0; i++)
+        zclock_sleep(50);
+    cr_assert_eq(s_events(&j, "pause"), 1, "one worker of two left: the run must pause");
+    int rows = mq_test_rows(j.run);
+    zclock_sleep(1500);
+    cr_expect_eq(mq_test_rows(j.run), rows, "a paused run must not train");
+    s_start_worker(&j);
+    cr_assert_eq(s_finish(&j, 300), 0, "the run did not resume and complete");
+    cr_expect_eq(s_events(&j, "resume"), 1);
+    cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
+    cr_expect_eq(s_replicas_agree(&j), 2);
+}
+
+Test(elastic, refusals_exit_with_their_code_and_runs_are_never_truncated, .timeout = 300)
+{
+    s_job_t j;
+    char *extra[] = {"--max-workers", "2", NULL};
+    s_start(&j, "refuse", 2, extra);
+    mq_test_wait_rows(j.run, 20, 120);
+    s_start_worker(&j); /* a third worker: no rank left */
+    cr_expect_eq(s_wait(j.workers[2], 30), MQ_EXIT_REFUSED);
+    j.workers[2] = -1;
+    cr_assert_eq(s_finish(&j, 300), 0);
+    /* A second scheduler on the same run directory refuses it and leaves it as it was. */
+    size_t before = 0, after = 0;
+    char *m0 = s_slurp(j.run, "metrics.csv", &before);
+    char log[320];
+    snprintf(log, sizeof log, "%s/again.log", j.dir);
+    char bind[64];
+    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", s_free_port());
+    char *argv[] = {"mqgrad-scheduler", "--bind", bind, "--workers", "1", "--run-dir", j.run,
+                    "--start-timeout", "5", NULL};
+    pid_t again = s_spawn("scheduler", argv, log);
+    /* It refuses when the cluster is complete and the run would start: give it a worker. */
+    char ep[64];
+    snprintf(ep, sizeof ep, "%s", bind);
+    char wlog[320];
+    snprintf(wlog, sizeof wlog, "%s/again-worker.log", j.dir);
+    char *sargv[] = {"mqgrad-server", "--scheduler", ep, "--bind", "tcp://127.0.0.1:*", NULL};
+    pid_t sv = s_spawn("server", sargv, wlog);
+    char *wargv[] = {"mqgrad-worker", "--scheduler", ep, "--threads", "1", NULL};
+    pid_t wk = s_spawn("worker", wargv, wlog);
+    cr_expect_neq(s_wait(again, 60), 0, "a scheduler must not start a run in a used directory");
+    if (s_wait(sv, 30) < 0)
+        kill(sv, SIGKILL);
+    if (s_wait(wk, 30) < 0)
+        kill(wk, SIGKILL);
+    waitpid(sv, NULL, 0);
+    waitpid(wk, NULL, 0);
+    char *m1 = s_slurp(j.run, "metrics.csv", &after);
+    cr_expect(before == after && memcmp(m0, m1, before) == 0, "metrics.csv was changed");
+    free(m0);
+    free(m1);
+}
