@@ -24,6 +24,7 @@ static void s_defaults(mq_scheduler_config_t *c)
     c->max_workers = 0; /* not given: max(--workers, 64) */
     c->heartbeat_timeout = 5;
     c->pause_timeout = 600;
+    c->checkpoint_every = 100;
     c->servers = 1;
     strcpy(c->model, "paper");
     strcpy(c->dataset, "fashion-mnist");
@@ -139,6 +140,11 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
                          "max(--workers, 64))"},
         {"heartbeat-timeout", "MQGRAD_HEARTBEAT_TIMEOUT", MQ_FLAG_DOUBLE, &c->heartbeat_timeout,
          0, 1.5, 3600, "seconds of silence after which a node is lost (heartbeats every 0.5 s)"},
+        {"resume", "MQGRAD_RESUME", MQ_FLAG_BOOL, &c->resume, 0, 0, 0,
+         "if --run-dir holds an unfinished run, continue it from its last checkpoint (a run "
+         "that is over: start a new one beside it)"},
+        {"checkpoint-every", "MQGRAD_CHECKPOINT_EVERY", MQ_FLAG_LONG, &c->checkpoint_every, 0, 0,
+         1000000000L, "iterations between checkpoints (servers need --checkpoint-dir; 0 = none)"},
         {"pause-timeout", "MQGRAD_PAUSE_TIMEOUT", MQ_FLAG_DOUBLE, &c->pause_timeout, 0, 1, 86400,
          "seconds the run may stay paused below --min-workers before it fails"},
         {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &c->servers, 0, 1, MQ_WIRE_MAX_SERVERS,

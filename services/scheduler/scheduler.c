@@ -100,6 +100,15 @@ typedef struct {
     mq_msg_t in, out;
     mq_drops_t drops;
     bool log_failed; /* the run directory refused a write: the run fails */
+    /* checkpoints and resume */
+    char run_dir[512];     /* --run-dir, or beside it when --resume finds that run over */
+    uint64_t lineage;      /* the run's first id: its checkpoints' name across restarts */
+    uint64_t resumed_at;   /* the iteration this scheduler resumed the run at (0: started it) */
+    double wall_before;    /* wall time of training before this scheduler */
+    mq_sched_ckpt_t ckpt;  /* the checkpoint in progress: this state, once every server saved */
+    bool ckpt_pending;
+    bool saved[MQ_WIRE_MAX_SERVERS];
+    bool ckpt_warned;
 } s_sched_t;
 
 static void s_finish(s_sched_t *self, const char *status, int code);
@@ -135,9 +144,10 @@ static uint32_t s_count(const s_sched_t *self, s_state_t state)
 }
 
 /* Tells the servers the round's member set (a new view of it). */
-static void s_send_members(s_sched_t *self, mq_msg_type_t type)
+static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
 {
     mq_msg_init(&self->out, type);
+    self->out.checkpoint = checkpoint;
     self->out.iter = self->iter;
     self->out.view = self->view;
     self->out.nmembers = self->nmembers;
@@ -168,6 +178,8 @@ static double s_progress_fraction(const s_sched_t *self)
     return p > 1 ? 1 : p;
 }
 
+
+static bool s_checkpoint_due(s_sched_t *self);
 
 static void s_pause(s_sched_t *self, uint32_t have)
 {
@@ -250,6 +262,7 @@ static void s_issue(s_sched_t *self)
     self->out.nmembers = self->nmembers;
     memcpy(self->out.members, self->members, self->nmembers * sizeof *self->members);
     self->out.cursor = self->round_cursor;
+    bool checkpoint = s_checkpoint_due(self);
     memset(self->got, 0, sizeof self->got);
     memset(&self->sum, 0, sizeof self->sum);
     self->nreports = 0;
@@ -264,7 +277,76 @@ static void s_issue(s_sched_t *self)
         if (s_send_to(self, &self->workers[self->members[k]]) != 0)
             mq_warn("iteration %llu: cannot reach worker %u: %s", (unsigned long long)self->iter,
                     self->members[k], mq_err_last()); /* its heartbeats will tell */
-    s_send_members(self, MQ_MSG_ITERATE);
+    s_send_members(self, MQ_MSG_ITERATE, checkpoint);
+}
+
+/* Checkpoints: every --checkpoint-every iterations the servers write their shards as of the
+ * round's start, and once all have, this state goes to checkpoint.json: a consistent point
+ * a restarted scheduler resumes from. */
+static bool s_checkpoint_due(s_sched_t *self)
+{
+    long every = self->cfg->checkpoint_every;
+    if (every <= 0 || self->iter == 0 || self->iter % (uint64_t)every != 0 ||
+        self->iter == self->resumed_at || (self->ckpt_pending && self->ckpt.iter == self->iter))
+        return false;
+    double wall = self->wall_before + (self->t_training > 0 ? mq_now_s() - self->t_training : 0);
+    self->ckpt = (mq_sched_ckpt_t){
+        .iter = self->iter,
+        .cursor = self->cursor,
+        .lineage = self->lineage,
+        .servers = self->nservers,
+        .bits = self->bits,
+        .train_time_s = self->train_time,
+        .wall_time_s = wall,
+        .bytes_up = self->bytes_up,
+        .bytes_down = self->bytes_down,
+        .fallbacks = self->fallbacks,
+        .last_acc = self->last_acc,
+        .acc_iter = self->acc_iter < 0 ? NAN : self->acc_iter,
+        .last_loss = self->last_loss,
+        .last_sparsity = self->last_sparsity,
+        .smoothed = self->watch.smoothed,
+        .best = isinf(self->watch.best) ? NAN : self->watch.best,
+        .best_acc = self->watch.best_acc < 0 ? NAN : self->watch.best_acc,
+        .seen = self->watch.seen,
+    };
+    snprintf(self->ckpt.model, sizeof self->ckpt.model, "%s", self->cfg->model);
+    snprintf(self->ckpt.policy, sizeof self->ckpt.policy, "%s", self->policy);
+    self->ckpt_pending = true;
+    memset(self->saved, 0, sizeof self->saved);
+    return true;
+}
+
+static void s_on_saved(s_sched_t *self, const mq_msg_t *msg)
+{
+    if (!self->ckpt_pending || msg->iter != self->ckpt.iter || msg->shard >= self->nservers)
+        return;
+    if (msg->text[0]) {
+        self->ckpt_pending = false;
+        if (!self->ckpt_warned)
+            mq_warn("no checkpoint at iteration %llu: %s (further failures are only events)",
+                    (unsigned long long)msg->iter, msg->text);
+        self->ckpt_warned = true;
+        char fields[400], why[300];
+        mq_json_escape(msg->text, why, sizeof why);
+        snprintf(fields, sizeof fields, "\"at\":%llu,\"reason\":\"%s\"",
+                 (unsigned long long)msg->iter, why);
+        s_event(self, "checkpoint_failed", fields);
+        return;
+    }
+    self->saved[msg->shard] = true;
+    for (uint32_t s = 0; s < self->nservers; s++)
+        if (!self->saved[s])
+            return;
+    self->ckpt_pending = false;
+    if (mq_sched_ckpt_write(self->run_dir, &self->ckpt) != 0) {
+        mq_error("checkpoint.json: %s", mq_err_last());
+        self->log_failed = true;
+        return;
+    }
+    char fields[64];
+    snprintf(fields, sizeof fields, "\"at\":%llu", (unsigned long long)self->ckpt.iter);
+    s_event(self, "checkpoint", fields);
 }
 
 /* WELCOME for NODE, which holds rank RANK: the run, its id, the servers. */
@@ -282,16 +364,93 @@ static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
         mq_warn("welcome to rank %u: %s", rank, mq_err_last());
 }
 
+/* Takes the state of a checkpoint back (a resumed run starts at its iteration). */
+static void s_restore(s_sched_t *self, const mq_sched_ckpt_t *c)
+{
+    self->iter = c->iter;
+    self->cursor = c->cursor;
+    self->lineage = c->lineage;
+    self->bits = c->bits;
+    self->train_time = c->train_time_s;
+    self->wall_before = c->wall_time_s;
+    self->bytes_up = c->bytes_up;
+    self->bytes_down = c->bytes_down;
+    self->fallbacks = c->fallbacks;
+    self->last_acc = c->last_acc;
+    self->acc_iter = isnan(c->acc_iter) ? -1 : c->acc_iter;
+    self->last_loss = c->last_loss;
+    self->last_sparsity = c->last_sparsity;
+    self->watch.smoothed = c->smoothed;
+    self->watch.best = isnan(c->best) ? INFINITY : c->best;
+    self->watch.best_acc = isnan(c->best_acc) ? -1 : c->best_acc;
+    self->watch.seen = c->seen;
+    if (c->policy[0] && !self->policy[0])
+        snprintf(self->policy, sizeof self->policy, "%s", c->policy);
+    self->resumed_at = c->iter;
+}
+
+/* The run directory: a new run, or with --resume the unfinished run there, from its last
+ * consistent checkpoint (or from the start when it has none). A run that is over for good
+ * makes --resume start a new one beside it. Returns 0, or -1 with the reason. */
+static int s_open_run(s_sched_t *self)
+{
+    const mq_scheduler_config_t *c = self->cfg;
+    char json[2048];
+    mq_sched_config_json(c, json, sizeof json);
+    if (c->resume && mq_sched_run_exists(self->run_dir) && mq_sched_run_finished(self->run_dir)) {
+        char next[512];
+        if (mq_sched_next_dir(c->run_dir, next, sizeof next) != 0)
+            return -1;
+        mq_info("the run in %s is over; --resume starts a new one in %s", self->run_dir, next);
+        snprintf(self->run_dir, sizeof self->run_dir, "%s", next);
+    }
+    if (!c->resume || !mq_sched_run_exists(self->run_dir)) {
+        self->log = mq_runlog_new(self->run_dir, json);
+        return self->log ? 0 : -1;
+    }
+    mq_sched_ckpt_t ck;
+    int rc = mq_sched_ckpt_read(self->run_dir, &ck);
+    if (rc < 0)
+        return -1;
+    if (rc == 0 && (ck.servers != (uint32_t)c->servers || strcmp(ck.model, c->model) != 0)) {
+        mq_err_set("%s/checkpoint.json is of a run with %u servers and model %s; this "
+                   "scheduler has %ld and %s (refused, left as it is)",
+                   self->run_dir, ck.servers, ck.model, c->servers, c->model);
+        return -1;
+    }
+    uint64_t last = 0;
+    int has_rows = mq_runlog_last_iter(self->run_dir, &last) == 0;
+    self->log = mq_runlog_append(self->run_dir);
+    if (!self->log)
+        return -1;
+    if (rc == 0)
+        s_restore(self, &ck);
+    uint64_t lost = has_rows && last + 1 > self->iter ? last + 1 - self->iter : 0;
+    char fields[200];
+    snprintf(fields, sizeof fields,
+             "\"from_iter\":%llu,\"iterations_lost\":%llu,\"checkpoint\":%s,"
+             "\"run_id\":\"%016llx\"",
+             (unsigned long long)self->iter, (unsigned long long)lost, rc == 0 ? "true" : "false",
+             (unsigned long long)self->run_id);
+    s_event(self, "restart", fields);
+    mq_info("resuming the run in %s at iteration %llu (%s; %llu iterations done since are lost)",
+            self->run_dir, (unsigned long long)self->iter,
+            rc == 0 ? "its last checkpoint" : "no checkpoint yet: from the start",
+            (unsigned long long)lost);
+    return 0;
+}
+
 static void s_start(s_sched_t *self)
 {
-    char json[2048];
-    mq_sched_config_json(self->cfg, json, sizeof json);
-    self->log = mq_runlog_new(self->cfg->run_dir, json);
-    if (!self->log) {
+    if (s_open_run(self) != 0) {
         mq_error("run directory: %s", mq_err_last());
         s_finish(self, "failed", 1);
         return;
     }
+    if (!self->lineage)
+        self->lineage = self->run_id;
+    self->run.lineage = self->lineage;
+    self->run.resume_iter = self->resumed_at;
     for (uint32_t i = 0; i < self->nservers; i++)
         s_welcome(self, &self->servers[i], i);
     for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
@@ -302,7 +461,7 @@ static void s_start(s_sched_t *self)
              s_count(self, N_FREE), self->nservers, (unsigned long long)self->run_id);
     s_event(self, "start", fields);
     mq_info("cluster complete: %u workers, %u servers; run %016llx in %s", s_count(self, N_FREE),
-            self->nservers, (unsigned long long)self->run_id, self->cfg->run_dir);
+            self->nservers, (unsigned long long)self->run_id, self->run_dir);
     self->phase = S_PREPARING;
 }
 
@@ -368,7 +527,7 @@ static void s_summary(s_sched_t *self, const char *status)
         .seed = (uint64_t)self->cfg->seed,
         .link_mbps = self->cfg->link_mbps,
         .clock = self->cfg->clock,
-        .wall_time_s = self->t_training > 0 ? mq_now_s() - self->t_training : 0,
+        .wall_time_s = self->wall_before + (self->t_training > 0 ? mq_now_s() - self->t_training : 0),
         .status = status,
     };
     if (self->watch.diverged) {
@@ -394,16 +553,19 @@ static void s_finish(s_sched_t *self, const char *status, int code)
     char fields[96];
     snprintf(fields, sizeof fields, "\"status\":\"%s\"", status);
     s_event(self, "stop", fields);
-    mq_msg_init(&self->out, MQ_MSG_STOP);
-    snprintf(self->out.text, sizeof self->out.text, "run %s", status);
-    s_broadcast(self, true, true);
+    /* An interrupted scheduler leaves the nodes be: a scheduler started again with --resume
+     * takes them back (they register again); else they give up after --peer-timeout. */
+    if (strcmp(status, "interrupted") != 0) {
+        mq_msg_init(&self->out, MQ_MSG_STOP);
+        snprintf(self->out.text, sizeof self->out.text, "run %s", status);
+        s_broadcast(self, true, true);
+    }
     mq_info("run %s after %llu iterations, %.1f s of training; final loss %.4f, test accuracy "
             "%.2f%%, %.1f MB sent",
             status, (unsigned long long)self->iter, self->train_time, self->last_loss,
             self->last_acc * 100, (double)(self->bytes_up + self->bytes_down) / 1e6);
     if (self->log_failed && code == 0) {
-        mq_error("the run directory %s is incomplete (a write failed): exit 1",
-                 self->cfg->run_dir);
+        mq_error("the run directory %s is incomplete (a write failed): exit 1", self->run_dir);
         code = 1;
     }
     mq_service_done(self->pipe, code);
@@ -719,10 +881,13 @@ static void s_iteration_done(s_sched_t *self)
 
 /* ---- membership and reports ---------------------------------------------------------------- */
 
-static void s_refuse(s_sched_t *self, mq_msg_t *msg, const char *why)
+/* Answers MSG with ERROR WHY; RETRY tells the node it may register again (it is not part of
+ * this run: the scheduler restarted, or took it out), else it is refused for good. */
+static void s_refuse(s_sched_t *self, mq_msg_t *msg, const char *why, bool retry)
 {
     mq_warn("refused a %s: %s", mq_msg_type_name(msg->type), why);
     mq_msg_init(&self->out, MQ_MSG_ERROR);
+    self->out.retry = retry;
     memcpy(self->out.peer, msg->peer, msg->peer_len);
     self->out.peer_len = msg->peer_len;
     snprintf(self->out.text, sizeof self->out.text, "%s", why);
@@ -738,7 +903,7 @@ static void s_maybe_commit(s_sched_t *self)
         if (!self->have[s])
             return;
     self->committed = true;
-    s_send_members(self, MQ_MSG_COMMIT);
+    s_send_members(self, MQ_MSG_COMMIT, false);
 }
 
 static void s_iteration_done(s_sched_t *self);
@@ -775,7 +940,7 @@ static void s_lose_worker(s_sched_t *self, uint32_t rank, const char *why)
     }
     self->view++;
     memset(self->have, 0, sizeof self->have);
-    s_send_members(self, MQ_MSG_ITERATE);
+    s_send_members(self, MQ_MSG_ITERATE, false);
     if (self->nmembers == 0) { /* nobody is left in the round: it runs again */
         mq_warn("iteration %llu lost every member; it will run again", (unsigned long long)self->iter);
         s_issue(self);
@@ -804,7 +969,7 @@ static void s_on_heartbeat(s_sched_t *self, mq_msg_t *msg)
     snprintf(why, sizeof why, "%s %u is not part of run %016llx (taken out of it, or of another "
              "run)", msg->role == MQ_ROLE_SERVER ? "server" : "worker", msg->rank,
              (unsigned long long)self->run_id);
-    s_refuse(self, msg, why);
+    s_refuse(self, msg, why, true);
 }
 
 static void s_on_leave(s_sched_t *self, mq_msg_t *msg)
@@ -822,7 +987,7 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
 {
     bool worker = msg->role == MQ_ROLE_WORKER;
     if (msg->role != MQ_ROLE_WORKER && msg->role != MQ_ROLE_SERVER) {
-        s_refuse(self, msg, "unknown role");
+        s_refuse(self, msg, "unknown role", false);
         return;
     }
     for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
@@ -832,7 +997,7 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
         if (self->servers[i].incarnation == msg->incarnation)
             return;
     if (self->phase == S_DONE) {
-        s_refuse(self, msg, "the run is over");
+        s_refuse(self, msg, "the run is over", false);
         return;
     }
     s_node_t *node = NULL;
@@ -844,22 +1009,22 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
             char why[128];
             snprintf(why, sizeof why, "all %ld worker ranks are taken (--max-workers)",
                      self->cfg->max_workers);
-            s_refuse(self, msg, why);
+            s_refuse(self, msg, why, false);
             return;
         }
         node = &self->workers[rank];
     } else {
         if (self->phase != S_REGISTERING) {
             s_refuse(self, msg, "the run has started: a server cannot join it (a lost server "
-                                "ends the run)");
+                                "ends the run)", false);
             return;
         }
         if (self->nservers >= (uint32_t)self->cfg->servers) {
-            s_refuse(self, msg, "enough servers already");
+            s_refuse(self, msg, "enough servers already", false);
             return;
         }
         if (!msg->endpoint[0]) {
-            s_refuse(self, msg, "a server must give its endpoint");
+            s_refuse(self, msg, "a server must give its endpoint", false);
             return;
         }
         rank = self->nservers++;
@@ -979,6 +1144,8 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
     case MQ_MSG_READY:
     case MQ_MSG_HAVE:
     case MQ_MSG_LEAVE:
+    case MQ_MSG_SAVED:
+    case MQ_MSG_ERROR:
         if (!ours) {
             char why[160];
             snprintf(why, sizeof why, "a %s of run %016llx; this scheduler runs %016llx",
@@ -986,13 +1153,19 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
                      (unsigned long long)self->run_id);
             mq_drops_note(&self->drops, MQ_DROP_RUN, msg->peer, msg->peer_len, why);
             if (msg->run_id) /* a node of another run: told, so it stops (a stranger is not) */
-                s_refuse(self, msg, why);
+                s_refuse(self, msg, why, true);
         } else if (msg->type == MQ_MSG_REPORT) {
             s_on_report(self, msg);
         } else if (msg->type == MQ_MSG_READY) {
             s_on_ready(self, msg);
         } else if (msg->type == MQ_MSG_HAVE) {
             s_on_have(self, msg);
+        } else if (msg->type == MQ_MSG_SAVED) {
+            s_on_saved(self, msg);
+        } else if (msg->type == MQ_MSG_ERROR) {
+            mq_error("%s", msg->text); /* a node that cannot take part, and says why */
+            if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER)
+                s_finish(self, "failed", 1);
         } else {
             s_on_leave(self, msg);
         }
@@ -1180,6 +1353,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     }
     else if (!self->cfg->agent[0])
         snprintf(self->policy, sizeof self->policy, "fixed:%d", self->bits);
+    snprintf(self->run_dir, sizeof self->run_dir, "%s", self->cfg->run_dir);
     self->t_created = mq_now_s();
     /* Names the run on every message, so a node of another run is told, not mixed in. */
     self->run_id = ((uint64_t)zclock_time() << 20) ^ ((uint64_t)getpid() << 4) ^

@@ -25,6 +25,8 @@ typedef struct {
     long max_workers;      /* the rank space; registrations beyond it are refused */
     double heartbeat_timeout; /* seconds of silence after which a node is lost */
     double pause_timeout;  /* seconds the run may stay paused before it fails */
+    bool resume;           /* continue the unfinished run in run_dir from its last checkpoint */
+    long checkpoint_every; /* iterations between consistent checkpoints, 0 = none */
     char model[16], dataset[16];
     long batch;
     double lr, l2;

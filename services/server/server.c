@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mqgrad/checkpoint.h"
 #include "mqgrad/kv.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/node.h"
@@ -69,6 +70,10 @@ int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
          "seconds of scheduler silence before giving up"},
         {"dump", NULL, MQ_FLAG_STR, cfg->dump, sizeof cfg->dump, 0, 0,
          "write the final master shard (raw float32) to this file"},
+        {"checkpoint-dir", "MQGRAD_CHECKPOINT_DIR", MQ_FLAG_STR, cfg->checkpoint_dir,
+         sizeof cfg->checkpoint_dir, 0, 0,
+         "directory for shard checkpoints, on a volume that outlives the server (none: no "
+         "checkpoints)"},
         {0},
     };
     return mq_flags_parse(flags, argc, argv, "usage: mqgrad-server [flags]", NULL, 0, NULL);
@@ -110,6 +115,99 @@ static int s_setup(s_server_t *self)
     return 0;
 }
 
+/* The checkpoint's identity for iteration ITER. */
+static mq_ckpt_meta_t s_ckpt_meta(const s_server_t *self, uint64_t iter)
+{
+    mq_ckpt_meta_t m = {.lineage = self->run.lineage, .iter = iter, .shard = self->rank,
+                        .servers = self->run.servers};
+    snprintf(m.model, sizeof m.model, "%s", self->run.model);
+    snprintf(m.optimizer, sizeof m.optimizer, "%s", self->run.optimizer);
+    return m;
+}
+
+/* The shard's values and state in freshly allocated buffers (a checkpoint is rare enough to
+ * allocate for), or -1 out of memory. */
+static int s_shard_buffers(s_server_t *self, float **params, float **state, size_t *n,
+                           size_t *nstate)
+{
+    *n = mq_kv_size(self->kv);
+    *nstate = *n * mq_kv_state_per(self->kv);
+    *params = malloc(*n * sizeof(float) + 1);
+    *state = malloc(*nstate * sizeof(float) + 1);
+    if (!*params || !*state) {
+        free(*params);
+        free(*state);
+        mq_err_set("out of memory for a checkpoint of %zu values", *n);
+        return -1;
+    }
+    return 0;
+}
+
+/* Starts from the checkpoint of iteration ITER (a resumed run); -1 with the reason. */
+static int s_restore(s_server_t *self, uint64_t iter)
+{
+    if (!self->cfg->checkpoint_dir[0]) {
+        mq_err_set("the run resumes at iteration %llu but this server has no --checkpoint-dir",
+                   (unsigned long long)iter);
+        return -1;
+    }
+    float *params, *state;
+    size_t n, nstate;
+    if (s_shard_buffers(self, &params, &state, &n, &nstate) != 0)
+        return -1;
+    mq_ckpt_meta_t m = s_ckpt_meta(self, iter);
+    int rc = mq_ckpt_read(self->cfg->checkpoint_dir, &m, params, n, state, nstate);
+    if (rc == 0) {
+        mq_kv_restore(self->kv, iter, params, state);
+        mq_info("resumed shard %u from its checkpoint of iteration %llu", self->rank,
+                (unsigned long long)iter);
+    }
+    free(params);
+    free(state);
+    return rc;
+}
+
+/* Writes the shard as of the start of the current round and tells the scheduler. */
+static void s_checkpoint(s_server_t *self)
+{
+    uint64_t iter = mq_kv_iter(self->kv);
+    mq_msg_init(&self->out, MQ_MSG_SAVED);
+    self->out.peer_len = 0;
+    self->out.iter = iter;
+    self->out.shard = self->rank;
+    float *params = NULL, *state = NULL;
+    size_t n, nstate;
+    if (!self->cfg->checkpoint_dir[0]) {
+        snprintf(self->out.text, sizeof self->out.text, "server %u has no --checkpoint-dir",
+                 self->rank);
+    } else if (s_shard_buffers(self, &params, &state, &n, &nstate) != 0) {
+        snprintf(self->out.text, sizeof self->out.text, "%s", mq_err_last());
+    } else {
+        mq_kv_export(self->kv, params, state);
+        mq_ckpt_meta_t m = s_ckpt_meta(self, iter);
+        if (mq_ckpt_write(self->cfg->checkpoint_dir, &m, params, n, state, nstate) != 0)
+            snprintf(self->out.text, sizeof self->out.text, "%s", mq_err_last());
+    }
+    free(params);
+    free(state);
+    if (self->out.text[0])
+        mq_warn("checkpoint of iteration %llu: %s", (unsigned long long)iter, self->out.text);
+    mq_wire_send(self->node.sched, &self->out, NULL, 0);
+}
+
+/* Tells the scheduler why this server cannot take part, then ends. */
+static void s_fail_loudly(s_server_t *self, const char *what)
+{
+    mq_msg_init(&self->out, MQ_MSG_ERROR);
+    self->out.peer_len = 0;
+    self->out.shard = self->rank;
+    self->out.role = MQ_ROLE_SERVER;
+    snprintf(self->out.text, sizeof self->out.text, "server %u: %s: %s", self->rank, what,
+             mq_err_last());
+    mq_wire_send(self->node.sched, &self->out, NULL, 0);
+    s_fail(self, what);
+}
+
 static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
 {
     if (self->welcomed)
@@ -126,7 +224,11 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
     self->welcomed = true;
     if (mq_node_welcomed(&self->node, self->loop, self->rank, msg->run_id) != 0 ||
         s_setup(self) != 0) {
-        s_fail(self, "setup");
+        s_fail_loudly(self, "setup");
+        return;
+    }
+    if (self->run.resume_iter > 0 && s_restore(self, self->run.resume_iter) != 0) {
+        s_fail_loudly(self, "resume");
         return;
     }
     const mq_shard_t *shard = mq_kv_shard(self->kv);
@@ -213,6 +315,8 @@ static void s_on_iterate(s_server_t *self, const mq_msg_t *msg)
                       (const uint8_t *)"sched", 5, "member set for another round");
         return;
     }
+    if (msg->checkpoint && !self->set_known)
+        s_checkpoint(self); /* before any of the round's pushes can change the shard */
     self->set_known = true;
     self->have_sent = false;
     self->view = msg->view;

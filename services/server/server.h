@@ -13,6 +13,7 @@ typedef struct {
     char advertise[256]; /* endpoint workers use; default: bind with this host's address */
     double peer_timeout; /* seconds without a word from the scheduler before giving up */
     char dump[512];      /* if set, write the final master shard here (tests) */
+    char checkpoint_dir[512]; /* shard checkpoints go here (mqgrad/checkpoint.h); empty = none */
 } mq_server_config_t;
 
 /* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help) or 2 (bad). */

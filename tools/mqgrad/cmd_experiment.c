@@ -425,7 +425,7 @@ static int s_run_cluster(const s_opts_t *o, const s_run_t *r, const char *state)
         dup2(fd, STDOUT_FILENO);
         close(fd);
     }
-    int rc = mq_local_run(&lo);
+    int rc = mq_local_run(&lo, 0, NULL);
     fflush(stdout);
     if (saved >= 0) {
         dup2(saved, STDOUT_FILENO);

@@ -47,7 +47,56 @@ static void s_on_signal(int sig)
     s_stop_signal = sig;
 }
 
+static int s_parse(mq_local_opts_t *o, int argc, char **argv);
+
+/* --resume DIR: the run's own flags (DIR/local.args, one per line, written when it started)
+ * with the run directory set to DIR. */
+static int s_parse_resumed(mq_local_opts_t *o, const char *dir)
+{
+    char path[PATH_MAX], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/local.args", dir);
+    if (mq_read_file(path, &text, &len) != 0) {
+        fprintf(stderr, "mqgrad local: --resume %s: %s (was the run started by mqgrad local?)\n",
+                dir, mq_err_last());
+        return 2;
+    }
+    char *argv[128] = {"local"};
+    int n = 1;
+    for (char *save, *line = strtok_r(text, "\n", &save); line && n < 124;
+         line = strtok_r(NULL, "\n", &save))
+        argv[n++] = line;
+    char resume_dir[512];
+    snprintf(resume_dir, sizeof resume_dir, "%s", dir);
+    argv[n++] = "--run-dir";
+    argv[n++] = resume_dir;
+    argv[n] = NULL;
+    int rc = s_parse(o, n, argv);
+    free(text);
+    if (rc == 0 && o->resume[0]) {
+        fprintf(stderr, "mqgrad local: %s/local.args itself asks for --resume\n", dir);
+        return 2;
+    }
+    if (rc == 0)
+        snprintf(o->resume, sizeof o->resume, "%s", resume_dir);
+    return rc;
+}
+
 int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
+{
+    int rc = s_parse(o, argc, argv);
+    if (rc != 0 || !o->resume[0])
+        return rc;
+    if (argc != 3 && !(argc == 2 && strncmp(argv[1], "--resume=", 9) == 0)) {
+        fprintf(stderr, "mqgrad local: --resume takes no other flags (the run's own are used)\n");
+        return 2;
+    }
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", o->resume);
+    return s_parse_resumed(o, dir);
+}
+
+static int s_parse(mq_local_opts_t *o, int argc, char **argv)
 {
     memset(o, 0, sizeof *o);
     o->workers = 2;
@@ -66,6 +115,11 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv)
          sizeof o->heartbeat_timeout, 0, 0, "seconds of silence after which a node is lost (5)"},
         {"restarts", NULL, MQ_FLAG_LONG, &o->restarts, 0, 0, 1000,
          "times a worker that dies is started again to rejoin (3)"},
+        {"resume", NULL, MQ_FLAG_STR, o->resume, sizeof o->resume, 0, 0,
+         "continue the interrupted run in this directory from its last checkpoint, with the "
+         "flags it was started with"},
+        {"checkpoint-every", NULL, MQ_FLAG_STR, o->checkpoint_every, sizeof o->checkpoint_every,
+         0, 0, "iterations between checkpoints (100; 0 = none)"},
         {"policy", "MQGRAD_POLICY", MQ_FLAG_STR, o->policy, sizeof o->policy, 0, 0,
          policies},
         {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, o->run_dir, sizeof o->run_dir, 0, 0,
@@ -334,6 +388,9 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     s_fwd(argv, &n, "--progress-every", o->quiet ? "0" : o->progress_every);
     s_fwd(argv, &n, "--min-workers", o->min_workers);
     s_fwd(argv, &n, "--heartbeat-timeout", o->heartbeat_timeout);
+    s_fwd(argv, &n, "--checkpoint-every", o->checkpoint_every);
+    if (o->resume[0])
+        argv[n++] = "--resume";
     argv[n] = NULL;
     cl->sched = cl->n;
     return s_spawn(s_new_child(cl, "scheduler", 0), exe, argv, logdir, true);
@@ -361,8 +418,11 @@ static int s_start_nodes(const mq_local_opts_t *o, s_cluster_t *cl, const char *
     if (s_find_exe(o, "server", server, sizeof server) != 0 ||
         s_find_exe(o, "worker", worker, sizeof worker) != 0)
         return -1;
+    char ckpt[PATH_MAX];
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoints", o->run_dir);
     for (long i = 0; i < o->servers; i++) {
-        char *argv[] = {server, "--scheduler", cl->sched_ep, "--bind", "tcp://127.0.0.1:*", NULL};
+        char *argv[] = {server, "--scheduler", cl->sched_ep, "--bind", "tcp://127.0.0.1:*",
+                        "--checkpoint-dir", ckpt, NULL};
         if (s_spawn(s_new_child(cl, "server-%ld", i), server, argv, logdir, false) != 0)
             return -1;
     }
@@ -513,11 +573,39 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
     return unclean ? 1 : 130;
 }
 
-int mq_local_run(const mq_local_opts_t *o)
+/* Remembers the flags the run was started with, so --resume can start it the same way. */
+static int s_save_args(const mq_local_opts_t *o, int argc, char **argv)
 {
-    char logdir[PATH_MAX];
+    char path[PATH_MAX], text[8192];
+    size_t off = 0;
+    snprintf(path, sizeof path, "%s/local.args", o->run_dir);
+    for (int i = 1; i < argc && off < sizeof text; i++) {
+        if (strcmp(argv[i], "--run-dir") == 0 && i + 1 < argc) {
+            i++;
+            continue;
+        }
+        if (strncmp(argv[i], "--run-dir=", 10) == 0)
+            continue;
+        off += (size_t)snprintf(text + off, sizeof text - off, "%s\n", argv[i]);
+    }
+    if (off >= sizeof text) {
+        mq_err_set("too many flags to remember");
+        return -1;
+    }
+    return mq_write_file_atomic(path, text, off);
+}
+
+int mq_local_run(const mq_local_opts_t *o, int argc, char **argv)
+{
+    char logdir[PATH_MAX], config[PATH_MAX];
     snprintf(logdir, sizeof logdir, "%s/logs", o->run_dir);
-    if (mq_mkdirs(logdir) != 0) {
+    snprintf(config, sizeof config, "%s/config.json", o->run_dir);
+    if (!o->resume[0] && access(config, F_OK) == 0) {
+        fprintf(stderr, "mqgrad local: %s already holds a run; pick another --run-dir, or "
+                        "continue it with mqgrad local --resume %s\n", o->run_dir, o->run_dir);
+        return 2;
+    }
+    if (mq_mkdirs(logdir) != 0 || (!o->resume[0] && argv && s_save_args(o, argc, argv) != 0)) {
         fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
         return 2;
     }
@@ -554,5 +642,5 @@ int mq_cmd_local(int argc, char **argv)
     int rc = mq_local_parse(&o, argc, argv);
     if (rc != 0)
         return rc == 1 ? 0 : rc;
-    return mq_local_run(&o);
+    return mq_local_run(&o, argc, argv);
 }

@@ -258,6 +258,32 @@ static int s_row(const s_csv_t *c, s_run_t *r)
     return 0;
 }
 
+/* Field K of a CSV line as an iteration number (-1 if it is not one). */
+static double s_field_iter(const char *line, int k)
+{
+    for (; k > 0 && line; k--)
+        if ((line = strchr(line, ',')))
+            line++;
+    if (!line)
+        return -1;
+    char *end;
+    double v = strtod(line, &end);
+    return end == line ? -1 : v;
+}
+
+/* A resumed run goes on from an earlier iteration than its last row: a row that a later row
+ * goes back to or before was lost with the restart. KEEP[i] says whether LINES[i] stands. */
+static void s_superseded(char **lines, size_t n, int iter_col, bool *keep)
+{
+    double lowest_after = INFINITY;
+    for (size_t i = n; i-- > 0;) {
+        double it = s_field_iter(lines[i], iter_col);
+        keep[i] = it < 0 || it < lowest_after;
+        if (it >= 0 && it < lowest_after)
+            lowest_after = it;
+    }
+}
+
 /* A last line without its newline and short of columns is a row a killed run was still
  * writing: it is left out. Any other bad line is an error naming the file and the line. */
 static int s_load_metrics(const char *path, s_run_t *r)
@@ -268,8 +294,22 @@ static int s_load_metrics(const char *path, s_run_t *r)
         return -1;
     s_csv_t c = {.path = path};
     int rc = -1;
+    char **lines = NULL;
+    bool *keep = NULL;
+    bool *last_cut = NULL;
+    size_t nlines = 0;
     if (strlen(text) != len) {
         mq_err_set("%s: contains a NUL byte", path);
+        goto done;
+    }
+    size_t cap = 1;
+    for (const char *p = text; (p = strchr(p, '\n')); p++)
+        cap++;
+    lines = calloc(cap, sizeof *lines);
+    keep = calloc(cap, sizeof *keep);
+    last_cut = calloc(cap, sizeof *last_cut);
+    if (!lines || !keep || !last_cut) {
+        mq_err_set("%s: out of memory", path);
         goto done;
     }
     for (char *line = text, *next; *line; line = next) {
@@ -283,24 +323,34 @@ static int s_load_metrics(const char *path, s_run_t *r)
                 goto done;
             continue;
         }
-        if (!n)
-            continue;
-        int got = s_split(line, c.cells, c.ncols);
-        if (got < c.ncols && !nl)
-            break;
-        if (got != c.ncols) {
-            mq_err_set("%s:%d: %d columns, the header has %d", path, c.line, got, c.ncols);
-            goto done;
-        }
-        if (s_row(&c, r) < 0)
-            goto done;
+        last_cut[nlines] = !nl;
+        lines[nlines++] = line;
     }
     if (c.line == 0) {
         mq_err_set("%s: empty (expected the header line)", path);
         goto done;
     }
+    s_superseded(lines, nlines, c.at[S_ITER], keep);
+    for (size_t i = 0; i < nlines; i++) {
+        c.line = (int)i + 2;
+        char *line = lines[i];
+        if (!*line)
+            continue;
+        int got = s_split(line, c.cells, c.ncols);
+        if (got < c.ncols && last_cut[i])
+            break;
+        if (got != c.ncols) {
+            mq_err_set("%s:%d: %d columns, the header has %d", path, c.line, got, c.ncols);
+            goto done;
+        }
+        if (keep[i] && s_row(&c, r) < 0)
+            goto done;
+    }
     rc = 0;
 done:
+    free(lines);
+    free(keep);
+    free(last_cut);
     free(c.cells);
     free(text);
     return rc;

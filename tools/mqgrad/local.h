@@ -18,6 +18,8 @@ typedef struct {
         lr_decay[24], codec[128], optimizer[64], clock[16], min_workers[24],
         heartbeat_timeout[24];
     long restarts;      /* times a worker that dies is started again (each worker) */
+    char resume[512];   /* --resume RUN_DIR: continue that run (its flags come from local.args) */
+    char checkpoint_every[24];
     bool stochastic, error_feedback;
     /* forwarded to the workers */
     char data_dir[512], threads[8];
@@ -30,7 +32,8 @@ int mq_local_parse(mq_local_opts_t *o, int argc, char **argv);
 /* Runs the cluster until the run ends, a process fails, or SIGINT/SIGTERM. A worker that dies
  * is not a failure: the scheduler takes it out of the run, and it is started again (at most
  * --restarts times) to join. Returns 0 when the run completed, 3 (MQ_EXIT_DIVERGED) when it
- * diverged, 1 when a service failed (which one is printed), 130 when interrupted. */
-int mq_local_run(const mq_local_opts_t *o);
+ * diverged, 1 when a service failed (which one is printed), 130 when interrupted. ARGC and
+ * ARGV are the flags, remembered in RUN/local.args for --resume (NULL when none). */
+int mq_local_run(const mq_local_opts_t *o, int argc, char **argv);
 
 #endif

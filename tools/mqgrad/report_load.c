@@ -231,7 +231,9 @@ static int s_cell(const s_csv_t *c, int k, double *out)
     return 0;
 }
 
-static int s_parse_row(s_csv_t *c, char *line, const mq_rep_row_t *prev, mq_rep_row_t *r)
+/* Parses the current row into ROWS[*N_ROWS] and counts it (the rows a restart repeats are
+ * dropped first). */
+static int s_parse_row(s_csv_t *c, char *line, mq_rep_row_t *rows, size_t *n_rows)
 {
     double v[S_NCOLS] = {0};
     int got = s_split(line, c->cells, c->ncols);
@@ -255,11 +257,16 @@ static int s_parse_row(s_csv_t *c, char *line, const mq_rep_row_t *prev, mq_rep_
                    c->path, c->line, bad_bits ? "bits" : bad_workers ? "workers" : "test_acc");
         return -1;
     }
-    if (prev && (v[C_ITER] <= (double)prev->iter || v[C_TIME] < prev->t)) {
-        mq_err_set("%s:%d: iter and train_time_s must increase from row to row", c->path,
-                   c->line);
+    /* A run resumed from a checkpoint goes on from an earlier iteration than its last row:
+     * the rows it repeats were lost with the restart, and give way to the new ones. */
+    while (*n_rows > 0 && rows[*n_rows - 1].iter >= v[C_ITER])
+        (*n_rows)--;
+    const mq_rep_row_t *prev = *n_rows ? &rows[*n_rows - 1] : NULL;
+    if (prev && v[C_TIME] < prev->t) {
+        mq_err_set("%s:%d: train_time_s must not decrease from row to row", c->path, c->line);
         return -1;
     }
+    mq_rep_row_t *r = &rows[*n_rows];
     *r = (mq_rep_row_t){.iter = (uint64_t)v[C_ITER],
                         .t = v[C_TIME],
                         .loss = v[C_LOSS],
@@ -276,6 +283,7 @@ static int s_parse_row(s_csv_t *c, char *line, const mq_rep_row_t *prev, mq_rep_
                         .acc = evaluated ? v[C_ACC] : NAN,
                         .test_loss = evaluated ? v[C_TEST_LOSS] : NAN,
                         .workers = (uint32_t)v[C_WORKERS]};
+    (*n_rows)++;
     return 0;
 }
 
@@ -317,10 +325,8 @@ static int s_load_metrics(const char *path, mq_rep_run_t *run)
                 goto done;
             continue;
         }
-        mq_rep_row_t *prev = run->n_rows ? &run->rows[run->n_rows - 1] : NULL;
-        if (s_parse_row(&c, line, prev, &run->rows[run->n_rows]) < 0)
+        if (s_parse_row(&c, line, run->rows, &run->n_rows) < 0)
             goto done;
-        run->n_rows++;
     }
     if (c.line == 0)
         mq_err_set("%s:1: empty file (expected the header '%s')", path, MQ_METRICS_HEADER);

@@ -136,6 +136,10 @@ void mq_kv_discard(mq_kv_t *self);
 size_t mq_kv_size(const mq_kv_t *self);
 size_t mq_kv_state_per(const mq_kv_t *self);
 void mq_kv_export(const mq_kv_t *self, float *params, float *state);
+/* The inverse, for a server that resumes from its checkpoint: the shard's elements and state
+ * as mq_kv_export wrote them, and the round awaited from now on is ITER (no push kept). The
+ * reply codec's own state, if any, starts afresh. */
+void mq_kv_restore(mq_kv_t *self, uint64_t iter, const float *params, const float *state);
 
 /* ---- the worker half ------------------------------------------------------------------ */
 

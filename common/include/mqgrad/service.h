@@ -17,6 +17,9 @@ extern "C" {
  * 4 the scheduler refused this node (no free rank, the run is another one, it was taken
  * out of the run): restarting it as it is will not help. */
 #define MQ_EXIT_REFUSED 4
+/* Not an exit code: an actor reports it to mq_service_run, which starts the service afresh
+ * (a node whose scheduler restarted, or took it out of the run, registers again). */
+#define MQ_EXIT_REJOIN 75
 
 typedef enum { MQ_FLAG_STR, MQ_FLAG_LONG, MQ_FLAG_DOUBLE, MQ_FLAG_BOOL } mq_flag_kind_t;
 
@@ -52,7 +55,8 @@ bool mq_service_signalled(void);
 
 /* Runs ACTOR_FN(pipe, ARGS) as a service: waits until the actor reports "DONE <code>" on its
  * pipe or SIGINT/SIGTERM arrives (then the actor gets $TERM and shuts down cleanly), and
- * returns the exit code (0 after a signal). */
+ * returns the exit code (0 after a signal). "DONE 75" (MQ_EXIT_REJOIN) starts a fresh actor
+ * instead, after a short pause. */
 int mq_service_run(zactor_fn *actor_fn, void *args);
 
 /* For actors: tell the owner the service is over with exit CODE. */

@@ -68,6 +68,9 @@ double mq_rng_normal(mq_rng_t *rng);
  * Writes LEN bytes to PATH atomically: a temporary file beside it, fsync, rename, fsync of
  * the directory. Either the old or the new content survives a crash. */
 int mq_write_file_atomic(const char *path, const void *data, size_t len);
+/* The same for a file made of N parts (DATA[k], LEN[k]) written one after another, so a big
+ * file needs no buffer of its own. */
+int mq_write_parts_atomic(const char *path, const void *const *data, const size_t *len, int n);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated, length without the NUL). */
 int mq_read_file(const char *path, char **data, size_t *len);
 /* The default run directory for a KIND of run: "runs/KIND-YYYYmmdd-HHMMSS" (UTC). */

@@ -58,6 +58,7 @@ typedef enum {
     MQ_MSG_PULL,
     MQ_MSG_PARAMS,
     MQ_MSG_LEAVE,
+    MQ_MSG_SAVED,
     MQ_MSG_COUNT_
 } mq_msg_type_t;
 
@@ -113,6 +114,8 @@ typedef struct {
     bool fp32;
     uint32_t eval_limit;
     uint32_t min_workers; /* the run pauses below this many; `workers` is the rank space */
+    uint64_t resume_iter; /* servers start from their shard checkpoint of this iteration */
+    uint64_t lineage;     /* the run's first id: names its checkpoints across restarts */
 } mq_run_config_t;
 
 typedef struct {
@@ -190,6 +193,8 @@ typedef struct {
     uint32_t view;
     uint64_t cursor;
     uint64_t run_id;     /* 0 when sent: the sending thread's (mq_wire_set_run_id) */
+    bool checkpoint;     /* ITERATE to servers: write the shard checkpoint first */
+    bool retry;          /* ERROR: the node may register again */
     mq_report_t report;
     mq_obs_msg_t obs;
     mq_status_msg_t status;

@@ -392,3 +392,16 @@ void mq_kv_export(const mq_kv_t *self, float *params, float *state)
     if (self->opt_per && state)
         memcpy(state, self->opt_state, self->opt_per * self->total * sizeof(float));
 }
+
+void mq_kv_restore(mq_kv_t *self, uint64_t iter, const float *params, const float *state)
+{
+    float *w = mq_model_params(self->model);
+    for (uint32_t i = 0; i < self->shard.nsegs; i++) {
+        const mq_segment_t *seg = &self->shard.segs[i];
+        memcpy(w + seg->flat, params + self->local[i], seg->count * sizeof(float));
+    }
+    if (self->opt_per && state)
+        memcpy(self->opt_state, state, self->opt_per * self->total * sizeof(float));
+    mq_kv_discard(self);
+    self->iter = iter;
+}

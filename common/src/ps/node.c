@@ -85,7 +85,7 @@ static void s_beat_actor(zsock_t *pipe, void *args)
             mq_drop_t drop;
             if (mq_wire_recv(sock, msg, &drop) == 0 && msg->type == MQ_MSG_ERROR && !refused) {
                 refused = true; /* once: the node ends on it */
-                zstr_sendf(pipe, "REFUSED %s", msg->text);
+                zstr_sendf(pipe, "REFUSED %d %s", msg->retry ? 1 : 0, msg->text);
             }
             mq_msg_reset(msg);
         } else if (zpoller_terminated(poller)) {
@@ -103,10 +103,12 @@ static int s_on_beat(zloop_t *loop, zsock_t *sock, void *arg)
 {
     mq_node_t *n = arg;
     char *text = zstr_recv(sock);
-    if (text && strncmp(text, "REFUSED ", 8) == 0 && !n->finished) {
-        mq_error("the scheduler took this node out of the run: %s", text + 8);
+    if (text && strncmp(text, "REFUSED ", 8) == 0 && strlen(text) > 10 && !n->finished) {
+        bool retry = text[8] == '1';
+        mq_warn("the scheduler does not count this node in its run: %s%s", text + 10,
+                retry ? "; registering again" : "");
         n->finished = true;
-        mq_service_done(n->pipe, MQ_EXIT_REFUSED);
+        mq_service_done(n->pipe, retry ? MQ_EXIT_REJOIN : MQ_EXIT_REFUSED);
     }
     zstr_free(&text);
     return 0;
@@ -182,9 +184,13 @@ int mq_node_recv(mq_node_t *n, mq_msg_t *msg)
     if (n->run_id && msg->run_id != n->run_id && msg->type != MQ_MSG_ERROR) {
         /* A scheduler that runs another run now (it was restarted): this node's state
          * belongs to the old one. */
-        mq_err_set("the scheduler at %s now runs run %016llx; this node belongs to run %016llx",
-                   n->endpoint, (unsigned long long)msg->run_id, (unsigned long long)n->run_id);
-        mq_node_finish(n, MQ_EXIT_REFUSED, "another run");
+        mq_warn("the scheduler at %s now runs run %016llx; this node belonged to run %016llx: "
+                "registering again", n->endpoint, (unsigned long long)msg->run_id,
+                (unsigned long long)n->run_id);
+        if (!n->finished) {
+            n->finished = true;
+            mq_service_done(n->pipe, MQ_EXIT_REJOIN);
+        }
         goto ignore;
     }
     n->last_heard = mq_now_s();
@@ -197,8 +203,15 @@ int mq_node_recv(mq_node_t *n, mq_msg_t *msg)
     case MQ_MSG_STOP:
         return 0;
     case MQ_MSG_ERROR:
-        mq_err_set("the scheduler refused us: %s", msg->text);
-        mq_node_finish(n, MQ_EXIT_REFUSED, "register");
+        if (msg->retry) {
+            mq_warn("the scheduler does not count this node in its run: %s; registering again",
+                    msg->text);
+            n->finished = true;
+            mq_service_done(n->pipe, MQ_EXIT_REJOIN);
+        } else {
+            mq_err_set("the scheduler refused us: %s", msg->text);
+            mq_node_finish(n, MQ_EXIT_REFUSED, "register");
+        }
         break;
     default:
         mq_drops_note(&n->drops, MQ_DROP_TYPE, (const uint8_t *)"sched", 5,

@@ -171,26 +171,33 @@ bool mq_service_signalled(void)
 int mq_service_run(zactor_fn *actor_fn, void *args)
 {
     mq_service_block_signals(); /* idempotent; mains call it first */
-    zactor_t *actor = zactor_new(actor_fn, args);
-    if (!actor) {
-        mq_error("cannot start the service thread");
-        return 1;
-    }
-    int code = 0;
-    zpoller_t *poller = zpoller_new(zactor_sock(actor), NULL);
-    while (!mq_service_signalled()) {
-        void *which = zpoller_wait(poller, 200);
-        if (which) {
-            char *msg = zstr_recv(which);
-            if (msg && strncmp(msg, "DONE ", 5) == 0) {
-                code = atoi(msg + 5);
+    int code = MQ_EXIT_REJOIN;
+    while (code == MQ_EXIT_REJOIN && !mq_service_signalled()) {
+        zactor_t *actor = zactor_new(actor_fn, args);
+        if (!actor) {
+            mq_error("cannot start the service thread");
+            return 1;
+        }
+        code = 0;
+        zpoller_t *poller = zpoller_new(zactor_sock(actor), NULL);
+        while (!mq_service_signalled()) {
+            void *which = zpoller_wait(poller, 200);
+            if (which) {
+                char *msg = zstr_recv(which);
+                if (msg && strncmp(msg, "DONE ", 5) == 0) {
+                    code = atoi(msg + 5);
+                    zstr_free(&msg);
+                    break;
+                }
                 zstr_free(&msg);
-                break;
             }
-            zstr_free(&msg);
+        }
+        zpoller_destroy(&poller);
+        zactor_destroy(&actor);
+        if (code == MQ_EXIT_REJOIN) {
+            mq_info("registering with the scheduler again, from a clean state");
+            zclock_sleep(500);
         }
     }
-    zpoller_destroy(&poller);
-    zactor_destroy(&actor);
-    return code;
+    return code == MQ_EXIT_REJOIN ? 0 : code;
 }

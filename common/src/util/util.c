@@ -212,7 +212,7 @@ double mq_rng_normal(mq_rng_t *rng)
     return sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2);
 }
 
-int mq_write_file_atomic(const char *path, const void *data, size_t len)
+int mq_write_parts_atomic(const char *path, const void *const *data, const size_t *len, int n)
 {
     char tmp[PATH_MAX];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
@@ -224,20 +224,22 @@ int mq_write_file_atomic(const char *path, const void *data, size_t len)
         mq_err_set("%s: cannot create: %s", tmp, strerror(errno));
         return -1;
     }
-    const char *p = data;
-    size_t left = len;
-    while (left > 0) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            mq_err_set("%s: write failed: %s", tmp, strerror(errno));
-            close(fd);
-            unlink(tmp);
-            return -1;
+    for (int k = 0; k < n; k++) {
+        const char *p = data[k];
+        size_t left = len[k];
+        while (left > 0) {
+            ssize_t w = write(fd, p, left);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0) {
+                mq_err_set("%s: write failed: %s", tmp, w < 0 ? strerror(errno) : "no progress");
+                close(fd);
+                unlink(tmp);
+                return -1;
+            }
+            p += w;
+            left -= (size_t)w;
         }
-        p += n;
-        left -= (size_t)n;
     }
     if (fsync(fd) != 0 || close(fd) != 0) {
         mq_err_set("%s: fsync failed: %s", tmp, strerror(errno));
@@ -257,6 +259,11 @@ int mq_write_file_atomic(const char *path, const void *data, size_t len)
         close(dfd);
     }
     return 0;
+}
+
+int mq_write_file_atomic(const char *path, const void *data, size_t len)
+{
+    return mq_write_parts_atomic(path, &data, &len, 1);
 }
 
 int mq_read_file(const char *path, char **data, size_t *len)

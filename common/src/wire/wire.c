@@ -23,7 +23,7 @@ const char *mq_msg_type_name(mq_msg_type_t t)
                                   "aggregate", "report", "observe",    "decision", "query",
                                   "status",  "policy-set", "ping",      "pong",    "stop",
                                   "error",   "heartbeat",  "ready",     "have",    "commit",
-                                  "pull",    "params",     "leave"};
+                                  "pull",    "params",     "leave",     "saved"};
     return (t >= 0 && t < MQ_MSG_COUNT_) ? names[t] : "invalid";
 }
 
@@ -93,6 +93,8 @@ static void s_config_to_pb(const mq_run_config_t *c, Mqgrad__RunConfig *pb)
     pb->fp32 = c->fp32;
     pb->eval_limit = c->eval_limit;
     pb->min_workers = c->min_workers;
+    pb->resume_iter = c->resume_iter;
+    pb->lineage = c->lineage;
 }
 
 static void s_report_to_pb(const mq_report_t *r, Mqgrad__Report *pb)
@@ -176,6 +178,8 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.view = msg->view;
     meta.cursor = msg->cursor;
     meta.run_id = msg->run_id ? msg->run_id : s_run_id;
+    meta.checkpoint = msg->checkpoint;
+    meta.retry = msg->retry;
     if (msg->nservers > MQ_WIRE_MAX_SERVERS || msg->ntensors > MQ_WIRE_MAX_TENSORS) {
         mq_err_set("too many servers (%u) or tensors (%u)", msg->nservers, msg->ntensors);
         return -1;
@@ -426,6 +430,8 @@ static void s_config_from_pb(const Mqgrad__RunConfig *pb, mq_run_config_t *c)
     c->fp32 = pb->fp32;
     c->eval_limit = pb->eval_limit;
     c->min_workers = pb->min_workers;
+    c->resume_iter = pb->resume_iter;
+    c->lineage = pb->lineage;
 }
 
 static void s_report_from_pb(const Mqgrad__Report *pb, mq_report_t *r)
@@ -527,6 +533,8 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->view = meta->view;
     msg->cursor = meta->cursor;
     msg->run_id = meta->run_id;
+    msg->checkpoint = meta->checkpoint;
+    msg->retry = meta->retry;
     if (meta->n_members > MQ_WIRE_MAX_WORKERS) {
         mq_err_set("%zu members (at most %d)", meta->n_members, MQ_WIRE_MAX_WORKERS);
         return MQ_DROP_TOO_MANY;
