@@ -442,7 +442,7 @@ static int s_open_run(s_sched_t *self)
 
 static void s_start(s_sched_t *self)
 {
-    if (s_open_run(self) != 0) {
+    if (!self->log && s_open_run(self) != 0) { /* open already after a rollback */
         mq_error("run directory: %s", mq_err_last());
         s_finish(self, "failed", 1);
         return;
@@ -1015,8 +1015,10 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
         node = &self->workers[rank];
     } else {
         if (self->phase != S_REGISTERING) {
-            s_refuse(self, msg, "the run has started: a server cannot join it (a lost server "
-                                "ends the run)", false);
+            /* A server that restarted before its silence was noticed: once it is, the run
+             * goes back to its checkpoint and takes servers again. */
+            s_refuse(self, msg, "the run's servers are all up; a restarted server is taken "
+                                "back once its old self is found lost", true);
             return;
         }
         if (self->nservers >= (uint32_t)self->cfg->servers) {
@@ -1209,8 +1211,73 @@ static void s_missing(s_sched_t *self, char *buf, size_t len)
                                     self->members[k]);
 }
 
+/* A server is lost, and its shard with it: the run goes back to its last consistent
+ * checkpoint. Every node is told to register again from a clean state (the servers then
+ * load their shards of that iteration, the workers pull them), and the run goes on from
+ * there once the cluster is complete again: a restarted server (the restart policy's, or
+ * mqgrad local's) takes the free rank. Without checkpoints the run fails. */
+static void s_recover(s_sched_t *self, uint32_t server, double silent)
+{
+    if (self->cfg->checkpoint_every <= 0) {
+        mq_error("server %u silent for %.1f s: without checkpoints (--checkpoint-every 0) the "
+                 "run cannot go on without its shard", server, silent);
+        s_finish(self, "failed", 1);
+        return;
+    }
+    mq_sched_ckpt_t ck;
+    int rc = mq_sched_ckpt_read(self->run_dir, &ck);
+    if (rc < 0) {
+        mq_error("server %u lost, and %s", server, mq_err_last());
+        s_finish(self, "failed", 1);
+        return;
+    }
+    uint64_t from = rc == 0 ? ck.iter : 0;
+    char fields[160];
+    snprintf(fields, sizeof fields, "\"server\":%u,\"from_iter\":%llu,\"iterations_lost\":%llu",
+             server, (unsigned long long)from, (unsigned long long)(self->iter - from));
+    s_event(self, "rollback", fields);
+    mq_warn("server %u silent for %.1f s: the run goes back to iteration %llu (%s), %llu "
+            "iterations lost; every node registers again",
+            server, silent, (unsigned long long)from, rc == 0 ? "its last checkpoint" : "its start",
+            (unsigned long long)(self->iter - from));
+    mq_msg_init(&self->out, MQ_MSG_ERROR);
+    self->out.retry = true;
+    snprintf(self->out.text, sizeof self->out.text,
+             "server %u was lost: the run goes back to iteration %llu", server,
+             (unsigned long long)from);
+    s_broadcast(self, true, true);
+    /* Forget the cluster, keep the run: its directory, its id, its time so far. */
+    double now = mq_now_s();
+    double wall = self->wall_before + (self->t_training > 0 ? now - self->t_training : 0);
+    memset(self->workers, 0, sizeof self->workers);
+    memset(self->servers, 0, sizeof self->servers);
+    self->nservers = 0;
+    self->ckpt_pending = false;
+    if (self->agent_timer >= 0)
+        zloop_timer_end(self->loop, self->agent_timer);
+    self->agent_timer = -1;
+    if (rc == 0) {
+        s_restore(self, &ck);
+    } else {
+        mq_watch_init(&self->watch, &self->watch.o);
+        self->iter = self->cursor = 0;
+        self->train_time = 0;
+        self->bytes_up = self->bytes_down = 0;
+        self->last_acc = self->last_loss = self->last_sparsity = NAN;
+        self->acc_iter = -1;
+        self->bits = (int)self->cfg->bits;
+        self->resumed_at = 0;
+    }
+    self->wall_before = wall;
+    self->t_training = 0;
+    self->view = 0;
+    self->final_pending = false;
+    self->t_created = now; /* the registration gets its --start-timeout again */
+    self->phase = S_REGISTERING;
+}
+
 /* Nodes silent for longer than the heartbeat timeout are lost: a worker leaves the run, a
- * server ends it (its shard has no other copy the run could go on from). */
+ * server's loss takes the run back to its last checkpoint. */
 static void s_check_nodes(s_sched_t *self, double now)
 {
     double limit = self->cfg->heartbeat_timeout;
@@ -1231,9 +1298,7 @@ static void s_check_nodes(s_sched_t *self, double now)
             snprintf(fields, sizeof fields, "\"rank\":%u,\"silent_s\":%.1f", i,
                      now - sv->last_heard);
             s_event(self, "server_lost", fields);
-            mq_error("server %u silent for %.1f s: the run cannot go on without its shard", i,
-                     now - sv->last_heard);
-            s_finish(self, "failed", 1);
+            s_recover(self, i, now - sv->last_heard);
         }
     }
 }

@@ -37,6 +37,7 @@ typedef struct {
     bool done;
     int code;
     long worker;  /* its number for a worker, -1 for the others */
+    long server;  /* its number for a server, -1 for the others */
     long restarts; /* times it was started again */
 } s_child_t;
 
@@ -302,6 +303,7 @@ static s_child_t *s_new_child(s_cluster_t *cl, const char *fmt, long i)
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, fmt, i);
     c->worker = -1;
+    c->server = -1;
     return c;
 }
 
@@ -396,6 +398,9 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     return s_spawn(s_new_child(cl, "scheduler", 0), exe, argv, logdir, true);
 }
 
+static int s_spawn_server(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
+                          const char *logdir);
+
 static int s_spawn_worker(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
                           const char *logdir)
 {
@@ -412,18 +417,31 @@ static int s_spawn_worker(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *
     return s_spawn(c, worker, argv, logdir, false);
 }
 
+/* Servers keep their checkpoints in RUN/checkpoints. */
+static int s_spawn_server(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
+                          const char *logdir)
+{
+    char server[PATH_MAX], ckpt[PATH_MAX];
+    if (s_find_exe(o, "server", server, sizeof server) != 0)
+        return -1;
+    snprintf(ckpt, sizeof ckpt, "%s/checkpoints", o->run_dir);
+    char *argv[] = {server, "--scheduler", cl->sched_ep, "--bind", "tcp://127.0.0.1:*",
+                    "--checkpoint-dir", ckpt, NULL};
+    c->done = false;
+    c->code = 0;
+    return s_spawn(c, server, argv, logdir, false);
+}
+
 static int s_start_nodes(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
 {
     char server[PATH_MAX], worker[PATH_MAX];
     if (s_find_exe(o, "server", server, sizeof server) != 0 ||
         s_find_exe(o, "worker", worker, sizeof worker) != 0)
         return -1;
-    char ckpt[PATH_MAX];
-    snprintf(ckpt, sizeof ckpt, "%s/checkpoints", o->run_dir);
     for (long i = 0; i < o->servers; i++) {
-        char *argv[] = {server, "--scheduler", cl->sched_ep, "--bind", "tcp://127.0.0.1:*",
-                        "--checkpoint-dir", ckpt, NULL};
-        if (s_spawn(s_new_child(cl, "server-%ld", i), server, argv, logdir, false) != 0)
+        s_child_t *c = s_new_child(cl, "server-%ld", i);
+        c->server = i;
+        if (s_spawn_server(o, cl, c, logdir) != 0)
             return -1;
     }
     for (long i = 0; i < o->workers; i++) {
@@ -503,9 +521,10 @@ static void s_print_summary(const mq_local_opts_t *o)
     fflush(stdout);
 }
 
-/* A worker died (not on the run's STOP): the scheduler takes it out of the run; it is
- * started again, at most --restarts times, and joins. */
-static void s_worker_died(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c)
+/* A worker or server died (not on the run's STOP): the scheduler takes a worker out of the
+ * run, or takes the run back to its checkpoint for a server; the node is started again, at
+ * most --restarts times, and joins. */
+static void s_node_died(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c)
 {
     char logdir[PATH_MAX];
     snprintf(logdir, sizeof logdir, "%s/logs", o->run_dir);
@@ -516,15 +535,17 @@ static void s_worker_died(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *
     }
     if (c->restarts >= o->restarts) {
         fprintf(stderr, "mqgrad local: %s died (code %d) and was restarted %ld times already "
-                        "(--restarts); the run goes on without it\n",
+                        "(--restarts); not again\n",
                 c->name, c->code, c->restarts);
         return;
     }
     c->restarts++;
-    fprintf(stderr, "mqgrad local: %s died (code %d); the run goes on without it, and it is "
-                    "started again to rejoin (%ld/%ld)\n",
-            c->name, c->code, c->restarts, o->restarts);
-    if (s_spawn_worker(o, cl, c, logdir) != 0)
+    fprintf(stderr, "mqgrad local: %s died (code %d); %s; it is started again (%ld/%ld)\n",
+            c->name, c->code,
+            c->worker >= 0 ? "the run goes on without it"
+                           : "the run goes back to its last checkpoint",
+            c->restarts, o->restarts);
+    if ((c->worker >= 0 ? s_spawn_worker(o, cl, c, logdir) : s_spawn_server(o, cl, c, logdir)) != 0)
         fprintf(stderr, "mqgrad local: cannot restart %s: %s\n", c->name, mq_err_last());
 }
 
@@ -550,8 +571,8 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
         }
         if (c->code == 0 && i != cl->sched)
             continue; /* a node that got STOP a moment before the scheduler exits */
-        if (c->worker >= 0) {
-            s_worker_died(o, cl, c);
+        if (c->worker >= 0 || c->server >= 0) {
+            s_node_died(o, cl, c);
             continue;
         }
         fprintf(stderr, "mqgrad local: %s (pid %d) failed with exit code %d; stopping the "
