@@ -4,6 +4,7 @@
  * its iteration count and accuracy against an undisturbed run of the same seed, the
  * membership events, and that every replica left equals the servers' master copies. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -23,9 +24,11 @@
 #define S_MAXW 8
 
 typedef struct {
-    char dir[256], run[300], endpoint[64];
+    char dir[256], run[300], endpoint[64], ckpt[300];
     pid_t sched, servers[2], workers[S_MAXW];
     int nworkers; /* started so far */
+    int port, W;
+    char **extra;
 } s_job_t;
 
 static int s_free_port(void)
@@ -68,40 +71,57 @@ static void s_start_worker(s_job_t *j)
     j->workers[j->nworkers++] = s_spawn("worker", argv, log);
 }
 
-/* Scheduler (EXTRA flags appended), two servers and W workers: the small model, 4 bits, no
- * agent, S_ITERS iterations, a 2 s heartbeat timeout. */
-static void s_start(s_job_t *j, const char *name, int W, char **extra)
+/* The scheduler: the small model, 4 bits, no agent, S_ITERS iterations, a 2 s heartbeat
+ * timeout, a checkpoint every 50 iterations, the job's extra flags (and --resume). */
+static void s_start_scheduler(s_job_t *j, bool resume)
 {
-    memset(j, 0, sizeof *j);
-    snprintf(j->dir, sizeof j->dir, "/tmp/mqgrad-elastic-%d-%s", (int)getpid(), name);
-    snprintf(j->run, sizeof j->run, "%s/run", j->dir);
-    cr_assert_eq(mq_mkdirs(j->dir), 0);
-    int port = s_free_port();
     char bind[64], w[8], iters[16], log[320];
-    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", port);
-    snprintf(j->endpoint, sizeof j->endpoint, "tcp://127.0.0.1:%d", port);
-    snprintf(w, sizeof w, "%d", W);
+    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", j->port);
+    snprintf(w, sizeof w, "%d", j->W);
     snprintf(iters, sizeof iters, "%d", S_ITERS);
     snprintf(log, sizeof log, "%s/scheduler.log", j->dir);
     char *argv[48] = {"mqgrad-scheduler", "--bind", bind, "--workers", w, "--servers", "2",
                       "--model", "small", "--iterations", iters, "--bits", "4",
                       "--eval-every", "0", "--final-eval-limit", "0", "--seed", "7",
-                      "--heartbeat-timeout", "2", "--run-dir", j->run, "--progress-every", "0"};
+                      "--heartbeat-timeout", "2", "--checkpoint-every", "50",
+                      "--run-dir", j->run, "--progress-every", "0"};
     int n = 0;
     while (argv[n])
         n++;
-    for (int i = 0; extra && extra[i]; i++)
-        argv[n++] = extra[i];
+    for (int i = 0; j->extra && j->extra[i]; i++)
+        argv[n++] = j->extra[i];
+    if (resume)
+        argv[n++] = "--resume";
     argv[n] = NULL;
     j->sched = s_spawn("scheduler", argv, log);
-    for (int s = 0; s < 2; s++) {
-        char dump[320];
-        snprintf(dump, sizeof dump, "%s/server-%d.bin", j->dir, s);
-        snprintf(log, sizeof log, "%s/server-%d.log", j->dir, s);
-        char *sargv[] = {"mqgrad-server", "--scheduler", j->endpoint, "--bind",
-                         "tcp://127.0.0.1:*", "--dump", dump, NULL};
-        j->servers[s] = s_spawn("server", sargv, log);
-    }
+}
+
+/* Server S (0 or 1), with the job's checkpoint directory. */
+static void s_start_server(s_job_t *j, int s)
+{
+    char dump[320], log[320];
+    snprintf(dump, sizeof dump, "%s/server-%d.bin", j->dir, s);
+    snprintf(log, sizeof log, "%s/server-%d.log", j->dir, s);
+    char *sargv[] = {"mqgrad-server", "--scheduler", j->endpoint, "--bind", "tcp://127.0.0.1:*",
+                     "--dump", dump, "--checkpoint-dir", j->ckpt, NULL};
+    j->servers[s] = s_spawn("server", sargv, log);
+}
+
+/* Scheduler (EXTRA flags appended), two servers and W workers. */
+static void s_start(s_job_t *j, const char *name, int W, char **extra)
+{
+    memset(j, 0, sizeof *j);
+    snprintf(j->dir, sizeof j->dir, "/tmp/mqgrad-elastic-%d-%s", (int)getpid(), name);
+    snprintf(j->run, sizeof j->run, "%s/run", j->dir);
+    snprintf(j->ckpt, sizeof j->ckpt, "%s/checkpoints", j->dir);
+    cr_assert_eq(mq_mkdirs(j->dir), 0);
+    j->port = s_free_port();
+    j->W = W;
+    j->extra = extra;
+    snprintf(j->endpoint, sizeof j->endpoint, "tcp://127.0.0.1:%d", j->port);
+    s_start_scheduler(j, false);
+    for (int s = 0; s < 2; s++)
+        s_start_server(j, s);
     for (int i = 0; i < W; i++)
         s_start_worker(j);
 }
@@ -368,4 +388,181 @@ Test(elastic, refusals_exit_with_their_code_and_runs_are_never_truncated, .timeo
     cr_expect(before == after && memcmp(m0, m1, before) == 0, "metrics.csv was changed");
     free(m0);
     free(m1);
+}
+
+/* The "iterations_lost" of the first EVENT in events.jsonl (-1 if none). */
+static long s_lost(const s_job_t *j, const char *event)
+{
+    char *text = s_slurp(j->run, "events.jsonl", NULL);
+    cr_assert_not_null(text);
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"event\":\"%s\"", event);
+    const char *p = strstr(text, pat);
+    const char *l = p ? strstr(p, "\"iterations_lost\":") : NULL;
+    long lost = l ? atol(l + 18) : -1;
+    free(text);
+    return lost;
+}
+
+Test(elastic, a_killed_server_takes_the_run_back_to_its_checkpoint, .timeout = 600)
+{
+    double calm = s_calm_acc();
+    s_job_t j;
+    s_start(&j, "server", 4, NULL);
+    mq_test_wait_rows(j.run, 130, 120);
+    cr_assert_eq(kill(j.servers[0], SIGKILL), 0);
+    waitpid(j.servers[0], NULL, 0);
+    s_start_server(&j, 0); /* as a restart policy would */
+    cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
+    cr_expect(s_summary_has(&j, "\"status\": \"completed\""));
+    cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
+    cr_expect_eq(s_events(&j, "rollback"), 1);
+    long lost = s_lost(&j, "rollback");
+    cr_expect(lost >= 0 && lost <= 50 + 30, "%ld iterations lost; the interval is 50", lost);
+    double acc = s_summary_num(&j, "final_test_acc");
+    cr_log_info("a server killed at iteration ~130: %.2f%%, %ld iterations lost (undisturbed "
+                "%.2f%%)", acc * 100, lost, calm * 100);
+    cr_expect_geq(acc, calm - 0.05);
+    cr_expect_eq(s_replicas_agree(&j), 4, "every worker (registered again) holds a replica");
+}
+
+Test(elastic, a_killed_scheduler_is_restarted_and_resumes, .timeout = 600)
+{
+    double calm = s_calm_acc();
+    s_job_t j;
+    s_start(&j, "sched", 4, NULL);
+    mq_test_wait_rows(j.run, 130, 120);
+    cr_assert_eq(kill(j.sched, SIGKILL), 0);
+    waitpid(j.sched, NULL, 0);
+    zclock_sleep(500);
+    s_start_scheduler(&j, true); /* the nodes find it and register again */
+    cr_assert_eq(s_finish(&j, 300), 0, "the resumed run did not complete (see %s)", j.dir);
+    cr_expect(s_summary_has(&j, "\"status\": \"completed\""));
+    cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
+    cr_expect_eq(s_events(&j, "restart"), 1);
+    long lost = s_lost(&j, "restart");
+    cr_expect(lost >= 0 && lost <= 50 + 30, "%ld iterations lost; the interval is 50", lost);
+    double acc = s_summary_num(&j, "final_test_acc");
+    cr_log_info("the scheduler killed at iteration ~130 and restarted: %.2f%%, %ld iterations "
+                "lost (undisturbed %.2f%%)", acc * 100, lost, calm * 100);
+    cr_expect_geq(acc, calm - 0.05);
+    cr_expect_eq(s_replicas_agree(&j), 4);
+}
+
+/* Runs `mqgrad local ARGS...` with its output to LOG; returns its pid. */
+static pid_t s_local(const char *log, char **args)
+{
+    char *argv[40] = {"mqgrad", "local"};
+    int n = 2;
+    while (*args && n < 39)
+        argv[n++] = *args++;
+    argv[n] = NULL;
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        execv(MQ_TEST_BIN_DIR "/tools/mqgrad", argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* SIGKILL to PARENT and every process it started, all at once. */
+static void s_kill_tree(pid_t parent)
+{
+    pid_t kids[64];
+    int n = 0;
+    DIR *d = opendir("/proc");
+    cr_assert_not_null(d);
+    for (struct dirent *e; (e = readdir(d)) && n < 64;) {
+        char path[300], buf[512];
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        size_t len = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[len] = '\0';
+        const char *close = strrchr(buf, ')');
+        int ppid = 0;
+        if (close && sscanf(close + 2, "%*c %d", &ppid) == 1 && ppid == parent)
+            kids[n++] = atoi(e->d_name);
+    }
+    closedir(d);
+    cr_assert_geq(n, 4, "found %d children of mqgrad local", n);
+    kill(parent, SIGKILL);
+    for (int i = 0; i < n; i++)
+        kill(kids[i], SIGKILL);
+    waitpid(parent, NULL, 0);
+    for (int i = 0; i < n; i++) /* not our children: wait until they are gone */
+        for (int k = 0; k < 100 && kill(kids[i], 0) == 0; k++)
+            zclock_sleep(50);
+}
+
+Test(elastic, everything_killed_then_local_resume, .timeout = 600)
+{
+    char dir[256], run[300], log[320];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-elastic-%d-all", (int)getpid());
+    snprintf(run, sizeof run, "%s/run", dir);
+    snprintf(log, sizeof log, "%s/local.log", dir);
+    cr_assert_eq(mq_mkdirs(dir), 0);
+    char *args[] = {"--model", "small", "--workers", "2", "--servers", "2", "--policy",
+                    "fixed:4", "--iterations", "400", "--checkpoint-every", "50", "--threads",
+                    "1", "--quiet", "--run-dir", run, NULL};
+    pid_t local = s_local(log, args);
+    mq_test_wait_rows(run, 130, 120);
+    s_kill_tree(local);
+    int rows_before = mq_test_rows(run);
+
+    /* A corrupt shard is refused with the reason, and left as it is. */
+    s_job_t j = {0};
+    snprintf(j.run, sizeof j.run, "%s", run);
+    char ckdir[320], path[600], *orig;
+    size_t len;
+    snprintf(ckdir, sizeof ckdir, "%s/checkpoints", run);
+    DIR *d = opendir(ckdir);
+    cr_assert_not_null(d, "no checkpoints in %s", ckdir);
+    char newest[300] = "";
+    unsigned long best = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *dash = strrchr(e->d_name, '-');
+        if (strncmp(e->d_name, "shard-0-", 8) == 0 && dash && strtoul(dash + 1, NULL, 10) > best) {
+            best = strtoul(dash + 1, NULL, 10);
+            snprintf(newest, sizeof newest, "%s", e->d_name);
+        }
+    }
+    closedir(d);
+    cr_assert(best >= 100, "the newest checkpoint is at %lu", best);
+    snprintf(path, sizeof path, "%s/%s", ckdir, newest);
+    cr_assert_eq(mq_read_file(path, &orig, &len), 0);
+    char *bad = malloc(len);
+    memcpy(bad, orig, len);
+    bad[len / 2] ^= 1;
+    cr_assert_eq(mq_write_file_atomic(path, bad, len), 0);
+    char *resume[] = {"--resume", run, NULL};
+    pid_t again = s_local(log, resume);
+    cr_expect_neq(s_wait(again, 120), 0, "a corrupt checkpoint must fail the resume");
+    char *out = s_slurp(dir, "local.log", NULL);
+    cr_expect_not_null(strstr(out, "corrupt"), "the failure does not say why:\n%s", out);
+    free(out);
+    char *now;
+    size_t now_len;
+    cr_assert_eq(mq_read_file(path, &now, &now_len), 0);
+    cr_expect(now_len == len && memcmp(now, bad, len) == 0, "the refused file was changed");
+    free(now);
+    free(bad);
+
+    /* Mended, the run resumes from it and completes. */
+    cr_assert_eq(mq_write_file_atomic(path, orig, len), 0);
+    free(orig);
+    pid_t last = s_local(log, resume);
+    cr_assert_eq(s_wait(last, 300), 0, "mqgrad local --resume did not complete the run");
+    cr_expect(s_summary_has(&j, "\"status\": \"completed\""));
+    cr_expect_eq(s_summary_num(&j, "iterations"), 400);
+    cr_expect_geq(s_events(&j, "restart"), 1);
+    cr_expect_gt(s_summary_num(&j, "final_test_acc"), 0.6);
+    cr_log_info("killed at row %d, resumed from iteration %lu: %.2f%%", rows_before, best,
+                s_summary_num(&j, "final_test_acc") * 100);
 }
