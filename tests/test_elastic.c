@@ -566,3 +566,72 @@ Test(elastic, everything_killed_then_local_resume, .timeout = 600)
     cr_log_info("killed at row %d, resumed from iteration %lu: %.2f%%", rows_before, best,
                 s_summary_num(&j, "final_test_acc") * 100);
 }
+
+/* The largest value, and the number of rows above zero, of metrics.csv's column NAME. */
+static double s_column(const s_job_t *j, const char *name, int *nonzero)
+{
+    char *text = s_slurp(j->run, "metrics.csv", NULL);
+    cr_assert_not_null(text);
+    char *save, *line = strtok_r(text, "\n", &save);
+    int col = -1, k = 0;
+    for (char *p = line, *end; p; p = end ? end + 1 : NULL, k++) {
+        end = strchr(p, ',');
+        if ((size_t)(end ? end - p : (long)strlen(p)) == strlen(name) &&
+            strncmp(p, name, strlen(name)) == 0)
+            col = k;
+    }
+    cr_assert_geq(col, 0, "no column %s", name);
+    double max = 0;
+    *nonzero = 0;
+    while ((line = strtok_r(NULL, "\n", &save))) {
+        const char *p = line;
+        for (int c = 0; c < col && p; c++)
+            if ((p = strchr(p, ',')))
+                p++;
+        double v = p ? atof(p) : 0;
+        max = v > max ? v : max;
+        *nonzero += v > 0;
+    }
+    free(text);
+    return max;
+}
+
+Test(elastic, a_deadline_closes_rounds_without_a_stalled_worker, .timeout = 300)
+{
+    s_job_t j;
+    char *extra[] = {"--stragglers", "deadline:0.4", "--heartbeat-timeout", "8", NULL};
+    s_start(&j, "deadline", 3, extra);
+    mq_test_wait_rows(j.run, 60, 120);
+    cr_assert_eq(kill(j.workers[1], SIGSTOP), 0); /* a straggler: alive, silent */
+    int rows = mq_test_rows(j.run);
+    mq_test_wait_rows(j.run, rows + 3, 30); /* rounds close without it */
+    zclock_sleep(1500);
+    cr_assert_eq(kill(j.workers[1], SIGCONT), 0);
+    cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
+    cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
+    int cut_rows;
+    double most = s_column(&j, "stragglers", &cut_rows);
+    cr_log_info("deadline 0.4 s, one worker stopped for ~2 s: %d rounds closed without it",
+                cut_rows);
+    cr_expect(cut_rows >= 3 && most == 1, "%d rows with stragglers, at most %g", cut_rows, most);
+    cr_expect_eq(s_events(&j, "worker_lost"), 0, "a straggler is not lost");
+    cr_expect_eq(s_replicas_agree(&j), 3, "the straggler is back in step");
+}
+
+Test(elastic, first_n_of_m_backup_workers, .timeout = 300)
+{
+    s_job_t j;
+    char *extra[] = {"--stragglers", "first:2", NULL};
+    s_start(&j, "first", 3, extra);
+    cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
+    cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
+    int cut_rows;
+    s_column(&j, "stragglers", &cut_rows);
+    int two;
+    double workers = s_column(&j, "workers", &two);
+    cr_expect(cut_rows == S_ITERS - 1 && workers == 3,
+              "every round but the last (evaluated) closes with the first 2 of 3 (%d rows cut, "
+              "at most %g workers)", cut_rows, workers);
+    cr_expect_gt(s_summary_num(&j, "final_test_acc"), 0.6);
+    cr_expect_eq(s_replicas_agree(&j), 3, "the backup worker stays in step");
+}

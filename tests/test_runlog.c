@@ -87,18 +87,19 @@ Test(runlog, writes_the_four_files)
     char *line1 = strchr(csv, '\n') + 1, *line2 = strchr(line1, '\n') + 1;
     cr_expect(strncmp(csv, MQ_METRICS_HEADER "\n", strlen(MQ_METRICS_HEADER) + 1) == 0);
     cr_expect(strncmp(line1, "1,0.5000,2.3,2.3,32,0,0,", 24) == 0, "row 1: %.60s", line1);
-    cr_expect(strstr(line1, ",,,3\n") == line2 - 5,
+    cr_expect(strstr(line1, ",,,3,0,0,0.000\n") == line2 - 15,
               "row 1 has empty test_acc and test_loss, then 3 workers: %.100s", line1);
     cr_expect(strstr(line2, ",1234567890123,") != NULL);
-    cr_expect(strstr(line2, ",0.250000,2.1,3\n") != NULL, "row 2: %s", line2);
-    cr_expect(strstr(MQ_METRICS_HEADER, ",test_acc,test_loss,workers") != NULL &&
-              strlen(strstr(MQ_METRICS_HEADER, ",workers")) == strlen(",workers"),
-              "workers is the last column: %s", MQ_METRICS_HEADER);
+    cr_expect(strstr(line2, ",0.250000,2.1,3,") != NULL, "row 2: %s", line2);
+    cr_expect(strstr(MQ_METRICS_HEADER,
+                     ",test_acc,test_loss,workers,stragglers,slowest_rank,slowest_ms") != NULL &&
+                  strlen(strstr(MQ_METRICS_HEADER, ",slowest_ms")) == strlen(",slowest_ms"),
+              "columns are only appended: %s", MQ_METRICS_HEADER);
     for (char *p = csv; *p; p = strchr(p, '\n') + 1) {
         int commas = 0;
         for (char *q = p; *q != '\n'; q++)
             commas += *q == ',';
-        cr_expect_eq(commas, 15, "every line has 16 columns");
+        cr_expect_eq(commas, 18, "every line has 19 columns");
     }
     char *sum = s_read("a/b/run", "summary.json");
     cr_expect(strstr(sum, "\"final_test_acc\": null") != NULL, "NaN is null: %s", sum);
@@ -150,7 +151,7 @@ Test(runlog, mqgrad_train_leaves_a_complete_run_directory, .timeout = 120)
     cr_expect_eq(rows, 21, "header + one row per iteration");
     cr_expect(strstr(csv, "\n20,") != NULL);
     cr_expect(strncmp(csv, MQ_METRICS_HEADER "\n", strlen(MQ_METRICS_HEADER) + 1) == 0);
-    cr_expect(strcmp(csv + strlen(csv) - 3, ",1\n") == 0, "one worker: ...%s",
+    cr_expect(strcmp(csv + strlen(csv) - 13, ",1,0,0,0.000\n") == 0, "one worker: ...%s",
               csv + strlen(csv) - 40);
     cr_expect(strstr(sum, "\"iterations\": 20") && strstr(sum, "\"policy\": \"none\"") &&
               strstr(sum, "\"workers\": 1") && strstr(sum, "\"servers\": 0") &&
@@ -271,7 +272,7 @@ Test(runlog, append_continues_a_run_after_its_rows)
     char *cfg2 = s_read("run", "config.json");
     cr_expect(strncmp(csv2, csv, strlen(csv)) == 0, "the old rows are not all there:\n%s", csv2);
     cr_expect_str_eq(csv2 + strlen(csv), "4,4.0000,0.2,0.25,8,0,0,0.000,0.000,0.000,0.000,0.000,"
-                                         "0.000,,,1\n");
+                                         "0.000,,,1,0,0,0.000\n");
     cr_expect(strncmp(events2, events, strlen(events)) == 0, "%s", events2);
     cr_expect(strstr(events2 + strlen(events), "\"iter\":4,\"event\":\"resumed\"}\n"), "%s",
               events2);

@@ -25,6 +25,7 @@ static void s_defaults(mq_scheduler_config_t *c)
     c->heartbeat_timeout = 5;
     c->pause_timeout = 600;
     c->checkpoint_every = 100;
+    strcpy(c->stragglers, "wait");
     c->servers = 1;
     strcpy(c->model, "paper");
     strcpy(c->dataset, "fashion-mnist");
@@ -125,6 +126,31 @@ static int s_check(const mq_scheduler_config_t *c)
     return 0;
 }
 
+int mq_sched_stragglers(const char *spec, mq_stragglers_t *kind, double *value)
+{
+    char *end;
+    *value = 0;
+    if (strcmp(spec, "wait") == 0) {
+        *kind = MQ_STRAGGLERS_WAIT;
+        return 0;
+    }
+    if (strncmp(spec, "deadline:", 9) == 0) {
+        *kind = MQ_STRAGGLERS_DEADLINE;
+        *value = strtod(spec + 9, &end);
+        if (end != spec + 9 && !*end && *value >= 0.01 && *value <= 86400)
+            return 0;
+    } else if (strncmp(spec, "first:", 6) == 0) {
+        *kind = MQ_STRAGGLERS_FIRST;
+        *value = strtod(spec + 6, &end);
+        if (end != spec + 6 && !*end && *value >= 1 && *value <= MQ_MAX_WORKERS &&
+            *value == (double)(long)*value)
+            return 0;
+    }
+    mq_err_set("--stragglers '%s': expected wait, deadline:SECONDS (0.01..86400) or first:N "
+               "(N >= 1 workers)", spec);
+    return -1;
+}
+
 int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
 {
     s_defaults(c);
@@ -145,6 +171,9 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          "that is over: start a new one beside it)"},
         {"checkpoint-every", "MQGRAD_CHECKPOINT_EVERY", MQ_FLAG_LONG, &c->checkpoint_every, 0, 0,
          1000000000L, "iterations between checkpoints (servers need --checkpoint-dir; 0 = none)"},
+        {"stragglers", "MQGRAD_STRAGGLERS", MQ_FLAG_STR, c->stragglers, sizeof c->stragglers, 0,
+         0, "wait (for every member) | deadline:SECONDS (close the round then, without the "
+            "late) | first:N (close it with the first N members, backup workers)"},
         {"pause-timeout", "MQGRAD_PAUSE_TIMEOUT", MQ_FLAG_DOUBLE, &c->pause_timeout, 0, 1, 86400,
          "seconds the run may stay paused below --min-workers before it fails"},
         {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &c->servers, 0, 1, MQ_WIRE_MAX_SERVERS,
@@ -225,6 +254,12 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
      * back. */
     if (rc == 0 && c->iterations < 0)
         c->iterations = c->time_budget > 0 ? 0 : 200;
+    mq_stragglers_t kind;
+    double value;
+    if (rc == 0 && mq_sched_stragglers(c->stragglers, &kind, &value) != 0) {
+        fprintf(stderr, "mqgrad-scheduler: %s\n", mq_err_last());
+        rc = 2;
+    }
     if (rc == 0 && c->max_workers == 0)
         c->max_workers = c->workers > 64 ? c->workers : 64;
     if (rc == 0 && (c->workers > c->max_workers || c->min_workers > c->max_workers)) {
@@ -250,6 +285,7 @@ void mq_sched_run_config(const mq_scheduler_config_t *c, mq_run_config_t *r)
     r->l2 = (float)c->l2;
     r->workers = (uint32_t)c->max_workers; /* the rank space: nodes size their tables by it */
     r->min_workers = (uint32_t)c->min_workers;
+    r->report_pushes = strcmp(c->stragglers, "wait") != 0;
     r->servers = (uint32_t)c->servers;
     r->quant_threshold = (uint64_t)c->threshold;
     mq_codec_t k = mq_codec_none();

@@ -80,6 +80,15 @@ typedef struct {
     bool committed;
     bool have[MQ_WIRE_MAX_SERVERS];
     uint64_t cursor, round_cursor; /* the data position: next round's, this round's */
+    /* the straggler policy: which ranks' pushes each server holds, the round's cut */
+    mq_stragglers_t stragglers;
+    double straggler_value;
+    uint64_t held[MQ_WIRE_MAX_SERVERS][MQ_MAX_WORKERS / 64];
+    bool deadline_passed;
+    int deadline_timer;
+    uint32_t cut, slowest_rank;
+    double slowest_ms;
+    uint64_t cut_total, cut_rounds;
     mq_report_t sum;
     double max_eval_ms;
     /* run totals */
@@ -180,6 +189,7 @@ static double s_progress_fraction(const s_sched_t *self)
 
 
 static bool s_checkpoint_due(s_sched_t *self);
+static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg);
 
 static void s_pause(s_sched_t *self, uint32_t have)
 {
@@ -235,6 +245,17 @@ static void s_issue(s_sched_t *self)
     s_form_round(self);
     self->committed = false;
     memset(self->have, 0, sizeof self->have);
+    memset(self->held, 0, sizeof self->held);
+    self->deadline_passed = false;
+    self->cut = 0;
+    self->slowest_rank = 0;
+    self->slowest_ms = 0;
+    if (self->deadline_timer >= 0)
+        zloop_timer_end(self->loop, self->deadline_timer);
+    self->deadline_timer = -1;
+    if (self->stragglers == MQ_STRAGGLERS_DEADLINE)
+        self->deadline_timer = zloop_timer(self->loop, (size_t)(self->straggler_value * 1e3), 1,
+                                           s_on_straggler_deadline, self);
     self->round_cursor = self->cursor;
     self->cursor += (uint64_t)self->nmembers * (uint64_t)c->batch;
     /* The last iteration is evaluated; under a time budget, foresee it from the last one's
@@ -564,6 +585,10 @@ static void s_finish(s_sched_t *self, const char *status, int code)
             "%.2f%%, %.1f MB sent",
             status, (unsigned long long)self->iter, self->train_time, self->last_loss,
             self->last_acc * 100, (double)(self->bytes_up + self->bytes_down) / 1e6);
+    if (self->cut_total)
+        mq_info("stragglers: %llu rounds closed without %llu late pushes (--stragglers %s)",
+                (unsigned long long)self->cut_rounds, (unsigned long long)self->cut_total,
+                self->cfg->stragglers);
     if (self->log_failed && code == 0) {
         mq_error("the run directory %s is incomplete (a write failed): exit 1", self->run_dir);
         code = 1;
@@ -722,6 +747,9 @@ static bool s_record(s_sched_t *self)
         .agent_ms = self->agent_ms,
         .evaluated = self->evaluate && s->eval_total > 0,
         .workers = W,
+        .stragglers = self->cut,
+        .slowest_rank = self->slowest_rank,
+        .slowest_ms = self->slowest_ms,
     };
     if (row.evaluated) {
         row.test_acc = (double)s->eval_correct / (double)s->eval_total;
@@ -1060,6 +1088,9 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
         d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
     else if (msg->iter < self->iter)
         d = MQ_DROP_LATE, why = "report for a round that closed without it";
+    else if (self->phase == S_RUNNING && msg->iter == self->iter && self->cut &&
+             mq_member_index(self->members, self->nmembers, msg->rank) < 0)
+        d = MQ_DROP_LATE, why = "report of a straggler cut from the round";
     else if (self->phase != S_RUNNING || msg->iter != self->iter ||
              mq_member_index(self->members, self->nmembers, msg->rank) < 0)
         d = MQ_DROP_ITER, why = "report for another iteration, or from a worker not in it";
@@ -1070,6 +1101,12 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
         return;
     }
     self->workers[msg->rank].last_heard = mq_now_s();
+    double took_ms = self->run.simulated_clock ? (msg->sim_time - self->sim_issued) * 1e3
+                                               : (mq_now_s() - self->t_issued) * 1e3;
+    if (!self->cut && took_ms >= self->slowest_ms) { /* a cut straggler is slower still */
+        self->slowest_ms = took_ms;
+        self->slowest_rank = msg->rank;
+    }
     const mq_report_t *r = &msg->report;
     mq_report_t *s = &self->sum;
     self->got[msg->rank] = true;
@@ -1101,6 +1138,65 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
     }
     if (++self->nreports == self->nmembers)
         s_iteration_done(self);
+}
+
+/* Closes the round without the members whose pushes are not yet at every server: under
+ * first:N once N members' are, under deadline:S once S seconds are over and some are. */
+static void s_try_cut(s_sched_t *self)
+{
+    /* An evaluated round (the last one among them) waits for every member: the test set is
+     * split between them, and the run ends with every replica in step. */
+    if (self->committed || self->phase != S_RUNNING || self->stragglers == MQ_STRAGGLERS_WAIT ||
+        self->evaluate || (self->stragglers == MQ_STRAGGLERS_DEADLINE && !self->deadline_passed))
+        return;
+    uint32_t in[MQ_MAX_WORKERS], nin = 0;
+    for (uint32_t k = 0; k < self->nmembers; k++) {
+        uint32_t r = self->members[k];
+        bool everywhere = true;
+        for (uint32_t s = 0; s < self->nservers && everywhere; s++)
+            everywhere = (self->held[s][r / 64] >> (r % 64)) & 1;
+        if (everywhere)
+            in[nin++] = r;
+    }
+    uint32_t need = self->stragglers == MQ_STRAGGLERS_FIRST ? (uint32_t)self->straggler_value : 1;
+    if (nin < need || nin == self->nmembers)
+        return;
+    uint32_t cut = self->nmembers - nin;
+    for (uint32_t k = 0, i = 0; k < self->nmembers; k++) /* the slowest: the first cut one */
+        if (i < nin && in[i] == self->members[k])
+            i++;
+        else if (!self->cut) {
+            self->slowest_rank = self->members[k];
+            self->slowest_ms = self->run.simulated_clock ? 0 : (mq_now_s() - self->t_issued) * 1e3;
+            break;
+        }
+    memcpy(self->members, in, nin * sizeof *in);
+    self->nmembers = nin;
+    self->cut += cut;
+    self->cut_total += cut;
+    self->cut_rounds++;
+    self->view++;
+    memset(self->have, 0, sizeof self->have);
+    s_send_members(self, MQ_MSG_ITERATE, false);
+}
+
+static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
+{
+    s_sched_t *self = arg;
+    self->deadline_timer = -1;
+    self->deadline_passed = true;
+    s_try_cut(self);
+    return 0;
+}
+
+static void s_on_progress(s_sched_t *self, const mq_msg_t *msg)
+{
+    if (msg->shard >= self->nservers || self->phase != S_RUNNING || msg->iter != self->iter)
+        return;
+    for (uint32_t k = 0; k < msg->nmembers; k++)
+        if (msg->members[k] < MQ_MAX_WORKERS)
+            self->held[msg->shard][msg->members[k] / 64] |= 1ULL << (msg->members[k] % 64);
+    s_try_cut(self);
 }
 
 static void s_on_have(s_sched_t *self, const mq_msg_t *msg)
@@ -1148,6 +1244,7 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
     case MQ_MSG_LEAVE:
     case MQ_MSG_SAVED:
     case MQ_MSG_ERROR:
+    case MQ_MSG_PROGRESS:
         if (!ours) {
             char why[160];
             snprintf(why, sizeof why, "a %s of run %016llx; this scheduler runs %016llx",
@@ -1164,6 +1261,8 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
             s_on_have(self, msg);
         } else if (msg->type == MQ_MSG_SAVED) {
             s_on_saved(self, msg);
+        } else if (msg->type == MQ_MSG_PROGRESS) {
+            s_on_progress(self, msg);
         } else if (msg->type == MQ_MSG_ERROR) {
             mq_error("%s", msg->text); /* a node that cannot take part, and says why */
             if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER)
@@ -1392,6 +1491,8 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     self->bits = (int)self->cfg->bits;
     self->agent_ok = true;
     self->agent_timer = -1;
+    self->deadline_timer = -1;
+    mq_sched_stragglers(self->cfg->stragglers, &self->stragglers, &self->straggler_value);
     self->last_acc = NAN;
     self->last_sparsity = NAN;
     self->last_loss = NAN;

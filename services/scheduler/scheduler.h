@@ -26,6 +26,7 @@ typedef struct {
     double heartbeat_timeout; /* seconds of silence after which a node is lost */
     double pause_timeout;  /* seconds the run may stay paused before it fails */
     bool resume;           /* continue the unfinished run in run_dir from its last checkpoint */
+    char stragglers[32];   /* wait | deadline:SECONDS | first:N (mq_sched_stragglers) */
     long checkpoint_every; /* iterations between consistent checkpoints, 0 = none */
     char model[16], dataset[16];
     long batch;
@@ -63,6 +64,14 @@ typedef struct {
  * bucket defaults to MQ_DEFAULT_BUCKET when neither the spec nor --bucket sets it). -1 with
  * an error on a bad spec or a shorthand the codec does not take. */
 int mq_sched_codec(const mq_scheduler_config_t *c, mq_codec_t *out);
+
+/* The straggler policy (README "Failures and elasticity"): WAIT for every member's push (up
+ * to --iter-timeout), close the round after a DEADLINE (seconds from its start) with the
+ * members whose pushes every server holds by then, or with the FIRST N members to have them
+ * everywhere (backup workers). Members cut from a round stay in the run. */
+typedef enum { MQ_STRAGGLERS_WAIT, MQ_STRAGGLERS_DEADLINE, MQ_STRAGGLERS_FIRST } mq_stragglers_t;
+/* Parses SPEC; -1 with an error for a bad one. */
+int mq_sched_stragglers(const char *spec, mq_stragglers_t *kind, double *value);
 
 /* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help) or 2 (bad). */
 int mq_scheduler_config_parse(mq_scheduler_config_t *cfg, int argc, char **argv);

@@ -49,6 +49,15 @@ typedef struct {
     bool set_known, have_sent;
     uint32_t view, nmembers;
     uint32_t members[MQ_WIRE_MAX_WORKERS];
+    /* under a straggler policy: the last round's reply, kept (references on the layer's
+     * buffers) until the next round closes, for a member cut from it whose push comes late:
+     * it gets the reply too, and stays in step without pulling the whole model */
+    bool kept;
+    uint64_t kept_iter;
+    uint32_t kept_n;
+    mq_tensor_hdr_t kept_hdrs[MQ_WIRE_MAX_TENSORS];
+    mq_payload_t kept_payloads[MQ_WIRE_MAX_TENSORS];
+    bool late_sent[MQ_WIRE_MAX_WORKERS];
     mq_link_t link;
     mq_msg_t in, out;
 } s_server_t;
@@ -254,11 +263,53 @@ static void s_release_slots(s_server_t *self)
 /* The scheduler committed the round over self->members: the key/value layer makes the reply
  * (and updates the master copy) from exactly those pushes, every push's frames go, and every
  * member gets the reply from the layer's buffers. */
+static void s_drop_kept(s_server_t *self)
+{
+    for (uint32_t i = 0; self->kept && i < self->kept_n; i++)
+        self->kept_payloads[i].free_fn((void *)self->kept_payloads[i].data,
+                                       self->kept_payloads[i].hint);
+    self->kept = false;
+}
+
+/* The kept reply to a member whose push for it came late. */
+static void s_send_kept(s_server_t *self, const mq_msg_t *push)
+{
+    if (!self->kept || push->iter != self->kept_iter || push->rank >= MQ_WIRE_MAX_WORKERS ||
+        self->late_sent[push->rank])
+        return;
+    self->late_sent[push->rank] = true;
+    mq_msg_init(&self->out, MQ_MSG_AGGREGATE);
+    memcpy(self->out.peer, push->peer, push->peer_len);
+    self->out.peer_len = push->peer_len;
+    self->out.iter = self->kept_iter;
+    self->out.shard = self->rank;
+    self->out.ntensors = self->kept_n;
+    memcpy(self->out.tensors, self->kept_hdrs, self->kept_n * sizeof *self->kept_hdrs);
+    mq_payload_t copy[MQ_WIRE_MAX_TENSORS];
+    size_t bytes = 0;
+    for (uint32_t i = 0; i < self->kept_n; i++) {
+        const mq_payload_t *k = &self->kept_payloads[i];
+        copy[i] = mq_sendbuf_payload(k->hint, k->data, k->len);
+        bytes += k->len;
+    }
+    self->out.sim_time = mq_link_egress(&self->link, bytes);
+    if (mq_wire_send(self->data, &self->out, copy, self->kept_n) != 0)
+        mq_warn("aggregate %llu to a late worker %u: %s", (unsigned long long)self->kept_iter,
+                push->rank, mq_err_last());
+}
+
 static void s_complete(s_server_t *self)
 {
     mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
     uint32_t nsegs = mq_kv_shard(self->kv)->nsegs;
+    s_drop_kept(self); /* the layer waits until no reply of the last round is held */
     mq_link_settle(&self->link); /* simulated clock: every push has streamed in */
+    /* Every worker whose push is in gets the reply: the members, and under a straggler
+     * policy those cut from the round whose pushes came before it closed. */
+    uint32_t to[MQ_WIRE_MAX_WORKERS], nto = 0;
+    for (uint32_t r = 0; r < self->run.workers && r < MQ_WIRE_MAX_WORKERS; r++)
+        if (mq_kv_has(self->kv, r))
+            to[nto++] = r;
     mq_msg_init(&self->out, MQ_MSG_AGGREGATE);
     self->out.iter = mq_kv_iter(self->kv);
     self->out.shard = self->rank;
@@ -273,8 +324,8 @@ static void s_complete(s_server_t *self)
     size_t bytes = 0;
     for (uint32_t i = 0; i < nsegs; i++)
         bytes += payloads[i].len;
-    for (uint32_t k = 0; k < self->nmembers; k++) {
-        uint32_t r = self->members[k];
+    for (uint32_t k = 0; k < nto; k++) {
+        uint32_t r = to[k];
         /* Each send takes its own references on the buffers; ours are dropped after. */
         mq_payload_t copy[MQ_WIRE_MAX_TENSORS];
         for (uint32_t i = 0; i < nsegs; i++)
@@ -286,8 +337,36 @@ static void s_complete(s_server_t *self)
             mq_warn("aggregate %llu to worker %u: %s", (unsigned long long)self->out.iter, r,
                     mq_err_last());
     }
+    if (self->run.report_pushes) { /* ours become the kept ones */
+        self->kept = true;
+        self->kept_iter = self->out.iter;
+        self->kept_n = nsegs;
+        memcpy(self->kept_hdrs, self->out.tensors, nsegs * sizeof *self->kept_hdrs);
+        memcpy(self->kept_payloads, payloads, nsegs * sizeof *payloads);
+        memset(self->late_sent, 0, sizeof self->late_sent);
+        for (uint32_t k = 0; k < nto; k++) /* they have it */
+            self->late_sent[to[k]] = true;
+        return;
+    }
     for (uint32_t i = 0; i < nsegs; i++)
         payloads[i].free_fn((void *)payloads[i].data, payloads[i].hint);
+}
+
+/* Under a straggler policy the scheduler follows every push, to close a round without the
+ * late ones. */
+static void s_progress(s_server_t *self)
+{
+    if (!self->run.report_pushes)
+        return;
+    mq_msg_init(&self->out, MQ_MSG_PROGRESS);
+    self->out.peer_len = 0;
+    self->out.iter = mq_kv_iter(self->kv);
+    self->out.shard = self->rank;
+    self->out.view = self->view;
+    for (uint32_t r = 0; r < self->run.workers && r < MQ_WIRE_MAX_WORKERS; r++)
+        if (mq_kv_has(self->kv, r))
+            self->out.members[self->out.nmembers++] = r;
+    mq_wire_send(self->node.sched, &self->out, NULL, 0);
 }
 
 /* Tells the scheduler once per member set when every member's push is in. */
@@ -418,7 +497,10 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char 
         return *why = "push for a closed round", MQ_DROP_LATE;
     if (msg->iter != iter)
         return *why = "future iteration", MQ_DROP_ITER;
-    if (self->set_known && mq_member_index(self->members, self->nmembers, msg->rank) < 0)
+    /* Under a straggler policy a member cut from the round still pushes: its push is kept
+     * (not aggregated) so that it gets the round's reply and stays in step. */
+    if (self->set_known && !r->report_pushes &&
+        mq_member_index(self->members, self->nmembers, msg->rank) < 0)
         return *why = "push from a worker that is not a member of the round", MQ_DROP_RANK;
     if (mq_kv_has(self->kv, msg->rank))
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
@@ -438,6 +520,8 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
     mq_drop_t d = s_check_push(self, msg, &why);
     if (d != MQ_DROP_NONE) {
         mq_drops_note(&self->node.drops, d, msg->peer, msg->peer_len, why);
+        if (d == MQ_DROP_LATE)
+            s_send_kept(self, msg);
         return;
     }
     mq_link_arrive(&self->link, msg->wire_bytes, msg->sim_time);
@@ -463,6 +547,7 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
     }
     memcpy(slot->peer, msg->peer, msg->peer_len);
     slot->peer_len = msg->peer_len;
+    s_progress(self);
     s_maybe_have(self);
 }
 
@@ -586,6 +671,7 @@ void mq_server_actor(zsock_t *pipe, void *args)
     zloop_start(self->loop);
     if (self->slots)
         s_release_slots(self);
+    s_drop_kept(self);
     zsock_destroy(&self->data);
     mq_node_close(&self->node);
     mq_kv_destroy(&self->kv); /* before the model: it holds the master copy's pointer */

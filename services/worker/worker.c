@@ -61,7 +61,15 @@ typedef struct {
     double decode_s;      /* this iteration's time applying aggregates */
     mq_report_t report;
     mq_msg_t in, out;
+    /* the next round's ITERATE, come while this one's aggregates are still awaited (a
+     * straggler cut from this round gets them after its late push): taken up once they are
+     * in, or after S_PENDING_S when they do not come */
+    mq_msg_t *pending;
+    bool has_pending;
+    double t_pending;
 } s_worker_t;
+
+#define S_PENDING_S 2.0
 
 int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
 {
@@ -405,6 +413,16 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
         mq_drops_note(&self->node.drops, MQ_DROP_ITER, NULL, 0, "iterate out of order");
         return;
     }
+    if (self->busy && !self->pulling && self->run.report_pushes && msg != self->pending) {
+        /* our pushes are out: the aggregates may still come (a straggler's late reply) */
+        memcpy(self->pending, msg, offsetof(mq_msg_t, frames_));
+        self->pending->nframes_ = 0;
+        if (!self->has_pending) /* a newer one replaces it; the wait counts from the first */
+            self->t_pending = mq_now_s();
+        self->has_pending = true;
+        return;
+    }
+    self->has_pending = false;
     if (self->busy) /* the round in flight closed without us: its aggregates will not come */
         mq_warn("iteration %llu closed without this worker; on to %llu",
                 (unsigned long long)self->iter, (unsigned long long)msg->iter);
@@ -430,6 +448,8 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
         s_compute(self);
 }
 
+static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg);
+
 static void s_finish_iteration(s_worker_t *self)
 {
     mq_report_t *r = &self->report;
@@ -451,8 +471,14 @@ static void s_finish_iteration(s_worker_t *self)
     out->report = *r;
     self->busy = false;
     self->synced = self->iter + 1;
-    if (mq_wire_send(self->node.sched, out, NULL, 0) != 0)
+    if (mq_wire_send(self->node.sched, out, NULL, 0) != 0) {
         s_fail(self, "report");
+        return;
+    }
+    if (self->has_pending) {
+        self->has_pending = false;
+        s_on_iterate(self, self->pending);
+    }
 }
 
 /* One server's master shard for a worker out of step; computes once every shard is in. */
@@ -582,6 +608,11 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     s_worker_t *self = arg;
     mq_node_check_peer(&self->node);
+    if (!self->node.finished && self->has_pending && mq_now_s() - self->t_pending > S_PENDING_S) {
+        self->has_pending = false; /* the aggregates did not come: pull instead */
+        self->busy = false;
+        s_on_iterate(self, self->pending);
+    }
     if (!self->node.finished && self->busy &&
         mq_now_s() - self->t_pushed_wall > self->cfg->iter_timeout) {
         mq_err_set("iteration %llu: %u of %u servers replied within %.0f s",
@@ -607,6 +638,7 @@ static void s_destroy(s_worker_t *self)
     mq_dataset_destroy(&self->test);
     mq_model_destroy(&self->model);
     mq_msg_reset(&self->in);
+    free(self->pending);
     zloop_destroy(&self->loop);
     free(self);
     mq_wire_thread_cleanup();
@@ -617,6 +649,7 @@ void mq_worker_actor(zsock_t *pipe, void *args)
     s_worker_t *self = calloc(1, sizeof *self);
     self->node.pipe = pipe;
     self->cfg = args;
+    self->pending = calloc(1, sizeof *self->pending);
     mq_log_set_tag("worker");
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);

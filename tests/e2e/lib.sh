@@ -2,6 +2,7 @@
 # Each test: e2e_begin NAME LIMIT_SECONDS "$@" → runs itself under `timeout`, gets a unique
 # compose project, a private run directory and free host ports, and a trap that removes
 # every container, network and volume it made, whether it passes, fails or times out.
+# E2E_KEEP_RUNS=DIR keeps a copy of each run directory and the services' logs there.
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 E2E_REPO="$(cd "$E2E_DIR/../.." && pwd)"
@@ -95,6 +96,12 @@ e2e_cleanup() {
         docker network ls -q --filter "$label" | xargs -r docker network rm >/dev/null 2>&1
         docker volume ls -q --filter "$label" | xargs -r docker volume rm -f >/dev/null 2>&1
     fi
+    # E2E_KEEP_RUNS=DIR keeps a copy of the run directory (and the logs) to look at later.
+    if [ -n "${E2E_KEEP_RUNS:-}" ] && [ -d "${E2E_RUN:-}" ]; then
+        mkdir -p "$E2E_KEEP_RUNS" && cp -r "$E2E_RUN" "$E2E_KEEP_RUNS/$E2E_NAME-$$" \
+            && compose logs --no-color >"$E2E_KEEP_RUNS/$E2E_NAME-$$/compose.log" 2>&1 \
+            && e2e_log "run directory kept in $E2E_KEEP_RUNS/$E2E_NAME-$$"
+    fi
     [ -n "${E2E_TMP:-}" ] && rm -rf "$E2E_TMP"
     e2e_log "$([ "$rc" = 0 ] && echo PASS || echo "FAIL (exit $rc)") in $(( $(date +%s) - E2E_START )) s"
     exit "$rc"
@@ -137,4 +144,73 @@ e2e_scheduler_exited() {
     local id
     id=$(e2e_containers scheduler | head -n1)
     [ -n "$id" ] && [ "$(docker inspect -f '{{.State.Status}}' "$id")" = exited ]
+}
+
+# A top-level JSON number field $1 (integer or not) from standard input.
+e2e_json_float() {
+    grep -Eo "\"$1\"[[:space:]]*:[[:space:]]*-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?" | head -n1 \
+        | sed -E 's/^[^:]*:[[:space:]]*//'
+}
+
+# Lines of the run's events.jsonl whose "event" is $1 (nothing when there is none).
+e2e_events() { grep -E "\"event\":\"$1\"" "$E2E_RUN/events.jsonl" 2>/dev/null || true; }
+# How many events $1 the run has recorded.
+e2e_event_count() { e2e_events "$1" | wc -l; }
+# Succeeds once the run has recorded at least $2 events $1.
+e2e_event_at_least() { [ "$(e2e_event_count "$1")" -ge "$2" ]; }
+
+# The values of metrics.csv's column named $1, one per data row (the header names columns).
+e2e_metrics_column() {
+    awk -F, -v want="$1" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == want) c = i; next }
+                          c { print $c }' "$E2E_RUN/metrics.csv" 2>/dev/null
+}
+# Succeeds once metrics.csv holds at least $1 iterations.
+e2e_iterations_at_least() { [ "$(e2e_iterations)" -ge "$1" ]; }
+
+# How many times Docker's restart policy restarted container $1.
+e2e_restarts() { docker inspect -f '{{.RestartCount}}' "$1"; }
+
+# Crashes the service in container $1 the way a fault or the kernel's OOM killer would:
+# SIGKILL to the mqgrad process (tini's child), from inside the container. Not `docker kill`,
+# which Docker counts as a manual stop: the restart policy then does not apply.
+e2e_crash() {
+    local killed
+    killed=$(docker exec "$1" sh -c '
+        for d in /proc/[0-9]*; do
+            read -r c <"$d/comm" 2>/dev/null || continue
+            case "$c" in mqgrad-*) kill -KILL "${d#/proc/}" && echo "pid ${d#/proc/} ($c)" ;; esac
+        done' 2>&1 || true)
+    [ -n "$killed" ] || e2e_fail "found no mqgrad process to kill in ${1:0:12}"
+    e2e_log "SIGKILL to $killed in ${1:0:12}"
+}
+
+# The checks every finished run must pass: summary.json says "completed" after $1 iterations
+# and a final test accuracy of at least $2. Prints "ACCURACY ITERATIONS TRAIN_TIME_S".
+e2e_check_run() {
+    local want="$1" min_acc="$2" s="$E2E_RUN/summary.json"
+    e2e_summary_completed || e2e_fail "summary.json is missing or not \"status\":\"completed\": $(tr -d '\n' <"$s" 2>/dev/null | cut -c1-400)"
+    local iters acc tt
+    iters=$(e2e_json_num iterations <"$s" || true)
+    [ "$iters" = "$want" ] || e2e_fail "summary.json says iterations=$iters, expected $want"
+    acc=$(e2e_json_float final_test_acc <"$s" || true)
+    [ -n "$acc" ] || e2e_fail "summary.json has no final_test_acc: $(tr -d '\n' <"$s" | cut -c1-400)"
+    awk -v a="$acc" -v m="$min_acc" 'BEGIN { exit !(a >= m) }' \
+        || e2e_fail "final test accuracy $acc is below the band's floor $min_acc"
+    tt=$(e2e_json_float train_time_s <"$s" || true)
+    echo "$acc $iters ${tt:-?}"
+}
+
+# Waits for every scheduler, server and worker container to exit, then requires exit 0.
+e2e_check_exits_zero() {
+    local ids
+    ids="$(e2e_containers worker; e2e_containers server; e2e_containers scheduler)"
+    e2e_wait 60 "workers and servers to exit" bash -c '
+        for id in $0; do [ "$(docker inspect -f "{{.State.Status}}" "$id")" = exited ] || exit 1; done' "$ids"
+    local svc id st
+    for svc in scheduler server worker; do
+        for id in $(e2e_containers "$svc"); do
+            st=$(e2e_state "$id")
+            [ "$st" = "exited 0" ] || e2e_fail "$svc container ${id:0:12} is '$st', expected 'exited 0'"
+        done
+    done
 }

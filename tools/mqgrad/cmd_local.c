@@ -121,6 +121,8 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
          "flags it was started with"},
         {"checkpoint-every", NULL, MQ_FLAG_STR, o->checkpoint_every, sizeof o->checkpoint_every,
          0, 0, "iterations between checkpoints (100; 0 = none)"},
+        {"stragglers", NULL, MQ_FLAG_STR, o->stragglers, sizeof o->stragglers, 0, 0,
+         "wait | deadline:SECONDS | first:N (wait)"},
         {"policy", "MQGRAD_POLICY", MQ_FLAG_STR, o->policy, sizeof o->policy, 0, 0,
          policies},
         {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, o->run_dir, sizeof o->run_dir, 0, 0,
@@ -391,6 +393,7 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     s_fwd(argv, &n, "--min-workers", o->min_workers);
     s_fwd(argv, &n, "--heartbeat-timeout", o->heartbeat_timeout);
     s_fwd(argv, &n, "--checkpoint-every", o->checkpoint_every);
+    s_fwd(argv, &n, "--stragglers", o->stragglers);
     if (o->resume[0])
         argv[n++] = "--resume";
     argv[n] = NULL;

@@ -19,7 +19,7 @@ typedef struct {
         heartbeat_timeout[24];
     long restarts;      /* times a worker that dies is started again (each worker) */
     char resume[512];   /* --resume RUN_DIR: continue that run (its flags come from local.args) */
-    char checkpoint_every[24];
+    char checkpoint_every[24], stragglers[32];
     bool stochastic, error_feedback;
     /* forwarded to the workers */
     char data_dir[512], threads[8];

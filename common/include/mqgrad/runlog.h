@@ -27,7 +27,8 @@ extern "C" {
 
 #define MQ_METRICS_HEADER                                                                      \
     "iter,train_time_s,loss,smoothed_loss,bits,bytes_up,bytes_down,compute_ms,encode_ms,"      \
-    "wait_ms,decode_ms,update_ms,agent_ms,test_acc,test_loss,workers"
+    "wait_ms,decode_ms,update_ms,agent_ms,test_acc,test_loss,workers,stragglers,slowest_rank,"    \
+    "slowest_ms"
 
 typedef struct {
     uint64_t iter;
@@ -41,6 +42,12 @@ typedef struct {
     /* Workers whose pushes were aggregated in this iteration (fewer than the run's workers
      * when some were missing from it); 1 for the single-process `mqgrad train`. */
     uint32_t workers;
+    /* Members cut from this iteration by the straggler policy (their pushes came too late), the
+     * slowest member (a cut one if any, else the last to report) and its time from the
+     * iteration's start to its report, ms (to the cut for a cut one). */
+    uint32_t stragglers;
+    uint32_t slowest_rank;
+    double slowest_ms;
 } mq_metrics_row_t;
 
 typedef struct {

@@ -59,6 +59,7 @@ typedef enum {
     MQ_MSG_PARAMS,
     MQ_MSG_LEAVE,
     MQ_MSG_SAVED,
+    MQ_MSG_PROGRESS,
     MQ_MSG_COUNT_
 } mq_msg_type_t;
 
@@ -116,6 +117,7 @@ typedef struct {
     uint32_t min_workers; /* the run pauses below this many; `workers` is the rank space */
     uint64_t resume_iter; /* servers start from their shard checkpoint of this iteration */
     uint64_t lineage;     /* the run's first id: names its checkpoints across restarts */
+    bool report_pushes;   /* a straggler policy runs: servers send PROGRESS on every push */
 } mq_run_config_t;
 
 typedef struct {

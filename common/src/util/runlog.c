@@ -302,11 +302,12 @@ int mq_runlog_row(mq_runlog_t *r, const mq_metrics_row_t *w)
         snprintf(test, sizeof test, "%.6f,%.6g", w->test_acc, w->test_loss);
     return s_appendf(r, r->metrics, "metrics.csv",
                      "%llu,%.4f,%.6g,%.6g,%d,%llu,%llu,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%s,%" PRIu32
-                     "\n",
+                     ",%" PRIu32 ",%" PRIu32 ",%.3f\n",
                      (unsigned long long)w->iter, w->train_time_s, w->loss, w->smoothed_loss,
                      w->bits, (unsigned long long)w->bytes_up, (unsigned long long)w->bytes_down,
                      w->compute_ms, w->encode_ms, w->wait_ms, w->decode_ms, w->update_ms,
-                     w->agent_ms, test, w->workers);
+                     w->agent_ms, test, w->workers, w->stragglers, w->slowest_rank,
+                     w->slowest_ms);
 }
 
 int mq_runlog_event(mq_runlog_t *r, uint64_t iter, const char *event, const char *fields_json)

@@ -23,7 +23,7 @@ const char *mq_msg_type_name(mq_msg_type_t t)
                                   "aggregate", "report", "observe",    "decision", "query",
                                   "status",  "policy-set", "ping",      "pong",    "stop",
                                   "error",   "heartbeat",  "ready",     "have",    "commit",
-                                  "pull",    "params",     "leave",     "saved"};
+                                  "pull",    "params",     "leave",     "saved",   "progress"};
     return (t >= 0 && t < MQ_MSG_COUNT_) ? names[t] : "invalid";
 }
 
@@ -95,6 +95,7 @@ static void s_config_to_pb(const mq_run_config_t *c, Mqgrad__RunConfig *pb)
     pb->min_workers = c->min_workers;
     pb->resume_iter = c->resume_iter;
     pb->lineage = c->lineage;
+    pb->report_pushes = c->report_pushes;
 }
 
 static void s_report_to_pb(const mq_report_t *r, Mqgrad__Report *pb)
@@ -432,6 +433,7 @@ static void s_config_from_pb(const Mqgrad__RunConfig *pb, mq_run_config_t *c)
     c->min_workers = pb->min_workers;
     c->resume_iter = pb->resume_iter;
     c->lineage = pb->lineage;
+    c->report_pushes = pb->report_pushes;
 }
 
 static void s_report_from_pb(const Mqgrad__Report *pb, mq_report_t *r)
