@@ -212,21 +212,42 @@ static int s_events(const s_job_t *j, const char *name)
     return n;
 }
 
-/* Whether some row of metrics.csv has W in its workers column (the last). */
-static bool s_saw_workers(const s_job_t *j, int w)
+/* The values of metrics.csv's column NAME, one per row, in a new array of *N. */
+static double *s_values(const s_job_t *j, const char *name, int *n)
 {
     char *text = s_slurp(j->run, "metrics.csv", NULL);
     cr_assert_not_null(text);
-    bool saw = false;
-    for (char *line = strchr(text, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
-        char *end = strchr(line + 1, '\n');
-        char *comma = line;
-        for (char *p = line + 1; p < (end ? end : line + strlen(line)); p++)
-            if (*p == ',')
-                comma = p;
-        saw |= atoi(comma + 1) == w;
+    char *save, *line = strtok_r(text, "\n", &save);
+    int col = -1, k = 0;
+    for (char *p = line, *end; p; p = end ? end + 1 : NULL, k++) {
+        end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == strlen(name) && strncmp(p, name, len) == 0)
+            col = k;
+    }
+    cr_assert_geq(col, 0, "no column %s", name);
+    double *v = calloc(S_ITERS * 2 + 16, sizeof *v);
+    *n = 0;
+    while ((line = strtok_r(NULL, "\n", &save)) && *n < S_ITERS * 2 + 16) {
+        const char *p = line;
+        for (int c = 0; c < col && p; c++)
+            if ((p = strchr(p, ',')))
+                p++;
+        v[(*n)++] = p ? atof(p) : 0;
     }
     free(text);
+    return v;
+}
+
+/* Whether some row of metrics.csv has W in its workers column. */
+static bool s_saw_workers(const s_job_t *j, int w)
+{
+    int n;
+    double *v = s_values(j, "workers", &n);
+    bool saw = false;
+    for (int i = 0; i < n; i++)
+        saw |= v[i] == w;
+    free(v);
     return saw;
 }
 
@@ -404,49 +425,45 @@ static long s_lost(const s_job_t *j, const char *event)
     return lost;
 }
 
-Test(elastic, a_killed_server_takes_the_run_back_to_its_checkpoint, .timeout = 600)
+/* Kills the scheduler (SCHEDULER) or server 0 with SIGKILL at iteration ~130 and starts it
+ * again as a restart policy would; the run must complete, losing at most the checkpoint
+ * interval (50, and the iterations in flight), recorded as one EVENT. */
+static void s_kill_and_restart(const char *name, bool scheduler, const char *event)
 {
     double calm = s_calm_acc();
     s_job_t j;
-    s_start(&j, "server", 4, NULL);
+    s_start(&j, name, 4, NULL);
     mq_test_wait_rows(j.run, 130, 120);
-    cr_assert_eq(kill(j.servers[0], SIGKILL), 0);
-    waitpid(j.servers[0], NULL, 0);
-    s_start_server(&j, 0); /* as a restart policy would */
+    pid_t victim = scheduler ? j.sched : j.servers[0];
+    cr_assert_eq(kill(victim, SIGKILL), 0);
+    waitpid(victim, NULL, 0);
+    if (scheduler) {
+        zclock_sleep(500);
+        s_start_scheduler(&j, true); /* the nodes find it and register again */
+    } else {
+        s_start_server(&j, 0);
+    }
     cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
     cr_expect(s_summary_has(&j, "\"status\": \"completed\""));
     cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
-    cr_expect_eq(s_events(&j, "rollback"), 1);
-    long lost = s_lost(&j, "rollback");
+    cr_expect_eq(s_events(&j, event), 1);
+    long lost = s_lost(&j, event);
     cr_expect(lost >= 0 && lost <= 50 + 30, "%ld iterations lost; the interval is 50", lost);
     double acc = s_summary_num(&j, "final_test_acc");
-    cr_log_info("a server killed at iteration ~130: %.2f%%, %ld iterations lost (undisturbed "
-                "%.2f%%)", acc * 100, lost, calm * 100);
+    cr_log_info("%s killed at iteration ~130: %.2f%%, %ld iterations lost (undisturbed %.2f%%)",
+                scheduler ? "the scheduler" : "a server", acc * 100, lost, calm * 100);
     cr_expect_geq(acc, calm - 0.05);
     cr_expect_eq(s_replicas_agree(&j), 4, "every worker (registered again) holds a replica");
 }
 
+Test(elastic, a_killed_server_takes_the_run_back_to_its_checkpoint, .timeout = 600)
+{
+    s_kill_and_restart("server", false, "rollback");
+}
+
 Test(elastic, a_killed_scheduler_is_restarted_and_resumes, .timeout = 600)
 {
-    double calm = s_calm_acc();
-    s_job_t j;
-    s_start(&j, "sched", 4, NULL);
-    mq_test_wait_rows(j.run, 130, 120);
-    cr_assert_eq(kill(j.sched, SIGKILL), 0);
-    waitpid(j.sched, NULL, 0);
-    zclock_sleep(500);
-    s_start_scheduler(&j, true); /* the nodes find it and register again */
-    cr_assert_eq(s_finish(&j, 300), 0, "the resumed run did not complete (see %s)", j.dir);
-    cr_expect(s_summary_has(&j, "\"status\": \"completed\""));
-    cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
-    cr_expect_eq(s_events(&j, "restart"), 1);
-    long lost = s_lost(&j, "restart");
-    cr_expect(lost >= 0 && lost <= 50 + 30, "%ld iterations lost; the interval is 50", lost);
-    double acc = s_summary_num(&j, "final_test_acc");
-    cr_log_info("the scheduler killed at iteration ~130 and restarted: %.2f%%, %ld iterations "
-                "lost (undisturbed %.2f%%)", acc * 100, lost, calm * 100);
-    cr_expect_geq(acc, calm - 0.05);
-    cr_expect_eq(s_replicas_agree(&j), 4);
+    s_kill_and_restart("sched", true, "restart");
 }
 
 /* Runs `mqgrad local ARGS...` with its output to LOG; returns its pid. */
@@ -570,29 +587,14 @@ Test(elastic, everything_killed_then_local_resume, .timeout = 600)
 /* The largest value, and the number of rows above zero, of metrics.csv's column NAME. */
 static double s_column(const s_job_t *j, const char *name, int *nonzero)
 {
-    char *text = s_slurp(j->run, "metrics.csv", NULL);
-    cr_assert_not_null(text);
-    char *save, *line = strtok_r(text, "\n", &save);
-    int col = -1, k = 0;
-    for (char *p = line, *end; p; p = end ? end + 1 : NULL, k++) {
-        end = strchr(p, ',');
-        if ((size_t)(end ? end - p : (long)strlen(p)) == strlen(name) &&
-            strncmp(p, name, strlen(name)) == 0)
-            col = k;
-    }
-    cr_assert_geq(col, 0, "no column %s", name);
-    double max = 0;
+    int n;
+    double *v = s_values(j, name, &n), max = 0;
     *nonzero = 0;
-    while ((line = strtok_r(NULL, "\n", &save))) {
-        const char *p = line;
-        for (int c = 0; c < col && p; c++)
-            if ((p = strchr(p, ',')))
-                p++;
-        double v = p ? atof(p) : 0;
-        max = v > max ? v : max;
-        *nonzero += v > 0;
+    for (int i = 0; i < n; i++) {
+        max = v[i] > max ? v[i] : max;
+        *nonzero += v[i] > 0;
     }
-    free(text);
+    free(v);
     return max;
 }
 

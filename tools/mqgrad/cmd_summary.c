@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "mqgrad/nn.h"
+#include "csv.h"
 #include "mqgrad/util.h"
 #include "json.h"
 #include "run_summary.h"
@@ -153,35 +154,12 @@ typedef struct {
     char **cells;
 } s_csv_t;
 
-/* Splits LINE in place at commas; stores at most MAX cells, returns how many there are. */
-static int s_split(char *line, char **cells, int max)
-{
-    int n = 0;
-    for (char *p = line;; p++) {
-        if (n < max)
-            cells[n] = p;
-        n++;
-        if (!(p = strchr(p, ',')))
-            return n;
-        *p = '\0';
-    }
-}
-
 static int s_csv_header(s_csv_t *c, char *line)
 {
-    int n = 1;
-    for (const char *p = line; (p = strchr(p, ',')); p++)
-        n++;
-    if (!(c->cells = calloc((size_t)n, sizeof *c->cells))) {
-        mq_err_set("%s: out of memory", c->path);
+    if (mq_csv_header(c->path, line, &c->cells, &c->ncols) != 0)
         return -1;
-    }
-    c->ncols = s_split(line, c->cells, n);
     for (int k = 0; k < S_NCOLS; k++) {
-        c->at[k] = -1;
-        for (int i = 0; i < n; i++)
-            if (strcmp(c->cells[i], s_cols[k].name) == 0)
-                c->at[k] = i;
+        c->at[k] = mq_csv_find(c->cells, c->ncols, s_cols[k].name);
         if (c->at[k] < 0) {
             mq_err_set("%s:1: no column '%s' in the header", c->path, s_cols[k].name);
             return -1;
@@ -336,7 +314,7 @@ static int s_load_metrics(const char *path, s_run_t *r)
         char *line = lines[i];
         if (!*line)
             continue;
-        int got = s_split(line, c.cells, c.ncols);
+        int got = mq_csv_split(line, c.cells, c.ncols);
         if (got < c.ncols && last_cut[i])
             break;
         if (got != c.ncols) {

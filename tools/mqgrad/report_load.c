@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "mqgrad/runlog.h"
+#include "csv.h"
 #include "mqgrad/util.h"
 #include "json.h"
 #include "report.h"
@@ -171,35 +172,12 @@ typedef struct {
     char **cells;    /* NCOLS of them, the current line's */
 } s_csv_t;
 
-/* Splits LINE in place at commas; stores at most MAX cells, returns how many there are. */
-static int s_split(char *line, char **cells, int max)
-{
-    int n = 0;
-    for (char *p = line;; p++) {
-        if (n < max)
-            cells[n] = p;
-        n++;
-        if (!(p = strchr(p, ',')))
-            return n;
-        *p = '\0';
-    }
-}
-
 static int s_header(s_csv_t *c, char *line)
 {
-    int n = 1;
-    for (const char *p = line; (p = strchr(p, ',')); p++)
-        n++;
-    if (!(c->cells = calloc((size_t)n, sizeof *c->cells))) {
-        mq_err_set("%s: out of memory", c->path);
+    if (mq_csv_header(c->path, line, &c->cells, &c->ncols) != 0)
         return -1;
-    }
-    c->ncols = s_split(line, c->cells, n);
     for (int k = 0; k < S_NCOLS; k++) {
-        c->at[k] = -1;
-        for (int i = n; i-- > 0;)
-            if (strcmp(c->cells[i], s_cols[k].name) == 0)
-                c->at[k] = i;
+        c->at[k] = mq_csv_find(c->cells, c->ncols, s_cols[k].name);
         if (c->at[k] < 0 && !s_cols[k].optional) {
             mq_err_set("%s:1: no column '%s' in the header (expected the columns '%s')",
                        c->path, s_cols[k].name, MQ_METRICS_HEADER);
@@ -236,7 +214,7 @@ static int s_cell(const s_csv_t *c, int k, double *out)
 static int s_parse_row(s_csv_t *c, char *line, mq_rep_row_t *rows, size_t *n_rows)
 {
     double v[S_NCOLS] = {0};
-    int got = s_split(line, c->cells, c->ncols);
+    int got = mq_csv_split(line, c->cells, c->ncols);
     if (got != c->ncols) {
         mq_err_set("%s:%d: %d columns, the header has %d", c->path, c->line, got, c->ncols);
         return -1;
