@@ -190,6 +190,8 @@ static double s_progress_fraction(const s_sched_t *self)
 
 static bool s_checkpoint_due(s_sched_t *self);
 static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg);
+static void s_iteration_done(s_sched_t *self);
+static void s_try_close(s_sched_t *self);
 
 static void s_pause(s_sched_t *self, uint32_t have)
 {
@@ -658,7 +660,7 @@ static void s_next(s_sched_t *self)
 static void s_norms(const s_sched_t *self, double *grad, double *sent, double *update)
 {
     const mq_report_t *r = &self->sum;
-    double W = self->nmembers;
+    double W = self->nreports; /* the reports in hand (all members', unless some were late) */
     *grad = sqrt(r->grad_sq / W);
     *sent = sqrt(r->sent_sq / W);
     *update = sqrt(r->update_sq / W);
@@ -723,7 +725,7 @@ static bool s_check_health(s_sched_t *self, double loss, double smoothed_before)
 /* Records iteration m's row; returns true if the run must stop (it diverged). */
 static bool s_record(s_sched_t *self)
 {
-    uint32_t W = self->nmembers;
+    uint32_t W = self->nreports;
     const mq_report_t *s = &self->sum;
     double loss = s->loss_nonfinite ? NAN : s->loss / W;
     double smoothed_before = self->watch.smoothed;
@@ -746,7 +748,7 @@ static bool s_record(s_sched_t *self)
         .update_ms = s->update_ms / W,
         .agent_ms = self->agent_ms,
         .evaluated = self->evaluate && s->eval_total > 0,
-        .workers = W,
+        .workers = self->nmembers,
         .stragglers = self->cut,
         .slowest_rank = self->slowest_rank,
         .slowest_ms = self->slowest_ms,
@@ -805,7 +807,7 @@ static int s_on_agent_deadline(zloop_t *loop, int timer_id, void *arg)
  * answering, else goes straight on. */
 static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
 {
-    uint32_t W = self->nmembers;
+    uint32_t W = self->nreports;
     const mq_scheduler_config_t *c = self->cfg;
     mq_msg_init(&self->out, MQ_MSG_OBSERVE);
     self->out.iter = self->iter - 1;
@@ -933,8 +935,6 @@ static void s_maybe_commit(s_sched_t *self)
     self->committed = true;
     s_send_members(self, MQ_MSG_COMMIT, false);
 }
-
-static void s_iteration_done(s_sched_t *self);
 
 /* Worker RANK is gone (WHY): its rank is free, and the round in flight goes on without it
  * unless it already reported (then its push is in every shard's aggregate). */
@@ -1138,6 +1138,8 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
     }
     if (++self->nreports == self->nmembers)
         s_iteration_done(self);
+    else
+        s_try_close(self);
 }
 
 /* Closes the round without the members whose pushes are not yet at every server: under
@@ -1180,12 +1182,38 @@ static void s_try_cut(s_sched_t *self)
     s_send_members(self, MQ_MSG_ITERATE, false);
 }
 
+/* After the commit only reports are missing: a member stalled after its pushes does not hold
+ * the round up either. The round ends with the reports in hand; the late ones are dropped
+ * (their workers apply the round's reply when they wake, and stay in step). */
+static void s_try_close(s_sched_t *self)
+{
+    if (!self->committed || self->phase != S_RUNNING || self->evaluate ||
+        self->stragglers == MQ_STRAGGLERS_WAIT || self->nreports == 0 ||
+        self->nreports >= self->nmembers)
+        return;
+    if (self->stragglers == MQ_STRAGGLERS_DEADLINE ? !self->deadline_passed
+                                                   : self->nreports < (uint32_t)self->straggler_value)
+        return;
+    uint32_t late = self->nmembers - self->nreports;
+    for (uint32_t k = 0; k < self->nmembers; k++)
+        if (!self->got[self->members[k]] && !self->cut) {
+            self->slowest_rank = self->members[k];
+            self->slowest_ms = self->run.simulated_clock ? 0 : (mq_now_s() - self->t_issued) * 1e3;
+            break;
+        }
+    self->cut += late;
+    self->cut_total += late;
+    self->cut_rounds++;
+    s_iteration_done(self);
+}
+
 static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
 {
     s_sched_t *self = arg;
     self->deadline_timer = -1;
     self->deadline_passed = true;
     s_try_cut(self);
+    s_try_close(self);
     return 0;
 }
 
