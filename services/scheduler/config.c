@@ -318,7 +318,8 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
         "\"stochastic\":%s,\"error_feedback\":%s,"
         "\"quant_threshold\":%ld,\"link_mbps\":%g,\"clock\":\"%s\",\"seed\":%ld,\"final_eval_limit\":%ld,"
         "\"diverge_factor\":%g,\"diverge_patience\":%ld,\"on_divergence\":\"%s\","
-        "\"guard_spike\":%g,\"guard_iters\":%ld,\"guard_bits\":%ld}",
+        "\"guard_spike\":%g,\"guard_iters\":%ld,\"guard_bits\":%ld,\"stragglers\":\"%s\","
+        "\"checkpoint_every\":%ld}",
         c->model, c->dataset, c->workers, c->min_workers, c->max_workers, c->heartbeat_timeout,
         c->servers, c->batch, c->lr, c->lr_decay, c->l2,
         c->iterations, c->time_budget, c->eval_every, c->eval_limit, agent, c->agent_deadline_ms, c->bits,
@@ -326,7 +327,8 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
         uniform && k.param[1] ? "true" : "false",
         c->error_feedback ? "true" : "false", c->threshold, c->link_mbps, c->clock, c->seed,
         c->final_eval_limit < 0 ? c->eval_limit : c->final_eval_limit, c->diverge_factor,
-        c->diverge_patience, c->on_divergence, c->guard_spike, c->guard_iters, c->guard_bits);
+        c->diverge_patience, c->on_divergence, c->guard_spike, c->guard_iters, c->guard_bits,
+        c->stragglers, c->checkpoint_every);
     return n > 0 && (size_t)n < len ? 0 : -1;
 }
 

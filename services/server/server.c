@@ -395,7 +395,7 @@ static void s_on_iterate(s_server_t *self, const mq_msg_t *msg)
         return;
     }
     if (msg->checkpoint && !self->set_known)
-        s_checkpoint(self); /* before any of the round's pushes can change the shard */
+        s_checkpoint(self); /* the shard as of the round's start (only its commit changes it) */
     self->set_known = true;
     self->have_sent = false;
     self->view = msg->view;

@@ -655,7 +655,10 @@ void mq_worker_actor(zsock_t *pipe, void *args)
     zloop_set_nonstop(self->loop, true);
     zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
     zsock_signal(pipe, 0);
-    if (mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_WORKER, NULL,
+    if (!self->pending) {
+        mq_err_set("out of memory");
+        s_fail(self, "start");
+    } else if (mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_WORKER, NULL,
                      self->cfg->peer_timeout) != 0) {
         s_fail(self, "start");
     } else {

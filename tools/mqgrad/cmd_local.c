@@ -582,6 +582,9 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
                         "cluster\n", c->name, (int)c->pid, c->code);
         s_show_tail(c);
         s_stop_all(cl, SIGTERM, 10);
+        if (o->resume[0] || access(o->run_dir, F_OK) == 0)
+            fprintf(stderr, "mqgrad local: mqgrad local --resume %s continues the run from its "
+                            "last checkpoint\n", o->run_dir);
         return 1;
     }
     fprintf(stderr, "\nmqgrad local: interrupted; stopping every service\n");
