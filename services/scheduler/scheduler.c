@@ -79,6 +79,7 @@ typedef struct {
     uint32_t view;
     bool committed;
     bool have[MQ_WIRE_MAX_SERVERS];
+    double commit_sim; /* simulated clock: the latest HAVE's stamp */
     uint64_t cursor, round_cursor; /* the data position: next round's, this round's */
     /* the straggler policy: which ranks' pushes each server holds, the round's cut */
     mq_stragglers_t stragglers;
@@ -157,6 +158,10 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
 {
     mq_msg_init(&self->out, type);
     self->out.checkpoint = checkpoint;
+    if (type == MQ_MSG_COMMIT)
+        self->out.sim_time = self->commit_sim;
+    else if (self->run.simulated_clock)
+        self->out.sim_time = self->sim_issued;
     self->out.iter = self->iter;
     self->out.view = self->view;
     self->out.nmembers = self->nmembers;
@@ -934,6 +939,7 @@ static void s_maybe_commit(s_sched_t *self)
             return;
     self->committed = true;
     s_send_members(self, MQ_MSG_COMMIT, false);
+    self->commit_sim = 0;
 }
 
 /* Worker RANK is gone (WHY): its rank is free, and the round in flight goes on without it
@@ -1239,6 +1245,8 @@ static void s_on_have(s_sched_t *self, const mq_msg_t *msg)
     if (self->phase != S_RUNNING || msg->iter != self->iter || msg->view != self->view)
         return; /* for a member set since cut: the new one's HAVE follows */
     self->have[msg->shard] = true;
+    if (msg->sim_time > self->commit_sim)
+        self->commit_sim = msg->sim_time; /* the simulated commit: after the last server's HAVE */
     s_maybe_commit(self);
 }
 
@@ -1484,6 +1492,11 @@ static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
 static int s_open(s_sched_t *self)
 {
     const mq_scheduler_config_t *c = self->cfg;
+    /* Said now, not once the cluster is complete: no node waits for a run that cannot be. */
+    if (!c->resume && mq_sched_run_exists(self->run_dir))
+        return mq_err_set("run directory %s already holds a run; pick another --run-dir, or "
+                          "continue it with --resume", self->run_dir),
+               -1;
     self->router = zsock_new(ZMQ_ROUTER);
     if (!self->router)
         return mq_err_set("cannot create a socket"), -1;

@@ -380,6 +380,9 @@ static void s_maybe_have(s_server_t *self)
     self->out.iter = mq_kv_iter(self->kv);
     self->out.shard = self->rank;
     self->out.view = self->view;
+    /* simulated clock: when the last push streamed in; the commit comes after every
+     * server's, as it does on the real clock */
+    self->out.sim_time = self->link.simulated ? mq_link_settle(&self->link) : 0;
     if (mq_wire_send(self->node.sched, &self->out, NULL, 0) != 0)
         mq_warn("have %llu: %s", (unsigned long long)self->out.iter, mq_err_last());
     self->have_sent = true;
@@ -420,6 +423,7 @@ static void s_on_commit(s_server_t *self, const mq_msg_t *msg)
     }
     self->nmembers = msg->nmembers;
     memcpy(self->members, msg->members, msg->nmembers * sizeof *msg->members);
+    mq_link_sync(&self->link, msg->sim_time);
     s_complete(self);
 }
 

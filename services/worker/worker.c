@@ -365,8 +365,11 @@ static void s_compute(s_worker_t *self)
     self->report.loss_nonfinite = !isfinite(loss);
     self->report.nonfinite = !isfinite(loss);
     s_grad_stats(self, mq_model_grads(self->model));
-    for (uint32_t s = 0; s < self->nservers; s++)
-        if (s_push(self, s) != 0) {
+    /* Each worker starts with another server, so the servers fill up together: a round
+     * closes once every server has every push (the commit), and a server that filled first
+     * would only wait. */
+    for (uint32_t k = 0; k < self->nservers; k++)
+        if (s_push(self, (self->rank + k) % self->nservers) != 0) {
             s_fail(self, "push");
             return;
         }

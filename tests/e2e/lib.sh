@@ -84,7 +84,16 @@ e2e_cleanup() {
     for ((_e2e_k = ${#E2E_CLEANUPS[@]} - 1; _e2e_k >= 0; _e2e_k--)); do
         eval "${E2E_CLEANUPS[$_e2e_k]}"
     done
+    # E2E_KEEP_RUNS=DIR keeps a copy of the run directory (and the logs) to look at later.
+    if [ -n "${E2E_KEEP_RUNS:-}" ] && [ -d "${E2E_RUN:-}" ]; then
+        mkdir -p "$E2E_KEEP_RUNS" && cp -r "$E2E_RUN" "$E2E_KEEP_RUNS/$E2E_NAME-$$" \
+            && compose logs --no-color >"$E2E_KEEP_RUNS/$E2E_NAME-$$/compose.log" 2>&1 \
+            && e2e_log "run directory kept in $E2E_KEEP_RUNS/$E2E_NAME-$$"
+    fi
     if [ "$rc" != 0 ] && [ -n "${E2E_PROJECT:-}" ]; then
+        e2e_log "containers of $E2E_PROJECT (state, exit code, restarts by the policy):"
+        docker ps -aq --filter "label=com.docker.compose.project=$E2E_PROJECT" \
+            | xargs -r docker inspect -f '    {{.Name}} {{.State.Status}} {{.State.ExitCode}} restarts={{.RestartCount}}' >&2 2>/dev/null
         e2e_log "last logs of $E2E_PROJECT:"
         compose logs --no-color --tail 30 >&2 2>/dev/null
     fi
@@ -95,12 +104,6 @@ e2e_cleanup() {
         docker ps -aq --filter "$label" | xargs -r docker rm -f >/dev/null 2>&1
         docker network ls -q --filter "$label" | xargs -r docker network rm >/dev/null 2>&1
         docker volume ls -q --filter "$label" | xargs -r docker volume rm -f >/dev/null 2>&1
-    fi
-    # E2E_KEEP_RUNS=DIR keeps a copy of the run directory (and the logs) to look at later.
-    if [ -n "${E2E_KEEP_RUNS:-}" ] && [ -d "${E2E_RUN:-}" ]; then
-        mkdir -p "$E2E_KEEP_RUNS" && cp -r "$E2E_RUN" "$E2E_KEEP_RUNS/$E2E_NAME-$$" \
-            && compose logs --no-color >"$E2E_KEEP_RUNS/$E2E_NAME-$$/compose.log" 2>&1 \
-            && e2e_log "run directory kept in $E2E_KEEP_RUNS/$E2E_NAME-$$"
     fi
     [ -n "${E2E_TMP:-}" ] && rm -rf "$E2E_TMP"
     e2e_log "$([ "$rc" = 0 ] && echo PASS || echo "FAIL (exit $rc)") in $(( $(date +%s) - E2E_START )) s"

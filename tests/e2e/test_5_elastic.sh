@@ -11,30 +11,27 @@
 #              joins, then losses with reason "it left (stopped)" (SIGTERM, exit 0); the
 #              metrics' workers column reads 2, 3 and 1.
 #   scheduler  `compose restart scheduler` at 40 %: the run resumes from the last checkpoint
-#              (a "resume" event) and completes.                    [E2E_RESUME=1 only]
+#              (a "restart" event with from_iter) and completes.
 #   server     SIGKILL to one server's process at 40 %: the policy restarts it and the run
-#              resumes from the last checkpoint and completes.     [E2E_RESUME=1 only]
-# The last two need server checkpoints and MQGRAD_RESUME, which are being written: they
-# are skipped (with a SKIP line) unless E2E_RESUME=1. E2E_ELASTIC_ONLY=regex picks scenarios.
+#              rolls back to the last checkpoint ("rollback") and completes.
+# E2E_ELASTIC_ONLY=regex picks scenarios.
 #
 # Pace: the small model, 2 workers, 1000 iterations over emulated 100 Mbit/s links, so an
 # iteration takes ~70 ms whatever the machine's speed (measured: 14 it/s, 71 s of training
 # on 2 cores) and there is time to see each change take effect before the run ends.
 # Accuracy band: an undisturbed compose run with these settings ended at 0.821 (measured
-# 2026-11-24, seed 1; 0.776 at iteration 300, 0.64 at 100). A disturbed run trains on fewer
-# images for a while, so the floor is 0.72: ten points of room, well above what a run that
-# lost its parameters or averaged wrong shards would show (the small model is at 0.64 after
-# only 100 iterations, and 0.10 is chance).
+# 2026-11-24, seed 1, on 2000 test images; 0.776 at iteration 300, 0.64 at 100). The
+# disturbed runs ended between 0.773 and 0.826 (kill 0.805-0.826, scale 0.773-0.817: one
+# worker, batch 32, for its last 40 %, is the noisiest; scheduler and server 0.8195). The
+# floor is 0.72: ten points under the calm run and five under the worst disturbed one, and
+# still far above what a run that lost its parameters or averaged wrong shards would show
+# (the small model is at 0.64 after only 100 iterations; 0.10 is chance).
 source "$(dirname "$0")/lib.sh"
 
 if [ $# -eq 0 ]; then
     rc=0
     for s in kill scale scheduler server; do
         [[ "$s" =~ ${E2E_ELASTIC_ONLY:-.} ]] || continue
-        if [[ "$s" =~ ^(scheduler|server)$ ]] && [ "${E2E_RESUME:-0}" != 1 ]; then
-            echo "SKIP: test_5_elastic $s: needs server checkpoints and MQGRAD_RESUME (run with E2E_RESUME=1)"
-            continue
-        fi
         # Each scenario under its own time limit, project, run directory and cleanup.
         env -u E2E_UNDER_TIMEOUT bash "$0" "$s" || rc=1
     done
@@ -69,6 +66,23 @@ e2e_log "training started $(( $(date +%s) - t_up )) s after 'up'"
 
 # Seconds since $1 (a date +%s).
 since() { echo $(( $(date +%s) - $1 )); }
+# The run went back to a checkpoint: a restarted scheduler writes {"event":"restart",
+# "from_iter":..}, a lost server {"event":"rollback",..}, both with "iterations_lost" (a
+# "resume" event, the name first planned, is taken too; no pause happens in these scenarios).
+RESUMED='"event":"(restart|rollback|resume)"'
+run_resumed() { grep -Eq "$RESUMED" "$E2E_RUN/events.jsonl" 2>/dev/null; }
+resumed_check() {
+    local ev from lost
+    ev=$(grep -E "$RESUMED" "$E2E_RUN/events.jsonl" | head -n1)
+    e2e_log "resumed: $ev"
+    from=$(e2e_json_num from_iter <<<"$ev" || true)
+    lost=$(e2e_json_num iterations_lost <<<"$ev" || true)
+    [ -n "$from" ] && figure resumed_from_iter "$from"
+    [ -n "$lost" ] && figure iterations_lost "$lost"
+    # From a checkpoint: at most one checkpoint period is done again.
+    [ -z "$lost" ] || [ "$lost" -le "$MQGRAD_CHECKPOINT_EVERY" ] \
+        || e2e_fail "the resumed run lost $lost iterations, more than a checkpoint period ($MQGRAD_CHECKPOINT_EVERY)"
+}
 running_again() {
     [ "$(docker inspect -f '{{.State.Status}}' "$1")" = running ] && [ "$(e2e_restarts "$1")" -ge 1 ]
 }
@@ -87,7 +101,7 @@ finish() {
     [ "$(e2e_metrics_column iter | tail -n1)" = "$((N - 1))" ] \
         || e2e_fail "metrics.csv's last iteration is $(e2e_metrics_column iter | tail -n1), expected $((N - 1))"
     e2e_log "membership events:"
-    grep -E '"event":"(worker_lost|worker_joined|pause|resume|stop)"' "$E2E_RUN/events.jsonl" | sed 's/^/    /' >&2
+    grep -E '"event":"(worker_lost|worker_joined|server_lost|pause|resume|restart|rollback|stop)"' "$E2E_RUN/events.jsonl" | sed 's/^/    /' >&2
 }
 
 case "$scenario" in
@@ -179,9 +193,9 @@ scheduler)
     compose restart scheduler >"$E2E_TMP/restart.log" 2>&1 || { cat "$E2E_TMP/restart.log" >&2; e2e_fail "compose restart scheduler failed"; }
     figure restart_cmd_s "$(since "$t0")"
     e2e_log "scheduler restarted at iteration ~$at"
-    e2e_wait 120 "a resume event" e2e_event_at_least resume 1
+    e2e_wait 180 "the run to resume (a restart or rollback event)" run_resumed
     figure restart_to_resume_s "$(since "$t0")"
-    e2e_log "resume: $(e2e_events resume | head -n1)"
+    resumed_check
     finish
     e2e_check_exits_zero
     ;;
@@ -194,9 +208,9 @@ server)
     e2e_crash "$s"
     e2e_wait 60 "the restart policy to restart server ${s:0:12}" running_again "$s"
     figure crash_to_restarted_s "$(since "$t0")"
-    e2e_wait 120 "a resume event" e2e_event_at_least resume 1
+    e2e_wait 180 "the run to resume (a restart or rollback event)" run_resumed
     figure crash_to_resume_s "$(since "$t0")"
-    e2e_log "resume: $(e2e_events resume | head -n1)"
+    resumed_check
     finish
     e2e_check_exits_zero
     ;;
