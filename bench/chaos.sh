@@ -11,9 +11,10 @@
 # killer does; the restart policy then applies, bounded to 3 restarts per container); after
 # each one the script waits a little and runs `compose up -d`, as an operator would, so a
 # container out of restarts comes back. Needs Docker and the image (deploy/build-images.sh;
-# it is built when missing). About 2 runs x (iterations / ~40 it/s) plus start-up.
+# it is built when missing). About 8 minutes with the defaults on 2 cores (two runs of
+# ~50 it/s, plus start-up and what the crashes cost).
 set -uo pipefail
-SEED=1 ITERATIONS=4000 EVERY=15 WORKERS=3
+SEED=1 ITERATIONS=10000 EVERY=15 WORKERS=3
 while [ $# -gt 0 ]; do
     case "$1" in
     --seed) SEED="$2"; shift 2 ;;
@@ -90,7 +91,7 @@ e2e_log "chaos run: a crash every ${EVERY}-$((EVERY * 3 / 2)) s"
 read -r chaos_wall chaos_acc chaos_iters chaos_lost kills < <(run chaos chaos)
 [ -n "${calm_acc:-}" ] && [ -n "${chaos_acc:-}" ] || e2e_fail "a run did not complete (logs above)"
 ev="$E2E_TMP/keep-chaos/events.jsonl"
-count() { grep -c "\"event\":\"$1\"" "$ev" 2>/dev/null || echo 0; }
+count() { local n; n=$(grep -c "\"event\":\"$1\"" "$ev" 2>/dev/null); echo "${n:-0}"; }
 by_role=$(sort "$E2E_TMP/kills-chaos" 2>/dev/null | uniq -c | awk '{printf "%s%s %s", n++ ? ", " : "", $1, $2}')
 cat <<EOF
 chaos run (bench/chaos.sh --seed $SEED --iterations $ITERATIONS --every $EVERY --workers $WORKERS)

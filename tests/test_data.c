@@ -265,3 +265,42 @@ Test(data, seek_positions_a_late_joiner)
     mq_batcher_destroy(&a), mq_batcher_destroy(&b);
     mq_dataset_destroy(&d);
 }
+
+/* The cluster's sampling: positions handed out by the scheduler (member j of k at cursor c
+ * takes c + j*B), with the membership changing every few rounds, still walk each epoch's
+ * permutation once: every example once per epoch, none skipped, a batch may straddle two. */
+Test(data, positions_cover_each_epoch_once_however_members_change)
+{
+    const int n = 50, B = 3;
+    mq_dataset_t *d = s_synthetic(n, 28);
+    mq_batcher_t *b = mq_batcher_new(d, 0, 1, B, 5, true);
+    cr_assert_not_null(b);
+    float x[3 * 784];
+    uint8_t y[3];
+    int seen[3][50] = {{0}};
+    const int members[] = {2, 3, 1, 4, 2, 5, 3, 1, 2, 4}; /* workers in each round */
+    uint64_t cursor = 0;
+    for (int round = 0; cursor + 4 * B <= 3 * (uint64_t)n; round++) {
+        int k = members[round % 10];
+        for (int j = 0; j < k; j++) { /* in any order: positions, not calls, decide */
+            uint64_t pos = cursor + (uint64_t)(k - 1 - j) * B;
+            if (pos + B > 3 * (uint64_t)n)
+                continue;
+            mq_batcher_take(b, pos, x, y);
+            for (int i = 0; i < B; i++) {
+                int e = (int)((pos + (uint64_t)i) / (uint64_t)n);
+                int ex = (int)(x[i * 784] / 10000);
+                cr_assert(ex >= 0 && ex < n);
+                cr_expect_eq(y[i], ex % 10, "the label travels with its image");
+                seen[e][ex]++;
+            }
+        }
+        cursor += (uint64_t)k * B;
+    }
+    for (int e = 0; e < 2; e++) /* the first two epochs were walked whole */
+        for (int ex = 0; ex < n; ex++)
+            cr_expect_eq(seen[e][ex], 1, "epoch %d: example %d seen %d times", e, ex,
+                         seen[e][ex]);
+    mq_batcher_destroy(&b);
+    mq_dataset_destroy(&d);
+}

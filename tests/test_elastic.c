@@ -626,3 +626,23 @@ Test(elastic, first_n_of_m_backup_workers, .timeout = 300)
     cr_expect_gt(s_summary_num(&j, "final_test_acc"), 0.6);
     cr_expect_eq(s_replicas_agree(&j), 3, "the backup worker stays in step");
 }
+
+Test(elastic, a_cut_off_worker_is_lost_then_comes_back, .timeout = 300)
+{
+    s_job_t j;
+    s_start(&j, "cut", 3, NULL);
+    mq_test_wait_rows(j.run, 40, 120);
+    /* A network cut, as the scheduler sees it: not a word for longer than the timeout. */
+    cr_assert_eq(kill(j.workers[1], SIGSTOP), 0);
+    for (int i = 0; i < 200 && s_events(&j, "worker_lost") == 0; i++)
+        zclock_sleep(50);
+    cr_assert_eq(s_events(&j, "worker_lost"), 1, "a silent worker must be lost");
+    cr_assert_eq(kill(j.workers[1], SIGCONT), 0);
+    /* Back, it hears it was taken out, registers again and joins. */
+    for (int i = 0; i < 400 && s_events(&j, "worker_joined") == 0; i++)
+        zclock_sleep(50);
+    cr_expect_eq(s_events(&j, "worker_joined"), 1, "the worker did not come back");
+    cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
+    cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
+    cr_expect_eq(s_replicas_agree(&j), 3);
+}
