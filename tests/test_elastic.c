@@ -107,8 +107,8 @@ static void s_start_server(s_job_t *j, int s)
     j->servers[s] = s_spawn("server", sargv, log);
 }
 
-/* Scheduler (EXTRA flags appended), two servers and W workers. */
-static void s_start(s_job_t *j, const char *name, int W, char **extra)
+/* A job's directories and port, nothing started (EXTRA: the scheduler's extra flags). */
+static void s_prepare(s_job_t *j, const char *name, int W, char **extra)
 {
     memset(j, 0, sizeof *j);
     snprintf(j->dir, sizeof j->dir, "/tmp/mqgrad-elastic-%d-%s", (int)getpid(), name);
@@ -119,11 +119,22 @@ static void s_start(s_job_t *j, const char *name, int W, char **extra)
     j->W = W;
     j->extra = extra;
     snprintf(j->endpoint, sizeof j->endpoint, "tcp://127.0.0.1:%d", j->port);
+}
+
+/* The scheduler, two servers and the job's W workers. */
+static void s_launch(s_job_t *j)
+{
     s_start_scheduler(j, false);
     for (int s = 0; s < 2; s++)
         s_start_server(j, s);
-    for (int i = 0; i < W; i++)
+    for (int i = 0; i < j->W; i++)
         s_start_worker(j);
+}
+
+static void s_start(s_job_t *j, const char *name, int W, char **extra)
+{
+    s_prepare(j, name, W, extra);
+    s_launch(j);
 }
 
 /* Waits at most TIMEOUT_S for PID; returns its exit code (128 + signal), or -1 on timeout. */
@@ -645,4 +656,31 @@ Test(elastic, a_cut_off_worker_is_lost_then_comes_back, .timeout = 300)
     cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
     cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
     cr_expect_eq(s_replicas_agree(&j), 3);
+}
+
+/* A full disk under the run directory fails the run with the reason, never "completed" with
+ * rows missing. Needs a small filesystem to fill: a tmpfs, mounted as root (skipped when the
+ * test cannot mount one). */
+Test(elastic, a_full_disk_fails_the_run_with_the_reason, .timeout = 300)
+{
+    char mnt[256];
+    snprintf(mnt, sizeof mnt, "/tmp/mqgrad-elastic-%d-full", (int)getpid());
+    cr_assert_eq(mq_mkdirs(mnt), 0);
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=24k mqgrad-test %s 2>/dev/null", mnt);
+    if (geteuid() != 0 || system(cmd) != 0)
+        cr_skip_test("cannot mount a small tmpfs here (not root, or no CAP_SYS_ADMIN)");
+    s_job_t j;
+    s_prepare(&j, "fullrun", 2, NULL);
+    snprintf(j.run, sizeof j.run, "%s/run", mnt); /* the run directory on the small disk */
+    s_launch(&j);
+    int code = s_finish(&j, 240);
+    snprintf(cmd, sizeof cmd, "umount %s", mnt);
+    char *log = s_slurp(j.dir, "scheduler.log", NULL);
+    bool said = log && strstr(log, "No space left on device") != NULL;
+    int rc = system(cmd);
+    (void)rc;
+    cr_expect_eq(code, 1, "a run that cannot write its rows must fail (exit %d)", code);
+    cr_expect(said, "the log does not give the reason:\n%s", log ? log : "(none)");
+    free(log);
 }

@@ -506,6 +506,7 @@ static void s_hand_round(s_bench_t *b, uint64_t it, int bits, bool sum)
 {
     s_hand_t *h = &b->hand;
     s_hand_free(h);
+    mq_rng_seed(&h->rng, mq_kv_round_seed(b->cfg.rng_seed, it)); /* as the module does */
     for (uint32_t i = 0; i < b->shard->nsegs; i++) {
         const mq_segment_t *seg = &b->shard->segs[i];
         size_t n = seg->count;

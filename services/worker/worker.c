@@ -368,6 +368,7 @@ static void s_compute(s_worker_t *self)
     /* Each worker starts with another server, so the servers fill up together: a round
      * closes once every server has every push (the commit), and a server that filled first
      * would only wait. */
+    mq_kv_worker_round(self->kv, self->iter); /* the round's draws, whatever came before */
     for (uint32_t k = 0; k < self->nservers; k++)
         if (s_push(self, (self->rank + k) % self->nservers) != 0) {
             s_fail(self, "push");

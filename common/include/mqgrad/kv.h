@@ -56,6 +56,11 @@ int mq_kv_plan(const mq_model_t *m, mq_kv_slicer_fn *slicer, uint32_t nservers,
  * Returns 0, or -1 with an error (the round then fails). */
 typedef int mq_kv_aggregate_fn(void *arg, const mq_kv_pushes_t *in, float *dst);
 
+/* The generator seed of round ITER for a node seeded SEED: each round's random draws (the
+ * encoders' stochastic rounding, sampling) are a function of the round, not of the rounds
+ * before it, so a run resumed from a checkpoint draws what the undisturbed run drew. */
+uint64_t mq_kv_round_seed(uint64_t seed, uint64_t iter);
+
 /* The default handler: the mean, each push decoded straight into DST with scale 1/P and
  * accumulated in rank order (no temporary). Never fails. */
 int mq_kv_mean(void *arg, const mq_kv_pushes_t *in, float *dst);
@@ -193,6 +198,10 @@ int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, const float *grads, in
 void mq_kv_worker_apply(mq_kv_worker_t *self, uint32_t s, uint64_t iter, float lr,
                         const mq_tensor_hdr_t *hdrs, const uint8_t *const *data,
                         const size_t *len, double *update_sq);
+
+/* Starts round ITER's draws: the push encoder's generator is reseeded with
+ * mq_kv_round_seed (the cluster's workers call it before their pushes). */
+void mq_kv_worker_round(mq_kv_worker_t *self, uint64_t iter);
 
 /* Takes shard S as a server exported it (mq_kv_export): PARAMS[0..N) shard-local, STATE
  * [0..NSTATE) its update rule's state. -1 with an error when the sizes are not this plan's

@@ -36,6 +36,11 @@ struct mq_kv_t {
     float lr;
 };
 
+uint64_t mq_kv_round_seed(uint64_t seed, uint64_t iter)
+{
+    return seed ^ (0x9e3779b97f4a7c15ULL * (iter + 1));
+}
+
 int mq_kv_mean(void *arg, const mq_kv_pushes_t *in, float *dst)
 {
     (void)arg;
@@ -314,6 +319,7 @@ static int s_complete(mq_kv_t *self, uint32_t n, mq_tensor_hdr_t *hdrs, mq_paylo
     /* The previous round's replies must be gone before the aggregate is overwritten. */
     if (mq_sendbuf_acquire(&self->agg_ref, 0, S_BUF_TIMEOUT_MS) != 0)
         return -1;
+    mq_rng_seed(&self->rng, mq_kv_round_seed(self->cfg.rng_seed, self->iter));
     for (uint32_t i = 0; i < self->shard.nsegs; i++) {
         if (s_aggregate(self, i, n) != 0 || s_reply(self, i, &hdrs[i], &out[i]) != 0) {
             for (uint32_t k = 0; k < i; k++)

@@ -179,3 +179,8 @@ int mq_kv_worker_load(mq_kv_worker_t *self, uint32_t s, const float *params, siz
     }
     return 0;
 }
+
+void mq_kv_worker_round(mq_kv_worker_t *self, uint64_t iter)
+{
+    mq_rng_seed(&self->rng, mq_kv_round_seed(self->cfg.rng_seed, iter));
+}
