@@ -223,6 +223,14 @@ static int s_events(const s_job_t *j, const char *name)
     return n;
 }
 
+/* Waits at most TIMEOUT_S for the run's first event NAME; whether it came. */
+static bool s_wait_event(const s_job_t *j, const char *name, int timeout_s)
+{
+    for (int i = 0; i < timeout_s * 20 && s_events(j, name) == 0; i++)
+        zclock_sleep(50);
+    return s_events(j, name) > 0;
+}
+
 /* The values of metrics.csv's column NAME, one per row, in a new array of *N. */
 static double *s_values(const s_job_t *j, const char *name, int *n)
 {
@@ -367,9 +375,7 @@ Test(elastic, below_min_workers_the_run_pauses_then_resumes, .timeout = 300)
     s_start(&j, "pause", 2, extra);
     mq_test_wait_rows(j.run, 50, 120);
     s_kill(&j, 0, SIGKILL);
-    for (int i = 0; i < 200 && s_events(&j, "pause") == 0; i++)
-        zclock_sleep(50);
-    cr_assert_eq(s_events(&j, "pause"), 1, "one worker of two left: the run must pause");
+    cr_assert(s_wait_event(&j, "pause", 10), "one worker of two left: the run must pause");
     int rows = mq_test_rows(j.run);
     zclock_sleep(1500);
     cr_expect_eq(mq_test_rows(j.run), rows, "a paused run must not train");
@@ -645,14 +651,10 @@ Test(elastic, a_cut_off_worker_is_lost_then_comes_back, .timeout = 300)
     mq_test_wait_rows(j.run, 40, 120);
     /* A network cut, as the scheduler sees it: not a word for longer than the timeout. */
     cr_assert_eq(kill(j.workers[1], SIGSTOP), 0);
-    for (int i = 0; i < 200 && s_events(&j, "worker_lost") == 0; i++)
-        zclock_sleep(50);
-    cr_assert_eq(s_events(&j, "worker_lost"), 1, "a silent worker must be lost");
+    cr_assert(s_wait_event(&j, "worker_lost", 10), "a silent worker must be lost");
     cr_assert_eq(kill(j.workers[1], SIGCONT), 0);
     /* Back, it hears it was taken out, registers again and joins. */
-    for (int i = 0; i < 400 && s_events(&j, "worker_joined") == 0; i++)
-        zclock_sleep(50);
-    cr_expect_eq(s_events(&j, "worker_joined"), 1, "the worker did not come back");
+    cr_expect(s_wait_event(&j, "worker_joined", 20), "the worker did not come back");
     cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
     cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
     cr_expect_eq(s_replicas_agree(&j), 3);
