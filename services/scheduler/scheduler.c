@@ -160,8 +160,6 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
     self->out.checkpoint = checkpoint;
     if (type == MQ_MSG_COMMIT)
         self->out.sim_time = self->commit_sim;
-    else if (self->run.simulated_clock)
-        self->out.sim_time = self->sim_issued;
     self->out.iter = self->iter;
     self->out.view = self->view;
     self->out.nmembers = self->nmembers;
@@ -1148,6 +1146,19 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
         s_try_close(self);
 }
 
+/* N members of the round were left out of it by the straggler policy, FIRST the lowest rank
+ * among them: counted, and the first named the round's slowest (its time: so far). */
+static void s_note_stragglers(s_sched_t *self, uint32_t first, uint32_t n)
+{
+    if (!self->cut) {
+        self->slowest_rank = first;
+        self->slowest_ms = self->run.simulated_clock ? 0 : (mq_now_s() - self->t_issued) * 1e3;
+        self->cut_rounds++;
+    }
+    self->cut += n;
+    self->cut_total += n;
+}
+
 /* Closes the round without the members whose pushes are not yet at every server: under
  * first:N once N members' are, under deadline:S once S seconds are over and some are. */
 static void s_try_cut(s_sched_t *self)
@@ -1157,7 +1168,7 @@ static void s_try_cut(s_sched_t *self)
     if (self->committed || self->phase != S_RUNNING || self->stragglers == MQ_STRAGGLERS_WAIT ||
         self->evaluate || (self->stragglers == MQ_STRAGGLERS_DEADLINE && !self->deadline_passed))
         return;
-    uint32_t in[MQ_MAX_WORKERS], nin = 0;
+    uint32_t in[MQ_MAX_WORKERS], nin = 0, first_out = 0;
     for (uint32_t k = 0; k < self->nmembers; k++) {
         uint32_t r = self->members[k];
         bool everywhere = true;
@@ -1165,24 +1176,15 @@ static void s_try_cut(s_sched_t *self)
             everywhere = (self->held[s][r / 64] >> (r % 64)) & 1;
         if (everywhere)
             in[nin++] = r;
+        else if (nin == k)
+            first_out = r;
     }
     uint32_t need = self->stragglers == MQ_STRAGGLERS_FIRST ? (uint32_t)self->straggler_value : 1;
     if (nin < need || nin == self->nmembers)
         return;
-    uint32_t cut = self->nmembers - nin;
-    for (uint32_t k = 0, i = 0; k < self->nmembers; k++) /* the slowest: the first cut one */
-        if (i < nin && in[i] == self->members[k])
-            i++;
-        else if (!self->cut) {
-            self->slowest_rank = self->members[k];
-            self->slowest_ms = self->run.simulated_clock ? 0 : (mq_now_s() - self->t_issued) * 1e3;
-            break;
-        }
+    s_note_stragglers(self, first_out, self->nmembers - nin);
     memcpy(self->members, in, nin * sizeof *in);
     self->nmembers = nin;
-    self->cut += cut;
-    self->cut_total += cut;
-    self->cut_rounds++;
     self->view++;
     memset(self->have, 0, sizeof self->have);
     s_send_members(self, MQ_MSG_ITERATE, false);
@@ -1200,16 +1202,10 @@ static void s_try_close(s_sched_t *self)
     if (self->stragglers == MQ_STRAGGLERS_DEADLINE ? !self->deadline_passed
                                                    : self->nreports < (uint32_t)self->straggler_value)
         return;
-    uint32_t late = self->nmembers - self->nreports;
-    for (uint32_t k = 0; k < self->nmembers; k++)
-        if (!self->got[self->members[k]] && !self->cut) {
-            self->slowest_rank = self->members[k];
-            self->slowest_ms = self->run.simulated_clock ? 0 : (mq_now_s() - self->t_issued) * 1e3;
-            break;
-        }
-    self->cut += late;
-    self->cut_total += late;
-    self->cut_rounds++;
+    uint32_t k = 0;
+    while (self->got[self->members[k]]) /* some member has not reported: the first of them */
+        k++;
+    s_note_stragglers(self, self->members[k], self->nmembers - self->nreports);
     s_iteration_done(self);
 }
 

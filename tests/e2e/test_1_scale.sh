@@ -47,12 +47,4 @@ nworkers=$(e2e_json_num workers <"$E2E_RUN/summary.json" || true)
 e2e_log "summary: $(tr -d '\n' <"$E2E_RUN/summary.json" | cut -c1-300)"
 
 # The scheduler told everyone to stop: workers and servers leave by themselves, with 0.
-e2e_wait 60 "workers and servers to exit" bash -c '
-    for id in $0; do [ "$(docker inspect -f "{{.State.Status}}" "$id")" = exited ] || exit 1; done' \
-    "$(e2e_containers worker; e2e_containers server; e2e_containers scheduler)"
-for svc in scheduler server worker; do
-    for id in $(e2e_containers "$svc"); do
-        st=$(e2e_state "$id")
-        [ "$st" = "exited 0" ] || e2e_fail "$svc container ${id:0:12} is '$st', expected 'exited 0'"
-    done
-done
+e2e_check_exits_zero

@@ -99,6 +99,15 @@ static void s_beat_actor(zsock_t *pipe, void *args)
     mq_wire_thread_cleanup();
 }
 
+/* The node registers again from a clean state (mq_service_run starts it afresh). */
+static void s_rejoin(mq_node_t *n)
+{
+    if (!n->finished) {
+        n->finished = true;
+        mq_service_done(n->pipe, MQ_EXIT_REJOIN);
+    }
+}
+
 static int s_on_beat(zloop_t *loop, zsock_t *sock, void *arg)
 {
     mq_node_t *n = arg;
@@ -107,8 +116,12 @@ static int s_on_beat(zloop_t *loop, zsock_t *sock, void *arg)
         bool retry = text[8] == '1';
         mq_warn("the scheduler does not count this node in its run: %s%s", text + 10,
                 retry ? "; registering again" : "");
-        n->finished = true;
-        mq_service_done(n->pipe, retry ? MQ_EXIT_REJOIN : MQ_EXIT_REFUSED);
+        if (retry) {
+            s_rejoin(n);
+        } else {
+            mq_err_set("%s", text + 10);
+            mq_node_finish(n, MQ_EXIT_REFUSED, "refused");
+        }
     }
     zstr_free(&text);
     return 0;
@@ -187,10 +200,7 @@ int mq_node_recv(mq_node_t *n, mq_msg_t *msg)
         mq_warn("the scheduler at %s now runs run %016llx; this node belonged to run %016llx: "
                 "registering again", n->endpoint, (unsigned long long)msg->run_id,
                 (unsigned long long)n->run_id);
-        if (!n->finished) {
-            n->finished = true;
-            mq_service_done(n->pipe, MQ_EXIT_REJOIN);
-        }
+        s_rejoin(n);
         goto ignore;
     }
     n->last_heard = mq_now_s();
@@ -206,8 +216,7 @@ int mq_node_recv(mq_node_t *n, mq_msg_t *msg)
         if (msg->retry) {
             mq_warn("the scheduler does not count this node in its run: %s; registering again",
                     msg->text);
-            n->finished = true;
-            mq_service_done(n->pipe, MQ_EXIT_REJOIN);
+            s_rejoin(n);
         } else {
             mq_err_set("the scheduler refused us: %s", msg->text);
             mq_node_finish(n, MQ_EXIT_REFUSED, "register");
