@@ -7,6 +7,9 @@
  *                  and 1000 Mbit/s with 1 MB and 4 MB messages, then 4 senders into one receiver
  *   bench_link --recv EP [--senders N] [--mbps X]           one side of a two-process run
  *   bench_link --send EP --size B --messages N [--mbps X]   (link_tc.sh; X = 0: no emulation)
+ *   bench_link --curve-cost [--reps N]   what CURVE (SECURITY.md) costs a push of the paper
+ *                  model's fp32 gradient over loopback: per-push time with and without it,
+ *                  runs interleaved, and their ratio
  *
  * --egress-slack MS and --egress-credit replace mq_link_egress by one of the two variants below
  * that forgive a sender's late wake-up (proposed fixes, measured beside the library's bucket).
@@ -25,6 +28,7 @@
 #include <time.h>
 #include <zmq.h>
 
+#include "mqgrad/nn.h"
 #include "mqgrad/ps.h"
 #include "mqgrad/util.h"
 
@@ -42,6 +46,8 @@ typedef struct {
 } s_hdr_t;
 
 static double s_egress_slack_s; /* > 0: s_egress_slack */
+static bool s_curve;            /* every socket speaks CURVE with the keys below */
+static char s_server_pub[41], s_server_sec[41], s_client_pub[41], s_client_sec[41];
 static bool s_egress_credit;    /* s_egress_credit; neither: the library's mq_link_egress */
 
 typedef struct {
@@ -82,6 +88,14 @@ static void *s_socket(void *ctx, int type, int hwm)
         zmq_close(sock);
         return NULL;
     }
+    int on = 1;
+    if (s_curve && type == ZMQ_ROUTER) /* no ZAP handler: any client key is taken */
+        zmq_setsockopt(sock, ZMQ_CURVE_SERVER, &on, sizeof on),
+            zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, s_server_sec, 40);
+    else if (s_curve)
+        zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, s_server_pub, 40),
+            zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, s_client_pub, 40),
+            zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, s_client_sec, 40);
     return sock;
 }
 
@@ -520,9 +534,64 @@ static int s_send_main(const char *ep, size_t size, int messages, double mbps)
     return rc ? 2 : 0;
 }
 
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* CURVE's cost on the per-iteration path: one flow of fp32 pushes of the whole paper model
+ * (one server), no link emulation, REPS runs with and REPS without CURVE interleaved, so
+ * both see the same machine. Prints the median per-push time of each and their ratio. */
+static int s_curve_cost(int reps)
+{
+    mq_model_t *m = mq_model_new("paper", 1, 1, 0);
+    if (!m)
+        return fprintf(stderr, "bench_link: %s\n", mq_err_last()), 1;
+    size_t size = mq_model_nparams(m) * sizeof(float);
+    mq_model_destroy(&m);
+    uint8_t *buf = malloc(size);
+    if (!buf || zmq_curve_keypair(s_server_pub, s_server_sec) != 0 ||
+        zmq_curve_keypair(s_client_pub, s_client_sec) != 0)
+        return fprintf(stderr, "bench_link: no CURVE in this libzmq\n"), free(buf), 1;
+    for (size_t i = 0; i < size; i++)
+        buf[i] = (uint8_t)(i * 131u);
+    void *ctx = zmq_ctx_new();
+    int messages = 40;
+    double ms[2][64];
+    printf("fp32 push of the paper model: %.1f MB, %d pushes per run, %d runs each, "
+           "interleaved\n", (double)size / 1e6, messages, reps);
+    for (int r = 0; r < reps; r++)
+        for (int c = 0; c < 2; c++) {
+            s_curve = c == 1;
+            s_result_t res;
+            if (s_case(ctx, 0, size, 1, messages, buf, &res) != 0) {
+                fprintf(stderr, "bench_link: %s\n", mq_err_last());
+                zmq_ctx_term(ctx);
+                free(buf);
+                return 1;
+            }
+            ms[c][r] = (res.t_end - res.t0) * 1e3 / messages;
+        }
+    s_curve = false;
+    double med[2];
+    for (int c = 0; c < 2; c++) {
+        qsort(ms[c], (size_t)reps, sizeof(double), s_cmp_double);
+        med[c] = ms[c][reps / 2];
+        printf("%-6s %8.2f ms per push (min %.2f, max %.2f), %7.0f Mbit/s\n",
+               c ? "CURVE" : "plain", med[c], ms[c][0], ms[c][reps - 1],
+               (double)size * 8 / (med[c] / 1e3) / 1e6);
+    }
+    printf("CURVE / plain: %.2fx the time per push\n", med[1] / med[0]);
+    zmq_ctx_term(ctx);
+    free(buf);
+    return 0;
+}
+
 static int s_usage(void)
 {
     fprintf(stderr, "usage: bench_link [--quick] [--egress-slack MS | --egress-credit]\n"
+                    "       bench_link --curve-cost [--reps N]\n"
                     "       bench_link --recv EP [--senders N] [--mbps X]\n"
                     "       bench_link --send EP --size BYTES --messages N [--mbps X]\n");
     return 2;
@@ -531,14 +600,17 @@ static int s_usage(void)
 int main(int argc, char **argv)
 {
     const char *recv_ep = NULL, *send_ep = NULL;
-    bool quick = false;
+    bool quick = false, curve = false;
     double mbps = 0;
+    long reps = 7;
     long senders = 1, size = 1 << 20, messages = 10;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         int rc = 0;
         if (strcmp(a, "--quick") == 0)
             quick = true;
+        else if (strcmp(a, "--curve-cost") == 0)
+            curve = true;
         else if (strcmp(a, "--egress-credit") == 0)
             s_egress_credit = true;
         else if (!v)
@@ -566,6 +638,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (curve)
+        return s_curve_cost((int)reps);
     if (recv_ep)
         return s_recv_main(recv_ep, (int)senders, mbps);
     if (send_ep)

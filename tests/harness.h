@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "mqgrad/util.h"
+#include "sec_test.h"
 #include "scheduler.h"
 #include "server.h"
 #include "worker.h"
@@ -38,6 +39,7 @@ static inline int s_argc(char **argv)
 static inline void cluster_start_core(cluster_t *c, int W, int S, const char *name, char **extra)
 {
     memset(c, 0, sizeof *c);
+    test_keys();
     c->W = W;
     c->S = S;
     snprintf(c->dir, sizeof c->dir, "/tmp/mqgrad-test-%d-%s", (int)getpid(), name);

@@ -17,11 +17,19 @@
 #include <unistd.h>
 
 #include "agent.h"
+#include "http_test.h"
 
 #define S_CLI MQ_TEST_BIN_DIR "/tools/mqgrad"
 #define S_AGENT MQ_TEST_BIN_DIR "/services/mqgrad-agent"
 
 extern char **environ;
+
+/* The agent's logic and program, not who may talk to it (test_security's): its services and
+ * clients here run without keys. Set before Criterion forks the tests. */
+__attribute__((constructor)) static void s_no_keys(void)
+{
+    setenv("MQGRAD_INSECURE", "1", 1);
+}
 
 typedef struct {
     mq_agent_config_t cfg;
@@ -67,7 +75,7 @@ static zsock_t *s_client(int port)
 {
     zsock_t *s = zsock_new(ZMQ_DEALER);
     cr_assert(s);
-    mq_wire_prepare(s, 0);
+    mq_wire_prepare(s, 0, MQ_WIRE_MAX_CONTROL_MSG);
     zsock_set_rcvtimeo(s, 3000);
     cr_assert_eq(zsock_connect(s, "tcp://127.0.0.1:%d", port), 0);
     return s;
@@ -135,31 +143,6 @@ static int s_run(const char *cmd, char *out, size_t cap)
     out[n] = '\0';
     int st = pclose(f);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* GET (or METHOD) PATH from 127.0.0.1:PORT; returns the status code, BODY gets the body. */
-static int s_http(int port, const char *method, const char *path, char *body, size_t cap)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0, "HTTP connect");
-    char req[256];
-    int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: x\r\n\r\n", method, path);
-    cr_assert_eq(write(fd, req, (size_t)n), n);
-    static char resp[65536];
-    size_t got = 0;
-    ssize_t r;
-    while ((r = read(fd, resp + got, sizeof resp - 1 - got)) > 0)
-        got += (size_t)r;
-    close(fd);
-    resp[got] = '\0';
-    int code = 0;
-    sscanf(resp, "HTTP/1.%*d %d", &code);
-    const char *b = strstr(resp, "\r\n\r\n");
-    snprintf(body, cap, "%s", b ? b + 4 : "");
-    return code;
 }
 
 static void s_tmpdir(char *dir, size_t cap)
@@ -257,19 +240,19 @@ Test(agent, cli_http_and_zmq_report_the_same_bits, .timeout = 30)
     cr_assert(strstr(out, "MDP step      8\n") && strstr(out, "<- current"), "%s", out);
 
     char body[16384];
-    cr_assert_eq(s_http(a->http, "GET", "/bits", body, sizeof body), 200);
+    cr_assert_eq(test_http(a->http, NULL, "GET", "/bits", body, sizeof body), 200);
     cr_assert_eq(strncmp(body, want, strlen(want)), 0, "/bits: %s", body);
-    cr_assert_eq(s_http(a->http, "GET", "/metrics", body, sizeof body), 200);
+    cr_assert_eq(test_http(a->http, NULL, "GET", "/metrics", body, sizeof body), 200);
     cr_assert_eq(s_metric(body, "\nmqgrad_agent_bits "), (uint64_t)bits);
     cr_assert_eq(s_metric(body, "\nmqgrad_agent_decisions_total "), 8);
     cr_assert_eq(s_metric(body, "\nmqgrad_agent_observations_total "), 40);
     cr_assert_eq(s_metric(body, "\nmqgrad_agent_fallbacks_total "), 3);
     cr_assert(strstr(body, "# TYPE mqgrad_agent_bits gauge\n"));
     cr_assert(strstr(body, "# TYPE mqgrad_agent_decisions_total counter\n"));
-    cr_assert_eq(s_http(a->http, "GET", "/healthz", body, sizeof body), 200);
+    cr_assert_eq(test_http(a->http, NULL, "GET", "/healthz", body, sizeof body), 200);
     cr_assert_str_eq(body, "ok\n");
-    cr_assert_eq(s_http(a->http, "GET", "/nope", body, sizeof body), 404);
-    cr_assert_eq(s_http(a->http, "POST", "/bits", body, sizeof body), 405);
+    cr_assert_eq(test_http(a->http, NULL, "GET", "/nope", body, sizeof body), 404);
+    cr_assert_eq(test_http(a->http, NULL, "POST", "/bits", body, sizeof body), 405);
     zsock_destroy(&c);
     s_stop(&a);
 }
@@ -311,7 +294,7 @@ Test(agent, policy_swap_and_back_resumes_learning, .timeout = 30)
     cr_assert_eq(s_run(cmd, out, sizeof out), 1);
     cr_assert(strstr(out, "nonsense"), "%s", out);
     cr_assert_eq(s_observe_bits(c, i), 6);
-    cr_assert_eq(s_http(a->http, "GET", "/metrics", body, sizeof body), 200);
+    cr_assert_eq(test_http(a->http, NULL, "GET", "/metrics", body, sizeof body), 200);
     cr_assert_eq(s_metric(body, "\nmqgrad_agent_policy_swaps_total "), 3);
     free(before);
     zsock_destroy(&c);
@@ -338,7 +321,7 @@ Test(agent, bad_messages_are_counted_drops_and_service_goes_on, .timeout = 20)
     free(m);
     cr_assert_eq(s_observe_bits(c, 0), 2);
     char body[16384];
-    cr_assert_eq(s_http(a->http, "GET", "/metrics", body, sizeof body), 200);
+    cr_assert_eq(test_http(a->http, NULL, "GET", "/metrics", body, sizeof body), 200);
     cr_assert_eq(s_metric(body, "reason=\"garbage\"} "), 1);
     cr_assert_eq(s_metric(body, "reason=\"version\"} "), 1);
     cr_assert_eq(s_metric(body, "reason=\"type\"} "), 2);

@@ -144,6 +144,7 @@ static zactor_t *s_agent_start(mq_agent_config_t *cfg, const char *endpoint, con
 {
     char *argv[] = {"agent", "--bind", (char *)endpoint, "--http-port", "0", "--policy",
                     (char *)policy, "--state", (char *)state, NULL};
+    test_keys();
     cr_assert_eq(mq_agent_config_parse(cfg, 9, argv), 0, "%s", mq_err_last());
     zactor_t *a = zactor_new(mq_agent_actor, cfg);
     cr_assert_eq(cfg->start_status, 0, "agent did not start: %s", cfg->start_error);
@@ -155,7 +156,8 @@ static void s_agent_ask(const char *endpoint, mq_msg_type_t type, const char *te
                         mq_msg_t *reply)
 {
     zsock_t *s = zsock_new(ZMQ_DEALER);
-    mq_wire_prepare(s, 500);
+    mq_wire_prepare(s, 500, MQ_WIRE_MAX_CONTROL_MSG);
+    test_sec_client(s, "operator", MQ_KEY_AGENT);
     zsock_set_rcvtimeo(s, 3000);
     cr_assert_eq(zsock_connect(s, "%s", endpoint), 0);
     memset(reply, 0, sizeof *reply);

@@ -43,9 +43,11 @@ static int s_free_port(void)
     return ntohs(a.sin_port);
 }
 
-/* Starts S_BIN<NAME> with ARGV (NULL-terminated, argv[0] included), output to LOG. */
+/* Starts S_BIN<NAME> with ARGV (NULL-terminated, argv[0] included), output to LOG, with the
+ * tests' cluster keys (MQGRAD_KEYS). */
 static pid_t s_spawn(const char *name, char **argv, const char *log)
 {
+    test_keys();
     char exe[512];
     snprintf(exe, sizeof exe, "%s%s", S_BIN, name);
     pid_t pid = fork();

@@ -4,12 +4,14 @@
 
 #include "scheduler.h"
 #include "scheduler_internal.h"
+#include "sec_test.h"
 
 static void s_parse(mq_scheduler_config_t *c, char **argv)
 {
     int n = 0;
     while (argv[n])
         n++;
+    test_keys(); /* a scheduler without keys (or --insecure) refuses its flags */
     cr_assert_eq(mq_scheduler_config_parse(c, n, argv), 0);
 }
 

@@ -4,12 +4,14 @@
 set -euo pipefail
 what="${1:-test}"
 pkgs=(build-essential cmake pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev
-      protobuf-c-compiler libopenblas-dev libmicrohttpd-dev zlib1g-dev dataset-fashion-mnist)
+      protobuf-c-compiler libopenblas-dev libmicrohttpd-dev zlib1g-dev libsodium-dev
+      dataset-fashion-mnist)
 case "$what" in
     build) ;;
-    test) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap) ;;
+    test) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev) ;;
     bench) pkgs+=(libcriterion-dev gnuplot-nox python3-torch iproute2) ;;
-    all) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap python3-torch iproute2) ;;
+    all) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev
+              python3-torch iproute2) ;;
     *) echo "usage: $0 [build|test|bench|all]" >&2; exit 2 ;;
 esac
 missing=()

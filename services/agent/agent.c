@@ -28,6 +28,7 @@ typedef struct {
     bool dirty;      /* observations not saved yet (saved at the next decision) */
     bool warned_old; /* an out-of-order iteration was reported */
     zactor_t *saver; /* writes the state file (NULL without one) */
+    mq_sec_t *sec;
 } s_agent_t;
 
 /* ---- policies ----------------------------------------------------------------------- */
@@ -423,6 +424,27 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
         }
         return 0;
     }
+    /* Who may send what (SECURITY.md): the scheduler observes, operators set the policy,
+     * any cluster key (any key at all with --open-query) asks. */
+    unsigned may = m->type == MQ_MSG_OBSERVE      ? MQ_KEYS(MQ_KEY_SCHEDULER)
+                   : m->type == MQ_MSG_POLICY_SET ? MQ_KEYS(MQ_KEY_OPERATOR)
+                   : self->cfg->sec.open          ? MQ_KEYS_ANY
+                                                  : MQ_KEYS_KNOWN;
+    if (!mq_sec_allows(self->sec, m, may)) {
+        char detail[128];
+        snprintf(detail, sizeof detail, "%s needs %s key; this one is %s",
+                 mq_msg_type_name(m->type),
+                 m->type == MQ_MSG_OBSERVE      ? "the scheduler's"
+                 : m->type == MQ_MSG_POLICY_SET ? "an operator"
+                                                : "a cluster",
+                 mq_sec_role(self->sec, m) ? mq_key_role_name(mq_sec_role(self->sec, m))
+                                           : "not the cluster's");
+        mq_drops_note(&self->drops, MQ_DROP_AUTH, m->peer, m->peer_len, detail);
+        s_reply_error(self, "refused: %s", detail);
+        s_publish(self);
+        mq_msg_reset(m);
+        return 0;
+    }
     switch (m->type) {
     case MQ_MSG_PING:
         mq_msg_init(m, MQ_MSG_PONG);
@@ -466,6 +488,9 @@ static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
     else if (streq(cmd, "DROPS")) {
         char buf[512];
         mq_drops_format(&self->drops, buf, sizeof buf);
+        size_t len = strlen(buf);
+        snprintf(buf + len, sizeof buf - len, " refused=%llu",
+                 (unsigned long long)mq_sec_refused(self->sec));
         zstr_send(pipe, buf);
     } else
         mq_warn("unknown pipe command '%s' ignored", cmd);
@@ -484,6 +509,7 @@ static void s_destroy(s_agent_t **self_p)
     mq_agent_http_destroy(&self->http);
     zloop_destroy(&self->loop);
     zsock_destroy(&self->router);
+    mq_sec_close(&self->sec); /* after its socket */
     mq_policy_destroy(&self->policy);
     mq_policy_destroy(&self->stash);
     if (self->msg)
@@ -503,14 +529,18 @@ static int s_open(s_agent_t *self)
         mq_err_set("cannot create the ROUTER socket");
         return 1;
     }
-    mq_wire_prepare(self->router, 0);
+    mq_wire_prepare(self->router, 0, MQ_WIRE_MAX_CONTROL_MSG);
     zsock_set_sndtimeo(self->router, 0); /* a stuck client never stalls the agent */
+    if (!(self->sec = mq_sec_open(&cfg->sec, MQ_KEY_AGENT)) ||
+        mq_sec_serve(self->sec, self->router, "the agent") != 0)
+        return 1;
     self->port = zsock_bind(self->router, "%s", cfg->bind);
     if (self->port < 0) {
         mq_err_set("cannot bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
         return 1;
     }
-    if (cfg->http_port != 0 && !(self->http = mq_agent_http_new(cfg->http_port)))
+    if (cfg->http_port != 0 &&
+        !(self->http = mq_agent_http_new(cfg->http_bind, cfg->http_port, cfg->http_token)))
         return 1;
     self->loop = zloop_new();
     if (!self->loop) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "mqgrad/rl.h"
+#include "mqgrad/security.h"
 #include "mqgrad/util.h"
 #include "mqgrad/wire.h"
 
@@ -29,6 +30,9 @@ extern "C" {
 typedef struct {
     char bind[256];        /* ZMQ endpoint to bind (MQGRAD_AGENT_BIND) */
     int http_port;         /* 0 = no HTTP, MQ_AGENT_HTTP_ANY = any free port (MQGRAD_HTTP_PORT) */
+    char http_bind[64];    /* HTTP address, "*" = every interface (MQGRAD_HTTP_BIND) */
+    char http_token[256];  /* bearer token for /bits and /metrics, "" = none */
+    mq_sec_config_t sec;   /* keys (mqgrad/security.h); sec.open: QUERY/PING from any key */
     char policy[64];       /* policy spec (MQGRAD_POLICY) */
     char state[1024];      /* state file, "" = no persistence (MQGRAD_STATE_FILE) */
     bool fresh;            /* move a corrupt state file aside instead of refusing to start */

@@ -3,12 +3,49 @@
  * naming the flag or variable; nothing is guessed. */
 #include "agent.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Flags that take no value. */
 static bool s_is_switch(const char *name)
 {
-    return strcmp(name, "fresh") == 0 || strcmp(name, "help") == 0;
+    return strcmp(name, "fresh") == 0 || strcmp(name, "help") == 0 ||
+           strcmp(name, "insecure") == 0 || strcmp(name, "open-query") == 0;
+}
+
+static int s_set_bool(const char *what, const char *val, bool *out)
+{
+    if (!strcmp(val, "1") || !strcmp(val, "true") || !strcmp(val, "yes"))
+        *out = true;
+    else if (!strcmp(val, "0") || !strcmp(val, "false") || !strcmp(val, "no"))
+        *out = false;
+    else
+        return mq_err_set("%s: '%s' is not a boolean (true/false/1/0)", what, val), -1;
+    return 0;
+}
+
+/* The bearer token: the first line of FILE (a Docker secret, say), or the value itself for
+ * MQGRAD_HTTP_TOKEN. */
+static int s_set_token(mq_agent_config_t *cfg, const char *what, const char *val, bool file)
+{
+    char *data = NULL;
+    size_t len = 0;
+    if (file && mq_read_file(val, &data, &len) != 0)
+        return mq_err_set("%s: cannot read '%s': %s", what, val, strerror(errno)), -1;
+    const char *t = file ? data : val;
+    size_t n = file ? strcspn(t, "\r\n") : strlen(t);
+    int rc = 0;
+    if (n == 0 || n >= sizeof cfg->http_token)
+        rc = (mq_err_set("%s: the token must be 1 to %zu characters", what,
+                         sizeof cfg->http_token - 1), -1);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (t[i] <= ' ' || t[i] > '~')
+            rc = (mq_err_set("%s: the token must be printable ASCII without spaces", what), -1);
+    if (rc == 0)
+        snprintf(cfg->http_token, sizeof cfg->http_token, "%.*s", (int)n, t);
+    free(data);
+    return rc;
 }
 
 static int s_set_int(const char *what, const char *val, long lo, long hi, int *out)
@@ -73,6 +110,18 @@ static int s_apply(mq_agent_config_t *cfg, const char *name, const char *what, c
         return s_copy(what, val, cfg->bind, sizeof cfg->bind);
     if (strcmp(name, "http-port") == 0)
         return s_set_int(what, val, 0, 65535, &cfg->http_port);
+    if (strcmp(name, "http-bind") == 0)
+        return s_copy(what, val, cfg->http_bind, sizeof cfg->http_bind);
+    if (strcmp(name, "http-token-file") == 0 || strcmp(name, "http-token") == 0)
+        return s_set_token(cfg, what, val, strcmp(name, "http-token-file") == 0);
+    if (strcmp(name, "keys") == 0)
+        return s_copy(what, val, cfg->sec.keys, sizeof cfg->sec.keys);
+    if (strcmp(name, "key") == 0)
+        return s_copy(what, val, cfg->sec.key, sizeof cfg->sec.key);
+    if (strcmp(name, "insecure") == 0)
+        return s_set_bool(what, val, &cfg->sec.insecure);
+    if (strcmp(name, "open-query") == 0)
+        return s_set_bool(what, val, &cfg->sec.open);
     if (strcmp(name, "policy") == 0)
         return s_copy(what, val, cfg->policy, sizeof cfg->policy);
     if (strcmp(name, "state") == 0)
@@ -103,12 +152,20 @@ int mq_agent_config_default(mq_agent_config_t *cfg)
 {
     static const char *env[][2] = {{"bind", "MQGRAD_AGENT_BIND"},
                                    {"http-port", "MQGRAD_HTTP_PORT"},
+                                   {"http-bind", "MQGRAD_HTTP_BIND"},
+                                   {"http-token", "MQGRAD_HTTP_TOKEN"},
+                                   {"http-token-file", "MQGRAD_HTTP_TOKEN_FILE"},
+                                   {"keys", "MQGRAD_KEYS"},
+                                   {"key", "MQGRAD_KEY"},
+                                   {"insecure", "MQGRAD_INSECURE"},
+                                   {"open-query", "MQGRAD_OPEN_QUERY"},
                                    {"policy", "MQGRAD_POLICY"},
                                    {"state", "MQGRAD_STATE_FILE"},
                                    {"seed", "MQGRAD_SEED"}};
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->bind, sizeof cfg->bind, "%s", MQ_AGENT_DEFAULT_BIND);
     cfg->http_port = MQ_AGENT_DEFAULT_HTTP_PORT;
+    snprintf(cfg->http_bind, sizeof cfg->http_bind, "*");
     snprintf(cfg->policy, sizeof cfg->policy, "mqgrad");
     cfg->log_level = -1;
     mq_policy_opts_default(&cfg->opts);
@@ -133,6 +190,8 @@ static int s_check(mq_agent_config_t *cfg, bool start_given)
         o->start_bits = o->start_bits < o->min_bits   ? o->min_bits
                         : o->start_bits > o->max_bits ? o->max_bits
                                                       : o->start_bits;
+    if (mq_sec_config_check(&cfg->sec, NULL) != 0)
+        return -1;
     mq_policy_t *p = mq_policy_new(cfg->policy, o);
     if (!p) {
         char why[512];
@@ -195,6 +254,15 @@ void mq_agent_usage(FILE *out)
             "/bits, /metrics, /healthz over HTTP.\n\n"
             "  --bind ENDPOINT     ZeroMQ endpoint to bind (MQGRAD_AGENT_BIND, %s)\n"
             "  --http-port PORT    HTTP port, 0 = no HTTP (MQGRAD_HTTP_PORT, %d)\n"
+            "  --http-bind ADDR    HTTP address, * = every interface (MQGRAD_HTTP_BIND, *)\n"
+            "  --http-token-file F /bits and /metrics need 'Authorization: Bearer <F's first\n"
+            "                      line>' (MQGRAD_HTTP_TOKEN_FILE, or the token in\n"
+            "                      MQGRAD_HTTP_TOKEN; /healthz stays open)\n"
+            "  --keys DIR          the cluster's public keys (MQGRAD_KEYS; mqgrad keygen DIR)\n"
+            "  --key FILE          the agent's secret key (MQGRAD_KEY; KEYS/agent.key_secret)\n"
+            "  --open-query        QUERY and PING from any key, not only the cluster's\n"
+            "                      (MQGRAD_OPEN_QUERY; POLICY_SET still needs an operator key)\n"
+            "  --insecure          no authentication, no encryption (MQGRAD_INSECURE)\n"
             "  --policy SPEC       one of the policies listed below, optionally with\n"
             "                      :key=value,... (MQGRAD_POLICY, mqgrad)\n"
             "  --state PATH        state file, written after every decision and swap and\n"

@@ -4,7 +4,9 @@
 #include "agent_internal.h"
 
 #include <math.h>
+#include <arpa/inet.h>
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -13,6 +15,7 @@
 struct mq_agent_http_t {
     struct MHD_Daemon *daemon;
     int port;
+    char token[256]; /* bearer token for /bits and /metrics; "" = none */
     pthread_mutex_t lock;
     mq_agent_snapshot_t snap;
 };
@@ -199,6 +202,36 @@ static char *s_render(const mq_agent_http_t *self, bool metrics, size_t *len)
     }
 }
 
+/* "Authorization: Bearer <token>", compared in constant time. */
+static bool s_authorized(const mq_agent_http_t *self, struct MHD_Connection *c)
+{
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncmp(h, "Bearer ", 7) != 0)
+        return false;
+    h += 7;
+    size_t n = strlen(self->token);
+    if (strlen(h) != n)
+        return false;
+    unsigned char diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff |= (unsigned char)(h[i] ^ self->token[i]);
+    return diff == 0;
+}
+
+static enum MHD_Result s_unauthorized(struct MHD_Connection *c)
+{
+    static const char text[] = "unauthorized: send Authorization: Bearer <token>\n";
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(sizeof text - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, r);
+    MHD_destroy_response(r);
+    return rc;
+}
+
 static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char *url,
                                  const char *method, const char *version, const char *upload_data,
                                  size_t *upload_size, void **con_cls)
@@ -211,6 +244,8 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
         return s_text(c, MHD_HTTP_OK, "ok\n");
     if (!bits && !metrics)
         return s_text(c, MHD_HTTP_NOT_FOUND, "not found: try /bits, /metrics or /healthz\n");
+    if (self->token[0] && !s_authorized(self, c))
+        return s_unauthorized(c);
     size_t len = 0;
     pthread_mutex_lock(&self->lock);
     char *body = s_render(self, metrics, &len);
@@ -225,7 +260,7 @@ static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char
 }
 
 /* Contract: see agent_internal.h. */
-mq_agent_http_t *mq_agent_http_new(int port)
+mq_agent_http_t *mq_agent_http_new(const char *addr, int port, const char *token)
 {
     mq_agent_http_t *self = calloc(1, sizeof *self);
     if (!self) {
@@ -234,12 +269,33 @@ mq_agent_http_t *mq_agent_http_new(int port)
     }
     pthread_mutex_init(&self->lock, NULL);
     self->snap.status.last_reward = NAN;
+    snprintf(self->token, sizeof self->token, "%s", token ? token : "");
     uint16_t want = port == MQ_AGENT_HTTP_ANY ? 0 : (uint16_t)port;
-    self->daemon = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO, want, NULL,
-                                    NULL, s_handler, self, MHD_OPTION_CONNECTION_TIMEOUT,
-                                    (unsigned)10, MHD_OPTION_END);
+    struct sockaddr_in v4 = {.sin_family = AF_INET, .sin_port = htons(want)};
+    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6, .sin6_port = htons(want)};
+    const struct sockaddr *sa = NULL;
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+    if (addr && *addr && strcmp(addr, "*") != 0) {
+        if (inet_pton(AF_INET, addr, &v4.sin_addr) == 1) {
+            sa = (const struct sockaddr *)&v4;
+        } else if (inet_pton(AF_INET6, addr, &v6.sin6_addr) == 1) {
+            sa = (const struct sockaddr *)&v6;
+            flags |= MHD_USE_IPv6;
+        } else {
+            mq_err_set("--http-bind '%s' is not an IP address", addr);
+            mq_agent_http_destroy(&self);
+            return NULL;
+        }
+    }
+    self->daemon = sa ? MHD_start_daemon(flags, want, NULL, NULL, s_handler, self,
+                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                                         MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_END)
+                      : MHD_start_daemon(flags, want, NULL, NULL, s_handler, self,
+                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                                         MHD_OPTION_END);
     if (!self->daemon) {
-        mq_err_set("HTTP server cannot listen on port %d (in use? try --http-port)", port);
+        mq_err_set("HTTP server cannot listen on %s port %d (in use? try --http-port)",
+                   sa ? addr : "every interface,", port);
         mq_agent_http_destroy(&self);
         return NULL;
     }

@@ -240,6 +240,7 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          "iterations the raised bits hold"},
         {"guard-bits", "MQGRAD_GUARD_BITS", MQ_FLAG_LONG, &c->guard_bits, 0, 1, MQ_QUANT_MAX_BITS,
          "bits the guard adds"},
+        MQ_SEC_FLAGS(&c->sec),
         {0},
     };
     char codecs[2048], rules[1024], usage[3300];
@@ -270,6 +271,8 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
     }
     if (rc == 0)
         rc = s_check(c);
+    if (rc == 0)
+        rc = mq_sec_config_check(&c->sec, "mqgrad-scheduler");
     if (rc == 0 && !c->run_dir[0])
         mq_default_run_dir("cluster", c->run_dir, sizeof c->run_dir);
     return rc;

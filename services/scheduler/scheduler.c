@@ -119,6 +119,8 @@ typedef struct {
     bool ckpt_pending;
     bool saved[MQ_WIRE_MAX_SERVERS];
     bool ckpt_warned;
+    mq_sec_t *sec;
+    uint8_t run_key[MQ_RUN_KEY_LEN]; /* nodes' tokens derive from it (mqgrad/security.h) */
 } s_sched_t;
 
 static void s_finish(s_sched_t *self, const char *status, int code);
@@ -386,6 +388,13 @@ static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
     self->out.nservers = self->nservers;
     for (uint32_t s = 0; s < self->nservers; s++)
         memcpy(self->out.servers[s], self->servers[s].endpoint, sizeof self->out.servers[s]);
+    bool server = node >= self->servers && node < self->servers + MQ_WIRE_MAX_SERVERS;
+    self->out.has_token = true;
+    mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, self->out.token);
+    if (server) { /* servers check workers' tokens with it */
+        self->out.has_run_key = true;
+        memcpy(self->out.run_key, self->run_key, MQ_RUN_KEY_LEN);
+    }
     if (s_send_to(self, node) != 0)
         mq_warn("welcome to rank %u: %s", rank, mq_err_last());
 }
@@ -1248,6 +1257,29 @@ static void s_on_have(s_sched_t *self, const mq_msg_t *msg)
 
 /* ---- event handlers ------------------------------------------------------------------------ */
 
+/* Who may send what (SECURITY.md): a node speaks with its role's key, and once welcomed into
+ * this run with its rank's token. NULL, or why not. */
+static const char *s_refusal(s_sched_t *self, const mq_msg_t *msg)
+{
+    if (msg->type == MQ_MSG_PING)
+        return mq_sec_allows(self->sec, msg, MQ_KEYS_KNOWN) ? NULL : "a ping from an unknown key";
+    if (msg->role != MQ_ROLE_SERVER && msg->role != MQ_ROLE_WORKER)
+        return msg->type == MQ_MSG_REGISTER || mq_sec_allows(self->sec, msg, MQ_KEYS_NODE)
+                   ? NULL
+                   : "a message from a key that is no node's";
+    bool server = msg->role == MQ_ROLE_SERVER;
+    if (!mq_sec_allows(self->sec, msg, MQ_KEYS(server ? MQ_KEY_SERVER : MQ_KEY_WORKER)))
+        return server ? "a server's message from a key that is not the servers' key"
+                      : "a worker's message from a key that is not the workers' key";
+    if (msg->type == MQ_MSG_REGISTER || msg->run_id != self->run_id)
+        return NULL; /* a node of another run is told to register again, below */
+    uint8_t token[MQ_TOKEN_LEN];
+    mq_token_make(self->run_key, msg->role, msg->rank, token);
+    if (!msg->has_token || !mq_token_equal(token, msg->token))
+        return "a message without its rank's token";
+    return NULL;
+}
+
 static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_sched_t *self = arg;
@@ -1256,6 +1288,14 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
     if (mq_wire_recv(sock, msg, &drop) != 0) {
         if (drop != MQ_DROP_NONE)
             mq_drops_note(&self->drops, drop, msg->peer, msg->peer_len, mq_err_last());
+        return 0;
+    }
+    const char *refusal = s_refusal(self, msg);
+    if (refusal) {
+        mq_drops_note(&self->drops, MQ_DROP_AUTH, msg->peer, msg->peer_len, refusal);
+        if (msg->type == MQ_MSG_REGISTER) /* said, so the node stops with the reason */
+            s_refuse(self, msg, refusal, false);
+        mq_msg_reset(msg);
         return 0;
     }
     bool ours = msg->run_id == self->run_id;
@@ -1479,6 +1519,9 @@ static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
     } else if (streq(cmd, "DROPS")) {
         char buf[512];
         mq_drops_format(&self->drops, buf, sizeof buf);
+        size_t len = strlen(buf);
+        snprintf(buf + len, sizeof buf - len, " refused=%llu",
+                 (unsigned long long)mq_sec_refused(self->sec));
         zstr_send(pipe, buf);
     }
     zstr_free(&cmd);
@@ -1493,18 +1536,24 @@ static int s_open(s_sched_t *self)
         return mq_err_set("run directory %s already holds a run; pick another --run-dir, or "
                           "continue it with --resume", self->run_dir),
                -1;
+    if (!(self->sec = mq_sec_open(&c->sec, MQ_KEY_SCHEDULER)))
+        return -1;
     self->router = zsock_new(ZMQ_ROUTER);
     if (!self->router)
         return mq_err_set("cannot create a socket"), -1;
-    mq_wire_prepare(self->router, 2000);
+    mq_wire_prepare(self->router, 2000, MQ_WIRE_MAX_CONTROL_MSG);
+    if (mq_sec_serve(self->sec, self->router, "the scheduler") != 0)
+        return -1;
     if (mq_bind(self->router, c->bind, &self->port) != 0)
         return -1;
     if (c->agent[0]) {
         self->agent = zsock_new(ZMQ_DEALER);
-        mq_wire_prepare(self->agent, 0);
+        mq_wire_prepare(self->agent, 0, MQ_WIRE_MAX_CONTROL_MSG);
         /* Never queue for an absent agent, never block on it. */
         zsock_set_immediate(self->agent, 1);
         zsock_set_sndtimeo(self->agent, 0);
+        if (mq_sec_client(self->sec, self->agent, MQ_KEY_AGENT) != 0)
+            return -1;
         if (zsock_connect(self->agent, "%s", c->agent) != 0) {
             mq_err_set("cannot connect to the agent at '%s'", c->agent);
             return -1;
@@ -1564,6 +1613,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     if (!self->run_id)
         self->run_id = 1;
     mq_wire_set_run_id(self->run_id);
+    mq_run_key_new(self->run_key);
     mq_log_set_tag("scheduler");
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
@@ -1579,6 +1629,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     mq_runlog_destroy(&self->log);
     zsock_destroy(&self->agent);
     zsock_destroy(&self->router);
+    mq_sec_close(&self->sec); /* after its sockets */
     mq_msg_reset(&self->in);
     zloop_destroy(&self->loop);
     free(self);

@@ -9,6 +9,7 @@
 
 #include "mqgrad/optim.h"
 #include "mqgrad/quant.h"
+#include "mqgrad/security.h"
 #include "mqgrad/watch.h"
 
 #define MQ_MAX_WORKERS 256
@@ -58,6 +59,7 @@ typedef struct {
     char on_divergence[16]; /* stop | continue */
     double guard_spike;    /* spike guard: loss / smoothed loss that fires it, 0 = off */
     long guard_iters, guard_bits;
+    mq_sec_config_t sec; /* keys (mqgrad/security.h) */
 } mq_scheduler_config_t;
 
 /* The run's codec: --codec with the --bucket and --stochastic shorthands applied (uniform's

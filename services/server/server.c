@@ -60,6 +60,10 @@ typedef struct {
     bool late_sent[MQ_WIRE_MAX_WORKERS];
     mq_link_t link;
     mq_msg_t in, out;
+    mq_sec_t *sec;
+    uint8_t run_key[MQ_RUN_KEY_LEN]; /* WELCOME's: workers' tokens derive from it */
+    uint8_t tokens[MQ_WIRE_MAX_WORKERS][MQ_TOKEN_LEN];
+    bool token_made[MQ_WIRE_MAX_WORKERS];
 } s_server_t;
 
 int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
@@ -83,9 +87,11 @@ int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
          sizeof cfg->checkpoint_dir, 0, 0,
          "directory for shard checkpoints, on a volume that outlives the server (none: no "
          "checkpoints)"},
+        MQ_SEC_FLAGS(&cfg->sec),
         {0},
     };
-    return mq_flags_parse(flags, argc, argv, "usage: mqgrad-server [flags]", NULL, 0, NULL);
+    int rc = mq_flags_parse(flags, argc, argv, "usage: mqgrad-server [flags]", NULL, 0, NULL);
+    return rc != 0 ? rc : mq_sec_config_check(&cfg->sec, "mqgrad-server");
 }
 
 static void s_fail(s_server_t *self, const char *what)
@@ -229,9 +235,15 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
         s_fail(self, "welcome");
         return;
     }
+    if (!msg->has_run_key) {
+        mq_err_set("welcome without the run key");
+        s_fail(self, "welcome");
+        return;
+    }
+    memcpy(self->run_key, msg->run_key, MQ_RUN_KEY_LEN);
     mq_log_set_tag("server %u", self->rank);
     self->welcomed = true;
-    if (mq_node_welcomed(&self->node, self->loop, self->rank, msg->run_id) != 0 ||
+    if (mq_node_welcomed(&self->node, self->loop, msg) != 0 ||
         s_setup(self) != 0) {
         s_fail_loudly(self, "setup");
         return;
@@ -483,6 +495,20 @@ static void s_on_pull(s_server_t *self, mq_msg_t *msg)
                 (unsigned long long)iter);
 }
 
+/* A worker's message comes from the peer that holds its rank: its routing id is the token
+ * the scheduler gave that rank (mqgrad/security.h), not whoever spoke for the rank first. */
+static bool s_owner_ok(s_server_t *self, const mq_msg_t *msg)
+{
+    uint32_t r = msg->rank;
+    if (r >= MQ_WIRE_MAX_WORKERS || msg->peer_len != MQ_TOKEN_LEN)
+        return false;
+    if (!self->token_made[r]) {
+        mq_token_make(self->run_key, MQ_ROLE_WORKER, r, self->tokens[r]);
+        self->token_made[r] = true;
+    }
+    return mq_token_equal(self->tokens[r], msg->peer);
+}
+
 /* Validates a push against the run's state; returns the drop reason or MQ_DROP_NONE. */
 static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char **why)
 {
@@ -496,6 +522,8 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char 
         return *why = "push for another shard", MQ_DROP_SHARD;
     if (msg->rank >= r->workers)
         return *why = "push from an unknown rank", MQ_DROP_RANK;
+    if (!s_owner_ok(self, msg))
+        return *why = "push from a peer that does not hold the rank's token", MQ_DROP_AUTH;
     uint64_t iter = mq_kv_iter(self->kv);
     if (msg->iter < iter) /* a straggler's, for a round already closed without it */
         return *why = "push for a closed round", MQ_DROP_LATE;
@@ -567,7 +595,13 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
         return 0;
     }
     mq_msg_t *msg = &self->in;
-    if (msg->type == MQ_MSG_PING) {
+    if (!mq_sec_allows(self->sec, msg,
+                       msg->type == MQ_MSG_PING ? MQ_KEYS_KNOWN : MQ_KEYS(MQ_KEY_WORKER))) {
+        char why[96];
+        snprintf(why, sizeof why, "%s from a %s key: only workers push and pull",
+                 mq_msg_type_name(msg->type), mq_key_role_name(mq_sec_role(self->sec, msg)));
+        mq_drops_note(&self->node.drops, MQ_DROP_AUTH, msg->peer, msg->peer_len, why);
+    } else if (msg->type == MQ_MSG_PING) {
         mq_msg_init(msg, MQ_MSG_PONG);
         mq_wire_send(sock, msg, NULL, 0);
     } else if (msg->type == MQ_MSG_PUSH) {
@@ -577,6 +611,9 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
         if (!self->welcomed || msg->run_id != self->node.run_id)
             mq_drops_note(&self->node.drops, MQ_DROP_RUN, msg->peer, msg->peer_len,
                           "pull before the run started, or of another run");
+        else if (!s_owner_ok(self, msg))
+            mq_drops_note(&self->node.drops, MQ_DROP_AUTH, msg->peer, msg->peer_len,
+                          "pull from a peer that does not hold the rank's token");
         else if (!self->node.finished)
             s_on_pull(self, msg);
     } else {
@@ -637,7 +674,11 @@ static int s_start(s_server_t *self, zsock_t *pipe)
         mq_err_set("cannot create a socket");
         return -1;
     }
-    mq_wire_prepare(self->data, 2000);
+    mq_wire_prepare(self->data, 2000, MQ_WIRE_MAX_MSG);
+    zsock_set_router_handover(self->data, 1); /* a worker that rejoins takes its token back */
+    if (!(self->sec = mq_sec_open(&self->cfg->sec, MQ_KEY_SERVER)) ||
+        mq_sec_serve(self->sec, self->data, "the server's data socket") != 0)
+        return -1;
     if (mq_bind(self->data, self->cfg->bind, &self->node.port) != 0)
         return -1;
     char bound[300];
@@ -649,7 +690,7 @@ static int s_start(s_server_t *self, zsock_t *pipe)
     else if (mq_advertise_endpoint(bound, self->endpoint, sizeof self->endpoint) != 0)
         return -1;
     if (mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_SERVER, self->endpoint,
-                     self->cfg->peer_timeout) != 0)
+                     self->cfg->peer_timeout, self->sec) != 0)
         return -1;
     mq_info("listening on %s (advertised as %s), registering with %s", self->cfg->bind,
             self->endpoint, self->cfg->scheduler);
@@ -678,6 +719,7 @@ void mq_server_actor(zsock_t *pipe, void *args)
     s_drop_kept(self);
     zsock_destroy(&self->data);
     mq_node_close(&self->node);
+    mq_sec_close(&self->sec); /* after its sockets */
     mq_kv_destroy(&self->kv); /* before the model: it holds the master copy's pointer */
     free(self->slots);
     mq_model_destroy(&self->model);

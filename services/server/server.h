@@ -7,6 +7,8 @@
 
 #include <czmq.h>
 
+#include "mqgrad/security.h"
+
 typedef struct {
     char scheduler[256]; /* endpoint of the scheduler */
     char bind[256];      /* where workers push, e.g. tcp://(*):7100 */
@@ -14,6 +16,7 @@ typedef struct {
     double peer_timeout; /* seconds without a word from the scheduler before giving up */
     char dump[512];      /* if set, write the final master shard here (tests) */
     char checkpoint_dir[512]; /* shard checkpoints go here (mqgrad/checkpoint.h); empty = none */
+    mq_sec_config_t sec;      /* keys (mqgrad/security.h) */
 } mq_server_config_t;
 
 /* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help) or 2 (bad). */

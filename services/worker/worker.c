@@ -67,6 +67,7 @@ typedef struct {
     mq_msg_t *pending;
     bool has_pending;
     double t_pending;
+    mq_sec_t *sec;
 } s_worker_t;
 
 #define S_PENDING_S 2.0
@@ -91,9 +92,11 @@ int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
          "seconds to wait for the servers' replies"},
         {"dump", NULL, MQ_FLAG_STR, cfg->dump, sizeof cfg->dump, 0, 0,
          "write the final parameters (raw float32) to this file"},
+        MQ_SEC_FLAGS(&cfg->sec),
         {0},
     };
-    return mq_flags_parse(flags, argc, argv, "usage: mqgrad-worker [flags]", NULL, 0, NULL);
+    int rc = mq_flags_parse(flags, argc, argv, "usage: mqgrad-worker [flags]", NULL, 0, NULL);
+    return rc != 0 ? rc : mq_sec_config_check(&cfg->sec, "mqgrad-worker");
 }
 
 static void s_fail(s_worker_t *self, const char *what)
@@ -193,7 +196,12 @@ static int s_connect_servers(s_worker_t *self, const mq_msg_t *welcome)
             mq_err_set("cannot create a socket for server %u", s);
             return -1;
         }
-        mq_wire_prepare(self->servers[s], 2000);
+        mq_wire_prepare(self->servers[s], 2000, MQ_WIRE_MAX_MSG);
+        /* the rank's token is this worker's name at the servers (mqgrad/security.h) */
+        zmq_setsockopt(zsock_resolve(self->servers[s]), ZMQ_ROUTING_ID, welcome->token,
+                       MQ_TOKEN_LEN);
+        if (mq_sec_client(self->node.sec, self->servers[s], MQ_KEY_SERVER) != 0)
+            return -1;
         if (zsock_connect(self->servers[s], "%s", welcome->servers[s]) != 0) {
             mq_err_set("cannot connect to server %u at '%s'", s, welcome->servers[s]);
             return -1;
@@ -217,9 +225,14 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
         s_fail(self, "welcome");
         return;
     }
+    if (!msg->has_token) {
+        mq_err_set("welcome without the rank's token");
+        s_fail(self, "welcome");
+        return;
+    }
     mq_log_set_tag("worker %u", self->rank);
     self->welcomed = true;
-    if (mq_node_welcomed(&self->node, self->loop, self->rank, msg->run_id) != 0 ||
+    if (mq_node_welcomed(&self->node, self->loop, msg) != 0 ||
         s_setup(self) != 0 || s_connect_servers(self, msg) != 0) {
         s_fail(self, "setup");
         return;
@@ -633,6 +646,7 @@ static void s_destroy(s_worker_t *self)
     for (uint32_t s = 0; s < MQ_WIRE_MAX_SERVERS; s++)
         zsock_destroy(&self->servers[s]);
     mq_node_close(&self->node);
+    mq_sec_close(&self->sec); /* after its sockets */
     mq_kv_worker_destroy(&self->kv);
     free(self->x);
     free(self->y);
@@ -662,8 +676,9 @@ void mq_worker_actor(zsock_t *pipe, void *args)
     if (!self->pending) {
         mq_err_set("out of memory");
         s_fail(self, "start");
-    } else if (mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_WORKER, NULL,
-                     self->cfg->peer_timeout) != 0) {
+    } else if (!(self->sec = mq_sec_open(&self->cfg->sec, MQ_KEY_WORKER)) ||
+               mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_WORKER, NULL,
+                            self->cfg->peer_timeout, self->sec) != 0) {
         s_fail(self, "start");
     } else {
         zloop_reader(self->loop, self->node.sched, s_on_sched, self);

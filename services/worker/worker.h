@@ -7,6 +7,8 @@
 
 #include <czmq.h>
 
+#include "mqgrad/security.h"
+
 typedef struct {
     char scheduler[256];  /* endpoint of the scheduler */
     char data_dir[512];   /* where the dataset files are */
@@ -14,6 +16,7 @@ typedef struct {
     double peer_timeout;  /* seconds without a word from the scheduler before giving up */
     double iter_timeout;  /* seconds to wait for the servers' replies */
     char dump[512];       /* if set, write the final parameters here (tests) */
+    mq_sec_config_t sec;  /* keys (mqgrad/security.h) */
 } mq_worker_config_t;
 
 /* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help printed) or 2

@@ -44,6 +44,9 @@ e2e_begin() {
     e2e_compose_cmd
     docker image inspect "$MQGRAD_IMAGE" >/dev/null 2>&1 \
         || e2e_fail "image $MQGRAD_IMAGE is missing: run deploy/build-images.sh (tests/e2e/run.sh does)"
+    # The cluster's keys (SECURITY.md), made as a user makes them: security is on.
+    export MQGRAD_KEYS_DIR="$E2E_TMP/keys"
+    "$E2E_REPO/deploy/keygen.sh" "$MQGRAD_KEYS_DIR" >/dev/null || e2e_fail "deploy/keygen.sh failed"
     e2e_log "project $E2E_PROJECT, run dir $E2E_RUN, ports agent $MQGRAD_AGENT_PORT http $MQGRAD_HTTP_PORT"
 }
 

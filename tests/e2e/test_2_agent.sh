@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # e2e 2: while training runs, the agent's HTTP answer (curl /bits) and the CLI's
 # (`compose exec agent mqgrad bits`) agree; `compose restart agent` does not stop training,
-# and the agent resumes from its state volume: its MDP step does not go back to 0.
+# and the agent resumes from its state volume: its MDP step does not go back to 0. With
+# security on (SECURITY.md), from the host: a client without the cluster's keys gets no
+# answer, a worker's key may not set the policy, the operator's key may.
 source "$(dirname "$0")/lib.sh"
 e2e_begin agent "${E2E_LIMIT:-1200}" "$@"
 command -v curl >/dev/null || e2e_fail "curl is needed"
@@ -33,6 +35,23 @@ done
 plain=$(compose exec -T agent mqgrad bits)
 h=$(http_bits | e2e_json_num bits)
 grep -Eq "(^|[^0-9])$h([^0-9]|$)" <<<"$plain" || e2e_log "note: plain 'mqgrad bits' printed '$plain', http says $h"
+
+cli="$E2E_REPO/${MQGRAD_BUILD_DIR:-build}/tools/mqgrad"
+ep="tcp://127.0.0.1:$MQGRAD_AGENT_PORT"
+if [ -x "$cli" ]; then
+    out=$("$cli" bits --agent "$ep" --insecure --timeout 1500 2>&1) \
+        && e2e_fail "a client without keys was answered: $out"
+    grep -q "no answer" <<<"$out" || e2e_fail "a client without keys: '$out'"
+    if [ -r "$MQGRAD_KEYS_DIR/worker.key_secret" ]; then
+        out=$(MQGRAD_KEYS="$MQGRAD_KEYS_DIR" "$cli" policy set fixed:8 --agent "$ep" \
+              --key "$MQGRAD_KEYS_DIR/worker.key_secret" 2>&1) \
+            && e2e_fail "a worker's key set the policy: $out"
+        grep -q "operator" <<<"$out" || e2e_fail "a worker's key: '$out'"
+    fi
+    e2e_log "security: no keys → no answer; a worker's key may not set the policy"
+else
+    e2e_log "note: no $cli on the host: the keys are checked from inside the stack only"
+fi
 
 # Restart once the step is well past what a fresh agent could reach while it restarts, so
 # "not back to 0" is told apart from "started anew and caught up a little".
@@ -66,3 +85,10 @@ e2e_wait "${E2E_TRAIN_LIMIT:-900}" "the run to complete" e2e_scheduler_exited
 e2e_summary_completed || e2e_fail "the run did not complete after the agent's restart"
 st=$(e2e_state "$(e2e_containers scheduler | head -n1)")
 [ "$st" = "exited 0" ] || e2e_fail "scheduler is '$st'"
+if [ -x "$cli" ]; then
+    MQGRAD_KEYS="$MQGRAD_KEYS_DIR" "$cli" policy set fixed:4 --agent "$ep" >"$E2E_TMP/op.log" 2>&1 \
+        || e2e_fail "the operator's key could not set the policy: $(cat "$E2E_TMP/op.log")"
+    b=$(MQGRAD_KEYS="$MQGRAD_KEYS_DIR" "$cli" bits --agent "$ep")
+    [ "$b" = 4 ] || e2e_fail "after the operator's 'policy set fixed:4' the agent says $b bits"
+    e2e_log "security: the operator's key set the policy (fixed:4)"
+fi

@@ -37,7 +37,7 @@ e2e_on_cleanup remove_stack
 export MQGRAD_WORKERS=2
 export MQGRAD_ITERATIONS="${E2E_ITERATIONS:-200}"
 t0=$(date +%s)
-(cd "$E2E_REPO" && docker stack deploy -c docker-compose.yml --resolve-image never "$stack") \
+(cd "$E2E_REPO" && docker stack deploy -c docker-compose.yml -c deploy/swarm.yml --resolve-image never "$stack") \
     >"$E2E_TMP/deploy.log" 2>&1 || { cat "$E2E_TMP/deploy.log" >&2; e2e_fail "docker stack deploy failed"; }
 sed 's/^/    /' "$E2E_TMP/deploy.log" >&2
 

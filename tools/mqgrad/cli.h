@@ -24,5 +24,6 @@ int mq_cmd_bits(int argc, char **argv);
 int mq_cmd_status(int argc, char **argv);
 int mq_cmd_policy(int argc, char **argv);
 int mq_cmd_probe(int argc, char **argv);
+int mq_cmd_keygen(int argc, char **argv);
 
 #endif

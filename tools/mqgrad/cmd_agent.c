@@ -15,32 +15,77 @@ typedef struct {
     long timeout_ms;
     const char *pos[2];
     int npos;
+    mq_sec_config_t sec;
+    mq_key_role_t service; /* probe: the role of the service asked (its key) */
 } s_opts_t;
 
-/* Parses [--agent ENDPOINT] [--json] [--timeout MS] and up to MAX_POS positionals.
- * Returns 0, 1 after printing USAGE for --help, or 2 after a message on bad usage. */
+/* The flags every request takes, after the command's own usage line. */
+#define S_KEY_USAGE                                                                         \
+    "\nKeys (SECURITY.md): --keys DIR (MQGRAD_KEYS), --key FILE (MQGRAD_KEY; default "       \
+    "DIR/operator.key_secret, else a throw-away key that only an --open-query agent "         \
+    "answers), --insecure (MQGRAD_INSECURE) for a cluster without keys."
+
+static int s_copy_arg(const char *cmd, const char *flag, const char *val, char *dst, size_t cap)
+{
+    if (strlen(val) >= cap) {
+        fprintf(stderr, "mqgrad %s: %s: value too long\n", cmd, flag);
+        return 2;
+    }
+    snprintf(dst, cap, "%s", val);
+    return 0;
+}
+
+/* Parses [--agent ENDPOINT] [--json] [--timeout MS] [--keys DIR] [--key FILE] [--insecure]
+ * [--service ROLE] and up to MAX_POS positionals. Returns 0, 1 after printing USAGE for
+ * --help, or 2 after a message on bad usage. */
 static int s_parse(int argc, char **argv, s_opts_t *o, int max_pos, bool json_ok, const char *usage)
 {
+    memset(o, 0, sizeof *o);
     o->agent = mq_env_str("MQGRAD_AGENT", MQ_AGENT_DEFAULT_ENDPOINT);
-    o->json = false;
     o->timeout_ms = 2000;
-    o->npos = 0;
+    o->service = MQ_KEY_AGENT;
+    snprintf(o->sec.keys, sizeof o->sec.keys, "%s", mq_env_str("MQGRAD_KEYS", ""));
+    snprintf(o->sec.key, sizeof o->sec.key, "%s", mq_env_str("MQGRAD_KEY", ""));
+    const char *insecure = mq_env_str("MQGRAD_INSECURE", "0");
+    o->sec.insecure = strcmp(insecure, "1") == 0 || strcmp(insecure, "true") == 0 ||
+                      strcmp(insecure, "yes") == 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("usage: %s\n", usage);
+            printf("usage: %s%s\n", usage, S_KEY_USAGE);
             return 1;
         }
         if (json_ok && strcmp(a, "--json") == 0) {
             o->json = true;
-        } else if (strcmp(a, "--agent") == 0 || strcmp(a, "--timeout") == 0) {
+        } else if (strcmp(a, "--insecure") == 0) {
+            o->sec.insecure = true;
+        } else if (strcmp(a, "--agent") == 0 || strcmp(a, "--timeout") == 0 ||
+                   strcmp(a, "--keys") == 0 || strcmp(a, "--key") == 0 ||
+                   strcmp(a, "--service") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "mqgrad %s: %s needs a value\nusage: %s\n", argv[0], a, usage);
                 return 2;
             }
-            if (a[2] == 'a') {
-                o->agent = argv[++i];
-            } else if (mq_parse_long("--timeout (milliseconds)", argv[++i], 1, 3600000,
+            const char *v = argv[++i];
+            if (strcmp(a, "--agent") == 0) {
+                o->agent = v;
+            } else if (strcmp(a, "--keys") == 0) {
+                if (s_copy_arg(argv[0], a, v, o->sec.keys, sizeof o->sec.keys))
+                    return 2;
+            } else if (strcmp(a, "--key") == 0) {
+                if (s_copy_arg(argv[0], a, v, o->sec.key, sizeof o->sec.key))
+                    return 2;
+            } else if (strcmp(a, "--service") == 0) {
+                o->service = strcmp(v, "agent") == 0       ? MQ_KEY_AGENT
+                             : strcmp(v, "scheduler") == 0 ? MQ_KEY_SCHEDULER
+                             : strcmp(v, "server") == 0    ? MQ_KEY_SERVER
+                                                           : MQ_KEY_NONE;
+                if (o->service == MQ_KEY_NONE) {
+                    fprintf(stderr, "mqgrad %s: --service '%s': agent, scheduler or server\n",
+                            argv[0], v);
+                    return 2;
+                }
+            } else if (mq_parse_long("--timeout (milliseconds)", v, 1, 3600000,
                                      &o->timeout_ms) != 0) {
                 fprintf(stderr, "mqgrad %s: %s\n", argv[0], mq_err_last());
                 return 2;
@@ -52,20 +97,31 @@ static int s_parse(int argc, char **argv, s_opts_t *o, int max_pos, bool json_ok
             return 2;
         }
     }
+    if (mq_sec_config_check(&o->sec, NULL) != 0) {
+        fprintf(stderr, "mqgrad %s: %s\n", argv[0], mq_err_last());
+        return 2;
+    }
     return 0;
 }
 
-/* One request/reply with ENDPOINT within TIMEOUT_MS. Returns 0 with REPLY filled (an
- * ERROR reply included), or -1 with an error. */
-static int s_request(const char *endpoint, mq_msg_type_t type, const char *text, long timeout_ms,
-                     mq_msg_t *reply)
+/* One request/reply with the service of O at ENDPOINT within O's timeout. Returns 0 with
+ * REPLY filled (an ERROR reply included), or -1 with an error. */
+static int s_request(const s_opts_t *o, const char *endpoint, mq_msg_type_t type,
+                     const char *text, mq_msg_t *reply)
 {
+    long timeout_ms = o->timeout_ms;
+    mq_sec_t *sec = mq_sec_open(&o->sec, MQ_KEY_OPERATOR);
+    if (!sec)
+        return -1;
     zsock_t *sock = zsock_new(ZMQ_DEALER);
-    if (!sock) {
-        mq_err_set("cannot create a socket");
+    if (!sock || mq_sec_client(sec, sock, o->service) != 0) {
+        if (!sock)
+            mq_err_set("cannot create a socket");
+        zsock_destroy(&sock);
+        mq_sec_close(&sec);
         return -1;
     }
-    mq_wire_prepare(sock, 0);
+    mq_wire_prepare(sock, 0, MQ_WIRE_MAX_CONTROL_MSG);
     zsock_set_rcvtimeo(sock, (int)timeout_ms);
     zsock_set_sndtimeo(sock, (int)timeout_ms);
     int rc = -1;
@@ -88,10 +144,12 @@ static int s_request(const char *endpoint, mq_msg_type_t type, const char *text,
         if (drop == MQ_DROP_NONE)
             break; /* timed out (or interrupted) */
     }
-    mq_err_set("no answer from %s within %ld ms (is the service running there?)", endpoint,
-               timeout_ms);
+    mq_err_set("no answer from %s within %ld ms (is the service running there%s?)", endpoint,
+               timeout_ms,
+               mq_sec_enabled(sec) ? ", and are these its cluster's keys" : ", without keys");
 done:
     zsock_destroy(&sock);
+    mq_sec_close(&sec);
     return rc;
 }
 
@@ -99,7 +157,7 @@ done:
 static int s_ask(const s_opts_t *o, const char *cmd, mq_msg_type_t type, const char *text,
                  mq_msg_t *reply)
 {
-    if (s_request(o->agent, type, text, o->timeout_ms, reply) != 0) {
+    if (s_request(o, o->agent, type, text, reply) != 0) {
         fprintf(stderr, "mqgrad %s: %s\n", cmd, mq_err_last());
         return 1;
     }
@@ -233,9 +291,11 @@ int mq_cmd_policy(int argc, char **argv)
 
 int mq_cmd_probe(int argc, char **argv)
 {
-    static const char *usage = "mqgrad probe ENDPOINT [--timeout MS]\n"
-                               "Exit 0 if the mqgrad service at ENDPOINT answers PING within "
-                               "the timeout (2000 ms), else 1.";
+    static const char *usage = "mqgrad probe ENDPOINT [--service agent|scheduler|server] "
+                               "[--timeout MS]\n"
+                               "Exit 0 if the mqgrad service at ENDPOINT (an agent unless "
+                               "--service says) answers PING within the timeout (2000 ms), "
+                               "else 1.";
     s_opts_t o;
     int rc = s_parse(argc, argv, &o, 1, false, usage);
     if (rc)
@@ -247,7 +307,7 @@ int mq_cmd_probe(int argc, char **argv)
     }
     mq_msg_t *m = calloc(1, sizeof *m);
     int64_t t0 = mq_now_us();
-    if (!m || s_request(o.pos[0], MQ_MSG_PING, NULL, o.timeout_ms, m) != 0) {
+    if (!m || s_request(&o, o.pos[0], MQ_MSG_PING, NULL, m) != 0) {
         fprintf(stderr, "mqgrad probe: %s\n", m ? mq_err_last() : "out of memory");
         free(m);
         return 1;

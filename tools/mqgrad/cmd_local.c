@@ -26,6 +26,7 @@
 #include "mqgrad/optim.h"
 #include "mqgrad/quant.h"
 #include "mqgrad/rl.h"
+#include "mqgrad/security.h"
 #include "mqgrad/util.h"
 
 #define S_MAX_CHILDREN 80
@@ -180,6 +181,8 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
         {"progress-every", NULL, MQ_FLAG_STR, o->progress_every, sizeof o->progress_every, 0, 0,
          "seconds between progress lines (2)"},
         {"quiet", NULL, MQ_FLAG_BOOL, &o->quiet, 0, 0, 0, "no progress lines"},
+        {"insecure", "MQGRAD_INSECURE", MQ_FLAG_BOOL, &o->insecure, 0, 0, 0,
+         "no keys, no encryption (default: throw-away keys in RUN/keys for this run)"},
         {0},
     };
     int rc = mq_flags_parse(flags, argc, argv,
@@ -319,6 +322,30 @@ static bool s_levelless(const mq_local_opts_t *o)
     return c.id != MQ_CODEC_ID_none && mq_codec_ops(&c)->max_bits == 0;
 }
 
+/* Every service of the run gets its keys from the environment: the run's own throw-away
+ * keys in RUN/keys (made once; a resumed run keeps them), or --insecure. A key of the
+ * user's own (MQGRAD_KEY) is not the services' to take. */
+static int s_keys(const mq_local_opts_t *o, char *keys, size_t len)
+{
+    unsetenv("MQGRAD_KEY");
+    unsetenv("MQGRAD_SECRET_KEY");
+    unsetenv("MQGRAD_PUBLIC_KEYS");
+    keys[0] = '\0';
+    if (o->insecure) {
+        setenv("MQGRAD_INSECURE", "1", 1);
+        unsetenv("MQGRAD_KEYS");
+        return 0;
+    }
+    unsetenv("MQGRAD_INSECURE");
+    char probe[PATH_MAX];
+    snprintf(keys, len, "%s/keys", o->run_dir);
+    snprintf(probe, sizeof probe, "%s/agent.key", keys);
+    if (access(probe, F_OK) != 0 && mq_sec_keygen(keys, NULL) != 0)
+        return -1;
+    setenv("MQGRAD_KEYS", keys, 1);
+    return 0;
+}
+
 static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
 {
     char exe[PATH_MAX], bind[64], http[16], state[PATH_MAX + 16], extra[256];
@@ -330,9 +357,10 @@ static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *
     snprintf(http, sizeof http, "%d", hport);
     cl->http_port = hport;
     snprintf(state, sizeof state, "%s/agent.state", o->run_dir);
-    char *argv[48] = {exe, "--bind", bind, "--http-port", http, "--policy", (char *)o->policy,
-                      "--state", state};
-    int n = 9;
+    char *argv[48] = {exe,     "--bind",      bind,         "--http-port",
+                      http,    "--http-bind", "127.0.0.1",  "--policy",
+                      (char *)o->policy, "--state", state};
+    int n = 11;
     snprintf(extra, sizeof extra, "%s", o->agent_args);
     for (char *save, *t = strtok_r(extra, " ", &save); t && n < 46; t = strtok_r(NULL, " ", &save))
         argv[n++] = t;
@@ -641,6 +669,11 @@ int mq_local_run(const mq_local_opts_t *o, int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     s_stop_signal = 0;
+    char keys[PATH_MAX];
+    if (s_keys(o, keys, sizeof keys) != 0) {
+        fprintf(stderr, "mqgrad local: keys: %s\n", mq_err_last());
+        return 2;
+    }
     static s_cluster_t cl;
     memset(&cl, 0, sizeof cl);
     cl.agent = -1;
@@ -655,9 +688,10 @@ int mq_local_run(const mq_local_opts_t *o, int argc, char **argv)
         printf("mqgrad local: %ld workers, %ld servers, %s %s; logs in %s\n", o->workers,
                o->servers, agent ? "policy" : "codec", agent ? o->policy : o->codec, logdir);
         if (agent)
-            printf("  ask the agent: mqgrad bits --agent %s   or   curl -s "
+            printf("  ask the agent: %s%s%smqgrad bits%s --agent %s   or   curl -s "
                    "localhost:%d/bits\n",
-                   cl.agent_ep, cl.http_port);
+                   keys[0] ? "MQGRAD_KEYS=" : "", keys, keys[0] ? " " : "",
+                   keys[0] ? "" : " --insecure", cl.agent_ep, cl.http_port);
         fflush(stdout);
     }
     return s_watch(o, &cl);

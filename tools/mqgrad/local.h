@@ -24,6 +24,7 @@ typedef struct {
     /* forwarded to the workers */
     char data_dir[512], threads[8];
     bool quiet;         /* no progress lines (experiment prints its own) */
+    bool insecure;      /* every service --insecure; else throw-away keys in RUN/keys */
 } mq_local_opts_t;
 
 /* Defaults, then MQGRAD_* variables, then ARGV. Returns 0, 1 (help) or 2 (bad usage). */

@@ -14,6 +14,7 @@ const mq_cmd_t mq_cmds[] = {
     {"status", mq_cmd_status, "the agent's policy, bits, MDP step, reward, Q-values"},
     {"policy", mq_cmd_policy, "swap the agent's policy (policy set SPEC) or show it"},
     {"probe", mq_cmd_probe, "exit 0 if an mqgrad service answers PING (healthchecks)"},
+    {"keygen", mq_cmd_keygen, "make a cluster's CURVE keys (SECURITY.md)"},
     {NULL, NULL, NULL},
 };
 

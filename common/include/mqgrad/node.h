@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "mqgrad/security.h"
 #include "mqgrad/wire.h"
 
 #ifdef __cplusplus
@@ -35,18 +36,22 @@ typedef struct {
     uint64_t run_id;     /* the run WELCOME named (0 before) */
     uint32_t rank;
     zactor_t *beat;      /* the heartbeat thread, from WELCOME on */
+    mq_sec_t *sec;       /* the node's keys (mqgrad/security.h); outlives the node */
+    bool has_token;
+    uint8_t token[MQ_TOKEN_LEN]; /* WELCOME's: on every message to the scheduler */
 } mq_node_t;
 
-/* Connects to the scheduler at ENDPOINT and registers as ROLE (a server gives the endpoint
- * workers should use in ADVERTISE, a worker NULL). Returns 0, or -1 with an error. */
+/* Connects to the scheduler at ENDPOINT (with SEC's keys) and registers as ROLE (a server
+ * gives the endpoint workers should use in ADVERTISE, a worker NULL). Returns 0, or -1 with
+ * an error. */
 int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t role,
-                 const char *advertise, double peer_timeout);
+                 const char *advertise, double peer_timeout, mq_sec_t *sec);
 void mq_node_close(mq_node_t *n);
 
-/* WELCOME named the run RUN_ID and this node's RANK: every message this thread sends from now
- * on carries the run id, and heartbeats start (from LOOP, which also hears a refusal from the
- * heartbeat thread). Returns 0, or -1 with an error. */
-int mq_node_welcomed(mq_node_t *n, zloop_t *loop, uint32_t rank, uint64_t run_id);
+/* WELCOME named the run, this node's rank and its token: every message this thread sends
+ * from now on carries the run id and the token, and heartbeats start (from LOOP, which also
+ * hears a refusal from the heartbeat thread). Returns 0, or -1 with an error. */
+int mq_node_welcomed(mq_node_t *n, zloop_t *loop, const mq_msg_t *welcome);
 
 /* Tells the scheduler this node (of RANK) is set up. */
 int mq_node_ready(mq_node_t *n, uint32_t rank);

@@ -33,6 +33,12 @@ extern "C" {
 /* Largest message any socket accepts (ZMQ_MAXMSGSIZE): the paper model's fp32 gradient is
  * 64 MB, so 256 MB leaves room while refusing absurd frames. */
 #define MQ_WIRE_MAX_MSG (256LL << 20)
+/* Largest message a control socket (the scheduler's, the agent's, a node's link to the
+ * scheduler) takes: a Meta frame and nothing else. */
+#define MQ_WIRE_MAX_CONTROL_MSG (128LL << 10)
+/* A node's token for the run (proto/mqgrad.proto Meta.token) and the servers' run key. */
+#define MQ_TOKEN_LEN 16
+#define MQ_RUN_KEY_LEN 32
 
 typedef enum {
     MQ_MSG_UNKNOWN = 0,
@@ -87,6 +93,7 @@ typedef enum {
     MQ_DROP_PAYLOAD,        /* the codec refused the payload (header, index, non-finite value) */
     MQ_DROP_RUN,            /* a message of another run (its run id is not ours) */
     MQ_DROP_LATE,           /* a straggler's push or report for an iteration already closed */
+    MQ_DROP_AUTH,           /* the sender's key or token does not allow it (SECURITY.md) */
     MQ_DROP_COUNT_
 } mq_drop_t;
 
@@ -197,6 +204,14 @@ typedef struct {
     uint64_t run_id;     /* 0 when sent: the sending thread's (mq_wire_set_run_id) */
     bool checkpoint;     /* ITERATE to servers: write the shard checkpoint first */
     bool retry;          /* ERROR: the node may register again */
+    /* ownership (SECURITY.md): the sender's token (0 when sent: the thread's, see
+     * mq_wire_set_token), WELCOME to servers: the run key */
+    bool has_token;
+    uint8_t token[MQ_TOKEN_LEN];
+    bool has_run_key;
+    uint8_t run_key[MQ_RUN_KEY_LEN];
+    /* received over CURVE: the sender's public key (Z85), "" otherwise (mqgrad/security.h) */
+    char user_id[41];
     mq_report_t report;
     mq_obs_msg_t obs;
     mq_status_msg_t status;
@@ -216,9 +231,11 @@ void mq_msg_init(mq_msg_t *msg, mq_msg_type_t type);
 /* Releases received payload frames. Safe to call twice. */
 void mq_msg_reset(mq_msg_t *msg);
 
-/* Sets the socket options every mqgrad socket gets: ZMQ_MAXMSGSIZE, linger, and for ROUTER
- * sockets ZMQ_ROUTER_MANDATORY (an unroutable send fails instead of vanishing). */
-void mq_wire_prepare(zsock_t *sock, int linger_ms);
+/* Sets the socket options every mqgrad socket gets: ZMQ_MAXMSGSIZE (MAX_MSG bytes: a control
+ * socket takes MQ_WIRE_MAX_CONTROL_MSG, one that carries gradients MQ_WIRE_MAX_MSG), linger,
+ * and for ROUTER sockets ZMQ_ROUTER_MANDATORY (an unroutable send fails instead of
+ * vanishing). */
+void mq_wire_prepare(zsock_t *sock, int linger_ms, int64_t max_msg);
 
 /* Sends MSG with NPAYLOADS payloads (one per msg->tensors entry; ntensors must equal
  * npayloads). On a ROUTER socket msg->peer is the destination. Returns 0, or -1 with an
@@ -235,6 +252,8 @@ int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop);
  * once WELCOME names the run; the scheduler when it starts one). */
 void mq_wire_set_run_id(uint64_t run_id);
 uint64_t mq_wire_run_id(void);
+/* The token this thread stamps on every message it sends without one (NULL: none). */
+void mq_wire_set_token(const uint8_t *token);
 
 /* Index of RANK in the member set MEMBERS[0..N) (rank order), or -1 if it is not a member. */
 int mq_member_index(const uint32_t *members, uint32_t n, uint32_t rank);

@@ -9,9 +9,10 @@
 #include "mqgrad/util.h"
 
 int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t role,
-                 const char *advertise, double peer_timeout)
+                 const char *advertise, double peer_timeout, mq_sec_t *sec)
 {
     n->pipe = pipe;
+    n->sec = sec;
     n->role = role;
     n->peer_timeout = peer_timeout;
     n->last_heard = mq_now_s();
@@ -22,7 +23,9 @@ int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t ro
         mq_err_set("cannot create a socket");
         return -1;
     }
-    mq_wire_prepare(n->sched, 2000);
+    mq_wire_prepare(n->sched, 2000, MQ_WIRE_MAX_CONTROL_MSG);
+    if (mq_sec_client(sec, n->sched, MQ_KEY_SCHEDULER) != 0)
+        return -1;
     if (zsock_connect(n->sched, "%s", endpoint) != 0) {
         mq_err_set("cannot connect to the scheduler at '%s'", endpoint);
         return -1;
@@ -41,6 +44,9 @@ typedef struct {
     mq_role_t role;
     uint32_t rank;
     uint64_t incarnation, run_id;
+    mq_sec_t *sec;
+    bool has_token;
+    uint8_t token[MQ_TOKEN_LEN];
 } s_beat_args_t;
 
 /* Sends HEARTBEAT every MQ_HEARTBEAT_MS on its own socket until $TERM; a refusal from the
@@ -52,15 +58,17 @@ static void s_beat_actor(zsock_t *pipe, void *args)
     zsock_t *sock = zsock_new(ZMQ_DEALER);
     mq_msg_t *msg = calloc(1, sizeof *msg);
     zsock_signal(pipe, 0);
-    if (!sock || !msg || zsock_connect(sock, "%s", a.endpoint) != 0) {
+    if (!sock || !msg || mq_sec_client(a.sec, sock, MQ_KEY_SCHEDULER) != 0 ||
+        zsock_connect(sock, "%s", a.endpoint) != 0) {
         zsock_destroy(&sock);
         free(msg);
         zsock_wait(pipe); /* nothing to do but wait for $TERM */
         return;
     }
-    mq_wire_prepare(sock, 0);
+    mq_wire_prepare(sock, 0, MQ_WIRE_MAX_CONTROL_MSG);
     zsock_set_sndtimeo(sock, 0);
     mq_wire_set_run_id(a.run_id);
+    mq_wire_set_token(a.has_token ? a.token : NULL);
     zpoller_t *poller = zpoller_new(pipe, sock, NULL);
     int64_t next = zclock_mono();
     bool refused = false;
@@ -127,18 +135,22 @@ static int s_on_beat(zloop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
-int mq_node_welcomed(mq_node_t *n, zloop_t *loop, uint32_t rank, uint64_t run_id)
+int mq_node_welcomed(mq_node_t *n, zloop_t *loop, const mq_msg_t *welcome)
 {
-    n->rank = rank;
-    n->run_id = run_id;
-    mq_wire_set_run_id(run_id);
+    n->rank = welcome->rank;
+    n->run_id = welcome->run_id;
+    n->has_token = welcome->has_token;
+    memcpy(n->token, welcome->token, MQ_TOKEN_LEN);
+    mq_wire_set_run_id(n->run_id);
+    mq_wire_set_token(n->has_token ? n->token : NULL);
     s_beat_args_t *a = calloc(1, sizeof *a);
     if (!a) {
         mq_err_set("out of memory");
         return -1;
     }
-    *a = (s_beat_args_t){.role = n->role, .rank = rank, .incarnation = n->incarnation,
-                         .run_id = run_id};
+    *a = (s_beat_args_t){.role = n->role, .rank = n->rank, .incarnation = n->incarnation,
+                         .run_id = n->run_id, .sec = n->sec, .has_token = n->has_token};
+    memcpy(a->token, n->token, MQ_TOKEN_LEN);
     snprintf(a->endpoint, sizeof a->endpoint, "%s", n->endpoint);
     n->beat = zactor_new(s_beat_actor, a);
     if (!n->beat) {
@@ -252,6 +264,9 @@ int mq_node_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
     } else if (streq(cmd, "DROPS")) {
         char buf[512];
         mq_drops_format(&n->drops, buf, sizeof buf);
+        size_t len = strlen(buf);
+        snprintf(buf + len, sizeof buf - len, " refused=%llu",
+                 (unsigned long long)mq_sec_refused(n->sec));
         zstr_send(pipe, buf);
     }
     zstr_free(&cmd);

@@ -32,7 +32,7 @@ const char *mq_drop_name(mq_drop_t r)
     static const char *names[] = {"none",      "garbage", "version",   "type",   "frames",
                                   "length",    "codec",   "nonfinite", "rank",   "iter",
                                   "shard",     "layout",  "duplicate", "too_many",
-                                  "payload",   "run",     "late"};
+                                  "payload",   "run",     "late",      "auth"};
     return (r >= 0 && r < MQ_DROP_COUNT_) ? names[r] : "invalid";
 }
 
@@ -62,11 +62,10 @@ void mq_msg_reset(mq_msg_t *msg)
     }
 }
 
-void mq_wire_prepare(zsock_t *sock, int linger_ms)
+void mq_wire_prepare(zsock_t *sock, int linger_ms, int64_t max_msg)
 {
     void *h = zsock_resolve(sock);
-    int64_t max = MQ_WIRE_MAX_MSG;
-    zmq_setsockopt(h, ZMQ_MAXMSGSIZE, &max, sizeof max);
+    zmq_setsockopt(h, ZMQ_MAXMSGSIZE, &max_msg, sizeof max_msg);
     zsock_set_linger(sock, linger_ms);
     zsock_set_sndtimeo(sock, 10000);
     if (zsock_type(sock) == ZMQ_ROUTER)
@@ -141,6 +140,8 @@ static void s_status_to_pb(mq_status_msg_t *s, Mqgrad__Status *pb)
 
 /* Packs MSG's Meta into a per-thread buffer that grows as needed (rarely: Meta is small). */
 static _Thread_local uint64_t s_run_id;
+static _Thread_local bool s_has_token;
+static _Thread_local uint8_t s_token[MQ_TOKEN_LEN];
 static _Thread_local uint8_t *s_pack_buf;
 static _Thread_local size_t s_pack_cap;
 
@@ -181,6 +182,14 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.run_id = msg->run_id ? msg->run_id : s_run_id;
     meta.checkpoint = msg->checkpoint;
     meta.retry = msg->retry;
+    if (msg->has_token || s_has_token) {
+        meta.token.data = msg->has_token ? msg->token : s_token;
+        meta.token.len = MQ_TOKEN_LEN;
+    }
+    if (msg->has_run_key) {
+        meta.run_key.data = msg->run_key;
+        meta.run_key.len = MQ_RUN_KEY_LEN;
+    }
     if (msg->nservers > MQ_WIRE_MAX_SERVERS || msg->ntensors > MQ_WIRE_MAX_TENSORS) {
         mq_err_set("too many servers (%u) or tensors (%u)", msg->nservers, msg->ntensors);
         return -1;
@@ -537,6 +546,20 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->run_id = meta->run_id;
     msg->checkpoint = meta->checkpoint;
     msg->retry = meta->retry;
+    if (meta->token.len != 0 && meta->token.len != MQ_TOKEN_LEN) {
+        mq_err_set("token of %zu bytes (%d expected)", meta->token.len, MQ_TOKEN_LEN);
+        return MQ_DROP_GARBAGE;
+    }
+    if (meta->run_key.len != 0 && meta->run_key.len != MQ_RUN_KEY_LEN) {
+        mq_err_set("run key of %zu bytes (%d expected)", meta->run_key.len, MQ_RUN_KEY_LEN);
+        return MQ_DROP_GARBAGE;
+    }
+    msg->has_token = meta->token.len == MQ_TOKEN_LEN;
+    if (msg->has_token)
+        memcpy(msg->token, meta->token.data, MQ_TOKEN_LEN);
+    msg->has_run_key = meta->run_key.len == MQ_RUN_KEY_LEN;
+    if (msg->has_run_key)
+        memcpy(msg->run_key, meta->run_key.data, MQ_RUN_KEY_LEN);
     if (meta->n_members > MQ_WIRE_MAX_WORKERS) {
         mq_err_set("%zu members (at most %d)", meta->n_members, MQ_WIRE_MAX_WORKERS);
         return MQ_DROP_TOO_MANY;
@@ -637,6 +660,13 @@ uint64_t mq_wire_run_id(void)
     return s_run_id;
 }
 
+void mq_wire_set_token(const uint8_t *token)
+{
+    s_has_token = token != NULL;
+    if (token)
+        memcpy(s_token, token, MQ_TOKEN_LEN);
+}
+
 int mq_member_index(const uint32_t *members, uint32_t n, uint32_t rank)
 {
     uint32_t lo = 0, hi = n; /* sorted: the wire checked it */
@@ -696,6 +726,9 @@ int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop)
         more = zmq_msg_more(&first);
     }
     msg->wire_bytes = zmq_msg_size(&first);
+    const char *uid = zmq_msg_gets(&first, "User-Id"); /* set by the CURVE handshake */
+    if (uid)
+        snprintf(msg->user_id, sizeof msg->user_id, "%s", uid);
     mq_drop_t d = s_recv_payloads(h, msg, more);
     if (d == MQ_DROP_NONE && zmq_msg_size(&first) > S_MAX_META) {
         mq_err_set("meta frame of %zu bytes (limit %d)", zmq_msg_size(&first), S_MAX_META);

@@ -1,0 +1,358 @@
+/* Who may talk to whom (SECURITY.md), against live services over TCP: a peer with no key, an
+ * unknown key, or a client that expects another server's key never gets a message through
+ * (the refusal is counted); a known key may only send what its role may (REGISTER from node
+ * keys, POLICY_SET from operator keys, OBSERVE from the scheduler's key); a worker's push is
+ * taken only from the holder of its rank's token. The CLI and the agent's HTTP side too. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent.h"
+#include "harness.h"
+#include "http_test.h"
+#include "local_run.h"
+#include "mqgrad/security.h"
+#include "mqgrad/wire.h"
+#include "sec_test.h"
+
+#define S_CLI MQ_TEST_BIN_DIR "/tools/mqgrad"
+#define S_SCHED MQ_TEST_BIN_DIR "/services/mqgrad-scheduler"
+
+typedef enum { S_NO_KEY, S_UNKNOWN_KEY, S_WRONG_SERVER_KEY } s_bad_t;
+
+/* A socket to ENDPOINT that cannot get through: no CURVE, a key of another cluster, or a
+ * known key that expects another server key than SERVER's. */
+static zsock_t *s_bad_dealer(const char *endpoint, s_bad_t how, mq_key_role_t server)
+{
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(s);
+    mq_wire_prepare(s, 0, MQ_WIRE_MAX_CONTROL_MSG);
+    zsock_set_rcvtimeo(s, 1500);
+    if (how == S_UNKNOWN_KEY) {
+        test_sec_client(s, "operator", server); /* the real server key... */
+        zcert_t *stranger = zcert_new();        /* ...and a key of no cluster */
+        zcert_apply(stranger, s);
+        zcert_destroy(&stranger);
+    } else if (how == S_WRONG_SERVER_KEY) {
+        test_sec_client(s, "operator", server == MQ_KEY_AGENT ? MQ_KEY_SCHEDULER : MQ_KEY_AGENT);
+    }
+    cr_assert_eq(zsock_connect(s, "%s", endpoint), 0);
+    return s;
+}
+
+static zsock_t *s_dealer(const char *endpoint, const char *as, mq_key_role_t server)
+{
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(s);
+    mq_wire_prepare(s, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_rcvtimeo(s, 5000);
+    test_sec_client(s, as, server);
+    cr_assert_eq(zsock_connect(s, "%s", endpoint), 0);
+    return s;
+}
+
+/* Sends a message of TYPE (ROLE, TEXT) on S; with WANT_REPLY the reply, else asserts that
+ * none comes within the socket's receive timeout. */
+static bool s_send_recv(zsock_t *s, mq_msg_type_t type, mq_role_t role, const char *text,
+                        mq_msg_t *reply)
+{
+    memset(reply, 0, sizeof *reply);
+    mq_msg_init(reply, type);
+    reply->role = role;
+    snprintf(reply->text, sizeof reply->text, "%s", text ? text : "");
+    mq_wire_send(s, reply, NULL, 0); /* a socket that never connects queues it */
+    mq_drop_t drop;
+    return mq_wire_recv(s, reply, &drop) == 0;
+}
+
+/* The count after "NAME=" in the DROPS answer of ACTOR. */
+static long s_drops(zactor_t *actor, const char *name)
+{
+    zstr_send(actor, "DROPS");
+    char *d = zstr_recv(actor);
+    char key[32];
+    snprintf(key, sizeof key, " %s=", name);
+    const char *p = strstr(d, key);
+    if (!p && strncmp(d, key + 1, strlen(key) - 1) == 0)
+        p = d - 1;
+    cr_assert_not_null(p, "no %s in '%s'", name, d);
+    long n = atol(p + strlen(key));
+    zstr_free(&d);
+    return n;
+}
+
+/* Waits until ACTOR's count NAME reaches AT_LEAST (a refused handshake is counted from the
+ * watch thread, a moment after the client gave up). */
+static long s_drops_reach(zactor_t *actor, const char *name, long at_least)
+{
+    long n = 0;
+    for (int i = 0; i < 50 && (n = s_drops(actor, name)) < at_least; i++)
+        zclock_sleep(100);
+    return n;
+}
+
+Test(security, the_scheduler_takes_registrations_only_from_node_keys, .timeout = 120)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--iterations", "20", "--eval-every", "0", NULL};
+    cluster_start_core(&c, 1, 1, "sec-sched", extra);
+    mq_msg_t m;
+    for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
+        zsock_t *s = s_bad_dealer(c.endpoint, (s_bad_t)how, MQ_KEY_SCHEDULER);
+        cr_expect_not(s_send_recv(s, MQ_MSG_REGISTER, MQ_ROLE_WORKER, NULL, &m),
+                      "a peer with bad keys (%d) got an answer: %s", how, mq_msg_type_name(m.type));
+        zsock_destroy(&s);
+        cr_expect_geq(s_drops_reach(c.sched, "refused", how + 1), how + 1,
+                      "refused handshake %d not counted", how);
+    }
+    /* Known keys of the wrong role are told why, and take no rank. */
+    const char *wrong[] = {"operator", "server", "agent"};
+    for (int i = 0; i < 3; i++) {
+        zsock_t *s = s_dealer(c.endpoint, wrong[i], MQ_KEY_SCHEDULER);
+        cr_assert(s_send_recv(s, MQ_MSG_REGISTER, MQ_ROLE_WORKER, NULL, &m), "no answer");
+        cr_expect_eq(m.type, MQ_MSG_ERROR, "a %s key registered as a worker", wrong[i]);
+        cr_expect(strstr(m.text, "workers' key"), "%s", m.text);
+        mq_msg_reset(&m);
+        zsock_destroy(&s);
+    }
+    cr_expect_eq(s_drops(c.sched, "auth"), 3);
+    /* The workers' key registers (and gets its rank's token). */
+    zsock_t *s = s_dealer(c.endpoint, "worker", MQ_KEY_SCHEDULER);
+    mq_msg_init(&m, MQ_MSG_REGISTER);
+    m.role = MQ_ROLE_WORKER;
+    m.incarnation = 42;
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    mq_drop_t drop;
+    cr_assert_eq(mq_wire_recv(s, &m, &drop), 0, "no welcome for the workers' key");
+    cr_expect_eq(m.type, MQ_MSG_WELCOME);
+    cr_expect(m.has_token, "a welcome without the rank's token");
+    cr_expect_not(m.has_run_key, "a worker was given the run key");
+    mq_msg_reset(&m);
+    zsock_destroy(&s);
+    cluster_stop(&c);
+}
+
+Test(security, servers_take_pushes_only_from_the_holder_of_the_rank, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--iterations", "400", "--eval-every", "0",
+                     "--final-eval-limit", "1000", NULL};
+    cluster_start_core(&c, 2, 1, "sec-push", extra);
+    zstr_send(c.servers[0], "PORT");
+    char *port = zstr_recv(c.servers[0]);
+    char server_ep[64];
+    snprintf(server_ep, sizeof server_ep, "tcp://127.0.0.1:%s", port);
+    zstr_free(&port);
+    cluster_start_workers(&c);
+    char run[300];
+    snprintf(run, sizeof run, "%s/run", c.dir);
+    mq_test_wait_rows(run, 2, 60);
+    char path[400], *text;
+    size_t tlen;
+    snprintf(path, sizeof path, "%s/events.jsonl", run);
+    cr_assert_eq(mq_read_file(path, &text, &tlen), 0, "%s", mq_err_last());
+    const char *idp = strstr(text, "\"run_id\":\"");
+    cr_assert_not_null(idp, "no run id in %s", path);
+    uint64_t run_id = strtoull(idp + 10, NULL, 16);
+    free(text);
+    mq_msg_t m;
+    for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
+        zsock_t *s = s_bad_dealer(server_ep, (s_bad_t)how, MQ_KEY_SERVER);
+        cr_expect_not(s_send_recv(s, MQ_MSG_PING, MQ_ROLE_NONE, NULL, &m),
+                      "a peer with bad keys (%d) got an answer", how);
+        zsock_destroy(&s);
+        cr_expect_geq(s_drops_reach(c.servers[0], "refused", how + 1), how + 1);
+    }
+    /* The operator's key may ping, not push; the workers' key without a token may not push
+     * for rank 0 either, even named like a worker (a guessed token). */
+    zsock_t *op = s_dealer(server_ep, "operator", MQ_KEY_SERVER);
+    cr_assert(s_send_recv(op, MQ_MSG_PING, MQ_ROLE_NONE, NULL, &m), "no pong for the operator");
+    cr_expect_eq(m.type, MQ_MSG_PONG);
+    mq_msg_reset(&m);
+    zsock_t *ins = zsock_new(ZMQ_DEALER);
+    mq_wire_prepare(ins, 0, MQ_WIRE_MAX_MSG);
+    uint8_t guess[MQ_TOKEN_LEN];
+    memset(guess, 0x5a, sizeof guess);
+    zmq_setsockopt(zsock_resolve(ins), ZMQ_ROUTING_ID, guess, sizeof guess);
+    test_sec_client(ins, "worker", MQ_KEY_SERVER);
+    cr_assert_eq(zsock_connect(ins, "%s", server_ep), 0);
+    zsock_t *senders[2] = {op, ins};
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < 3; k++) { /* rank 0's pushes and a pull */
+            mq_msg_init(&m, k < 2 ? MQ_MSG_PUSH : MQ_MSG_PULL);
+            m.rank = 0;
+            m.shard = 0;
+            m.run_id = run_id;
+            m.bits = 32;
+            m.lr = 0.1f;
+            cr_assert_eq(mq_wire_send(senders[i], &m, NULL, 0), 0);
+        }
+    }
+    cr_expect_eq(cluster_wait(&c, 150), 0, "the run did not complete");
+    long auth = s_drops(c.servers[0], "auth");
+    cr_expect_geq(auth, 2, "pushes without the rank's token were not refused (auth=%ld)", auth);
+    snprintf(path, sizeof path, "%s/summary.json", run);
+    cr_assert_eq(mq_read_file(path, &text, &tlen), 0, "%s", mq_err_last());
+    double acc = test_json_num(text, "final_test_acc");
+    free(text);
+    cr_expect_gt(acc, 0.5, "the run did not learn: %.3f (chance is 0.1)", acc);
+    zsock_destroy(&op);
+    zsock_destroy(&ins);
+    cluster_stop(&c);
+}
+
+/* An in-process agent serving fixed:3 with the tests' keys; OPEN: QUERY from any key. */
+static zactor_t *s_agent(mq_agent_config_t *cfg, bool open, char *endpoint, size_t len)
+{
+    test_keys();
+    cr_assert_eq(mq_agent_config_default(cfg), 0, "%s", mq_err_last());
+    snprintf(cfg->bind, sizeof cfg->bind, "tcp://127.0.0.1:*");
+    snprintf(cfg->policy, sizeof cfg->policy, "fixed:3");
+    cfg->http_port = MQ_AGENT_HTTP_ANY;
+    snprintf(cfg->http_token, sizeof cfg->http_token, "s3cret-token");
+    cfg->sec.open = open;
+    zactor_t *a = zactor_new(mq_agent_actor, cfg);
+    cr_assert_eq(cfg->start_status, 0, "%s", cfg->start_error);
+    zstr_send(a, "PORT");
+    char *port = zstr_recv(a);
+    snprintf(endpoint, len, "tcp://127.0.0.1:%s", port);
+    zstr_free(&port);
+    return a;
+}
+
+static mq_msg_t *s_ask(zsock_t *s, mq_msg_type_t type, const char *text)
+{
+    mq_msg_t *m = calloc(1, sizeof *m);
+    cr_assert(s_send_recv(s, type, MQ_ROLE_NONE, text, m), "no answer to %s",
+              mq_msg_type_name(type));
+    return m;
+}
+
+Test(security, the_agent_takes_policy_only_from_operators_and_observe_only_from_the_scheduler,
+     .timeout = 60)
+{
+    static mq_agent_config_t cfg;
+    char ep[64];
+    zactor_t *agent = s_agent(&cfg, false, ep, sizeof ep);
+    mq_msg_t m;
+    for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
+        zsock_t *s = s_bad_dealer(ep, (s_bad_t)how, MQ_KEY_AGENT);
+        cr_expect_not(s_send_recv(s, MQ_MSG_QUERY, MQ_ROLE_NONE, NULL, &m),
+                      "a peer with bad keys (%d) was answered", how);
+        zsock_destroy(&s);
+        cr_expect_geq(s_drops_reach(agent, "refused", how + 1), how + 1);
+    }
+    zsock_t *worker = s_dealer(ep, "worker", MQ_KEY_AGENT);
+    mq_msg_t *r = s_ask(worker, MQ_MSG_POLICY_SET, "fixed:7");
+    cr_expect_eq(r->type, MQ_MSG_ERROR, "a worker key set the policy");
+    cr_expect(strstr(r->text, "operator"), "%s", r->text);
+    free(r);
+    r = s_ask(worker, MQ_MSG_OBSERVE, NULL);
+    cr_expect_eq(r->type, MQ_MSG_ERROR, "a worker key steered the agent");
+    free(r);
+    r = s_ask(worker, MQ_MSG_QUERY, NULL); /* a cluster key may ask */
+    cr_expect_eq(r->type, MQ_MSG_STATUS);
+    cr_expect_str_eq(r->status.policy, "fixed:3");
+    free(r);
+    zsock_t *sched = s_dealer(ep, "scheduler", MQ_KEY_AGENT);
+    r = s_ask(sched, MQ_MSG_OBSERVE, NULL);
+    cr_expect_eq(r->type, MQ_MSG_DECISION, "the scheduler's OBSERVE got %s",
+                 mq_msg_type_name(r->type));
+    cr_expect_eq(r->bits, 3);
+    free(r);
+    zsock_t *op = s_dealer(ep, "operator", MQ_KEY_AGENT);
+    r = s_ask(op, MQ_MSG_POLICY_SET, "fixed:5");
+    cr_expect_eq(r->type, MQ_MSG_STATUS, "the operator could not set the policy: %s", r->text);
+    cr_expect_str_eq(r->status.policy, "fixed:5");
+    free(r);
+    cr_expect_eq(s_drops(agent, "auth"), 2);
+    zsock_destroy(&worker);
+    zsock_destroy(&sched);
+    zsock_destroy(&op);
+
+    /* HTTP: /bits and /metrics need the bearer token, /healthz does not. */
+    zstr_send(agent, "HTTP-PORT");
+    char *hp = zstr_recv(agent);
+    int http = atoi(hp);
+    zstr_free(&hp);
+    char body[8192];
+    cr_expect_eq(test_http(http, NULL, "GET", "/bits", body, sizeof body), 401);
+    cr_expect_eq(test_http(http, "wrong", "GET", "/metrics", body, sizeof body), 401);
+    cr_expect_eq(test_http(http, "s3cret-token", "GET", "/bits", body, sizeof body), 200);
+    cr_expect(strstr(body, "\"bits\":5"), "%s", body);
+    cr_expect_eq(test_http(http, "s3cret-token", "GET", "/metrics", body, sizeof body), 200);
+    cr_expect_eq(test_http(http, NULL, "GET", "/healthz", body, sizeof body), 200);
+    cr_expect_eq(test_http(http, "s3cret-token", "POST", "/bits", body, sizeof body), 405);
+    zactor_destroy(&agent);
+}
+
+Test(security, an_open_agent_answers_any_key_but_takes_policy_only_from_operators,
+     .timeout = 30)
+{
+    static mq_agent_config_t cfg;
+    char ep[64];
+    zactor_t *agent = s_agent(&cfg, true, ep, sizeof ep);
+    zsock_t *s = s_bad_dealer(ep, S_UNKNOWN_KEY, MQ_KEY_AGENT);
+    zsock_set_rcvtimeo(s, 5000);
+    mq_msg_t *r = s_ask(s, MQ_MSG_QUERY, NULL);
+    cr_expect_eq(r->type, MQ_MSG_STATUS, "an open agent did not answer QUERY");
+    free(r);
+    r = s_ask(s, MQ_MSG_POLICY_SET, "fixed:6");
+    cr_expect_eq(r->type, MQ_MSG_ERROR, "an unknown key set the policy of an open agent");
+    free(r);
+    zsock_destroy(&s);
+    zsock_t *op = s_dealer(ep, "operator", MQ_KEY_AGENT);
+    r = s_ask(op, MQ_MSG_POLICY_SET, "fixed:6");
+    cr_expect_eq(r->type, MQ_MSG_STATUS, "the operator could not set the policy: %s", r->text);
+    free(r);
+    zsock_destroy(&op);
+    zactor_destroy(&agent);
+}
+
+/* Runs CMD; returns its exit status, OUT its output (stdout and stderr). */
+static int s_run(const char *cmd, char *out, size_t cap)
+{
+    FILE *p = popen(cmd, "r");
+    cr_assert(p);
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(security, the_command_line_sets_the_policy_with_an_operator_key_only, .timeout = 60)
+{
+    static mq_agent_config_t cfg;
+    char ep[64], cmd[1024], out[4096];
+    zactor_t *agent = s_agent(&cfg, false, ep, sizeof ep);
+    const char *keys = test_keys();
+    snprintf(cmd, sizeof cmd, S_CLI " policy set fixed:4 --agent %s --keys %s 2>&1", ep, keys);
+    cr_expect_eq(s_run(cmd, out, sizeof out), 0, "%s", out);
+    snprintf(cmd, sizeof cmd,
+             S_CLI " policy set fixed:6 --agent %s --keys %s --key %s/worker.key_secret 2>&1", ep,
+             keys, keys);
+    cr_expect_eq(s_run(cmd, out, sizeof out), 1, "%s", out);
+    cr_expect(strstr(out, "operator"), "%s", out);
+    snprintf(cmd, sizeof cmd, S_CLI " bits --agent %s --insecure --timeout 1000 2>&1", ep);
+    cr_expect_eq(s_run(cmd, out, sizeof out), 1, "%s", out);
+    cr_expect(strstr(out, "no answer"), "%s", out);
+    snprintf(cmd, sizeof cmd, "env -u MQGRAD_KEYS " S_CLI " bits --agent %s 2>&1", ep);
+    cr_expect_eq(s_run(cmd, out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "mqgrad keygen"), "%s", out);
+    snprintf(cmd, sizeof cmd, S_CLI " bits --agent %s --keys %s 2>&1", ep, keys);
+    cr_expect_eq(s_run(cmd, out, sizeof out), 0, "%s", out);
+    cr_expect_eq(atoi(out), 4, "%s", out);
+    zactor_destroy(&agent);
+
+    /* A service without keys refuses to start, and says how to give them. */
+    snprintf(cmd, sizeof cmd, "env -u MQGRAD_KEYS " S_SCHED " --workers 1 --servers 1 2>&1");
+    cr_expect_eq(s_run(cmd, out, sizeof out), 2, "%s", out);
+    cr_expect(strstr(out, "--insecure") && strstr(out, "mqgrad keygen"), "%s", out);
+    /* keygen never overwrites a key. */
+    snprintf(cmd, sizeof cmd, S_CLI " keygen %s 2>&1", keys);
+    cr_expect_eq(s_run(cmd, out, sizeof out), 1, "%s", out);
+    cr_expect(strstr(out, "never overwritten"), "%s", out);
+}
