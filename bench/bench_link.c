@@ -631,6 +631,8 @@ int main(int argc, char **argv)
             rc = mq_parse_long("--size", v, 1, 1L << 30, &size), i++;
         else if (strcmp(a, "--messages") == 0)
             rc = mq_parse_long("--messages", v, 1, 1L << 24, &messages), i++;
+        else if (strcmp(a, "--reps") == 0)
+            rc = mq_parse_long("--reps", v, 1, 64, &reps), i++;
         else
             return s_usage();
         if (rc != 0) {

@@ -70,6 +70,29 @@ static inline void cluster_start_core(cluster_t *c, int W, int S, const char *na
     }
 }
 
+/* The endpoint server I of C listens on. */
+static inline void cluster_server_endpoint(cluster_t *c, int i, char *buf, size_t len)
+{
+    zstr_send(c->servers[i], "PORT");
+    char *port = zstr_recv(c->servers[i]);
+    snprintf(buf, len, "tcp://127.0.0.1:%s", port);
+    zstr_free(&port);
+}
+
+/* The id of the run in RUN (its start event in events.jsonl). */
+static inline uint64_t cluster_run_id(const char *run)
+{
+    char path[400], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/events.jsonl", run);
+    cr_assert_eq(mq_read_file(path, &text, &len), 0, "%s", mq_err_last());
+    const char *p = strstr(text, "\"run_id\":\"");
+    cr_assert_not_null(p, "no run id in %s", path);
+    uint64_t id = strtoull(p + 10, NULL, 16);
+    free(text);
+    return id;
+}
+
 static inline void cluster_start_workers(cluster_t *c)
 {
     for (int i = 0; i < c->W; i++) {

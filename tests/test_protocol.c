@@ -32,20 +32,6 @@ static void s_raw(zsock_t *s, const void *data, size_t len)
 
 static uint64_t s_run_id; /* the run under test's id (events.jsonl "start") */
 
-/* The run's id, from its start event. */
-static uint64_t s_read_run_id(const char *run)
-{
-    char path[400], *text;
-    size_t len;
-    snprintf(path, sizeof path, "%s/events.jsonl", run);
-    cr_assert_eq(mq_read_file(path, &text, &len), 0, "%s", mq_err_last());
-    const char *p = strstr(text, "\"run_id\":\"");
-    cr_assert_not_null(p, "no run id in %s", path);
-    uint64_t id = strtoull(p + 10, NULL, 16);
-    free(text);
-    return id;
-}
-
 /* A push of COUNT fp32 values whose payload has LEN bytes (a mismatch is the point). */
 static void s_push(zsock_t *s, uint64_t iter, uint32_t rank, uint32_t shard, uint64_t count,
                    size_t len, float fill)
@@ -102,16 +88,12 @@ Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
     char *extra[] = {"--model", "small", "--iterations", "150", "--bits", "4",
                      "--threshold", "1000", "--eval-every", "0", NULL};
     cluster_start_core(&c, 2, 1, "proto", extra);
-    zstr_send(c.servers[0], "PORT");
-    char *port = zstr_recv(c.servers[0]);
-    char server_ep[64];
-    snprintf(server_ep, sizeof server_ep, "tcp://127.0.0.1:%s", port);
-    zstr_free(&port);
+    char server_ep[64], run[300];
+    cluster_server_endpoint(&c, 0, server_ep, sizeof server_ep);
     cluster_start_workers(&c);
-    char run[300];
     snprintf(run, sizeof run, "%s/run", c.dir);
     mq_test_wait_rows(run, 2, 30);
-    s_run_id = s_read_run_id(run);
+    s_run_id = cluster_run_id(run);
 
     zsock_t *evil = s_dealer(server_ep, "worker", MQ_KEY_SERVER);
     const uint8_t wrong_version[] = {0x08, 0x01, 0x10, 0x0c}; /* version 1 (old), PING */

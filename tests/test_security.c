@@ -92,21 +92,30 @@ static long s_drops_reach(zactor_t *actor, const char *name, long at_least)
     return n;
 }
 
+/* Every kind of bad peer sends TYPE (as ROLE) to the service of role SERVER at ENDPOINT:
+ * none is answered, and the service (ACTOR) counts each refused handshake. */
+static void s_bad_peers_refused(const char *endpoint, mq_key_role_t server, zactor_t *actor,
+                                mq_msg_type_t type, mq_role_t role)
+{
+    mq_msg_t m;
+    for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
+        zsock_t *s = s_bad_dealer(endpoint, (s_bad_t)how, server);
+        cr_expect_not(s_send_recv(s, type, role, NULL, &m),
+                      "a peer with bad keys (%d) got an answer: %s", how, mq_msg_type_name(m.type));
+        zsock_destroy(&s);
+        cr_expect_geq(s_drops_reach(actor, "refused", how + 1), how + 1,
+                      "refused handshake %d not counted", how);
+    }
+}
+
 Test(security, the_scheduler_takes_registrations_only_from_node_keys, .timeout = 120)
 {
     mq_log_set_level(MQ_LOG_ERROR);
     cluster_t c;
     char *extra[] = {"--model", "small", "--iterations", "20", "--eval-every", "0", NULL};
     cluster_start_core(&c, 1, 1, "sec-sched", extra);
+    s_bad_peers_refused(c.endpoint, MQ_KEY_SCHEDULER, c.sched, MQ_MSG_REGISTER, MQ_ROLE_WORKER);
     mq_msg_t m;
-    for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
-        zsock_t *s = s_bad_dealer(c.endpoint, (s_bad_t)how, MQ_KEY_SCHEDULER);
-        cr_expect_not(s_send_recv(s, MQ_MSG_REGISTER, MQ_ROLE_WORKER, NULL, &m),
-                      "a peer with bad keys (%d) got an answer: %s", how, mq_msg_type_name(m.type));
-        zsock_destroy(&s);
-        cr_expect_geq(s_drops_reach(c.sched, "refused", how + 1), how + 1,
-                      "refused handshake %d not counted", how);
-    }
     /* Known keys of the wrong role are told why, and take no rank. */
     const char *wrong[] = {"operator", "server", "agent"};
     for (int i = 0; i < 3; i++) {
@@ -141,31 +150,14 @@ Test(security, servers_take_pushes_only_from_the_holder_of_the_rank, .timeout = 
     char *extra[] = {"--model", "small", "--iterations", "400", "--eval-every", "0",
                      "--final-eval-limit", "1000", NULL};
     cluster_start_core(&c, 2, 1, "sec-push", extra);
-    zstr_send(c.servers[0], "PORT");
-    char *port = zstr_recv(c.servers[0]);
-    char server_ep[64];
-    snprintf(server_ep, sizeof server_ep, "tcp://127.0.0.1:%s", port);
-    zstr_free(&port);
+    char server_ep[64], run[300];
+    cluster_server_endpoint(&c, 0, server_ep, sizeof server_ep);
     cluster_start_workers(&c);
-    char run[300];
     snprintf(run, sizeof run, "%s/run", c.dir);
     mq_test_wait_rows(run, 2, 60);
-    char path[400], *text;
-    size_t tlen;
-    snprintf(path, sizeof path, "%s/events.jsonl", run);
-    cr_assert_eq(mq_read_file(path, &text, &tlen), 0, "%s", mq_err_last());
-    const char *idp = strstr(text, "\"run_id\":\"");
-    cr_assert_not_null(idp, "no run id in %s", path);
-    uint64_t run_id = strtoull(idp + 10, NULL, 16);
-    free(text);
+    uint64_t run_id = cluster_run_id(run);
+    s_bad_peers_refused(server_ep, MQ_KEY_SERVER, c.servers[0], MQ_MSG_PING, MQ_ROLE_NONE);
     mq_msg_t m;
-    for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
-        zsock_t *s = s_bad_dealer(server_ep, (s_bad_t)how, MQ_KEY_SERVER);
-        cr_expect_not(s_send_recv(s, MQ_MSG_PING, MQ_ROLE_NONE, NULL, &m),
-                      "a peer with bad keys (%d) got an answer", how);
-        zsock_destroy(&s);
-        cr_expect_geq(s_drops_reach(c.servers[0], "refused", how + 1), how + 1);
-    }
     /* The operator's key may ping, not push; the workers' key without a token may not push
      * for rank 0 either, even named like a worker (a guessed token). */
     zsock_t *op = s_dealer(server_ep, "operator", MQ_KEY_SERVER);
@@ -194,6 +186,8 @@ Test(security, servers_take_pushes_only_from_the_holder_of_the_rank, .timeout = 
     cr_expect_eq(cluster_wait(&c, 150), 0, "the run did not complete");
     long auth = s_drops(c.servers[0], "auth");
     cr_expect_geq(auth, 2, "pushes without the rank's token were not refused (auth=%ld)", auth);
+    char path[400], *text;
+    size_t tlen;
     snprintf(path, sizeof path, "%s/summary.json", run);
     cr_assert_eq(mq_read_file(path, &text, &tlen), 0, "%s", mq_err_last());
     double acc = test_json_num(text, "final_test_acc");
@@ -237,14 +231,7 @@ Test(security, the_agent_takes_policy_only_from_operators_and_observe_only_from_
     static mq_agent_config_t cfg;
     char ep[64];
     zactor_t *agent = s_agent(&cfg, false, ep, sizeof ep);
-    mq_msg_t m;
-    for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
-        zsock_t *s = s_bad_dealer(ep, (s_bad_t)how, MQ_KEY_AGENT);
-        cr_expect_not(s_send_recv(s, MQ_MSG_QUERY, MQ_ROLE_NONE, NULL, &m),
-                      "a peer with bad keys (%d) was answered", how);
-        zsock_destroy(&s);
-        cr_expect_geq(s_drops_reach(agent, "refused", how + 1), how + 1);
-    }
+    s_bad_peers_refused(ep, MQ_KEY_AGENT, agent, MQ_MSG_QUERY, MQ_ROLE_NONE);
     zsock_t *worker = s_dealer(ep, "worker", MQ_KEY_AGENT);
     mq_msg_t *r = s_ask(worker, MQ_MSG_POLICY_SET, "fixed:7");
     cr_expect_eq(r->type, MQ_MSG_ERROR, "a worker key set the policy");
@@ -345,6 +332,20 @@ Test(security, the_command_line_sets_the_policy_with_an_operator_key_only, .time
     snprintf(cmd, sizeof cmd, S_CLI " bits --agent %s --keys %s 2>&1", ep, keys);
     cr_expect_eq(s_run(cmd, out, sizeof out), 0, "%s", out);
     cr_expect_eq(atoi(out), 4, "%s", out);
+    /* The same keys from variables alone: the public ones as role:Z85, the secret as Z85. */
+    char path[600];
+    snprintf(path, sizeof path, "%s/operator.key_secret", keys);
+    zcert_t *op = zcert_load(path);
+    snprintf(path, sizeof path, "%s/agent.key", keys);
+    zcert_t *ag = zcert_load(path);
+    cr_assert(op && ag);
+    snprintf(cmd, sizeof cmd,
+             "env -u MQGRAD_KEYS MQGRAD_PUBLIC_KEYS='agent:%s,operator:%s' "
+             "MQGRAD_SECRET_KEY='%s' " S_CLI " policy set fixed:7 --agent %s 2>&1",
+             zcert_public_txt(ag), zcert_public_txt(op), zcert_secret_txt(op), ep);
+    cr_expect_eq(s_run(cmd, out, sizeof out), 0, "keys from variables: %s", out);
+    zcert_destroy(&op);
+    zcert_destroy(&ag);
     zactor_destroy(&agent);
 
     /* A service without keys refuses to start, and says how to give them. */
