@@ -80,6 +80,12 @@ static int s_get(const char *text, const char *key, double *v)
     return 0;
 }
 
+/* Whether V is a count below LIMIT (converting any other double to an integer is undefined). */
+static bool s_count(double v, double limit)
+{
+    return v >= 0 && v < limit;
+}
+
 /* The string value of "KEY" into BUF. */
 static int s_get_str(const char *text, const char *key, char *buf, size_t len)
 {
@@ -123,8 +129,10 @@ int mq_sched_ckpt_read(const char *run_dir, mq_sched_ckpt_t *c)
         s_get_str(text, "model", c->model, sizeof c->model) ||
         s_get_str(text, "policy", c->policy, sizeof c->policy))
         goto out;
-    if (!(iter >= 1) || !(cursor >= 0) || !(servers >= 1) || !(bits >= 1) ||
-        !isfinite(c->train_time_s) || !isfinite(c->wall_time_s)) {
+    if (!(iter >= 1) || !s_count(iter, 0x1p64) || !s_count(cursor, 0x1p64) ||
+        !(servers >= 1) || !s_count(servers, 0x1p32) || !(bits >= 1) || !(bits <= 32) ||
+        !s_count(up, 0x1p64) || !s_count(down, 0x1p64) || !s_count(fallbacks, 0x1p64) ||
+        !s_count(seen, 0x1p64) || !isfinite(c->train_time_s) || !isfinite(c->wall_time_s)) {
         mq_err_set("%s: values out of range (iter %g, servers %g, bits %g)", path, iter,
                    servers, bits);
         goto out;

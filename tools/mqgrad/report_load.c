@@ -24,7 +24,8 @@ static void s_load_divergence(const mq_json_t *j, mq_rep_run_t *run)
     const mq_json_field_t *f = mq_json_get(j, "divergence_rule");
     snprintf(run->div_rule, sizeof run->div_rule, "%.15s",
              f && f->kind == MQ_JSON_STR ? f->str : "?");
-    if ((f = mq_json_get(j, "divergence_iter")) && f->kind == MQ_JSON_NUM && f->num >= 0)
+    if ((f = mq_json_get(j, "divergence_iter")) && f->kind == MQ_JSON_NUM && f->num >= 0 &&
+        f->num < 0x1p64) /* converting a larger one is undefined */
         run->div_iter = (uint64_t)f->num;
     f = mq_json_get(j, "divergence_detail");
     snprintf(run->div_detail, sizeof run->div_detail, "%.255s",
@@ -59,7 +60,8 @@ static int s_load_summary(const char *path, mq_rep_run_t *run)
     const mq_json_field_t *f = mq_json_get(j, "status");
     snprintf(run->status, sizeof run->status, "%.31s", f && f->kind == MQ_JSON_STR ? f->str : "?");
     s_load_divergence(j, run);
-    if ((f = mq_json_get(j, "iterations")) && f->kind == MQ_JSON_NUM && f->num >= 0)
+    if ((f = mq_json_get(j, "iterations")) && f->kind == MQ_JSON_NUM && f->num >= 0 &&
+        f->num < 0x1p64)
         run->iterations = (uint64_t)f->num;
     if ((f = mq_json_get(j, "final_loss")) && f->kind == MQ_JSON_NUM)
         run->final_loss = f->num;
@@ -230,9 +232,11 @@ static int s_parse_row(s_csv_t *c, char *line, mq_rep_row_t *rows, size_t *n_row
             s_cell(c, k, &v[k]) < 0)
             return -1;
     bool bad_bits = v[C_BITS] < 1 || v[C_BITS] > 32, bad_workers = v[C_WORKERS] > UINT32_MAX;
-    if (bad_bits || bad_workers || (evaluated && v[C_ACC] > 1)) {
-        mq_err_set("%s:%d: %s out of range (bits 1..32, test_acc 0..1, workers < 2^32)",
-                   c->path, c->line, bad_bits ? "bits" : bad_workers ? "workers" : "test_acc");
+    bool bad_iter = !(v[C_ITER] < 0x1p64); /* it becomes an integer */
+    if (bad_bits || bad_workers || bad_iter || (evaluated && v[C_ACC] > 1)) {
+        mq_err_set("%s:%d: %s out of range (iter < 2^64, bits 1..32, test_acc 0..1, workers < "
+                   "2^32)", c->path, c->line,
+                   bad_iter ? "iter" : bad_bits ? "bits" : bad_workers ? "workers" : "test_acc");
         return -1;
     }
     /* A run resumed from a checkpoint goes on from an earlier iteration than its last row:

@@ -52,6 +52,11 @@ static int s_validate(const mq_codec_t *c, const uint8_t *src, size_t len, size_
     return 0;
 }
 
+static int s_check(const mq_codec_t *c)
+{
+    return mq_quant_check_unused(c, 0); /* it has no parameters */
+}
+
 static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float *dst, size_t n,
                      float scale, bool acc, mq_codec_stats_t *stats)
 {
@@ -68,6 +73,7 @@ const mq_codec_ops_t mq_codec_none_ops = {
     .help = "fp32, 4 bytes a value (no compression)",
     .unbiased = true,
     .exact_size = true,
+    .check = s_check,
     .max_size = s_max_size,
     .encode = s_encode,
     .validate = s_validate,

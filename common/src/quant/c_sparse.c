@@ -476,10 +476,14 @@ int mq_sparse_check_n(const char *who, size_t n)
 
 /* ---- spec options ----------------------------------------------------------------------- */
 
+/* An unbounded option still stops at what a spec can give (mq_sparse_option). */
+#define S_OPT_MAX 1e30
+
 static bool s_in_range(const mq_sparse_param_t *p, float f)
 {
     return isfinite(f) && (p->lo_open ? f > p->lo : f >= p->lo) &&
-           (p->hi_open ? f < p->hi : f <= p->hi) && (!p->integral || f == floorf(f));
+           (p->hi_open ? f < p->hi : f <= p->hi) && (!p->integral || f == floorf(f)) &&
+           f <= (float)S_OPT_MAX;
 }
 
 static void s_range_text(const mq_sparse_param_t *p, char *buf, size_t len)
@@ -508,7 +512,7 @@ int mq_sparse_option(const mq_sparse_spec_t *s, mq_codec_t *c, const char *opt)
             continue;
         float f;
         char range[96];
-        double hi = isinf(p->hi) ? 1e30 : p->hi;
+        double hi = isinf(p->hi) ? S_OPT_MAX : p->hi;
         if (mq_quant_opt_float(s->codec, p->key, eq + 1, p->lo, hi, &f) < 0)
             return -1;
         f += 0.0f; /* -0 is 0 */
@@ -555,7 +559,7 @@ int mq_sparse_check(const mq_sparse_spec_t *s, const mq_codec_t *c)
         const mq_sparse_param_t *p = &s->p[i];
         float f = mq_codec_param_f(c, p->word);
         used[p->word] = true;
-        if (!s_in_range(p, f)) {
+        if (!s_in_range(p, f) || (f == 0.0f && signbit(f))) { /* options never write -0 */
             s_range_text(p, range, sizeof range);
             mq_err_set("codec %s: %s is %g (expected %s)", s->codec, p->key, (double)f, range);
             return -1;

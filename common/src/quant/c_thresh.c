@@ -695,9 +695,10 @@ static int s_check(const mq_codec_t *c)
         mq_err_set("codec thresh: tau %g (expected a finite number > 0)", (double)tau);
         return -1;
     }
-    if (S_K(c) && !(k >= S_K_MIN && k <= S_K_MAX)) {
-        mq_err_set("codec thresh: k %g (expected %g..%g)", (double)k, (double)S_K_MIN,
-                   (double)S_K_MAX);
+    /* s_option writes the default k as no word: a word holding it is not a spec's */
+    if (S_K(c) && (!(k >= S_K_MIN && k <= S_K_MAX) || k == S_DEFAULT_K)) {
+        mq_err_set("codec thresh: k %g (expected %g..%g; the default %g as no word)", (double)k,
+                   (double)S_K_MIN, (double)S_K_MAX, (double)S_DEFAULT_K);
         return -1;
     }
     return mq_quant_check_unused(c, 2);

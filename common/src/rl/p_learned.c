@@ -609,6 +609,8 @@ static int s_restore(mq_policy_t *p, mq_rl_reader_t *r)
         bad = "interval statistics counted more often than observations";
     else if (m->recorded < 1 || m->recorded > 8)
         bad = "recorded bits outside 1..8";
+    else if (p->bits < p->o.min_bits || p->bits > p->o.max_bits)
+        bad = "current bits outside its min..max (the table has no state for them)";
     if (bad) {
         mq_err_set("policy state is inconsistent: learned %s", bad);
         return -1;

@@ -1,0 +1,115 @@
+/* fuzz_wire: the receive path every service runs on its sockets, mq_wire_recv (the Meta
+ * protobuf frame, the payload frames, the tensor headers, each codec's payload validation).
+ *
+ * The input is a list of frames, each a little-endian u16 length and its bytes (fuzz_util.h);
+ * the first is the Meta frame. They are sent as one multipart message from a DEALER to a
+ * ROUTER over inproc (the pair made once), and the ROUTER receives them with mq_wire_recv, as
+ * the scheduler and the agent do. A message it accepts is then used as the services use it:
+ * each payload decoded with mq_codec_decode_valid, the member set searched, the strings read,
+ * WELCOME's codec and update rule parsed. Checked: a refused message is consumed whole (the
+ * socket holds nothing after it), an accepted one has as many payloads as tensor headers. */
+#include <czmq.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_util.h"
+#include "mqgrad/optim.h"
+#include "mqgrad/quant.h"
+#include "mqgrad/wire.h"
+
+#define S_MAX_FRAMES 40     /* more than MQ_WIRE_MAX_TENSORS + 1: the overflow path too */
+#define S_MAX_DECODE (1u << 20) /* values decoded per tensor (services bound it by layout) */
+
+static zsock_t *s_router, *s_dealer;
+static mq_msg_t s_msg;
+static mq_drops_t s_drops;
+static float *s_dst;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    zsys_handler_set(NULL); /* leave SIGINT to libFuzzer */
+    s_router = zsock_new(ZMQ_ROUTER);
+    s_dealer = zsock_new(ZMQ_DEALER);
+    if (!s_router || !s_dealer)
+        abort();
+    mq_wire_prepare(s_router, 0, MQ_WIRE_MAX_MSG);
+    mq_wire_prepare(s_dealer, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_rcvtimeo(s_router, 5000);
+    if (zsock_bind(s_router, "%s", "inproc://fuzz-wire") != 0 ||
+        zsock_connect(s_dealer, "%s", "inproc://fuzz-wire") != 0)
+        abort();
+    s_dst = malloc(S_MAX_DECODE * sizeof *s_dst);
+    if (!s_dst)
+        abort();
+    return 0;
+}
+
+/* What a service does with an accepted message, enough to touch every field it reads. */
+static void s_use(const mq_msg_t *m)
+{
+    volatile size_t sink = strlen(mq_msg_type_name(m->type)) + strlen(m->endpoint) +
+                           strlen(m->text) + strlen(m->config.model) +
+                           strlen(m->config.dataset) + strlen(m->status.policy);
+    for (uint32_t i = 0; i < m->nservers; i++)
+        sink += strlen(m->servers[i]);
+    for (uint32_t i = 0; i < m->nmembers; i++)
+        if (mq_msg_member_index(m, m->members[i]) != (int)i)
+            mq_fuzz_fail("fuzz_wire: member %u is not found at its place %u", m->members[i],
+                         i);
+    sink += (size_t)mq_msg_member_index(m, m->rank);
+    if (m->type == MQ_MSG_WELCOME) {
+        mq_codec_t c;
+        mq_optim_t o;
+        sink += (size_t)mq_codec_parse(m->config.codec, &c);
+        sink += (size_t)mq_optim_parse(m->config.optimizer, &o);
+    }
+    for (uint32_t i = 0; i < m->ntensors; i++) {
+        const mq_tensor_hdr_t *t = &m->tensors[i];
+        sink += strlen(t->name);
+        if (!m->payload[i] && m->payload_len[i])
+            mq_fuzz_fail("fuzz_wire: tensor %u has %zu bytes and no payload", i,
+                         m->payload_len[i]);
+        if (t->count > S_MAX_DECODE)
+            continue;
+        mq_codec_stats_t st;
+        mq_codec_decode_valid(&t->codec, m->payload[i], m->payload_len[i], s_dst,
+                              (size_t)t->count, 1.0f, false, &st);
+        mq_codec_decode_valid(&t->codec, m->payload[i], m->payload_len[i], s_dst,
+                              (size_t)t->count, -0.5f, true, NULL);
+    }
+    (void)sink;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const uint8_t *p = data, *end = data + size, *frame[S_MAX_FRAMES];
+    size_t len[S_MAX_FRAMES];
+    int n = 0;
+    while (n < S_MAX_FRAMES && mq_fuzz_frame(&p, end, &frame[n], &len[n]))
+        n++;
+    if (n == 0)
+        return 0;
+    void *h = zsock_resolve(s_dealer);
+    for (int i = 0; i < n; i++)
+        if (zmq_send(h, frame[i], len[i], i + 1 < n ? ZMQ_SNDMORE : 0) < 0)
+            mq_fuzz_fail("fuzz_wire: send: %s", zmq_strerror(errno));
+    mq_drop_t drop;
+    int rc = mq_wire_recv(s_router, &s_msg, &drop);
+    if (rc == 0) {
+        if (s_msg.ntensors != (uint32_t)n - 1)
+            mq_fuzz_fail("fuzz_wire: %u tensors accepted from %d payload frames", s_msg.ntensors,
+                         n - 1);
+        s_use(&s_msg);
+    } else {
+        if (drop == MQ_DROP_NONE) /* the message was sent: nothing received is the harness's */
+            mq_fuzz_fail("fuzz_wire: receive failed without a drop reason: %s", mq_err_last());
+        mq_drops_note(&s_drops, drop, s_msg.peer, s_msg.peer_len, mq_err_last());
+    }
+    if (zsock_events(s_router) & ZMQ_POLLIN)
+        mq_fuzz_fail("fuzz_wire: a refused message left frames behind for the next receive");
+    mq_msg_reset(&s_msg);
+    return 0;
+}

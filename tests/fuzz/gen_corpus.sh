@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Regenerates the seed corpus (tests/fuzz/corpus/<target>/) with gen_corpus, built in the fuzz
+# build directory as tools/fuzz.sh builds it, and fuzz_flags.dict: the MQGRAD_* variables and
+# the --flags the programs read (getenv's names are invisible to libFuzzer's comparison
+# tracing, so the dictionary is how the fuzzer meets them).
+set -euo pipefail
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$repo"
+build="${MQGRAD_FUZZ_BUILD_DIR:-build-fuzz}"
+CC=clang-14 cmake -S . -B "$build" -DMQGRAD_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target gen_corpus -j"$(nproc)" >/dev/null
+rm -rf tests/fuzz/corpus
+"$build/tests/fuzz/gen_corpus" tests/fuzz/corpus
+srcs=(common/src services tools/mqgrad)
+{
+    echo "# MQGRAD_* variables and --flags of the programs (tests/fuzz/gen_corpus.sh writes it)"
+    grep -rhoE '"MQGRAD_[A-Z0-9_]+"' "${srcs[@]}" common/include | tr -d '"' | sort -u |
+        sed 's/.*/"&="/'
+    { grep -rhoE '\{"[a-z][a-z0-9-]*", ("MQGRAD_|NULL)' "${srcs[@]}" common/include |
+          sed -E 's/^\{"([^"]*)".*/\1/'
+      grep -rhoE 'strcmp\(name, "[a-z][a-zA-Z0-9-]*"\)' services/agent |
+          sed -E 's/.*"(.*)".*/\1/'; } | sort -u | sed 's/.*/"--&"/'
+} >tests/fuzz/fuzz_flags.dict
+du -sh tests/fuzz/corpus
