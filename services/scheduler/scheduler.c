@@ -1517,12 +1517,7 @@ static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
     } else if (streq(cmd, "PORT")) {
         zstr_sendf(pipe, "%d", self->port);
     } else if (streq(cmd, "DROPS")) {
-        char buf[512];
-        mq_drops_format(&self->drops, buf, sizeof buf);
-        size_t len = strlen(buf);
-        snprintf(buf + len, sizeof buf - len, " refused=%llu",
-                 (unsigned long long)mq_sec_refused(self->sec));
-        zstr_send(pipe, buf);
+        mq_sec_send_drops(pipe, &self->drops, self->sec);
     }
     zstr_free(&cmd);
     return rc;

@@ -62,8 +62,6 @@ typedef struct {
     mq_msg_t in, out;
     mq_sec_t *sec;
     uint8_t run_key[MQ_RUN_KEY_LEN]; /* WELCOME's: workers' tokens derive from it */
-    uint8_t tokens[MQ_WIRE_MAX_WORKERS][MQ_TOKEN_LEN];
-    bool token_made[MQ_WIRE_MAX_WORKERS];
 } s_server_t;
 
 int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
@@ -497,16 +495,13 @@ static void s_on_pull(s_server_t *self, mq_msg_t *msg)
 
 /* A worker's message comes from the peer that holds its rank: its routing id is the token
  * the scheduler gave that rank (mqgrad/security.h), not whoever spoke for the rank first. */
-static bool s_owner_ok(s_server_t *self, const mq_msg_t *msg)
+static bool s_owner_ok(const s_server_t *self, const mq_msg_t *msg)
 {
-    uint32_t r = msg->rank;
-    if (r >= MQ_WIRE_MAX_WORKERS || msg->peer_len != MQ_TOKEN_LEN)
+    if (msg->peer_len != MQ_TOKEN_LEN)
         return false;
-    if (!self->token_made[r]) {
-        mq_token_make(self->run_key, MQ_ROLE_WORKER, r, self->tokens[r]);
-        self->token_made[r] = true;
-    }
-    return mq_token_equal(self->tokens[r], msg->peer);
+    uint8_t token[MQ_TOKEN_LEN]; /* a keyed hash of 16 bytes: cheaper than keeping a table */
+    mq_token_make(self->run_key, MQ_ROLE_WORKER, msg->rank, token);
+    return mq_token_equal(token, msg->peer);
 }
 
 /* Validates a push against the run's state; returns the drop reason or MQ_DROP_NONE. */

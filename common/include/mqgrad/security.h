@@ -91,6 +91,9 @@ mq_key_role_t mq_sec_role(const mq_sec_t *s, const mq_msg_t *msg);
 bool mq_sec_allows(const mq_sec_t *s, const mq_msg_t *msg, unsigned roles);
 /* Handshakes refused so far on the sockets S serves. */
 uint64_t mq_sec_refused(const mq_sec_t *s);
+/* Answers a service's DROPS pipe command on PIPE: D's counts (mq_drops_format), then
+ * "refused=N", S's refused handshakes. */
+void mq_sec_send_drops(zsock_t *pipe, const mq_drops_t *d, const mq_sec_t *s);
 
 /* Writes a cluster's keys into DIR (created): one certificate per role; OPERATOR, when
  * given, writes only DIR/operator-OPERATOR (another operator of an existing cluster). 0, or

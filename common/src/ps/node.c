@@ -262,12 +262,7 @@ int mq_node_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
     } else if (streq(cmd, "PORT")) {
         zstr_sendf(pipe, "%d", n->port);
     } else if (streq(cmd, "DROPS")) {
-        char buf[512];
-        mq_drops_format(&n->drops, buf, sizeof buf);
-        size_t len = strlen(buf);
-        snprintf(buf + len, sizeof buf - len, " refused=%llu",
-                 (unsigned long long)mq_sec_refused(n->sec));
-        zstr_send(pipe, buf);
+        mq_sec_send_drops(pipe, &n->drops, n->sec);
     }
     zstr_free(&cmd);
     return rc;

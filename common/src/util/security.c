@@ -527,6 +527,16 @@ uint64_t mq_sec_refused(const mq_sec_t *s)
     return s ? atomic_load(&s->refused) : 0;
 }
 
+void mq_sec_send_drops(zsock_t *pipe, const mq_drops_t *d, const mq_sec_t *s)
+{
+    char buf[512];
+    mq_drops_format(d, buf, sizeof buf);
+    size_t len = strlen(buf);
+    snprintf(buf + len, sizeof buf - len, " refused=%llu",
+             (unsigned long long)mq_sec_refused(s));
+    zstr_send(pipe, buf);
+}
+
 /* ---- keygen -------------------------------------------------------------------------- */
 
 static int s_keygen_one(const char *dir, const char *name, mq_key_role_t role)
@@ -587,11 +597,10 @@ int mq_sec_keygen(const char *dir, const char *operator_name)
 void mq_token_make(const uint8_t run_key[MQ_RUN_KEY_LEN], mq_role_t role, uint32_t rank,
                    uint8_t token[MQ_TOKEN_LEN])
 {
-    uint8_t in[16] = "mqgrad-token";
+    uint8_t in[17] = "mqgrad-token"; /* then the role and all four bytes of the rank */
     in[12] = (uint8_t)role;
-    in[13] = (uint8_t)(rank & 0xff);
-    in[14] = (uint8_t)((rank >> 8) & 0xff);
-    in[15] = (uint8_t)((rank >> 16) & 0xff);
+    for (int i = 0; i < 4; i++)
+        in[13 + i] = (uint8_t)(rank >> (8 * i));
     crypto_generichash(token, MQ_TOKEN_LEN, in, sizeof in, run_key, MQ_RUN_KEY_LEN);
 }
 
