@@ -828,6 +828,140 @@ Test(quant, stats_of_none_are_the_sum_of_squares)
     free(p);
 }
 
+static size_t s_kernel_sets(const char **names);
+
+/* The generic error feedback, spelled out: v = g + r, encode v, then r = v - decode (a decode
+ * with scale -1 into v, as mq_codec_encode_ef does for a codec without encode_ef). Returns
+ * the encode's rc; on success the payload is in P, its size in *LEN, the new residual in R
+ * and the stats in *ST. */
+static int s_ef_reference(const mq_codec_t *c, const float *g, float *r, size_t n, uint8_t *p,
+                          size_t cap, size_t *len, mq_rng_t *rng, mq_codec_stats_t *st)
+{
+    mq_codec_t eff = *c; /* 1-bit feedback rounds to nearest */
+    if (c->bits == 1)
+        eff.param[1] = 0;
+    float *v = malloc((n + 1) * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = g[i] + r[i];
+    int rc = mq_codec_encode(&eff, v, n, p, cap, len, rng, st);
+    if (rc == 0) {
+        cr_assert_eq(mq_codec_decode(&eff, p, *len, v, n, -1.0f, true, NULL), 0);
+        memcpy(r, v, n * sizeof *r);
+    }
+    free(v);
+    return rc;
+}
+
+/* uniform's fused encode_ef gives the generic path's payload, residual and stats bit for bit,
+ * over a few steps, with every kernel set: one range per tensor and buckets (a multiple of 16,
+ * where stochastic noise is drawn inside the quantize kernel, and others), both roundings,
+ * short and odd lengths. */
+Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
+{
+    const char *names[3];
+    size_t nk = s_kernel_sets(names);
+    static const size_t ns[] = {1, 5, 7, 8, 33, 511, 513, 2047, 2049, 5003, 8195};
+    static const uint32_t buckets[] = {0, 512, 100, 7};
+    const size_t nmax = 8195;
+    float *g = s_awkward(nmax, 41), *g2 = s_normal(nmax, 42, 0.02f);
+    float *r0 = malloc(nmax * sizeof *r0), *r1 = malloc(nmax * sizeof *r1);
+    uint8_t *p0 = malloc(3 * nmax + 64), *p1 = malloc(3 * nmax + 64);
+    for (size_t k = 0; k < nk; k++)
+        for (int bits = 1; bits <= 8; bits++)
+            for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+                for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++)
+                    for (int st = 0; st < 2; st++) {
+                        cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+                        mq_codec_t c = mq_codec_uniform(bits, buckets[b], st);
+                        size_t n = ns[a], cap = mq_codec_payload_size(&c, n);
+                        char spec[64];
+                        mq_codec_format(&c, spec, sizeof spec);
+                        for (size_t i = 0; i < n; i++)
+                            r0[i] = r1[i] = (float)((int)(i % 13) - 6) * 1e-4f;
+                        mq_rng_t rng0, rng1;
+                        mq_rng_seed(&rng0, 5);
+                        mq_rng_seed(&rng1, 5);
+                        for (int t = 0; t < 3; t++) {
+                            const float *x = t == 1 ? g2 : g;
+                            size_t l0 = 0, l1 = 0;
+                            mq_codec_stats_t s0 = {-1}, s1 = {-2};
+                            memset(p0, 0xa5, cap);
+                            memset(p1, 0x5a, cap);
+                            int rc0 = s_ef_reference(&c, x, r0, n, p0, cap, &l0, &rng0, &s0);
+                            int rc1 = mq_codec_encode_ef(&c, x, r1, n, p1, cap, &l1, &rng1, &s1);
+                            cr_assert_eq(rc1, rc0, "%s %s n=%zu step %d: rc %d, generic %d (%s)",
+                                         names[k], spec, n, t, rc1, rc0, mq_err_last());
+                            cr_assert_arr_eq(r1, r0, n * sizeof *r0,
+                                             "%s %s n=%zu step %d: residual differs", names[k],
+                                             spec, n, t);
+                            if (rc0 < 0)
+                                break;
+                            cr_assert_eq(l1, l0);
+                            cr_assert_arr_eq(p1, p0, l0, "%s %s n=%zu step %d: payload differs",
+                                             names[k], spec, n, t);
+                            cr_assert(s1.sq == s0.sq, "%s %s n=%zu step %d: stats %.17g vs %.17g",
+                                      names[k], spec, n, t, s1.sq, s0.sq);
+                        }
+                        mq_quant_use_kernels(NULL);
+                    }
+    free(g);
+    free(g2);
+    free(r0);
+    free(r1);
+    free(p0);
+    free(p1);
+}
+
+/* A sum that is not finite fails the fused encode before the residual changes, whichever
+ * value it is (found by the range pass, which reads everything before anything is written),
+ * with the generic path's error. */
+Test(quant, fused_error_feedback_refuses_non_finite_sums_untouched)
+{
+    const char *names[3];
+    size_t nk = s_kernel_sets(names);
+    const size_t n = 5003;
+    float *g = s_normal(n, 43, 0.01f), *r = malloc(n * sizeof *r), *keep = malloc(n * sizeof *r);
+    uint8_t *p = malloc(n + 8 * n);
+    static const char *specs[] = {"uniform:4", "uniform:2:bucket=512", "uniform:8:stochastic",
+                                  "uniform:4:stochastic:bucket=512"};
+    const size_t where[] = {0, 31, 2048, 5002};
+    for (size_t k = 0; k < nk; k++)
+        for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
+            for (size_t w = 0; w < sizeof where / sizeof where[0]; w++)
+                for (int kind = 0; kind < 3; kind++) {
+                    mq_codec_t c;
+                    cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
+                    cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+                    for (size_t i = 0; i < n; i++)
+                        r[i] = (float)i * 1e-7f;
+                    float gi = g[where[w]];
+                    if (kind == 0)
+                        r[where[w]] = NAN;
+                    else if (kind == 1)
+                        g[where[w]] = -INFINITY;
+                    else /* both finite, the sum is not */
+                        g[where[w]] = 3e38f, r[where[w]] = 3e38f;
+                    memcpy(keep, r, n * sizeof *r);
+                    mq_rng_t rng;
+                    mq_rng_seed(&rng, 1);
+                    size_t len;
+                    int rc = mq_codec_encode_ef(&c, g, r, n, p, n + 8 * n, &len, &rng, NULL);
+                    g[where[w]] = gi;
+                    mq_quant_use_kernels(NULL);
+                    cr_assert_eq(rc, -1, "%s %s kind %d at %zu accepted", names[k], specs[s], kind,
+                                 where[w]);
+                    char idx[64];
+                    snprintf(idx, sizeof idx, "value %zu of", where[w]);
+                    cr_assert(strstr(mq_err_last(), idx), "%s: '%s'", names[k], mq_err_last());
+                    cr_assert_arr_eq(r, keep, n * sizeof *r, "%s %s: residual changed", names[k],
+                                     specs[s]);
+                }
+    free(g);
+    free(r);
+    free(keep);
+    free(p);
+}
+
 Test(quant, stats_of_error_feedback_are_those_of_the_payload_sent)
 {
     const size_t n = 3001;

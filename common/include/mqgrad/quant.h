@@ -96,6 +96,14 @@ typedef struct mq_codec_ops {
     /* The codec a server re-encodes the mean with (NULL: C itself). A method whose mean cannot
      * be written in its own format (the union of sparse pushes) names the one that can. */
     void (*reply)(const mq_codec_t *c, mq_codec_t *out);
+    /* Error feedback in the codec's own walk, for a stateless codec (NULL: mq_codec_encode_ef
+     * adds, encodes and decodes with scale -1 into the residual, one pass each): encodes
+     * v = src + residual, n > 0, into dst and leaves residual = v - decode(dst), bit for bit
+     * what that generic path leaves; a v that is not finite fails it, with the generic path's
+     * error, before residual changes. The arguments are checked as for encode. */
+    int (*encode_ef)(const mq_codec_t *c, const float *src, float *residual, size_t n,
+                     const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *len,
+                     mq_codec_stats_t *stats);
 } mq_codec_ops_t;
 
 /* ---- the registry ------------------------------------------------------------------- */

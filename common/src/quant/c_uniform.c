@@ -19,7 +19,11 @@
  * chunk starts on a byte of the code stream whatever K and the bucket size are. A chunk is
  * quantized into one byte per code while it is in L1, then packed. With bucket = 0 the range
  * needs a first pass over the whole tensor (read only); with buckets, each bucket's range is
- * taken when the walk reaches it, so its values are still cached. */
+ * taken when the walk reaches it, so its values are still cached. Error feedback has its own
+ * walk (s_encode_ef): the ranges of src + residual first, read only, then one kernel per
+ * bucket run that adds, quantizes and stores the new residual. Stochastic noise is drawn
+ * inside the quantize kernels where the bucket runs allow (s_noise_inline); the generator
+ * steps, and so the payloads, are those of drawing each chunk's noise into an array first. */
 
 #include <float.h>
 #include <math.h>
@@ -126,6 +130,30 @@ static void s_quantize(const mq_quant_kernels_t *kn, const float *x, size_t n, c
     kn->quantize(x, n, p->lo, p->inv, (float)levels, noise, q);
 }
 
+/* Stochastic codes with the noise drawn from GEN as the kernel goes (quantize_noise), for a
+ * run of values that starts on a 16-value step of the generator. A constant or wide bucket
+ * draws its noise into SCRATCH (n floats) instead: the generator takes the same steps either
+ * way, so the codes are those of noise() for the whole chunk followed by s_quantize. */
+static void s_quantize_gen(const mq_quant_kernels_t *kn, const float *x, size_t n,
+                           const s_qparams_t *p, unsigned levels, mq_quant_noise_t *gen,
+                           float *scratch, uint8_t *q)
+{
+    if (p->constant || p->wide) {
+        kn->noise(gen, scratch, n);
+        s_quantize(kn, x, n, p, levels, scratch, q);
+        return;
+    }
+    kn->quantize_noise(x, n, p->lo, p->inv, (float)levels, gen, q);
+}
+
+/* Whether a stochastic encode can draw the noise inside the quantize kernel: every bucket
+ * run of a chunk must start on a 16-value step (chunks do), so B a multiple of 16 or one
+ * bucket for the whole tensor. Otherwise the chunk's noise is drawn first, into an array. */
+static bool s_noise_inline(size_t B, size_t nb)
+{
+    return B % 16 == 0 || nb == 1;
+}
+
 /* Range of bucket b (values x[0..n)) into the header and *p; -1 with an error on a value
  * that is not finite. A zero extreme is stored as +0 whichever zero the scan met first, so
  * the header does not depend on the kernels' lane order. */
@@ -169,6 +197,8 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     s_qparams_t p = {0};
     double sq = 0.0;
     mq_quant_noise_t gen;
+    const bool inline_noise =
+        S_STOCHASTIC(c) && s_noise_inline(B, mq_quant_nbuckets(S_BUCKET(c), n));
     if (S_STOCHASTIC(c))
         mq_quant_noise_seed(&gen, rng);
 
@@ -177,7 +207,7 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         uint8_t *out = K == 8 ? codes + start : q; /* 8-bit codes need no packing */
-        if (S_STOCHASTIC(c))
+        if (S_STOCHASTIC(c) && !inline_noise)
             kn->noise(&gen, noise, len);
         for (size_t i = start; i < start + len;) {
             size_t b = i / B, seg_end = mq_quant_run_end(i, B, n, start + len);
@@ -187,8 +217,12 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
                     return -1;
                 next_bucket++;
             }
-            s_quantize(kn, src + i, seg_end - i, &p, levels,
-                       S_STOCHASTIC(c) ? noise + (i - start) : NULL, out + (i - start));
+            if (inline_noise)
+                s_quantize_gen(kn, src + i, seg_end - i, &p, levels, &gen, noise,
+                               out + (i - start));
+            else
+                s_quantize(kn, src + i, seg_end - i, &p, levels,
+                           S_STOCHASTIC(c) ? noise + (i - start) : NULL, out + (i - start));
             i = seg_end;
         }
         if (stats)
@@ -202,8 +236,6 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
         stats->sq = sq;
     return 0;
 }
-
-/* ---- decoding ------------------------------------------------------------------------*/
 
 /* How one bucket decodes: dst[i] (+)= scale * (lo + q[i] * step). The top code decodes to
  * scale * hi exactly, the bottom one to scale * lo, so a 1-bit bucket gives back its two
@@ -241,6 +273,89 @@ static void s_dequantize(const mq_quant_kernels_t *kn, const s_deq_t *p, const u
         kn->dequantize(q, n, &p->d, acc, dst);
     }
 }
+
+/* Error feedback in the codec's own walk (ops->encode_ef): v = src + residual is encoded and
+ * residual becomes v - decode(payload), bit for bit what the generic path (add, encode, then
+ * decode with scale -1 accumulating into the residual) leaves, in two passes instead of four
+ * or more. Pass 1 reads src and the residual and writes each bucket's range into the header,
+ * storing nothing else: a sum that is not finite fails the encode with the residual as it was,
+ * which needs every value read before any is written. Pass 2 goes chunk by chunk, each bucket
+ * run in one kernel (quantize_ef): v = src + residual, its code, and v minus the code's value
+ * stored as the residual, so each value is loaded from memory and stored to it once. */
+static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t n,
+                       const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *out_len,
+                       mq_codec_stats_t *stats)
+{
+    *out_len = s_max_size(c, n);
+    const mq_quant_kernels_t *kn = mq_quant_kernels();
+    const int K = c->bits;
+    const unsigned levels = (1u << K) - 1;
+    const size_t B = mq_quant_bucket_len(S_BUCKET(c), n), nb = mq_quant_nbuckets(S_BUCKET(c), n);
+    uint8_t *codes = dst + 8 * nb;
+    const size_t code_bytes = mq_quant_code_bytes(n, K);
+    for (size_t b = 0; b < nb; b++) {
+        size_t b0 = b * B, d = b + 1 < nb ? B : n - b0;
+        float lo, hi;
+        if (!kn->minmax_sum(src + b0, res + b0, d, &lo, &hi)) {
+            if (mq_quant_check_finite_sum("codec encode", src, res, n) == 0)
+                mq_err_set("uniform:%d encode: a sum is not finite", K); /* not reached */
+            return -1;
+        }
+        mq_put_f32(dst + 8 * b, lo + 0.0f); /* +0 whichever zero the scan met (s_bucket_range) */
+        mq_put_f32(dst + 8 * b + 4, hi + 0.0f);
+    }
+
+    uint8_t q[S_CHUNK];
+    float noise[S_CHUNK];
+    mq_quant_noise_t gen;
+    const bool inline_noise = S_STOCHASTIC(c) && s_noise_inline(B, nb);
+    if (S_STOCHASTIC(c))
+        mq_quant_noise_seed(&gen, ctx->rng);
+    size_t cur = SIZE_MAX; /* the bucket whose constants p and dp hold */
+    s_qparams_t p = {0};
+    s_deq_t dp = {0};
+    double sq = 0.0;
+    for (size_t start = 0; start < n; start += S_CHUNK) {
+        size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
+        uint8_t *out = K == 8 ? codes + start : q;
+        if (S_STOCHASTIC(c) && !inline_noise)
+            kn->noise(&gen, noise, len);
+        for (size_t i = start; i < start + len;) {
+            size_t b = i / B, seg_end = mq_quant_run_end(i, B, n, start + len), m = seg_end - i;
+            if (b != cur) {
+                float lo = mq_get_f32(dst + 8 * b), hi = mq_get_f32(dst + 8 * b + 4);
+                p = s_qparams(lo, hi, levels);
+                dp = s_deq_params(lo, hi, levels, -1.0f);
+                cur = b;
+            }
+            uint8_t *qi = out + (i - start);
+            if (!p.constant && !p.wide && !dp.wide && (inline_noise || !S_STOCHASTIC(c))) {
+                kn->quantize_ef(src + i, res + i, m, p.lo, p.inv, (float)levels, &dp.d,
+                                inline_noise ? &gen : NULL, qi);
+            } else { /* the same three steps one after the other */
+                kn->add(res + i, src + i, m);
+                if (inline_noise)
+                    s_quantize_gen(kn, res + i, m, &p, levels, &gen, noise, qi);
+                else
+                    s_quantize(kn, res + i, m, &p, levels,
+                               S_STOCHASTIC(c) ? noise + (i - start) : NULL, qi);
+                s_dequantize(kn, &dp, qi, m, true, false, res + i);
+            }
+            i = seg_end;
+        }
+        if (stats)
+            sq += s_sq_of_chunk(kn, c, n, dst, out, start, len);
+        if (K < 8) {
+            size_t at = start / 8 * (size_t)K;
+            kn->pack(q, len, codes + at, code_bytes - at, K);
+        }
+    }
+    if (stats)
+        stats->sq = sq;
+    return 0;
+}
+
+/* ---- decoding ------------------------------------------------------------------------*/
 
 /* Streams out[flushed, upto) to dst, stopping at the last cache-line boundary of dst unless
  * upto is the chunk's end (LEN); returns the new flushed mark. */
@@ -383,4 +498,5 @@ const mq_codec_ops_t mq_codec_uniform_ops = {
     .encode = s_encode,
     .validate = s_validate,
     .decode = s_decode,
+    .encode_ef = s_encode_ef,
 };

@@ -546,9 +546,10 @@ int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *ds
     return mq_codec_encode_ctx(c, src, n, &ctx, dst, cap, out_len, stats);
 }
 
-/* mq_codec_encode_ef: computes v = src + residual in place in residual, encodes it, then
- * subtracts the decoded payload (a decode with scale -1 into the residual), so no temporary
- * array is needed. Everything that could fail is checked before residual changes. */
+/* mq_codec_encode_ef: a codec with its own encode_ef (uniform) does it in one walk; for the
+ * others this computes v = src + residual in place in residual, encodes it, then subtracts
+ * the decoded payload (a decode with scale -1 into the residual), so no temporary array is
+ * needed. Everything that could fail is checked before residual changes. */
 int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats)
@@ -580,6 +581,16 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
                     "make the residual diverge)");
     }
     c = &eff;
+    if (n && ops->encode_ef) {
+        size_t len = 0;
+        mq_codec_stats_t st = {0};
+        if (ops->encode_ef(c, src, residual, n, &ctx, dst, &len, stats ? &st : NULL) < 0)
+            return -1;
+        *out_len = len;
+        if (stats)
+            *stats = st;
+        return 0;
+    }
     if (mq_quant_check_finite_sum("codec encode", src, residual, n) < 0)
         return -1;
     size_t i = 0;

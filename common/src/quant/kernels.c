@@ -75,6 +75,68 @@ static void s_noise_c(mq_quant_noise_t *g, float *u, size_t n)
     }
 }
 
+/* Stochastic quantize with the noise made as it goes: the same codes as noise() for n
+ * values followed by quantize() with them, and the same generator steps (ceil(n / 16)). The
+ * portable and SSE2 builds stage the noise a block at a time; AVX2 keeps it in registers. */
+#define S_NOISE_BLOCK 256 /* a multiple of 16: every block but the last uses whole steps */
+
+static void s_quantize_noise_c(const float *x, size_t n, float lo, float inv, float top,
+                               mq_quant_noise_t *g, uint8_t *q)
+{
+    float u[S_NOISE_BLOCK];
+    for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {
+        size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;
+        s_noise_c(g, u, m);
+        s_quantize_c(x + i, m, lo, inv, top, u, q + i);
+    }
+}
+
+/* Min and max of a[i] + b[i] (rounded to float, as the sum an encode would store), n > 0;
+ * false if a sum is NaN or infinite. */
+static bool s_minmax_sum_c(const float *a, const float *b, size_t n, float *lo, float *hi)
+{
+    float l = a[0] + b[0], h = l, c = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float v = a[i] + b[i];
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+        c += v - v;
+    }
+    *lo = l;
+    *hi = h;
+    return c == 0.0f && l - l == 0.0f && h - h == 0.0f;
+}
+
+/* dst[i] += src[i]. */
+static void s_add_c(float *dst, const float *src, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] += src[i];
+}
+
+static void s_dequantize_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc,
+                           float *dst);
+
+/* The portable and SSE2 builds compose the three kernels a block at a time (the block stays
+ * in L1 between them); AVX2 fuses them. */
+#define S_QUANTIZE_EF(suffix)                                                                    \
+    static void s_quantize_ef_##suffix(const float *g, float *r, size_t n, float lo, float inv,  \
+                                       float top, const mq_quant_deq_t *d,                       \
+                                       mq_quant_noise_t *gen, uint8_t *q)                        \
+    {                                                                                            \
+        for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {                                          \
+            size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;                            \
+            s_add_##suffix(r + i, g + i, m);                                                     \
+            if (gen)                                                                             \
+                s_quantize_noise_##suffix(r + i, m, lo, inv, top, gen, q + i);                   \
+            else                                                                                 \
+                s_quantize_##suffix(r + i, m, lo, inv, top, NULL, q + i);                        \
+            s_dequantize_##suffix(q + i, m, d, true, r + i);                                     \
+        }                                                                                        \
+    }
+
+S_QUANTIZE_EF(c)
+
 /* 64-bit little-endian loads and stores whatever the host order. */
 static inline uint64_t s_load64(const uint8_t *p)
 {
@@ -179,6 +241,7 @@ static void s_dequantize_stream_c(const uint8_t *q, size_t n, const mq_quant_deq
 static const mq_quant_kernels_t s_kernels_c = {
     "c",        s_minmax_c,     s_quantize_c,          s_noise_c,  s_pack_c,
     s_unpack_c, s_dequantize_c, s_dequantize_stream_c, s_stream_c, s_code_sums_c,
+    s_quantize_noise_c, s_minmax_sum_c, s_add_c, s_quantize_ef_c,
 };
 
 #if S_X86

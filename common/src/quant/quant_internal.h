@@ -464,6 +464,21 @@ typedef struct {
     /* Sums of q[i] and of q[i]^2 over n <= MQ_QUANT_SUMS_MAX codes below 2^K: what a
      * bucket's sum of squared decoded values follows from (mq_codec_stats_t). */
     mq_quant_sums_t (*code_sums)(const uint8_t *q, size_t n, int K);
+    /* noise(g, u, n) then quantize(x, n, lo, inv, top, u, q), bit for bit and with the same
+     * generator steps, without the array u: the stochastic encode's inner loop. */
+    void (*quantize_noise)(const float *x, size_t n, float lo, float inv, float top,
+                           mq_quant_noise_t *g, uint8_t *q);
+    /* Min and max of the float sums a[i] + b[i], n > 0; false if a sum is NaN or infinite
+     * (error feedback's range, read without storing the sums). */
+    bool (*minmax_sum)(const float *a, const float *b, size_t n, float *lo, float *hi);
+    /* dst[i] += src[i]. */
+    void (*add)(float *dst, const float *src, size_t n);
+    /* One bucket run of error feedback: v = r[i] + g[i], q[i] its code (as quantize, or as
+     * quantize_noise when G is not NULL), then r[i] = v + the code's value decoded with D
+     * (the bucket's dequantize constants at scale -1): add, quantize and an accumulating
+     * dequantize bit for bit, in one walk over the values. */
+    void (*quantize_ef)(const float *g, float *r, size_t n, float lo, float inv, float top,
+                        const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q);
 } mq_quant_kernels_t;
 
 /* code_sums keeps 32-bit vector lanes, and the sum of squares in 32 bits too: up to this
