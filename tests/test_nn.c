@@ -133,7 +133,7 @@ static double s_unary_check(int kind, int a, int b, int c, double xscale)
     s_unary_t t = {.kind = kind, .a = a, .b = b, .c = c};
     t.ny = kind == 1 ? (size_t)a * mq_pool_out(b) * mq_pool_out(c) : nx;
     t.x = malloc(nx * 8), t.y = malloc(t.ny * 8), t.r = malloc(t.ny * 8);
-    t.scale = malloc(nx * 8), t.arg = malloc(t.ny * 4);
+    t.scale = malloc(2 * nx * 8), t.arg = malloc(t.ny * 4);
     double *dx = malloc(nx * 8), *tmp = malloc(nx * 8);
     s_fill(t.x, nx, 10 + kind, xscale), s_fill(t.r, t.ny, 20 + kind, 1);
     s_unary_obj(&t);
@@ -170,7 +170,7 @@ Test(nn, lrn_gradient_matches_finite_differences)
 
 Test(nn, lrn_matches_its_formula)
 {
-    double x[6] = {1, 2, 3, 4, 5, 6}, y[6], s[6];
+    double x[6] = {1, 2, 3, 4, 5, 6}, y[6], s[12];
     mq_lrn_forward_d(x, 6, 1, s, y);
     /* Channel 0 sees channels 0..4 (radius 4): 1+4+9+16+25 = 55. */
     double want = 1 / pow(1 + 0.001 / 9 * 55, 0.75);

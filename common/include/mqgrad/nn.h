@@ -51,6 +51,14 @@ void mq_sgd_update(float *w, const float *g, size_t n, float lr);
 /* The number of threads OpenBLAS may use (0 = its default). */
 void mq_nn_set_threads(int threads);
 
+/* Profiling (bench_nn --layers). While SECONDS is set on a model, every mq_model_grad on the
+ * calling thread adds the time of each stage of the step to seconds[stage]; NULL stops it.
+ * The stages are the layers' parts in the order they run (mq_nn_stage_name); with profiling
+ * off a step pays one test of a thread-local pointer per stage. */
+enum { MQ_NN_NSTAGES = 23 };
+const char *mq_nn_stage_name(int stage);
+void mq_model_profile(mq_model_t *m, double *seconds);
+
 #ifdef __cplusplus
 }
 #endif
