@@ -45,6 +45,14 @@ float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch);
 void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, double *loss_sum,
                    long *correct);
 
+/* Called during mq_model_grad once the gradient from flat index FROM to the end is final
+ * (the fully connected layers come first in the backward pass; the convolutions' gradients,
+ * before FROM, are still being computed): the caller may read, encode and send that part
+ * while the rest of the backward runs, and must not write it. Not called for a model whose
+ * last tensors are not final early; the whole gradient is final when mq_model_grad returns. */
+typedef void(mq_grad_ready_fn)(void *arg, size_t from);
+void mq_model_on_grad_ready(mq_model_t *m, mq_grad_ready_fn *fn, void *arg);
+
 /* w -= lr * g over n values. */
 void mq_sgd_update(float *w, const float *g, size_t n, float lr);
 

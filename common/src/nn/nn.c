@@ -23,6 +23,8 @@ struct mq_model_t {
     float *params, *grads;
     mq_net_f_t *net;
     double *prof; /* mq_model_profile */
+    mq_grad_ready_fn *ready;
+    void *ready_arg;
 };
 
 _Thread_local double *mq_nn_prof;
@@ -46,6 +48,12 @@ static const char *s_stage_names[MQ_NN_NSTAGES] = {
 const char *mq_nn_stage_name(int stage)
 {
     return stage >= 0 && stage < MQ_NN_NSTAGES ? s_stage_names[stage] : "?";
+}
+
+void mq_model_on_grad_ready(mq_model_t *m, mq_grad_ready_fn *fn, void *arg)
+{
+    m->ready = fn;
+    m->ready_arg = arg;
 }
 
 void mq_model_profile(mq_model_t *m, double *seconds)
@@ -199,7 +207,8 @@ float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch)
 {
     mq_nn_prof = m->prof;
     mq_nn_prof_t = m->prof ? mq_now_s() : 0;
-    float loss = (float)mq_net_grad_f(m->net, m->params, m->grads, x, y, batch);
+    float loss =
+        (float)mq_net_grad_f(m->net, m->params, m->grads, x, y, batch, m->ready, m->ready_arg);
     mq_nn_prof = NULL;
     return loss;
 }

@@ -98,9 +98,11 @@ int mq_pool_out(int h);
     typedef struct mq_net_##sfx##_t mq_net_##sfx##_t;                                        \
     mq_net_##sfx##_t *mq_net_new_##sfx(const mq_arch_t *arch, int max_batch);                 \
     void mq_net_destroy_##sfx(mq_net_##sfx##_t **self_p);                                     \
-    /* Forward and backward over a batch of n <= max_batch; returns mean CE + L2 term. */     \
+    /* Forward and backward over a batch of n <= max_batch; returns mean CE + L2 term. Calls \
+     * ready (if not NULL) once the fully connected layers' gradients are final. */          \
     double mq_net_grad_##sfx(mq_net_##sfx##_t *net, const real *params, real *grads,          \
-                             const real *x, const uint8_t *y, int n);                         \
+                             const real *x, const uint8_t *y, int n, mq_grad_ready_fn *ready, \
+                             void *ready_arg);                                                \
     /* Forward only; adds summed CE and correct predictions. */                               \
     void mq_net_eval_##sfx(mq_net_##sfx##_t *net, const real *params, const real *x,          \
                            const uint8_t *y, int n, double *loss_sum, long *correct);
