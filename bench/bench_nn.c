@@ -94,8 +94,55 @@ static double s_torch(const char *script, int threads, int steps)
     return ips;
 }
 
+/* --layers: STEPS profiled steps at each thread count; ms per step and share of each stage,
+ * the SGD update (what a server does, timed here for scale) as the last row. */
+static void s_layers(mq_model_t *m, int steps)
+{
+    float *x = malloc(sizeof(float) * BATCH * 784);
+    uint8_t y[BATCH];
+    for (int i = 0; i < BATCH * 784; i++)
+        x[i] = (float)(i % 17) / 17 - 0.5f;
+    for (int i = 0; i < BATCH; i++)
+        y[i] = (uint8_t)(i % 10);
+    for (int t = 1; t <= 2; t++) {
+        mq_nn_set_threads(t);
+        double st[MQ_NN_NSTAGES] = {0}, upd = 0;
+        mq_model_grad(m, x, y, BATCH); /* warm-up */
+        mq_model_profile(m, st);
+        double t0 = mq_now_s();
+        for (int s = 0; s < steps; s++) {
+            mq_model_grad(m, x, y, BATCH);
+            double u0 = mq_now_s();
+            mq_sgd_update(mq_model_params(m), mq_model_grads(m), mq_model_nparams(m), 1e-4f);
+            upd += mq_now_s() - u0;
+        }
+        double total = mq_now_s() - t0;
+        mq_model_profile(m, NULL);
+        printf("threads %d: %.1f ms per step (%d steps), of which:\n", t, total * 1e3 / steps,
+               steps);
+        for (int i = 0; i < MQ_NN_NSTAGES; i++)
+            if (st[i] > 0)
+                printf("  %-22s %7.2f ms  %5.1f %%\n", mq_nn_stage_name(i), st[i] * 1e3 / steps,
+                       100 * st[i] / total);
+        printf("  %-22s %7.2f ms  %5.1f %%\n", "sgd update", upd * 1e3 / steps,
+               100 * upd / total);
+    }
+    free(x);
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--layers") == 0) {
+        mq_model_t *m = mq_model_new("paper", 1, BATCH, 1e-4f);
+        if (!m) {
+            fprintf(stderr, "bench_nn: %s\n", mq_err_last());
+            return 1;
+        }
+        mq_model_init(m, 1);
+        s_layers(m, argc > 2 ? atoi(argv[2]) : 20);
+        mq_model_destroy(&m);
+        return 0;
+    }
     int steps = argc > 1 ? atoi(argv[1]) : 5;
     char here[1024], script[1200];
     snprintf(here, sizeof here, "%s", __FILE__);

@@ -133,7 +133,7 @@ static double s_unary_check(int kind, int a, int b, int c, double xscale)
     s_unary_t t = {.kind = kind, .a = a, .b = b, .c = c};
     t.ny = kind == 1 ? (size_t)a * mq_pool_out(b) * mq_pool_out(c) : nx;
     t.x = malloc(nx * 8), t.y = malloc(t.ny * 8), t.r = malloc(t.ny * 8);
-    t.scale = malloc(nx * 8), t.arg = malloc(t.ny * 4);
+    t.scale = malloc(2 * nx * 8), t.arg = malloc(t.ny * 4);
     double *dx = malloc(nx * 8), *tmp = malloc(nx * 8);
     s_fill(t.x, nx, 10 + kind, xscale), s_fill(t.r, t.ny, 20 + kind, 1);
     s_unary_obj(&t);
@@ -170,7 +170,7 @@ Test(nn, lrn_gradient_matches_finite_differences)
 
 Test(nn, lrn_matches_its_formula)
 {
-    double x[6] = {1, 2, 3, 4, 5, 6}, y[6], s[6];
+    double x[6] = {1, 2, 3, 4, 5, 6}, y[6], s[12];
     mq_lrn_forward_d(x, 6, 1, s, y);
     /* Channel 0 sees channels 0..4 (radius 4): 1+4+9+16+25 = 55. */
     double want = 1 / pow(1 + 0.001 / 9 * 55, 0.75);
@@ -246,7 +246,7 @@ typedef struct {
 static double s_net_obj(void *ctx)
 {
     s_net_t *t = ctx;
-    return mq_net_grad_d(t->net, t->p, t->g, t->x, t->y, 3);
+    return mq_net_grad_d(t->net, t->p, t->g, t->x, t->y, 3, NULL, NULL);
 }
 
 Test(nn, small_model_gradient_matches_finite_differences_and_float)
@@ -351,6 +351,54 @@ Test(nn, same_seed_and_threads_give_bit_identical_params, .timeout = 60)
         mq_model_destroy(&a), mq_model_destroy(&b);
     }
     mq_nn_set_threads(0);
+}
+
+/* What the ready callback saw of the gradient's tail, and where that tail began. */
+typedef struct {
+    int calls;
+    size_t from;
+    float *seen;
+    const float *grads;
+    size_t n;
+} s_ready_t;
+
+static void s_on_ready(void *arg, size_t from)
+{
+    s_ready_t *r = arg;
+    r->calls++;
+    r->from = from;
+    memcpy(r->seen + from, r->grads + from, (r->n - from) * sizeof(float));
+}
+
+Test(nn, ready_callback_sees_the_final_fc_gradients_before_the_convolutions, .timeout = 60)
+{
+    mq_model_t *m = mq_model_new("small", 1, 8, 1e-3f);
+    mq_model_init(m, 3);
+    size_t n = mq_model_nparams(m);
+    s_ready_t r = {.seen = calloc(n, sizeof(float)), .grads = mq_model_grads(m), .n = n};
+    mq_model_on_grad_ready(m, s_on_ready, &r);
+    float x[8 * 784];
+    uint8_t y[8];
+    for (int i = 0; i < 8 * 784; i++)
+        x[i] = (float)((i * 37) % 101) / 101 - 0.5f;
+    for (int i = 0; i < 8; i++)
+        y[i] = (uint8_t)(i % 10);
+    memset(mq_model_grads(m), 0, n * sizeof(float)); /* no earlier step's values */
+    mq_model_grad(m, x, y, 8);
+    cr_assert_eq(r.calls, 1, "called once per step");
+    cr_expect_eq(r.from, mq_model_tensor(m, 4)->offset, "from fc1.w on (got %zu)", r.from);
+    cr_expect(memcmp(r.seen + r.from, mq_model_grads(m) + r.from, (n - r.from) * sizeof(float)) ==
+                  0,
+              "what the callback saw is the final gradient");
+    bool conv_nonzero = false;
+    for (size_t i = 0; i < r.from; i++)
+        conv_nonzero |= mq_model_grads(m)[i] != 0;
+    cr_expect(conv_nonzero, "the convolutions' gradients come after");
+    mq_model_on_grad_ready(m, NULL, NULL);
+    mq_model_grad(m, x, y, 8);
+    cr_expect_eq(r.calls, 1, "not called once cleared");
+    free(r.seen);
+    mq_model_destroy(&m);
 }
 
 Test(nn, eval_in_chunks_equals_eval_of_each_example)

@@ -58,6 +58,16 @@ typedef struct {
     double t_pushed;      /* the node's time (mqgrad/ps.h clock) when the pushes were out */
     double t_pushed_wall; /* the same on the wall clock, for the timeout */
     double egress_s;      /* this iteration's time on the NIC: sending, not encoding */
+    /* pushes sent from inside the backward pass (s_on_grad_ready), while the convolutions'
+     * gradients are still being computed */
+    bool computing, push_failed;
+    bool pushed[MQ_WIRE_MAX_SERVERS];
+    double early_s; /* their time (statistics, encode, send), taken out of compute */
+    struct {
+        double sq;
+        uint64_t n;
+        float lo, hi;
+    } gs; /* the gradient statistics, summed over the shards as they are pushed */
     double decode_s;      /* this iteration's time applying aggregates */
     mq_report_t report;
     mq_msg_t in, out;
@@ -71,6 +81,8 @@ typedef struct {
 } s_worker_t;
 
 #define S_PENDING_S 2.0
+
+static mq_grad_ready_fn s_on_grad_ready;
 
 int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
 {
@@ -167,6 +179,7 @@ static int s_setup(s_worker_t *self)
     if (!self->model)
         return -1;
     mq_model_init(self->model, r->seed);
+    mq_model_on_grad_ready(self->model, s_on_grad_ready, self);
     mq_kv_worker_config_t kc = {
         .servers = self->nservers,
         .rank = self->rank,
@@ -292,45 +305,45 @@ static uint64_t s_sanitize(float *g, size_t n)
     return bad;
 }
 
-/* One pass over the gradient: sum of g^2 (*SQ), count (*N) and range over its quantized part,
- * and a finite check of the fp32 part (the whole gradient in an fp32 run) at memory speed.
- * False if a value is not finite. */
-static bool s_scan(const s_worker_t *self, const float *g, double *sq, uint64_t *n, float *lo,
-                   float *hi)
+/* One pass over shard S of the gradient: sum of g^2 (*SQ), count (*N) and range over its
+ * quantized part, and a finite check of its fp32 part (the whole shard in an fp32 run) at
+ * memory speed. False if a value is not finite. */
+static bool s_scan(const s_worker_t *self, const float *g, uint32_t s, double *sq, uint64_t *n,
+                   float *lo, float *hi)
 {
     bool fp32_ok = true;
     *sq = 0, *n = 0, *lo = INFINITY, *hi = -INFINITY;
-    for (uint32_t s = 0; s < self->nservers; s++) {
-        const mq_shard_t *sh = mq_kv_worker_shard(self->kv, s);
-        for (uint32_t i = 0; i < sh->nsegs; i++) {
-            const mq_segment_t *seg = &sh->segs[i];
-            if (seg->quantized) {
-                s_stats(g + seg->flat, seg->count, sq, lo, hi);
-                *n += seg->count;
-            } else if (fp32_ok) {
-                fp32_ok = mq_codec_first_nonfinite(g + seg->flat, seg->count) == seg->count;
-            }
+    const mq_shard_t *sh = mq_kv_worker_shard(self->kv, s);
+    for (uint32_t i = 0; i < sh->nsegs; i++) {
+        const mq_segment_t *seg = &sh->segs[i];
+        if (seg->quantized) {
+            s_stats(g + seg->flat, seg->count, sq, lo, hi);
+            *n += seg->count;
+        } else if (fp32_ok) {
+            fp32_ok = mq_codec_first_nonfinite(g + seg->flat, seg->count) == seg->count;
         }
     }
     return fp32_ok && isfinite(*sq);
 }
 
-/* The gradient statistics of the report; a gradient with non-finite values has them zeroed
- * and counted first (then scanned again). */
-static void s_grad_stats(s_worker_t *self, float *g)
+/* Adds shard S's gradient statistics to the iteration's; a shard with non-finite values has
+ * them zeroed and counted first (then scanned again). */
+static void s_shard_stats(s_worker_t *self, float *g, uint32_t s)
 {
     double sq;
     uint64_t n;
     float lo, hi;
-    if (!s_scan(self, g, &sq, &n, &lo, &hi)) {
-        self->report.nonfinite += s_sanitize(g, mq_model_nparams(self->model));
-        s_scan(self, g, &sq, &n, &lo, &hi);
+    if (!s_scan(self, g, s, &sq, &n, &lo, &hi)) {
+        const mq_shard_t *sh = mq_kv_worker_shard(self->kv, s);
+        self->report.nonfinite += s_sanitize(g + sh->begin, sh->end - sh->begin);
+        s_scan(self, g, s, &sq, &n, &lo, &hi);
         if (!isfinite(sq)) /* finite values whose squares overflow */
             sq = DBL_MAX;
     }
-    self->report.grad_sq = sq;
-    self->report.grad_sqmean = n ? sq / (double)n : 0;
-    self->report.grad_range = n ? (double)hi - lo : 0;
+    self->gs.sq = fmin(self->gs.sq + sq, DBL_MAX);
+    self->gs.n += n;
+    self->gs.lo = fminf(self->gs.lo, lo);
+    self->gs.hi = fmaxf(self->gs.hi, hi);
 }
 
 static int s_push(s_worker_t *self, uint32_t s)
@@ -360,6 +373,37 @@ static int s_push(s_worker_t *self, uint32_t s)
     return 0;
 }
 
+/* Pushes shard S unless it went already: its statistics, encode, send. */
+static int s_push_shard(s_worker_t *self, uint32_t s)
+{
+    if (self->pushed[s])
+        return 0;
+    self->pushed[s] = true;
+    s_shard_stats(self, mq_model_grads(self->model), s);
+    return s_push(self, s);
+}
+
+/* The model's callback from inside the backward pass: the gradient from FROM on is final.
+ * Every shard that lies wholly there is pushed now, so its bytes are on the network while
+ * the convolutions' backward runs (ZeroMQ's I/O thread sends them). Under link emulation a
+ * push still waits for its bytes to pass the emulated NIC, so there this changes when the
+ * time is spent, not how much. */
+static void s_on_grad_ready(void *arg, size_t from)
+{
+    s_worker_t *self = arg;
+    if (!self->computing || self->push_failed)
+        return;
+    double t0 = mq_link_now(&self->link);
+    for (uint32_t k = 0; k < self->nservers; k++) {
+        uint32_t s = (self->rank + k) % self->nservers;
+        if (mq_kv_worker_shard(self->kv, s)->begin >= from && s_push_shard(self, s) != 0) {
+            self->push_failed = true;
+            break;
+        }
+    }
+    self->early_s += mq_link_now(&self->link) - t0;
+}
+
 /* Computes the round's gradient and pushes it: the replica is in step. */
 static void s_compute(s_worker_t *self)
 {
@@ -371,27 +415,39 @@ static void s_compute(s_worker_t *self)
     }
     mq_batcher_take(self->batcher, self->cursor + (uint64_t)self->member * self->run.batch,
                     self->x, self->y);
+    mq_kv_worker_round(self->kv, self->iter); /* the round's draws, whatever came before */
+    memset(self->pushed, 0, sizeof self->pushed);
+    self->gs.sq = 0, self->gs.n = 0, self->gs.lo = INFINITY, self->gs.hi = -INFINITY;
+    self->early_s = 0;
+    self->push_failed = false;
+    self->computing = true;
     double loss = mq_model_grad(self->model, self->x, self->y, (int)self->run.batch);
+    self->computing = false;
     double t1 = mq_link_now(&self->link);
+    if (self->push_failed) {
+        s_fail(self, "push");
+        return;
+    }
     /* A non-finite loss cannot travel (the wire refuses it): it is counted instead. */
     self->report.loss = isfinite(loss) ? loss : 0;
     self->report.loss_nonfinite = !isfinite(loss);
-    self->report.nonfinite = !isfinite(loss);
-    s_grad_stats(self, mq_model_grads(self->model));
+    self->report.nonfinite += !isfinite(loss);
     /* Each worker starts with another server, so the servers fill up together: a round
      * closes once every server has every push (the commit), and a server that filled first
      * would only wait. */
-    mq_kv_worker_round(self->kv, self->iter); /* the round's draws, whatever came before */
     for (uint32_t k = 0; k < self->nservers; k++)
-        if (s_push(self, (self->rank + k) % self->nservers) != 0) {
+        if (s_push_shard(self, (self->rank + k) % self->nservers) != 0) {
             s_fail(self, "push");
             return;
         }
     self->t_pushed = mq_link_now(&self->link);
     self->t_pushed_wall = mq_now_s();
-    self->report.compute_ms = (t1 - t0) * 1e3;
+    self->report.grad_sq = self->gs.sq;
+    self->report.grad_sqmean = self->gs.n ? self->gs.sq / (double)self->gs.n : 0;
+    self->report.grad_range = self->gs.n ? (double)self->gs.hi - self->gs.lo : 0;
+    self->report.compute_ms = (t1 - t0 - self->early_s) * 1e3;
     /* Time spent sending on an emulated link is communication, not quantization. */
-    self->report.encode_ms = (self->t_pushed - t1 - self->egress_s) * 1e3;
+    self->report.encode_ms = (self->t_pushed - t1 + self->early_s - self->egress_s) * 1e3;
     self->report.wait_ms = self->egress_s * 1e3; /* the replies' waits are added later */
 }
 

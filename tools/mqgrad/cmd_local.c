@@ -65,9 +65,15 @@ static int s_parse_resumed(mq_local_opts_t *o, const char *dir)
     }
     char *argv[128] = {"local"};
     int n = 1;
-    for (char *save, *line = strtok_r(text, "\n", &save); line && n < 124;
-         line = strtok_r(NULL, "\n", &save))
+    bool servers = false;
+    for (char *save, *line = strtok_r(text, "\n", &save); line && n < 123;
+         line = strtok_r(NULL, "\n", &save)) {
+        servers |= strncmp(line, "--servers", 9) == 0;
         argv[n++] = line;
+    }
+    /* Runs started before the server count was written down had the old default, 2. */
+    if (!servers)
+        argv[n++] = "--servers=2";
     char resume_dir[512];
     snprintf(resume_dir, sizeof resume_dir, "%s", dir);
     argv[n++] = "--run-dir";
@@ -102,7 +108,7 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
 {
     memset(o, 0, sizeof *o);
     o->workers = 2;
-    o->servers = 2;
+    o->servers = 0; /* as many as workers (below) */
     o->restarts = 3;
     strcpy(o->policy, "mqgrad");
     char policies[256];
@@ -110,7 +116,8 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
     strcat(policies, " | none (fp32, no agent)");
     const mq_flag_t flags[] = {
         {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, 64, "worker processes"},
-        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, 16, "server processes"},
+        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, 16,
+         "server processes (default: one per worker, up to 16)"},
         {"min-workers", NULL, MQ_FLAG_STR, o->min_workers, sizeof o->min_workers, 0, 0,
          "below this many workers the run pauses (1)"},
         {"heartbeat-timeout", NULL, MQ_FLAG_STR, o->heartbeat_timeout,
@@ -206,6 +213,12 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
     }
     if (rc == 0 && !o->run_dir[0])
         mq_default_run_dir("local", o->run_dir, sizeof o->run_dir);
+    /* One server per worker: each worker's host then carries 1/N of the model's aggregation
+     * in and out besides its own push and pull, so no NIC carries more than 2x the model per
+     * iteration whatever N is (README, "Topology"). With 2 servers for N workers, each
+     * server's NIC carries N/2 model copies each way. */
+    if (rc == 0 && o->servers == 0)
+        o->servers = o->workers < 16 ? o->workers : 16;
     return rc;
 }
 
@@ -641,8 +654,17 @@ static int s_save_args(const mq_local_opts_t *o, int argc, char **argv)
         }
         if (strncmp(argv[i], "--run-dir=", 10) == 0)
             continue;
+        if (strcmp(argv[i], "--servers") == 0 && i + 1 < argc) { /* written below */
+            i++;
+            continue;
+        }
+        if (strncmp(argv[i], "--servers=", 10) == 0)
+            continue;
         off += (size_t)snprintf(text + off, sizeof text - off, "%s\n", argv[i]);
     }
+    /* The count this run was started with, whatever the default is when it resumes. */
+    if (off < sizeof text)
+        off += (size_t)snprintf(text + off, sizeof text - off, "--servers=%ld\n", o->servers);
     if (off >= sizeof text) {
         mq_err_set("too many flags to remember");
         return -1;

@@ -45,11 +45,27 @@ float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch);
 void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, double *loss_sum,
                    long *correct);
 
+/* Called during mq_model_grad once the gradient from flat index FROM to the end is final
+ * (the fully connected layers come first in the backward pass; the convolutions' gradients,
+ * before FROM, are still being computed): the caller may read, encode and send that part
+ * while the rest of the backward runs, and must not write it. Not called for a model whose
+ * last tensors are not final early; the whole gradient is final when mq_model_grad returns. */
+typedef void(mq_grad_ready_fn)(void *arg, size_t from);
+void mq_model_on_grad_ready(mq_model_t *m, mq_grad_ready_fn *fn, void *arg);
+
 /* w -= lr * g over n values. */
 void mq_sgd_update(float *w, const float *g, size_t n, float lr);
 
 /* The number of threads OpenBLAS may use (0 = its default). */
 void mq_nn_set_threads(int threads);
+
+/* Profiling (bench_nn --layers). While SECONDS is set on a model, every mq_model_grad on the
+ * calling thread adds the time of each stage of the step to seconds[stage]; NULL stops it.
+ * The stages are the layers' parts in the order they run (mq_nn_stage_name); with profiling
+ * off a step pays one test of a thread-local pointer per stage. */
+enum { MQ_NN_NSTAGES = 23 };
+const char *mq_nn_stage_name(int stage);
+void mq_model_profile(mq_model_t *m, double *seconds);
 
 #ifdef __cplusplus
 }

@@ -22,7 +22,44 @@ struct mq_model_t {
     size_t nparams;
     float *params, *grads;
     mq_net_f_t *net;
+    double *prof; /* mq_model_profile */
+    mq_grad_ready_fn *ready;
+    void *ready_arg;
 };
+
+_Thread_local double *mq_nn_prof;
+_Thread_local double mq_nn_prof_t;
+
+static const char *s_stage_names[MQ_NN_NSTAGES] = {
+    [MQ_ST_C1_IM2COL] = "conv1 im2col",      [MQ_ST_C1_GEMM] = "conv1 gemm+bias",
+    [MQ_ST_P1] = "relu1+pool1",              [MQ_ST_N1] = "lrn1",
+    [MQ_ST_C2_IM2COL] = "conv2 im2col",      [MQ_ST_C2_GEMM] = "conv2 gemm+bias",
+    [MQ_ST_R2] = "relu2",                    [MQ_ST_N2] = "lrn2",
+    [MQ_ST_P2] = "pool2+flatten",            [MQ_ST_FC_FWD] = "fc1-3 gemm+relu",
+    [MQ_ST_SOFTMAX] = "softmax+loss",        [MQ_ST_FC3_BWD] = "fc3 bwd gemm",
+    [MQ_ST_FC2_BWD] = "fc2 bwd + l2",        [MQ_ST_FC1_BWD] = "fc1 bwd + l2",
+    [MQ_ST_P2_BWD] = "pool2 bwd+unflatten",
+    [MQ_ST_N2_BWD] = "lrn2+relu2 bwd",       [MQ_ST_C2_DW] = "conv2 dw gemm+db",
+    [MQ_ST_C2_DX] = "conv2 dx gemm",         [MQ_ST_C2_COL2IM] = "conv2 col2im",
+    [MQ_ST_N1_BWD] = "lrn1 bwd",             [MQ_ST_P1_BWD] = "pool1+relu1 bwd",
+    [MQ_ST_C1_DW] = "conv1 dw gemm+db",      [MQ_ST_OTHER] = "other",
+};
+
+const char *mq_nn_stage_name(int stage)
+{
+    return stage >= 0 && stage < MQ_NN_NSTAGES ? s_stage_names[stage] : "?";
+}
+
+void mq_model_on_grad_ready(mq_model_t *m, mq_grad_ready_fn *fn, void *arg)
+{
+    m->ready = fn;
+    m->ready_arg = arg;
+}
+
+void mq_model_profile(mq_model_t *m, double *seconds)
+{
+    m->prof = seconds;
+}
 
 static const char *s_names[MQ_NTENSORS] = {"conv1.w", "conv1.b", "conv2.w", "conv2.b",
                                            "fc1.w",   "fc1.b",   "fc2.w",   "fc2.b",
@@ -168,7 +205,12 @@ void mq_model_init(mq_model_t *m, uint64_t seed)
 
 float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch)
 {
-    return (float)mq_net_grad_f(m->net, m->params, m->grads, x, y, batch);
+    mq_nn_prof = m->prof;
+    mq_nn_prof_t = m->prof ? mq_now_s() : 0;
+    float loss =
+        (float)mq_net_grad_f(m->net, m->params, m->grads, x, y, batch, m->ready, m->ready_arg);
+    mq_nn_prof = NULL;
+    return loss;
 }
 
 void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, double *loss_sum,

@@ -1,8 +1,9 @@
 /* The nn kernels and network in float (what the model runs): nn_layers.inc and
  * nn_net.inc compiled with REAL = float. */
-/* Vectorize the element-wise loops (LRN, ReLU, bias); sqrt need not set errno. Neither
- * changes any result, so runs stay bit-reproducible. */
-#pragma GCC optimize("tree-vectorize", "no-math-errno")
+/* Vectorize the element-wise loops (LRN, ReLU, bias; common/CMakeLists.txt adds
+ * -fno-math-errno, so sqrt does not stop them). Neither changes any result, so runs stay
+ * bit-reproducible. */
+#pragma GCC optimize("tree-vectorize")
 
 #include <assert.h>
 #include <math.h>
@@ -19,7 +20,16 @@
 #define NET mq_net_f_t
 #define GEMM cblas_sgemm
 #define SQRT sqrtf
+#define MARK(stage) mq_nn_mark(stage)
 #define POW powf
+/* The library targets baseline x86-64 (SSE2: 4 floats a step); the element-wise kernels get an
+ * AVX2 clone as well (8 a step), chosen when the library loads. AVX2 without FMA: no product
+ * is contracted, and no loop here reduces across lanes, so both clones give the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define WIDE __attribute__((target_clones("avx2", "default")))
+#else
+#define WIDE
+#endif
 
 #include "nn_layers.inc"
 #include "nn_net.inc"

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "mqgrad/nn.h"
+#include "mqgrad/util.h"
 
 /* Local response normalization as in AlexNet / TensorFlow's cifar10 example:
  * b_c = a_c / (bias + alpha * sum_{|c'-c| <= radius} a_c'^2)^beta. */
@@ -21,6 +22,26 @@
 #define MQ_LRN_BIAS 1.0
 #define MQ_LRN_ALPHA (0.001 / 9.0)
 #define MQ_LRN_BETA 0.75
+
+/* The stages of a training step (mq_nn_stage_name), timed while profiling is on. */
+enum {
+    MQ_ST_C1_IM2COL, MQ_ST_C1_GEMM, MQ_ST_P1, MQ_ST_N1, MQ_ST_C2_IM2COL, MQ_ST_C2_GEMM,
+    MQ_ST_R2, MQ_ST_N2, MQ_ST_P2, MQ_ST_FC_FWD, MQ_ST_SOFTMAX, MQ_ST_FC3_BWD, MQ_ST_FC2_BWD,
+    MQ_ST_FC1_BWD, MQ_ST_P2_BWD, MQ_ST_N2_BWD, MQ_ST_C2_DW, MQ_ST_C2_DX,
+    MQ_ST_C2_COL2IM, MQ_ST_N1_BWD, MQ_ST_P1_BWD, MQ_ST_C1_DW, MQ_ST_OTHER
+};
+/* The profile of the step running on this thread (NULL: off) and the time of its last mark. */
+extern _Thread_local double *mq_nn_prof;
+extern _Thread_local double mq_nn_prof_t;
+/* Charges the time since the last mark to STAGE. */
+static inline void mq_nn_mark(int stage)
+{
+    if (mq_nn_prof) {
+        double t = mq_now_s();
+        mq_nn_prof[stage] += t - mq_nn_prof_t;
+        mq_nn_prof_t = t;
+    }
+}
 
 #define MQ_IMG 28        /* input side */
 #define MQ_KSIZE 5       /* convolution kernel side, SAME padding 2 */
@@ -58,7 +79,8 @@ int mq_pool_out(int h);
     void mq_pool_forward_##sfx(const real *x, int planes, int h, int w, real *y, int32_t *arg);\
     void mq_pool_backward_##sfx(const real *dy, const int32_t *arg, int planes, int h, int w, \
                                 real *dx);                                                    \
-    /* c channels of s positions each (channel stride s); scale keeps the denominators. */    \
+    /* c channels of s positions each (channel stride s); scale (2 x c x s) keeps the two    \
+     * powers of the denominators d the backward needs, d^-beta and d^(-beta-1). */         \
     void mq_lrn_forward_##sfx(const real *x, int c, size_t s, real *scale, real *y);          \
     void mq_lrn_backward_##sfx(const real *x, const real *scale, const real *dy, int c,       \
                                size_t s, real *tmp, real *dx);                                 \
@@ -76,9 +98,11 @@ int mq_pool_out(int h);
     typedef struct mq_net_##sfx##_t mq_net_##sfx##_t;                                        \
     mq_net_##sfx##_t *mq_net_new_##sfx(const mq_arch_t *arch, int max_batch);                 \
     void mq_net_destroy_##sfx(mq_net_##sfx##_t **self_p);                                     \
-    /* Forward and backward over a batch of n <= max_batch; returns mean CE + L2 term. */     \
+    /* Forward and backward over a batch of n <= max_batch; returns mean CE + L2 term. Calls \
+     * ready (if not NULL) once the fully connected layers' gradients are final. */          \
     double mq_net_grad_##sfx(mq_net_##sfx##_t *net, const real *params, real *grads,          \
-                             const real *x, const uint8_t *y, int n);                         \
+                             const real *x, const uint8_t *y, int n, mq_grad_ready_fn *ready, \
+                             void *ready_arg);                                                \
     /* Forward only; adds summed CE and correct predictions. */                               \
     void mq_net_eval_##sfx(mq_net_##sfx##_t *net, const real *params, const real *x,          \
                            const uint8_t *y, int n, double *loss_sum, long *correct);
