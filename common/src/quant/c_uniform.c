@@ -81,6 +81,20 @@ static double s_sq_of_chunk(const mq_quant_kernels_t *kn, const mq_codec_t *c, s
     return sq;
 }
 
+/* The end of an encode chunk of LEN codes from START (one byte each in OUT): their decoded
+ * sum of squares if WANT_SQ (else 0), and, below 8 bits, the codes packed into CODES. */
+static double s_chunk_done(const mq_quant_kernels_t *kn, const mq_codec_t *c, size_t n,
+                           const uint8_t *hdr, const uint8_t *out, size_t start, size_t len,
+                           bool want_sq, uint8_t *codes, size_t code_bytes)
+{
+    double sq = want_sq ? s_sq_of_chunk(kn, c, n, hdr, out, start, len) : 0.0;
+    if (c->bits < 8) {
+        size_t at = start / 8 * (size_t)c->bits;
+        kn->pack(out, len, codes + at, code_bytes - at, c->bits);
+    }
+    return sq;
+}
+
 /* ---- encoding ------------------------------------------------------------------------*/
 
 /* Per-bucket constants for quantizing. Buckets whose range or inverse step does not fit
@@ -225,12 +239,7 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
                            S_STOCHASTIC(c) ? noise + (i - start) : NULL, out + (i - start));
             i = seg_end;
         }
-        if (stats)
-            sq += s_sq_of_chunk(kn, c, n, dst, out, start, len);
-        if (K < 8) {
-            size_t at = start / 8 * (size_t)K;
-            kn->pack(q, len, codes + at, code_bytes - at, K);
-        }
+        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes);
     }
     if (stats)
         stats->sq = sq;
@@ -343,12 +352,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
             }
             i = seg_end;
         }
-        if (stats)
-            sq += s_sq_of_chunk(kn, c, n, dst, out, start, len);
-        if (K < 8) {
-            size_t at = start / 8 * (size_t)K;
-            kn->pack(q, len, codes + at, code_bytes - at, K);
-        }
+        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes);
     }
     if (stats)
         stats->sq = sq;

@@ -395,37 +395,55 @@ static const mq_quant_kernels_t s_kernels_sse2 = {
 
 /* ---- AVX2 ----------------------------------------------------------------------------------*/
 
-S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
+/* Smallest and largest of x[i] (b NULL) or of the sums x[i] + b[i]; false if one is not
+ * finite. Inlined into both callers below with b a constant, so each gets its own loop. */
+S_AVX2 S_INLINE bool s_minmax_either_avx2(const float *x, const float *b, size_t n, float *lo,
+                                          float *hi)
 {
-    __m256 mn0 = _mm256_set1_ps(x[0]), mn1 = mn0, mn2 = mn0, mn3 = mn0;
+    const float first = b ? x[0] + b[0] : x[0];
+    __m256 mn0 = _mm256_set1_ps(first), mn1 = mn0, mn2 = mn0, mn3 = mn0;
     __m256 mx0 = mn0, mx1 = mn0, mx2 = mn0, mx3 = mn0, bad = _mm256_setzero_ps();
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         s_prefetch_ahead(x + i);
-        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
-        __m256 c = _mm256_loadu_ps(x + i + 16), d = _mm256_loadu_ps(x + i + 24);
-        mn0 = _mm256_min_ps(a, mn0);
-        mn1 = _mm256_min_ps(b, mn1);
-        mn2 = _mm256_min_ps(c, mn2);
-        mn3 = _mm256_min_ps(d, mn3);
-        mx0 = _mm256_max_ps(a, mx0);
-        mx1 = _mm256_max_ps(b, mx1);
-        mx2 = _mm256_max_ps(c, mx2);
-        mx3 = _mm256_max_ps(d, mx3);
-        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(a, b, _CMP_UNORD_Q),
-                                             _mm256_cmp_ps(c, d, _CMP_UNORD_Q)));
+        __m256 u = _mm256_loadu_ps(x + i), v = _mm256_loadu_ps(x + i + 8);
+        __m256 w = _mm256_loadu_ps(x + i + 16), z = _mm256_loadu_ps(x + i + 24);
+        if (b) {
+            s_prefetch_ahead(b + i);
+            u = _mm256_add_ps(u, _mm256_loadu_ps(b + i));
+            v = _mm256_add_ps(v, _mm256_loadu_ps(b + i + 8));
+            w = _mm256_add_ps(w, _mm256_loadu_ps(b + i + 16));
+            z = _mm256_add_ps(z, _mm256_loadu_ps(b + i + 24));
+        }
+        mn0 = _mm256_min_ps(u, mn0);
+        mn1 = _mm256_min_ps(v, mn1);
+        mn2 = _mm256_min_ps(w, mn2);
+        mn3 = _mm256_min_ps(z, mn3);
+        mx0 = _mm256_max_ps(u, mx0);
+        mx1 = _mm256_max_ps(v, mx1);
+        mx2 = _mm256_max_ps(w, mx2);
+        mx3 = _mm256_max_ps(z, mx3);
+        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(u, v, _CMP_UNORD_Q),
+                                             _mm256_cmp_ps(w, z, _CMP_UNORD_Q)));
     }
     __m256 mn = _mm256_min_ps(_mm256_min_ps(mn0, mn1), _mm256_min_ps(mn2, mn3));
     __m256 mx = _mm256_max_ps(_mm256_max_ps(mx0, mx1), _mm256_max_ps(mx2, mx3));
     bool ok = !_mm256_movemask_ps(bad);
     __m128 mn4 = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
     __m128 mx4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    float vl = s_hmin4(mn4), vh = s_hmax4(mx4), l = x[0], h = x[0];
+    float vl = s_hmin4(mn4), vh = s_hmax4(mx4), l = first, h = first;
     _mm256_zeroupper();
-    ok = (i == n || s_minmax_sse2(x + i, n - i, &l, &h)) && ok;
+    ok = (i == n || (b ? s_minmax_sum_sse2(x + i, b + i, n - i, &l, &h)
+                       : s_minmax_sse2(x + i, n - i, &l, &h))) &&
+         ok;
     *lo = vl < l ? vl : l;
     *hi = vh > h ? vh : h;
     return ok && *lo - *lo == 0.0f && *hi - *hi == 0.0f;
+}
+
+S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
+{
+    return s_minmax_either_avx2(x, NULL, n, lo, hi);
 }
 
 S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 r, __m256 top)
@@ -744,38 +762,7 @@ S_AVX2 static void s_quantize_noise_avx2(const float *x, size_t n, float lo, flo
 S_AVX2 static bool s_minmax_sum_avx2(const float *a, const float *b, size_t n, float *lo,
                                      float *hi)
 {
-    __m256 mn0 = _mm256_set1_ps(a[0] + b[0]), mn1 = mn0, mn2 = mn0, mn3 = mn0;
-    __m256 mx0 = mn0, mx1 = mn0, mx2 = mn0, mx3 = mn0, bad = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s_prefetch_ahead(a + i);
-        s_prefetch_ahead(b + i);
-        __m256 u = _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i));
-        __m256 v = _mm256_add_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8));
-        __m256 w = _mm256_add_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16));
-        __m256 z = _mm256_add_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24));
-        mn0 = _mm256_min_ps(u, mn0);
-        mn1 = _mm256_min_ps(v, mn1);
-        mn2 = _mm256_min_ps(w, mn2);
-        mn3 = _mm256_min_ps(z, mn3);
-        mx0 = _mm256_max_ps(u, mx0);
-        mx1 = _mm256_max_ps(v, mx1);
-        mx2 = _mm256_max_ps(w, mx2);
-        mx3 = _mm256_max_ps(z, mx3);
-        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(u, v, _CMP_UNORD_Q),
-                                             _mm256_cmp_ps(w, z, _CMP_UNORD_Q)));
-    }
-    __m256 mn = _mm256_min_ps(_mm256_min_ps(mn0, mn1), _mm256_min_ps(mn2, mn3));
-    __m256 mx = _mm256_max_ps(_mm256_max_ps(mx0, mx1), _mm256_max_ps(mx2, mx3));
-    bool ok = !_mm256_movemask_ps(bad);
-    __m128 mn4 = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
-    __m128 mx4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    float vl = s_hmin4(mn4), vh = s_hmax4(mx4), l = a[0] + b[0], h = l;
-    _mm256_zeroupper();
-    ok = (i == n || s_minmax_sum_sse2(a + i, b + i, n - i, &l, &h)) && ok;
-    *lo = vl < l ? vl : l;
-    *hi = vh > h ? vh : h;
-    return ok && *lo - *lo == 0.0f && *hi - *hi == 0.0f;
+    return s_minmax_either_avx2(a, b, n, lo, hi);
 }
 
 S_AVX2 static void s_add_avx2(float *dst, const float *src, size_t n)
