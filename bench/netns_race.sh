@@ -433,6 +433,15 @@ run_ddp() { # run_ddp fp32|fp16 RATE
     tail -n 2 "$log" | sed 's/^/    /'
 }
 
+timed() { # timed LABEL CMD...: runs CMD between two progress lines, the second with its time
+    local label=$1 start
+    shift
+    start=$(date +%s)
+    echo "  $label ..."
+    "$@"
+    echo "  $label: $(($(date +%s) - start)) s"
+}
+
 out=${1:-/tmp/mqgrad-race-$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$out"
 cat >"$out/env" <<EOF
@@ -452,18 +461,8 @@ for r in $RATES; do
     shape "$r"
     linkcheck "$r" >"$out/linkcheck-$r"
     echo "$r Mbit/s: $(cat "$out/linkcheck-$r")"
-    for b in $BITS; do
-        start=$(date +%s)
-        echo "  $(label_mq "$b") at $r Mbit/s ..."
-        run_mq "$b" "$r"
-        echo "  $(label_mq "$b") at $r Mbit/s: $(($(date +%s) - start)) s"
-    done
-    for d in $DDP; do
-        start=$(date +%s)
-        echo "  $(label_ddp "$d") at $r Mbit/s ..."
-        run_ddp "$d" "$r"
-        echo "  $(label_ddp "$d") at $r Mbit/s: $(($(date +%s) - start)) s"
-    done
+    for b in $BITS; do timed "$(label_mq "$b") at $r Mbit/s" run_mq "$b" "$r"; done
+    for d in $DDP; do timed "$(label_ddp "$d") at $r Mbit/s" run_ddp "$d" "$r"; done
 done
 echo "  end $(date -u '+%Y-%m-%d %H:%M:%S') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo

@@ -80,16 +80,19 @@ static void s_noise_c(mq_quant_noise_t *g, float *u, size_t n)
  * portable and SSE2 builds stage the noise a block at a time; AVX2 keeps it in registers. */
 #define S_NOISE_BLOCK 256 /* a multiple of 16: every block but the last uses whole steps */
 
-static void s_quantize_noise_c(const float *x, size_t n, float lo, float inv, float top,
-                               mq_quant_noise_t *g, uint8_t *q)
-{
-    float u[S_NOISE_BLOCK];
-    for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {
-        size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;
-        s_noise_c(g, u, m);
-        s_quantize_c(x + i, m, lo, inv, top, u, q + i);
+#define S_QUANTIZE_NOISE_STAGED(suffix)                                                          \
+    static void s_quantize_noise_##suffix(const float *x, size_t n, float lo, float inv,        \
+                                          float top, mq_quant_noise_t *g, uint8_t *q)          \
+    {                                                                                           \
+        float u[S_NOISE_BLOCK];                                                                 \
+        for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {                                         \
+            size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;                           \
+            s_noise_##suffix(g, u, m);                                                          \
+            s_quantize_##suffix(x + i, m, lo, inv, top, u, q + i);                              \
+        }                                                                                       \
     }
-}
+
+S_QUANTIZE_NOISE_STAGED(c)
 
 /* Min and max of a[i] + b[i] (rounded to float, as the sum an encode would store), n > 0;
  * false if a sum is NaN or infinite. */

@@ -340,16 +340,7 @@ static mq_quant_sums_t s_code_sums_sse2(const uint8_t *q, size_t n, int K)
     return t;
 }
 
-static void s_quantize_noise_sse2(const float *x, size_t n, float lo, float inv, float top,
-                                  mq_quant_noise_t *g, uint8_t *q)
-{
-    float u[S_NOISE_BLOCK];
-    for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {
-        size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;
-        s_noise_sse2(g, u, m);
-        s_quantize_sse2(x + i, m, lo, inv, top, u, q + i);
-    }
-}
+S_QUANTIZE_NOISE_STAGED(sse2)
 
 /* As s_minmax_sse2, of the sums a[i] + b[i]. */
 static bool s_minmax_sum_sse2(const float *a, const float *b, size_t n, float *lo, float *hi)
@@ -452,6 +443,18 @@ S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 
     return _mm256_cvttps_epi32(_mm256_min_ps(y, top));
 }
 
+/* The codes of x[0..32) with the offsets r0..r3 (0.5: round to nearest; noise: stochastic),
+ * stored as 32 bytes in order. */
+S_AVX2 S_INLINE void s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256 r0, __m256 r1,
+                                __m256 r2, __m256 r3, __m256 top, __m256i order, uint8_t *q)
+{
+    __m256i k0 = s_q8_avx2(x, lo, inv, r0, top), k1 = s_q8_avx2(x + 8, lo, inv, r1, top);
+    __m256i k2 = s_q8_avx2(x + 16, lo, inv, r2, top), k3 = s_q8_avx2(x + 24, lo, inv, r3, top);
+    /* packs work within 128-bit halves: the dwords come out as 0,2,4,6,1,3,5,7 */
+    __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(b, order));
+}
+
 S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv, float top,
                                    const float *noise, uint8_t *q)
 {
@@ -468,13 +471,7 @@ S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv
             r2 = _mm256_loadu_ps(noise + i + 16);
             r3 = _mm256_loadu_ps(noise + i + 24);
         }
-        __m256i k0 = s_q8_avx2(x + i, vlo, vinv, r0, vtop);
-        __m256i k1 = s_q8_avx2(x + i + 8, vlo, vinv, r1, vtop);
-        __m256i k2 = s_q8_avx2(x + i + 16, vlo, vinv, r2, vtop);
-        __m256i k3 = s_q8_avx2(x + i + 24, vlo, vinv, r3, vtop);
-        /* packs work within 128-bit halves: the dwords come out as 0,2,4,6,1,3,5,7 */
-        __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
-        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, order));
+        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i);
     }
     _mm256_zeroupper();
     if (i < n)
@@ -744,12 +741,7 @@ S_AVX2 static void s_quantize_noise_avx2(const float *x, size_t n, float lo, flo
         __m256 r1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(ra, 16)), unit);
         __m256 r2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(rb, low)), unit);
         __m256 r3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(rb, 16)), unit);
-        __m256i k0 = s_q8_avx2(x + i, vlo, vinv, r0, vtop);
-        __m256i k1 = s_q8_avx2(x + i + 8, vlo, vinv, r1, vtop);
-        __m256i k2 = s_q8_avx2(x + i + 16, vlo, vinv, r2, vtop);
-        __m256i k3 = s_q8_avx2(x + i + 24, vlo, vinv, r3, vtop);
-        __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
-        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(b, order));
+        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i);
     }
     for (int w = 0; w < 4; w++)
         _mm256_storeu_si256((__m256i *)g->s[w], s[w]);
