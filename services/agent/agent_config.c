@@ -2,6 +2,7 @@
  * environment variable as default (twelve-factor). Bad values are refused with a message
  * naming the flag or variable; nothing is guessed. */
 #include "agent.h"
+#include "mqgrad/http.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -26,26 +27,20 @@ static int s_set_bool(const char *what, const char *val, bool *out)
 }
 
 /* The bearer token: the first line of FILE (a Docker secret, say), or the value itself for
- * MQGRAD_HTTP_TOKEN. */
+ * MQGRAD_HTTP_TOKEN; checked as every service's (mqgrad/http.h). */
 static int s_set_token(mq_agent_config_t *cfg, const char *what, const char *val, bool file)
 {
-    char *data = NULL;
-    size_t len = 0;
-    if (file && mq_read_file(val, &data, &len) != 0)
-        return mq_err_set("%s: cannot read '%s': %s", what, val, strerror(errno)), -1;
-    const char *t = file ? data : val;
-    size_t n = file ? strcspn(t, "\r\n") : strlen(t);
-    int rc = 0;
-    if (n == 0 || n >= sizeof cfg->http_token)
-        rc = (mq_err_set("%s: the token must be 1 to %zu characters", what,
-                         sizeof cfg->http_token - 1), -1);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        if (t[i] <= ' ' || t[i] > '~')
-            rc = (mq_err_set("%s: the token must be printable ASCII without spaces", what), -1);
-    if (rc == 0)
-        snprintf(cfg->http_token, sizeof cfg->http_token, "%.*s", (int)n, t);
-    free(data);
-    return rc;
+    mq_http_cfg_t h;
+    mq_http_cfg_init(&h, 0);
+    if (snprintf(file ? h.token_file : h.token, file ? sizeof h.token_file : sizeof h.token,
+                 "%s", val) >= (int)(file ? sizeof h.token_file : sizeof h.token) ||
+        (!file && !*val))
+        return mq_err_set("%s: the token must be 1 to %zu characters", what,
+                          sizeof cfg->http_token - 1), -1;
+    if (mq_http_cfg_resolve(&h) != 0)
+        return -1;
+    snprintf(cfg->http_token, sizeof cfg->http_token, "%s", h.token);
+    return 0;
 }
 
 static int s_set_int(const char *what, const char *val, long lo, long hi, int *out)

@@ -1,24 +1,14 @@
-/* The agent's HTTP face (libmicrohttpd, its own polling thread): GET /bits (JSON), GET
- * /metrics (Prometheus text format) and GET /healthz. The HTTP thread only ever reads a
- * snapshot the actor publishes under a mutex; it never touches the policy. */
+/* The agent's HTTP face (mqgrad/http.h): GET /bits (JSON), GET /metrics and GET /healthz.
+ * The HTTP thread only ever reads what the actor publishes (the status under a mutex, the
+ * series through the registry's); it never touches the policy. */
 #include "agent_internal.h"
+#include "mqgrad/http.h"
 
 #include <math.h>
-#include <arpa/inet.h>
-#include <microhttpd.h>
-#include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct mq_agent_http_t {
-    struct MHD_Daemon *daemon;
-    int port;
-    char token[256]; /* bearer token for /bits and /metrics; "" = none */
-    pthread_mutex_t lock;
-    mq_agent_snapshot_t snap;
-};
 
 /* ---- rendering ---------------------------------------------------------------------- */
 
@@ -86,221 +76,111 @@ size_t mq_agent_status_json(const mq_status_msg_t *st, char *buf, size_t cap)
     return o.len;
 }
 
-/* A Prometheus label value: backslash, double quote and newline escaped. */
-static void s_prom_label(s_out_t *o, const char *s)
+/* ---- metrics and serving ------------------------------------------------------------ */
+
+/* The agent's series, updated from each snapshot the actor publishes. */
+typedef struct {
+    mq_metric_t *bits, *policy_info, *step, *iter, *decisions, *observations, *reward,
+        *fallbacks, *swaps;
+    mq_metric_t *q[MQ_WIRE_MAX_Q * 2]; /* q_value{bits=...} by bit-width; NULL until seen */
+    mq_metric_t *drops[MQ_DROP_COUNT_];
+} s_series_t;
+
+static void s_series_init(s_series_t *s, mq_metrics_t *m)
 {
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            s_printf(o, "\\%c", *s);
-        else if (*s == '\n')
-            s_printf(o, "\\n");
-        else
-            s_printf(o, "%c", *s);
-    }
+    s->bits = mq_metrics_gauge(m, "mqgrad_agent_bits", "Bit-width the agent asks for now.", NULL);
+    s->policy_info = mq_metrics_gauge(m, "mqgrad_agent_policy_info",
+                                      "The active policy spec (value 1).", "policy=\"\"");
+    s->step = mq_metrics_gauge(m, "mqgrad_agent_step", "MDP steps taken by the active policy.",
+                               NULL);
+    s->iter = mq_metrics_gauge(m, "mqgrad_agent_iteration", "Last observed training iteration.",
+                               NULL);
+    s->decisions = mq_metrics_counter(m, "mqgrad_agent_decisions_total",
+                                      "Decisions (MDP steps) taken, over all policies.", NULL);
+    s->observations = mq_metrics_counter(m, "mqgrad_agent_observations_total",
+                                         "Training iterations observed, over all policies.", NULL);
+    s->reward = mq_metrics_gauge(m, "mqgrad_agent_last_reward", "Reward of the last decision.",
+                                 NULL);
+    mq_metric_set(s->reward, NAN);
+    s->fallbacks = mq_metrics_counter(m, "mqgrad_agent_fallbacks_total",
+                                      "Decisions the scheduler went on without (as it last "
+                                      "reported).",
+                                      NULL);
+    s->swaps = mq_metrics_counter(m, "mqgrad_agent_policy_swaps_total", "Policy swaps.", NULL);
+    mq_drops_series(m, "mqgrad_agent_dropped_messages_total", s->drops);
 }
 
-static void s_prom_head(s_out_t *o, const char *name, const char *type, const char *help)
+static void s_series_update(s_series_t *s, mq_metrics_t *m, const mq_agent_snapshot_t *snap)
 {
-    s_printf(o, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void s_prom_u64(s_out_t *o, const char *name, const char *type, const char *help, uint64_t v)
-{
-    s_prom_head(o, name, type, help);
-    s_printf(o, "%s %llu\n", name, (unsigned long long)v);
-}
-
-/* Prometheus writes NaN and infinities as NaN, +Inf, -Inf. */
-static void s_prom_double(s_out_t *o, double v)
-{
-    if (isnan(v))
-        s_printf(o, "NaN\n");
-    else if (isinf(v))
-        s_printf(o, "%sInf\n", v > 0 ? "+" : "-");
-    else
-        s_printf(o, "%.17g\n", v);
-}
-
-/* Contract: see agent_internal.h. */
-size_t mq_agent_metrics_text(const mq_agent_snapshot_t *snap, char *buf, size_t cap)
-{
-    s_out_t o = {buf, cap, 0};
     const mq_status_msg_t *st = &snap->status;
-    if (cap)
-        buf[0] = '\0';
-    s_prom_u64(&o, "mqgrad_agent_bits", "gauge", "Bit-width the agent asks for now.", st->bits);
-    s_prom_head(&o, "mqgrad_agent_policy_info", "gauge", "The active policy spec (value 1).");
-    s_printf(&o, "mqgrad_agent_policy_info{policy=\"");
-    s_prom_label(&o, st->policy);
-    s_printf(&o, "\"} 1\n");
-    s_prom_u64(&o, "mqgrad_agent_step", "gauge", "MDP steps taken by the active policy.", st->step);
-    s_prom_u64(&o, "mqgrad_agent_iteration", "gauge", "Last observed training iteration.",
-               st->iter);
-    s_prom_u64(&o, "mqgrad_agent_decisions_total", "counter",
-               "Decisions (MDP steps) taken, over all policies.", st->decisions);
-    s_prom_u64(&o, "mqgrad_agent_observations_total", "counter",
-               "Training iterations observed, over all policies.", st->observations);
-    s_prom_head(&o, "mqgrad_agent_last_reward", "gauge", "Reward of the last decision.");
-    s_printf(&o, "mqgrad_agent_last_reward ");
-    s_prom_double(&o, st->last_reward);
-    s_prom_head(&o, "mqgrad_agent_q_value", "gauge",
-                "Q-value of each bit-width in the "
-                "current state (NaN where the policy has none).");
-    for (uint32_t i = 0; i < st->nq && i < MQ_WIRE_MAX_Q; i++) {
-        s_printf(&o, "mqgrad_agent_q_value{bits=\"%u\"} ", st->min_bits + i);
-        s_prom_double(&o, st->q_values[i]);
+    char labels[MQ_METRICS_LABELS_MAX], esc[MQ_METRICS_LABELS_MAX - 16];
+    snprintf(labels, sizeof labels, "policy=\"%s\"", mq_metrics_escape(esc, sizeof esc, st->policy));
+    mq_metric_relabel(s->policy_info, labels);
+    mq_metric_set(s->policy_info, 1);
+    mq_metric_set(s->bits, st->bits);
+    mq_metric_set(s->step, (double)st->step);
+    mq_metric_set(s->iter, (double)st->iter);
+    mq_metric_set(s->decisions, (double)st->decisions);
+    mq_metric_set(s->observations, (double)st->observations);
+    mq_metric_set(s->reward, st->last_reward);
+    mq_metric_set(s->fallbacks, (double)st->fallbacks);
+    mq_metric_set(s->swaps, (double)snap->swaps);
+    /* every bit-width seen so far: the current policy's Q-values, NaN for the others */
+    for (uint32_t b = 1; b < MQ_WIRE_MAX_Q * 2; b++) {
+        bool cur = b >= st->min_bits && b - st->min_bits < st->nq && st->nq <= MQ_WIRE_MAX_Q;
+        if (!s->q[b - 1] && cur) {
+            snprintf(labels, sizeof labels, "bits=\"%u\"", b);
+            s->q[b - 1] = mq_metrics_gauge(m, "mqgrad_agent_q_value",
+                                           "Q-value of each bit-width in the current state "
+                                           "(NaN where the policy has none).",
+                                           labels);
+        }
+        mq_metric_set(s->q[b - 1], cur ? st->q_values[b - st->min_bits] : NAN);
     }
-    s_prom_u64(&o, "mqgrad_agent_fallbacks_total", "counter",
-               "Decisions the scheduler went on without (as it last reported).", st->fallbacks);
-    s_prom_u64(&o, "mqgrad_agent_policy_swaps_total", "counter", "Policy swaps.", snap->swaps);
-    s_prom_head(&o, "mqgrad_agent_dropped_messages_total", "counter",
-                "Messages dropped, by reason.");
     for (int r = MQ_DROP_NONE + 1; r < MQ_DROP_COUNT_; r++)
-        s_printf(&o, "mqgrad_agent_dropped_messages_total{reason=\"%s\"} %llu\n",
-                 mq_drop_name((mq_drop_t)r), (unsigned long long)snap->drops[r]);
-    return o.len;
+        mq_metric_set(s->drops[r], (double)snap->drops[r]);
 }
 
-/* ---- serving ------------------------------------------------------------------------ */
+struct mq_agent_http_t {
+    mq_http_t *http;
+    mq_metrics_t *metrics;
+    s_series_t series;
+    pthread_mutex_t lock; /* status */
+    mq_status_msg_t status;
+};
 
-static enum MHD_Result s_reply(struct MHD_Connection *c, unsigned code, const char *type,
-                               char *body, size_t len)
+static size_t s_render_bits(void *arg, char *buf, size_t cap)
 {
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
-    enum MHD_Result rc = MHD_queue_response(c, code, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-static enum MHD_Result s_text(struct MHD_Connection *c, unsigned code, const char *text)
-{
-    char *body = strdup(text);
-    return body ? s_reply(c, code, "text/plain", body, strlen(body)) : MHD_NO;
-}
-
-/* Renders into a malloc'd buffer, growing it until the text fits. */
-static char *s_render(const mq_agent_http_t *self, bool metrics, size_t *len)
-{
-    size_t cap = 8192;
-    for (;;) {
-        char *buf = malloc(cap);
-        if (!buf)
-            return NULL;
-        *len = metrics ? mq_agent_metrics_text(&self->snap, buf, cap)
-                       : mq_agent_status_json(&self->snap.status, buf, cap);
-        if (*len < cap)
-            return buf;
-        free(buf);
-        cap = *len + 64;
-    }
-}
-
-/* "Authorization: Bearer <token>", compared in constant time. */
-static bool s_authorized(const mq_agent_http_t *self, struct MHD_Connection *c)
-{
-    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncmp(h, "Bearer ", 7) != 0)
-        return false;
-    h += 7;
-    size_t n = strlen(self->token);
-    if (strlen(h) != n)
-        return false;
-    unsigned char diff = 0;
-    for (size_t i = 0; i < n; i++)
-        diff |= (unsigned char)(h[i] ^ self->token[i]);
-    return diff == 0;
-}
-
-static enum MHD_Result s_unauthorized(struct MHD_Connection *c)
-{
-    static const char text[] = "unauthorized: send Authorization: Bearer <token>\n";
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(sizeof text - 1, (void *)text, MHD_RESPMEM_PERSISTENT);
-    if (!r)
-        return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    enum MHD_Result rc = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, r);
-    MHD_destroy_response(r);
-    return rc;
-}
-
-static enum MHD_Result s_handler(void *cls, struct MHD_Connection *c, const char *url,
-                                 const char *method, const char *version, const char *upload_data,
-                                 size_t *upload_size, void **con_cls)
-{
-    mq_agent_http_t *self = cls;
-    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-        return s_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed: use GET\n");
-    bool bits = strcmp(url, "/bits") == 0, metrics = strcmp(url, "/metrics") == 0;
-    if (strcmp(url, "/healthz") == 0)
-        return s_text(c, MHD_HTTP_OK, "ok\n");
-    if (!bits && !metrics)
-        return s_text(c, MHD_HTTP_NOT_FOUND, "not found: try /bits, /metrics or /healthz\n");
-    if (self->token[0] && !s_authorized(self, c))
-        return s_unauthorized(c);
-    size_t len = 0;
+    mq_agent_http_t *self = arg;
     pthread_mutex_lock(&self->lock);
-    char *body = s_render(self, metrics, &len);
+    size_t n = mq_agent_status_json(&self->status, buf, cap);
     pthread_mutex_unlock(&self->lock);
-    if (!body)
-        return MHD_NO;
-    if (bits)
-        body[len++] = '\n'; /* s_render leaves room: len < cap */
-    return s_reply(c, MHD_HTTP_OK,
-                   metrics ? "text/plain; version=0.0.4; charset=utf-8" : "application/json", body,
-                   len);
+    return n;
 }
 
 /* Contract: see agent_internal.h. */
 mq_agent_http_t *mq_agent_http_new(const char *addr, int port, const char *token)
 {
+    mq_http_cfg_t cfg;
+    mq_http_cfg_init(&cfg, port);
+    snprintf(cfg.bind, sizeof cfg.bind, "%s", addr && *addr ? addr : "*");
+    snprintf(cfg.token, sizeof cfg.token, "%s", token ? token : "");
     mq_agent_http_t *self = calloc(1, sizeof *self);
     if (!self) {
         mq_err_set("out of memory");
         return NULL;
     }
     pthread_mutex_init(&self->lock, NULL);
-    self->snap.status.last_reward = NAN;
-    snprintf(self->token, sizeof self->token, "%s", token ? token : "");
-    uint16_t want = port == MQ_AGENT_HTTP_ANY ? 0 : (uint16_t)port;
-    struct sockaddr_in v4 = {.sin_family = AF_INET, .sin_port = htons(want)};
-    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6, .sin6_port = htons(want)};
-    const struct sockaddr *sa = NULL;
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
-    if (addr && *addr && strcmp(addr, "*") != 0) {
-        if (inet_pton(AF_INET, addr, &v4.sin_addr) == 1) {
-            sa = (const struct sockaddr *)&v4;
-        } else if (inet_pton(AF_INET6, addr, &v6.sin6_addr) == 1) {
-            sa = (const struct sockaddr *)&v6;
-            flags |= MHD_USE_IPv6;
-        } else {
-            mq_err_set("--http-bind '%s' is not an IP address", addr);
-            mq_agent_http_destroy(&self);
-            return NULL;
-        }
-    }
-    self->daemon = sa ? MHD_start_daemon(flags, want, NULL, NULL, s_handler, self,
-                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                                         MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_END)
-                      : MHD_start_daemon(flags, want, NULL, NULL, s_handler, self,
-                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                                         MHD_OPTION_END);
-    if (!self->daemon) {
-        mq_err_set("HTTP server cannot listen on %s port %d (in use? try --http-port)",
-                   sa ? addr : "every interface,", port);
+    self->status.last_reward = NAN;
+    if (!(self->metrics = mq_metrics_new("agent"))) {
+        mq_err_set("out of memory");
         mq_agent_http_destroy(&self);
         return NULL;
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(self->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    self->port = info ? info->port : want;
+    s_series_init(&self->series, self->metrics);
+    mq_http_route_t bits = {"/bits", "application/json", s_render_bits, self};
+    if (!(self->http = mq_http_new(&cfg, self->metrics, &bits, 1)))
+        mq_agent_http_destroy(&self);
     return self;
 }
 
@@ -310,8 +190,8 @@ void mq_agent_http_destroy(mq_agent_http_t **self_p)
     if (!self_p || !*self_p)
         return;
     mq_agent_http_t *self = *self_p;
-    if (self->daemon)
-        MHD_stop_daemon(self->daemon);
+    mq_http_destroy(&self->http);
+    mq_metrics_destroy(&self->metrics);
     pthread_mutex_destroy(&self->lock);
     free(self);
     *self_p = NULL;
@@ -319,7 +199,7 @@ void mq_agent_http_destroy(mq_agent_http_t **self_p)
 
 int mq_agent_http_port(const mq_agent_http_t *self)
 {
-    return self ? self->port : 0;
+    return self ? mq_http_port(self->http) : 0;
 }
 
 void mq_agent_http_publish(mq_agent_http_t *self, const mq_agent_snapshot_t *snap)
@@ -327,6 +207,7 @@ void mq_agent_http_publish(mq_agent_http_t *self, const mq_agent_snapshot_t *sna
     if (!self)
         return;
     pthread_mutex_lock(&self->lock);
-    self->snap = *snap;
+    self->status = snap->status;
     pthread_mutex_unlock(&self->lock);
+    s_series_update(&self->series, self->metrics, snap);
 }

@@ -43,7 +43,7 @@ zactor_t *mq_agent_saver_new(const char *path);
 /* Hands BUF (LEN bytes, from mq_agent_state_pack) to the saver; frees BUF. */
 void mq_agent_saver_put(zactor_t *saver, uint8_t *buf, size_t len);
 
-/* ---- HTTP (agent_http.c) ------------------------------------------------------------- */
+/* ---- HTTP (agent_http.c, on mqgrad/http.h) -------------------------------------------- */
 typedef struct mq_agent_http_t mq_agent_http_t;
 
 /* Starts an HTTP server on ADDR (an IPv4 or IPv6 address; "" or "*": every interface) and
@@ -56,7 +56,5 @@ void mq_agent_http_destroy(mq_agent_http_t **self_p);
 int mq_agent_http_port(const mq_agent_http_t *self);
 /* Replaces the snapshot the HTTP thread serves (copied under the mutex). */
 void mq_agent_http_publish(mq_agent_http_t *self, const mq_agent_snapshot_t *snap);
-/* The Prometheus text exposition of SNAP; same truncation rule as mq_agent_status_json. */
-size_t mq_agent_metrics_text(const mq_agent_snapshot_t *snap, char *buf, size_t cap);
 
 #endif

@@ -18,6 +18,7 @@
 static void s_defaults(mq_scheduler_config_t *c)
 {
     memset(c, 0, sizeof *c);
+    mq_http_cfg_init(&c->http, 0);
     strcpy(c->bind, "tcp://*:7000");
     c->workers = 2;
     c->min_workers = 1;
@@ -241,6 +242,7 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
         {"guard-bits", "MQGRAD_GUARD_BITS", MQ_FLAG_LONG, &c->guard_bits, 0, 1, MQ_QUANT_MAX_BITS,
          "bits the guard adds"},
         MQ_SEC_FLAGS(&c->sec),
+        MQ_HTTP_FLAGS(&c->http),
         {0},
     };
     char codecs[2048], rules[1024], usage[3300];

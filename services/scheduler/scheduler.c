@@ -17,8 +17,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "mqgrad/nn.h"
 #include "mqgrad/ps.h"
 #include "mqgrad/runlog.h"
 #include "mqgrad/service.h"
@@ -121,7 +123,135 @@ typedef struct {
     bool ckpt_warned;
     mq_sec_t *sec;
     uint8_t run_key[MQ_RUN_KEY_LEN]; /* nodes' tokens derive from it (mqgrad/security.h) */
+    struct {
+        mq_metric_t *iteration, *planned, *iterations, *loss, *acc, *test_loss, *bits, *pushed,
+            *pulled, *iter_pushed, *fp32_push, *iter_seconds, *members, *workers, *servers,
+            *paused, *stragglers, *fallbacks, *ckpt_iter, *ckpt_time, *link, *simulated;
+        mq_metric_t *drops[MQ_DROP_COUNT_];
+        /* per rank, made when the rank first reports */
+        mq_metric_t *w_seconds[MQ_MAX_WORKERS][4], *w_loss[MQ_MAX_WORKERS],
+            *w_straggles[MQ_MAX_WORKERS];
+    } m; /* in cfg->metrics, all NULL without one */
 } s_sched_t;
+
+/* ---- metrics (mqgrad/metrics.h) ------------------------------------------------------------ */
+
+static void s_metrics_init(s_sched_t *self)
+{
+    mq_metrics_t *m = self->cfg->metrics;
+    if (!m)
+        return;
+#define S_GAUGE(field, name, help) self->m.field = mq_metrics_gauge(m, name, help, NULL)
+#define S_COUNTER(field, name, help) self->m.field = mq_metrics_counter(m, name, help, NULL)
+    S_GAUGE(iteration, "mqgrad_scheduler_iteration", "Iterations finished in the run so far.");
+    S_GAUGE(planned, "mqgrad_scheduler_iterations_planned",
+            "Iterations the run is to make (0: until the time budget is spent).");
+    S_COUNTER(iterations, "mqgrad_scheduler_iterations_total",
+              "Iterations finished by this scheduler process.");
+    S_GAUGE(loss, "mqgrad_scheduler_loss", "Mean training loss of the last iteration.");
+    S_GAUGE(acc, "mqgrad_scheduler_test_accuracy_ratio",
+            "Test accuracy at the last evaluation, 0 to 1 (NaN before one).");
+    S_GAUGE(test_loss, "mqgrad_scheduler_test_loss",
+            "Mean test loss at the last evaluation (NaN before one).");
+    S_GAUGE(bits, "mqgrad_scheduler_bits", "Bit-width of the last iteration (32 = fp32).");
+    S_COUNTER(pushed, "mqgrad_scheduler_pushed_bytes_total",
+              "Gradient bytes the workers pushed, as they reported.");
+    S_COUNTER(pulled, "mqgrad_scheduler_pulled_bytes_total",
+              "Bytes the workers received from the servers, as they reported.");
+    S_GAUGE(iter_pushed, "mqgrad_scheduler_iteration_pushed_bytes",
+            "Gradient bytes pushed in the last iteration, over its members.");
+    S_GAUGE(fp32_push, "mqgrad_scheduler_fp32_push_bytes",
+            "Bytes one worker's push would take in fp32: the model's gradient.");
+    self->m.iter_seconds = mq_metrics_histogram(
+        m, "mqgrad_scheduler_iteration_seconds",
+        "Training time of an iteration (simulated under the simulated clock).", NULL,
+        mq_metrics_seconds_bounds, mq_metrics_seconds_nbounds);
+    S_GAUGE(members, "mqgrad_scheduler_members", "Workers in the last iteration.");
+    S_GAUGE(workers, "mqgrad_scheduler_workers", "Workers registered now.");
+    S_GAUGE(servers, "mqgrad_scheduler_servers", "Servers registered now.");
+    S_GAUGE(paused, "mqgrad_scheduler_paused", "1 while the run waits for --min-workers.");
+    S_COUNTER(stragglers, "mqgrad_scheduler_stragglers_total",
+              "Members left out of an iteration by the straggler policy.");
+    S_COUNTER(fallbacks, "mqgrad_scheduler_agent_fallbacks_total",
+              "Iterations that went on without a timely decision of the agent.");
+    S_GAUGE(ckpt_iter, "mqgrad_scheduler_last_checkpoint_iteration",
+            "Iteration of the last complete checkpoint (0: none yet).");
+    S_GAUGE(ckpt_time, "mqgrad_scheduler_last_checkpoint_timestamp_seconds",
+            "When the last complete checkpoint was written, Unix seconds (0: none yet).");
+    S_GAUGE(link, "mqgrad_scheduler_link_mbps", "Rate of the emulated links, Mbit/s (0: none).");
+    S_GAUGE(simulated, "mqgrad_scheduler_simulated_clock", "1 under the simulated clock.");
+#undef S_GAUGE
+#undef S_COUNTER
+    mq_drops_series(m, "mqgrad_scheduler_dropped_messages_total", self->m.drops);
+    mq_metric_set(self->m.planned, (double)self->cfg->iterations);
+    mq_metric_set(self->m.acc, NAN);
+    mq_metric_set(self->m.test_loss, NAN);
+    mq_metric_set(self->m.loss, NAN);
+    mq_metric_set(self->m.link, self->run.link_mbps);
+    mq_metric_set(self->m.simulated, self->run.simulated_clock);
+    int channels = strcmp(self->run.dataset, "cifar10") == 0 ? 3 : 1;
+    mq_metric_set(self->m.fp32_push, 4.0 * (double)mq_model_count(self->run.model, channels));
+}
+
+/* Rank R's series, made the first time it reports. */
+static void s_metrics_rank(s_sched_t *self, uint32_t r)
+{
+    mq_metrics_t *m = self->cfg->metrics;
+    if (!m || self->m.w_loss[r])
+        return;
+    static const char *const phases[4] = {"compute", "encode", "wait", "decode"};
+    char labels[64];
+    for (int i = 0; i < 4; i++) {
+        snprintf(labels, sizeof labels, "rank=\"%u\",phase=\"%s\"", r, phases[i]);
+        self->m.w_seconds[r][i] = mq_metrics_gauge(
+            m, "mqgrad_scheduler_worker_seconds",
+            "Each worker's time per phase in its last report: the gradient, quantizing, "
+            "waiting for the aggregates, applying them.",
+            labels);
+    }
+    snprintf(labels, sizeof labels, "rank=\"%u\"", r);
+    self->m.w_loss[r] = mq_metrics_gauge(m, "mqgrad_scheduler_worker_loss",
+                                         "Each worker's training loss in its last report.", labels);
+    self->m.w_straggles[r] = mq_metrics_counter(
+        m, "mqgrad_scheduler_worker_straggles_total",
+        "Iterations each worker was left out of by the straggler policy.", labels);
+}
+
+static void s_metrics_report(s_sched_t *self, uint32_t r, const mq_report_t *rep)
+{
+    if (!self->cfg->metrics)
+        return;
+    s_metrics_rank(self, r);
+    const double ms[4] = {rep->compute_ms, rep->encode_ms, rep->wait_ms, rep->decode_ms};
+    for (int i = 0; i < 4; i++)
+        mq_metric_set(self->m.w_seconds[r][i], ms[i] * 1e-3);
+    mq_metric_set(self->m.w_loss[r], rep->loss_nonfinite ? NAN : rep->loss);
+}
+
+static uint32_t s_count(const s_sched_t *self, s_state_t state);
+
+/* What changes without an iteration: membership, the pause, drops. Once a second. */
+static void s_metrics_tick(s_sched_t *self)
+{
+    if (!self->cfg->metrics)
+        return;
+    uint32_t servers = 0;
+    for (uint32_t i = 0; i < MQ_WIRE_MAX_SERVERS; i++)
+        servers += self->servers[i].state != N_FREE;
+    mq_metric_set(self->m.workers, s_count(self, N_FREE)); /* N_FREE: those not free */
+    mq_metric_set(self->m.servers, servers);
+    mq_metric_set(self->m.paused, self->phase == S_PAUSED);
+    mq_metric_set(self->m.fallbacks, (double)self->fallbacks);
+    mq_drops_publish(self->m.drops, &self->drops);
+}
+
+static void s_metrics_straggler(s_sched_t *self, uint32_t r)
+{
+    if (!self->cfg->metrics)
+        return;
+    s_metrics_rank(self, r);
+    mq_metric_add(self->m.w_straggles[r], 1);
+}
 
 static void s_finish(s_sched_t *self, const char *status, int code);
 
@@ -372,6 +502,8 @@ static void s_on_saved(s_sched_t *self, const mq_msg_t *msg)
         self->log_failed = true;
         return;
     }
+    mq_metric_set(self->m.ckpt_iter, (double)self->ckpt.iter);
+    mq_metric_set(self->m.ckpt_time, (double)time(NULL));
     char fields[64];
     snprintf(fields, sizeof fields, "\"at\":%llu", (unsigned long long)self->ckpt.iter);
     s_event(self, "checkpoint", fields);
@@ -776,6 +908,21 @@ static bool s_record(s_sched_t *self)
             stop = strcmp(self->cfg->on_divergence, "stop") == 0;
         }
     }
+    mq_metric_set(self->m.iteration, (double)self->iter + 1);
+    mq_metric_add(self->m.iterations, 1);
+    mq_metric_set(self->m.loss, loss);
+    mq_metric_set(self->m.bits, self->used_bits);
+    mq_metric_add(self->m.pushed, (double)s->bytes_up);
+    mq_metric_add(self->m.pulled, (double)s->bytes_down);
+    mq_metric_set(self->m.iter_pushed, (double)s->bytes_up);
+    mq_metric_observe(self->m.iter_seconds, self->last_iter_s);
+    mq_metric_set(self->m.members, self->nmembers);
+    mq_metric_add(self->m.stragglers, self->cut);
+    s_metrics_tick(self);
+    if (row.evaluated) {
+        mq_metric_set(self->m.acc, row.test_acc);
+        mq_metric_set(self->m.test_loss, row.test_loss);
+    }
     if (mq_runlog_row(self->log, &row) != 0) {
         /* A run that cannot record itself fails now, with the reason, rather than end
          * "completed" with rows missing. */
@@ -1123,6 +1270,7 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
     const mq_report_t *r = &msg->report;
     mq_report_t *s = &self->sum;
     self->got[msg->rank] = true;
+    s_metrics_report(self, msg->rank, r);
     if (msg->sim_time > self->sim_done)
         self->sim_done = msg->sim_time;
     s->loss += r->loss;
@@ -1191,6 +1339,11 @@ static void s_try_cut(s_sched_t *self)
     uint32_t need = self->stragglers == MQ_STRAGGLERS_FIRST ? (uint32_t)self->straggler_value : 1;
     if (nin < need || nin == self->nmembers)
         return;
+    for (uint32_t k = 0, j = 0; k < self->nmembers; k++) /* the cut: members not in IN */
+        if (j < nin && in[j] == self->members[k])
+            j++;
+        else
+            s_metrics_straggler(self, self->members[k]);
     s_note_stragglers(self, first_out, self->nmembers - nin);
     memcpy(self->members, in, nin * sizeof *in);
     self->nmembers = nin;
@@ -1214,6 +1367,9 @@ static void s_try_close(s_sched_t *self)
     uint32_t k = 0;
     while (self->got[self->members[k]]) /* some member has not reported: the first of them */
         k++;
+    for (uint32_t j = k; j < self->nmembers; j++)
+        if (!self->got[self->members[j]])
+            s_metrics_straggler(self, self->members[j]);
     s_note_stragglers(self, self->members[k], self->nmembers - self->nreports);
     s_iteration_done(self);
 }
@@ -1480,6 +1636,7 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     const mq_scheduler_config_t *c = self->cfg;
     double now = mq_now_s();
     s_check_nodes(self, now);
+    s_metrics_tick(self);
     if ((self->phase == S_REGISTERING || self->phase == S_PREPARING) &&
         now - self->t_created > c->start_timeout) {
         mq_error("only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
@@ -1610,6 +1767,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     mq_wire_set_run_id(self->run_id);
     mq_run_key_new(self->run_key);
     mq_log_set_tag("scheduler");
+    s_metrics_init(self);
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
     zloop_reader(self->loop, pipe, s_on_pipe, self);

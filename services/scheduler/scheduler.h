@@ -7,6 +7,7 @@
 #include <czmq.h>
 #include <stdbool.h>
 
+#include "mqgrad/http.h"
 #include "mqgrad/optim.h"
 #include "mqgrad/quant.h"
 #include "mqgrad/security.h"
@@ -60,6 +61,8 @@ typedef struct {
     double guard_spike;    /* spike guard: loss / smoothed loss that fires it, 0 = off */
     long guard_iters, guard_bits;
     mq_sec_config_t sec; /* keys (mqgrad/security.h) */
+    mq_http_cfg_t http;  /* /metrics (mqgrad/http.h) */
+    mq_metrics_t *metrics; /* the registry main serves, or NULL: no metrics */
 } mq_scheduler_config_t;
 
 /* The run's codec: --codec with the --bucket and --stochastic shorthands applied (uniform's

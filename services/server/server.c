@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mqgrad/checkpoint.h"
 #include "mqgrad/kv.h"
@@ -62,7 +63,38 @@ typedef struct {
     mq_msg_t in, out;
     mq_sec_t *sec;
     uint8_t run_key[MQ_RUN_KEY_LEN]; /* WELCOME's: workers' tokens derive from it */
+    struct {
+        mq_metric_t *shard, *rounds, *pushes, *received, *sent, *aggregate, *checkpoint;
+        mq_metric_t *drops[MQ_DROP_COUNT_];
+    } m; /* in cfg->metrics, all NULL without one */
 } s_server_t;
+
+static void s_metrics_init(s_server_t *self)
+{
+    mq_metrics_t *m = self->cfg->metrics;
+    if (!m)
+        return;
+    self->m.shard = mq_metrics_gauge(m, "mqgrad_server_shard",
+                                     "The shard this server holds (-1 before it has one).", NULL);
+    mq_metric_set(self->m.shard, -1);
+    self->m.rounds = mq_metrics_counter(m, "mqgrad_server_rounds_total",
+                                        "Rounds aggregated and answered.", NULL);
+    self->m.pushes = mq_metrics_counter(m, "mqgrad_server_pushes_total",
+                                        "Workers' pushes taken into a round.", NULL);
+    self->m.received = mq_metrics_counter(m, "mqgrad_server_received_bytes_total",
+                                          "Bytes of the pushes taken.", NULL);
+    self->m.sent = mq_metrics_counter(m, "mqgrad_server_sent_bytes_total",
+                                      "Bytes of the aggregates sent, over all receivers.", NULL);
+    self->m.aggregate = mq_metrics_histogram(
+        m, "mqgrad_server_aggregate_seconds",
+        "Time to aggregate a round: decode the pushes, average, update, encode the reply.", NULL,
+        mq_metrics_seconds_bounds, mq_metrics_seconds_nbounds);
+    self->m.checkpoint = mq_metrics_gauge(m, "mqgrad_server_last_checkpoint_timestamp_seconds",
+                                          "When the shard's last checkpoint was written, Unix "
+                                          "seconds (0: none yet).",
+                                          NULL);
+    mq_drops_series(m, "mqgrad_server_dropped_messages_total", self->m.drops);
+}
 
 int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
 {
@@ -86,8 +118,10 @@ int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
          "directory for shard checkpoints, on a volume that outlives the server (none: no "
          "checkpoints)"},
         MQ_SEC_FLAGS(&cfg->sec),
+        MQ_HTTP_FLAGS(&cfg->http),
         {0},
     };
+    mq_http_cfg_init(&cfg->http, 0);
     int rc = mq_flags_parse(flags, argc, argv, "usage: mqgrad-server [flags]", NULL, 0, NULL);
     return rc != 0 ? rc : mq_sec_config_check(&cfg->sec, "mqgrad-server");
 }
@@ -200,6 +234,8 @@ static void s_checkpoint(s_server_t *self)
         mq_ckpt_meta_t m = s_ckpt_meta(self, iter);
         if (mq_ckpt_write(self->cfg->checkpoint_dir, &m, params, n, state, nstate) != 0)
             snprintf(self->out.text, sizeof self->out.text, "%s", mq_err_last());
+        else
+            mq_metric_set(self->m.checkpoint, (double)time(NULL));
     }
     free(params);
     free(state);
@@ -251,6 +287,7 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
         return;
     }
     const mq_shard_t *shard = mq_kv_shard(self->kv);
+    mq_metric_set(self->m.shard, self->rank);
     mq_info("ready: shard %u holds [%llu, %llu) in %u segments, %u workers", self->rank,
             (unsigned long long)shard->begin, (unsigned long long)shard->end, shard->nsegs,
             self->run.workers);
@@ -324,11 +361,13 @@ static void s_complete(s_server_t *self)
     self->out.iter = mq_kv_iter(self->kv);
     self->out.shard = self->rank;
     self->out.ntensors = nsegs;
+    double t0 = mq_now_s();
     if (mq_kv_complete_set(self->kv, self->members, self->nmembers, self->out.tensors,
                            payloads) != 0) {
         s_fail(self, "aggregate");
         return;
     }
+    mq_metric_observe(self->m.aggregate, mq_now_s() - t0);
     s_release_slots(self);
     self->set_known = false;
     size_t bytes = 0;
@@ -347,6 +386,9 @@ static void s_complete(s_server_t *self)
             mq_warn("aggregate %llu to worker %u: %s", (unsigned long long)self->out.iter, r,
                     mq_err_last());
     }
+    mq_metric_add(self->m.rounds, 1);
+    mq_metric_add(self->m.sent, (double)(bytes * nto));
+    mq_drops_publish(self->m.drops, &self->node.drops);
     if (self->run.report_pushes) { /* ours become the kept ones */
         self->kept = true;
         self->kept_iter = self->out.iter;
@@ -574,6 +616,8 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
     }
     memcpy(slot->peer, msg->peer, msg->peer_len);
     slot->peer_len = msg->peer_len;
+    mq_metric_add(self->m.pushes, 1);
+    mq_metric_add(self->m.received, (double)msg->wire_bytes);
     s_progress(self);
     s_maybe_have(self);
 }
@@ -659,6 +703,7 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     s_server_t *self = arg;
     mq_node_check_peer(&self->node);
+    mq_drops_publish(self->m.drops, &self->node.drops);
     return 0;
 }
 
@@ -701,6 +746,7 @@ void mq_server_actor(zsock_t *pipe, void *args)
     self->node.pipe = pipe;
     self->cfg = args;
     mq_log_set_tag("server");
+    s_metrics_init(self);
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
     zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);

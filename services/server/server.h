@@ -7,6 +7,7 @@
 
 #include <czmq.h>
 
+#include "mqgrad/http.h"
 #include "mqgrad/security.h"
 
 typedef struct {
@@ -17,6 +18,8 @@ typedef struct {
     char dump[512];      /* if set, write the final master shard here (tests) */
     char checkpoint_dir[512]; /* shard checkpoints go here (mqgrad/checkpoint.h); empty = none */
     mq_sec_config_t sec;      /* keys (mqgrad/security.h) */
+    mq_http_cfg_t http;       /* /metrics (mqgrad/http.h) */
+    mq_metrics_t *metrics;    /* the registry main serves, or NULL: no metrics */
 } mq_server_config_t;
 
 /* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help) or 2 (bad). */

@@ -78,6 +78,11 @@ typedef struct {
     bool has_pending;
     double t_pending;
     mq_sec_t *sec;
+    struct {
+        mq_metric_t *rank, *iterations, *loss, *bits, *pushed, *pulled, *link_mbps;
+        mq_metric_t *phase[4]; /* compute, encode, wait, decode */
+        mq_metric_t *drops[MQ_DROP_COUNT_];
+    } m; /* in cfg->metrics, all NULL without one */
 } s_worker_t;
 
 #define S_PENDING_S 2.0
@@ -105,8 +110,10 @@ int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
         {"dump", NULL, MQ_FLAG_STR, cfg->dump, sizeof cfg->dump, 0, 0,
          "write the final parameters (raw float32) to this file"},
         MQ_SEC_FLAGS(&cfg->sec),
+        MQ_HTTP_FLAGS(&cfg->http),
         {0},
     };
+    mq_http_cfg_init(&cfg->http, 0);
     int rc = mq_flags_parse(flags, argc, argv, "usage: mqgrad-worker [flags]", NULL, 0, NULL);
     return rc != 0 ? rc : mq_sec_config_check(&cfg->sec, "mqgrad-worker");
 }
@@ -250,6 +257,8 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
         s_fail(self, "setup");
         return;
     }
+    mq_metric_set(self->m.rank, self->rank);
+    mq_metric_set(self->m.link_mbps, self->run.link_mbps);
     mq_info("ready: model %s (%zu parameters), %d training examples, %u servers",
             self->run.model, mq_model_nparams(self->model), self->train->n, self->nservers);
     if (mq_node_ready(&self->node, self->rank) != 0)
@@ -523,6 +532,57 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
 
 static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg);
 
+/* ---- metrics (mqgrad/metrics.h) --------------------------------------------------------- */
+
+static void s_metrics_init(s_worker_t *self)
+{
+    mq_metrics_t *m = self->cfg->metrics;
+    if (!m)
+        return;
+    self->m.rank = mq_metrics_gauge(m, "mqgrad_worker_rank",
+                                    "This worker's rank in the run (-1 before it has one).", NULL);
+    mq_metric_set(self->m.rank, -1);
+    self->m.iterations = mq_metrics_counter(m, "mqgrad_worker_iterations_total",
+                                            "Iterations this worker computed and applied.", NULL);
+    self->m.loss = mq_metrics_gauge(m, "mqgrad_worker_loss",
+                                    "Training loss of this worker's last batch.", NULL);
+    self->m.bits = mq_metrics_gauge(m, "mqgrad_worker_bits",
+                                    "Bit-width of the last iteration (32 = fp32).", NULL);
+    self->m.pushed = mq_metrics_counter(m, "mqgrad_worker_pushed_bytes_total",
+                                        "Gradient bytes pushed to the servers.", NULL);
+    self->m.pulled = mq_metrics_counter(m, "mqgrad_worker_pulled_bytes_total",
+                                        "Aggregate and parameter bytes received from the servers.",
+                                        NULL);
+    self->m.link_mbps = mq_metrics_gauge(m, "mqgrad_worker_link_mbps",
+                                         "Rate of the emulated link, Mbit/s (0 = none).", NULL);
+    static const char *const phases[4] = {"compute", "encode", "wait", "decode"};
+    for (int i = 0; i < 4; i++) {
+        char labels[32];
+        snprintf(labels, sizeof labels, "phase=\"%s\"", phases[i]);
+        self->m.phase[i] = mq_metrics_histogram(
+            m, "mqgrad_worker_phase_seconds",
+            "Time of each phase of an iteration: the gradient, quantizing it, waiting for the "
+            "aggregates (sending on an emulated link included), applying them.",
+            labels, mq_metrics_seconds_bounds, mq_metrics_seconds_nbounds);
+    }
+    mq_drops_series(m, "mqgrad_worker_dropped_messages_total", self->m.drops);
+}
+
+static void s_metrics_iteration(s_worker_t *self, const mq_report_t *r)
+{
+    if (!self->cfg->metrics)
+        return;
+    mq_metric_add(self->m.iterations, 1);
+    mq_metric_set(self->m.loss, r->loss_nonfinite ? NAN : r->loss);
+    mq_metric_set(self->m.bits, self->bits);
+    mq_metric_add(self->m.pushed, (double)r->bytes_up);
+    mq_metric_add(self->m.pulled, (double)r->bytes_down);
+    const double ms[4] = {r->compute_ms, r->encode_ms, r->wait_ms, r->decode_ms};
+    for (int i = 0; i < 4; i++)
+        mq_metric_observe(self->m.phase[i], ms[i] * 1e-3);
+    mq_drops_publish(self->m.drops, &self->node.drops);
+}
+
 static void s_finish_iteration(s_worker_t *self)
 {
     mq_report_t *r = &self->report;
@@ -542,6 +602,7 @@ static void s_finish_iteration(s_worker_t *self)
     out->rank = self->rank;
     out->incarnation = self->node.incarnation;
     out->report = *r;
+    s_metrics_iteration(self, r);
     self->busy = false;
     self->synced = self->iter + 1;
     if (mq_wire_send(self->node.sched, out, NULL, 0) != 0) {
@@ -681,6 +742,7 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     s_worker_t *self = arg;
     mq_node_check_peer(&self->node);
+    mq_drops_publish(self->m.drops, &self->node.drops);
     if (!self->node.finished && self->has_pending && mq_now_s() - self->t_pending > S_PENDING_S) {
         self->has_pending = false; /* the aggregates did not come: pull instead */
         self->busy = false;
@@ -725,6 +787,7 @@ void mq_worker_actor(zsock_t *pipe, void *args)
     self->cfg = args;
     self->pending = calloc(1, sizeof *self->pending);
     mq_log_set_tag("worker");
+    s_metrics_init(self);
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
     zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);

@@ -40,6 +40,7 @@ typedef struct {
     long worker;  /* its number for a worker, -1 for the others */
     long server;  /* its number for a server, -1 for the others */
     long restarts; /* times it was started again */
+    int http;      /* its /metrics port, 0 for none */
 } s_child_t;
 
 static volatile sig_atomic_t s_stop_signal;
@@ -188,6 +189,9 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
         {"progress-every", NULL, MQ_FLAG_STR, o->progress_every, sizeof o->progress_every, 0, 0,
          "seconds between progress lines (2)"},
         {"quiet", NULL, MQ_FLAG_BOOL, &o->quiet, 0, 0, 0, "no progress lines"},
+        {"http-port", NULL, MQ_FLAG_LONG, &o->http_port, 0, 0, 65535,
+         "serve the scheduler's /metrics here, and every other service's on a free port, "
+         "listed in RUN/prometheus-targets.json (0: no metrics)"},
         {"insecure", "MQGRAD_INSECURE", MQ_FLAG_BOOL, &o->insecure, 0, 0, 0,
          "no keys, no encryption (default: throw-away keys in RUN/keys for this run)"},
         {0},
@@ -307,6 +311,21 @@ static void s_fwd(char **argv, int *n, const char *flag, const char *value)
     }
 }
 
+/* "--http-port P --http-bind 127.0.0.1" for child C (the scheduler's P is --http-port, the
+ * others' a free one), or "--http-port 0" without metrics: the variables a user's shell may
+ * hold (MQGRAD_HTTP_PORT) must not give every process the same port. PORT holds P's text. */
+static void s_http_flags(const mq_local_opts_t *o, s_child_t *c, bool sched, char **argv, int *n,
+                         char port[16])
+{
+    c->http = o->http_port == 0 ? 0 : sched ? (int)o->http_port : s_free_port();
+    if (c->http < 0)
+        c->http = 0;
+    snprintf(port, 16, "%d", c->http);
+    s_fwd(argv, n, "--http-port", port);
+    if (c->http)
+        s_fwd(argv, n, "--http-bind", "127.0.0.1");
+}
+
 typedef struct {
     s_child_t kids[S_MAX_CHILDREN];
     int n;
@@ -314,6 +333,34 @@ typedef struct {
     char sched_ep[64], agent_ep[64];
     int http_port;
 } s_cluster_t;
+
+/* RUN/prometheus-targets.json: every service's /metrics, in Prometheus' file discovery
+ * format (file_sd_configs), written again whenever a process (re)starts on a new port. */
+static void s_write_targets(const mq_local_opts_t *o, const s_cluster_t *cl)
+{
+    if (!o->http_port)
+        return;
+    char text[S_MAX_CHILDREN * 128 + 8], path[PATH_MAX];
+    size_t len = 0;
+    len += (size_t)snprintf(text + len, sizeof text - len, "[");
+    for (int i = 0, k = 0; i < cl->n && len < sizeof text; i++) {
+        const s_child_t *c = &cl->kids[i];
+        if (!c->http)
+            continue;
+        const char *role = i == cl->agent ? "agent" : i == cl->sched ? "scheduler"
+                           : c->worker >= 0   ? "worker"
+                                              : "server";
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "%s\n  {\"targets\": [\"127.0.0.1:%d\"], \"labels\": "
+                                "{\"role\": \"%s\", \"process\": \"%s\"}}",
+                                k++ ? "," : "", c->http, role, c->name);
+    }
+    if (len < sizeof text)
+        len += (size_t)snprintf(text + len, sizeof text - len, "\n]\n");
+    snprintf(path, sizeof path, "%s/prometheus-targets.json", o->run_dir);
+    if (len >= sizeof text || mq_write_file_atomic(path, text, len) != 0)
+        mq_warn("%s: %s", path, len >= sizeof text ? "too many targets" : mq_err_last());
+}
 
 static s_child_t *s_new_child(s_cluster_t *cl, const char *fmt, long i)
 {
@@ -379,7 +426,9 @@ static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *
         argv[n++] = t;
     argv[n] = NULL;
     cl->agent = cl->n;
-    return s_spawn(s_new_child(cl, "agent", 0), exe, argv, logdir, false);
+    s_child_t *c = s_new_child(cl, "agent", 0);
+    c->http = o->http_port ? hport : 0;
+    return s_spawn(c, exe, argv, logdir, false);
 }
 
 static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
@@ -437,9 +486,12 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     s_fwd(argv, &n, "--stragglers", o->stragglers);
     if (o->resume[0])
         argv[n++] = "--resume";
-    argv[n] = NULL;
     cl->sched = cl->n;
-    return s_spawn(s_new_child(cl, "scheduler", 0), exe, argv, logdir, true);
+    s_child_t *c = s_new_child(cl, "scheduler", 0);
+    char http[16];
+    s_http_flags(o, c, true, argv, &n, http);
+    argv[n] = NULL;
+    return s_spawn(c, exe, argv, logdir, true);
 }
 
 static int s_spawn_server(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
@@ -453,12 +505,16 @@ static int s_spawn_worker(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *
         return -1;
     char *argv[16] = {worker, "--scheduler", cl->sched_ep};
     int n = 3;
+    char http[16];
     s_fwd(argv, &n, "--data-dir", o->data_dir);
     s_fwd(argv, &n, "--threads", o->threads);
+    s_http_flags(o, c, false, argv, &n, http);
     argv[n] = NULL;
     c->done = false;
     c->code = 0;
-    return s_spawn(c, worker, argv, logdir, false);
+    int rc = s_spawn(c, worker, argv, logdir, false);
+    s_write_targets(o, cl);
+    return rc;
 }
 
 /* Servers keep their checkpoints in RUN/checkpoints. */
@@ -469,11 +525,17 @@ static int s_spawn_server(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *
     if (s_find_exe(o, "server", server, sizeof server) != 0)
         return -1;
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints", o->run_dir);
-    char *argv[] = {server, "--scheduler", cl->sched_ep, "--bind", "tcp://127.0.0.1:*",
-                    "--checkpoint-dir", ckpt, NULL};
+    char *argv[16] = {server, "--scheduler", cl->sched_ep, "--bind", "tcp://127.0.0.1:*",
+                      "--checkpoint-dir", ckpt};
+    int n = 7;
+    char http[16];
+    s_http_flags(o, c, false, argv, &n, http);
+    argv[n] = NULL;
     c->done = false;
     c->code = 0;
-    return s_spawn(c, server, argv, logdir, false);
+    int rc = s_spawn(c, server, argv, logdir, false);
+    s_write_targets(o, cl);
+    return rc;
 }
 
 static int s_start_nodes(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
@@ -714,6 +776,11 @@ int mq_local_run(const mq_local_opts_t *o, int argc, char **argv)
                    "localhost:%d/bits\n",
                    keys[0] ? "MQGRAD_KEYS=" : "", keys, keys[0] ? " " : "",
                    keys[0] ? "" : " --insecure", cl.agent_ep, cl.http_port);
+        if (o->http_port)
+            printf("  metrics: http://127.0.0.1:%ld/metrics (every service's in "
+                   "%s/prometheus-targets.json)   live view: mqgrad top --scheduler "
+                   "127.0.0.1:%ld\n",
+                   o->http_port, o->run_dir, o->http_port);
         fflush(stdout);
     }
     return s_watch(o, &cl);

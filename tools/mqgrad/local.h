@@ -25,6 +25,7 @@ typedef struct {
     char data_dir[512], threads[8];
     bool quiet;         /* no progress lines (experiment prints its own) */
     bool insecure;      /* every service --insecure; else throw-away keys in RUN/keys */
+    long http_port;     /* the scheduler's /metrics port; the others get free ones (0: none) */
 } mq_local_opts_t;
 
 /* Defaults, then MQGRAD_* variables, then ARGV. Returns 0, 1 (help) or 2 (bad usage). */

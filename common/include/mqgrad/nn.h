@@ -25,6 +25,9 @@ typedef struct mq_model_t mq_model_t;
  * paper's loss). Parameters are zero until mq_model_init. NULL with an error on a bad name. */
 mq_model_t *mq_model_new(const char *name, int channels, int max_batch, float l2);
 void mq_model_destroy(mq_model_t **self_p);
+/* The parameters model NAME has for C input channels, without building it; 0 for a bad
+ * name. */
+size_t mq_model_count(const char *name, int channels);
 
 const char *mq_model_name(const mq_model_t *m);
 size_t mq_model_nparams(const mq_model_t *m);

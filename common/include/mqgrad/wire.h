@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mqgrad/metrics.h"
 #include "mqgrad/quant.h"
 
 #ifdef __cplusplus
@@ -275,6 +276,10 @@ void mq_drops_note(mq_drops_t *d, mq_drop_t reason, const uint8_t *peer, size_t 
 uint64_t mq_drops_total(const mq_drops_t *d);
 /* "garbage=0 version=1 ..." for every reason, for logs, metrics and tests. */
 void mq_drops_format(const mq_drops_t *d, char *buf, size_t len);
+/* The counter NAME{reason=...} of every reason in M, into OUT (all NULL without M). */
+void mq_drops_series(mq_metrics_t *m, const char *name, mq_metric_t *out[MQ_DROP_COUNT_]);
+/* Sets those counters to D's counts. */
+void mq_drops_publish(mq_metric_t *const out[MQ_DROP_COUNT_], const mq_drops_t *d);
 
 #ifdef __cplusplus
 }

@@ -133,6 +133,13 @@ err:
     return NULL;
 }
 
+size_t mq_model_count(const char *name, int channels)
+{
+    mq_arch_t arch;
+    mq_tensor_view_t views[MQ_NTENSORS];
+    return mq_arch_for(name, channels, 0, &arch) < 0 ? 0 : mq_arch_views(&arch, views);
+}
+
 void mq_model_destroy(mq_model_t **self_p)
 {
     if (!self_p || !*self_p)

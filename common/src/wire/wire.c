@@ -790,6 +790,22 @@ void mq_drops_format(const mq_drops_t *d, char *buf, size_t len)
                                 mq_drop_name((mq_drop_t)i), (unsigned long long)d->count[i]);
 }
 
+void mq_drops_series(mq_metrics_t *m, const char *name, mq_metric_t *out[MQ_DROP_COUNT_])
+{
+    out[MQ_DROP_NONE] = NULL;
+    for (int r = MQ_DROP_NONE + 1; r < MQ_DROP_COUNT_; r++) {
+        char labels[64];
+        snprintf(labels, sizeof labels, "reason=\"%s\"", mq_drop_name((mq_drop_t)r));
+        out[r] = mq_metrics_counter(m, name, "Messages dropped, by reason.", labels);
+    }
+}
+
+void mq_drops_publish(mq_metric_t *const out[MQ_DROP_COUNT_], const mq_drops_t *d)
+{
+    for (int r = MQ_DROP_NONE + 1; r < MQ_DROP_COUNT_; r++)
+        mq_metric_set(out[r], (double)d->count[r]);
+}
+
 uint64_t mq_drops_total(const mq_drops_t *d)
 {
     uint64_t t = 0;

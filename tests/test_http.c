@@ -1,0 +1,328 @@
+/* Every service's HTTP face: the metrics registry's text (mqgrad/metrics.h), the shared HTTP
+ * server (mqgrad/http.h) with its routes, token and errors, the services' --http-* flags, and
+ * a real run whose every process serves /metrics while it trains. */
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "http_test.h"
+#include "local_run.h"
+#include "mqgrad/http.h"
+#include "mqgrad/metrics.h"
+#include "mqgrad/util.h"
+
+static char *s_render(mq_metrics_t *m)
+{
+    size_t need = mq_metrics_render(m, NULL, 0);
+    char *buf = malloc(need + 1);
+    cr_assert_not_null(buf);
+    cr_assert_eq(mq_metrics_render(m, buf, need + 1), need);
+    return buf;
+}
+
+/* ---- the registry ------------------------------------------------------------------- */
+
+Test(metrics, text_format)
+{
+    mq_metrics_t *m = mq_metrics_new("worker");
+    mq_metric_t *c = mq_metrics_counter(m, "t_requests_total", "Requests.", "code=\"200\"");
+    mq_metric_t *c2 = mq_metrics_counter(m, "t_requests_total", "Requests.", "code=\"404\"");
+    mq_metric_t *g = mq_metrics_gauge(m, "t_ratio", "A ratio.\nSecond line.", NULL);
+    const double bounds[] = {0.1, 1};
+    mq_metric_t *h = mq_metrics_histogram(m, "t_seconds", "Times.", "phase=\"compute\"", bounds, 2);
+    cr_assert(c && c2 && g && h);
+    cr_assert_eq(mq_metrics_counter(m, "t_requests_total", NULL, "code=\"200\""), c,
+                 "the same name and labels give the same series");
+    mq_metric_add(c, 3);
+    mq_metric_add(c, -1); /* a counter never goes down */
+    mq_metric_set(c, 2);
+    mq_metric_add(c2, 1);
+    mq_metric_set(g, NAN);
+    mq_metric_observe(h, 0.05);
+    mq_metric_observe(h, 0.5);
+    mq_metric_observe(h, 7);
+    cr_assert_float_eq(mq_metric_value(c), 3, 0);
+    cr_assert_float_eq(mq_metric_value(h), 3, 0);
+    char *text = s_render(m);
+    cr_assert(strstr(text, "# HELP mqgrad_build_info"), "%s", text);
+    cr_assert(strstr(text, "mqgrad_build_info{role=\"worker\",version=\""), "%s", text);
+    cr_assert(strstr(text, "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds "),
+              "%s", text);
+    cr_assert(strstr(text, "# HELP t_requests_total Requests.\n# TYPE t_requests_total counter\n"
+                           "t_requests_total{code=\"200\"} 3\nt_requests_total{code=\"404\"} 1\n"),
+              "%s", text);
+    cr_assert(strstr(text, "# HELP t_ratio A ratio. Second line.\n# TYPE t_ratio gauge\n"
+                           "t_ratio NaN\n"),
+              "%s", text);
+    cr_assert(strstr(text, "# TYPE t_seconds histogram\n"
+                           "t_seconds_bucket{phase=\"compute\",le=\"0.1\"} 1\n"
+                           "t_seconds_bucket{phase=\"compute\",le=\"1\"} 2\n"
+                           "t_seconds_bucket{phase=\"compute\",le=\"+Inf\"} 3\n"
+                           "t_seconds_sum{phase=\"compute\"} 7.5499999999999998\n"
+                           "t_seconds_count{phase=\"compute\"} 3\n"),
+              "%s", text);
+    free(text);
+    /* an info metric changes its label; a truncating render still says what it needs */
+    mq_metric_t *info = mq_metrics_gauge(m, "t_policy_info", "Policy.", "policy=\"a\"");
+    mq_metric_set(info, 1);
+    char esc[64];
+    char labels[96];
+    snprintf(labels, sizeof labels, "policy=\"%s\"", mq_metrics_escape(esc, sizeof esc, "b\"\\\n"));
+    cr_assert_eq(mq_metric_relabel(info, labels), 0);
+    text = s_render(m);
+    cr_assert(strstr(text, "t_policy_info{policy=\"b\\\"\\\\\\n\"} 1\n"), "%s", text);
+    cr_assert_null(strstr(text, "policy=\"a\""));
+    char small[16];
+    cr_assert_eq(mq_metrics_render(m, small, sizeof small), strlen(text));
+    cr_assert_eq(strlen(small), sizeof small - 1);
+    free(text);
+    mq_metrics_destroy(&m);
+    cr_assert_null(m);
+}
+
+Test(metrics, bad_registrations)
+{
+    mq_metrics_t *m = mq_metrics_new("server");
+    cr_assert_null(mq_metrics_gauge(m, "9lives", "", NULL));
+    cr_assert(strstr(mq_err_last(), "not valid"), "%s", mq_err_last());
+    cr_assert_null(mq_metrics_gauge(m, "has-dash", "", NULL));
+    cr_assert_null(mq_metrics_gauge(m, "ok", "", "rank=3"));
+    cr_assert_null(mq_metrics_gauge(m, "ok", "", "rank=\"3\","));
+    cr_assert_null(mq_metrics_gauge(m, "ok", "", "rank=\"a\nb\""));
+    cr_assert_not_null(mq_metrics_counter(m, "twice", "", NULL));
+    cr_assert_null(mq_metrics_gauge(m, "twice", "", NULL));
+    cr_assert(strstr(mq_err_last(), "another type"), "%s", mq_err_last());
+    const double down[] = {2, 1};
+    cr_assert_null(mq_metrics_histogram(m, "h", "", NULL, down, 2));
+    cr_assert_null(mq_metrics_histogram(m, "h", "", NULL, down, 0));
+    /* NULL series are ignored by every update */
+    mq_metric_add(NULL, 1);
+    mq_metric_set(NULL, 1);
+    mq_metric_observe(NULL, 1);
+    cr_assert(isnan(mq_metric_value(NULL)));
+    mq_metrics_destroy(&m);
+}
+
+/* ---- the server --------------------------------------------------------------------- */
+
+static size_t s_hello(void *arg, char *buf, size_t cap)
+{
+    return (size_t)snprintf(buf, cap, "{\"hello\":\"%s\"}", (const char *)arg);
+}
+
+Test(http, routes_token_errors)
+{
+    mq_metrics_t *m = mq_metrics_new("scheduler");
+    mq_metric_set(mq_metrics_gauge(m, "t_iteration", "Iteration.", NULL), 42);
+    mq_http_cfg_t cfg;
+    mq_http_cfg_init(&cfg, MQ_HTTP_ANY_PORT);
+    snprintf(cfg.bind, sizeof cfg.bind, "127.0.0.1");
+    mq_http_route_t route = {"/hello", "application/json", s_hello, "world"};
+    mq_http_t *h = mq_http_new(&cfg, m, &route, 1);
+    cr_assert_not_null(h, "%s", mq_err_last());
+    int port = mq_http_port(h);
+    cr_assert_gt(port, 0);
+    static char body[65536];
+    cr_assert_eq(test_http(port, NULL, "GET", "/metrics", body, sizeof body), 200);
+    cr_assert(strstr(body, "\nt_iteration 42\n"), "%s", body);
+    cr_assert(strstr(body, "role=\"scheduler\""), "%s", body);
+    cr_assert_eq(test_http(port, NULL, "GET", "/hello", body, sizeof body), 200);
+    cr_assert_str_eq(body, "{\"hello\":\"world\"}\n");
+    cr_assert_eq(test_http(port, NULL, "GET", "/healthz", body, sizeof body), 200);
+    cr_assert_eq(test_http(port, NULL, "GET", "/nope", body, sizeof body), 404);
+    cr_assert(strstr(body, "/metrics") && strstr(body, "/hello"), "%s", body);
+    cr_assert_eq(test_http(port, NULL, "POST", "/metrics", body, sizeof body), 405);
+    /* a second server cannot take the same port: a specific error, not a crash */
+    mq_http_cfg_t again = cfg;
+    again.port = port;
+    cr_assert_null(mq_http_new(&again, m, NULL, 0));
+    cr_assert(strstr(mq_err_last(), "cannot listen"), "%s", mq_err_last());
+    mq_http_destroy(&h);
+    cr_assert_null(h);
+
+    /* with a token: /metrics and the routes need it, /healthz never does */
+    char path[] = "/tmp/mqgrad-test-token-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    cr_assert_eq(write(fd, "s3cret\nignored\n", 15), 15);
+    close(fd);
+    snprintf(cfg.token_file, sizeof cfg.token_file, "%s", path);
+    cr_assert_eq(mq_http_cfg_resolve(&cfg), 0, "%s", mq_err_last());
+    cr_assert_str_eq(cfg.token, "s3cret");
+    h = mq_http_new(&cfg, m, &route, 1);
+    cr_assert_not_null(h, "%s", mq_err_last());
+    port = mq_http_port(h);
+    cr_assert_eq(test_http(port, NULL, "GET", "/metrics", body, sizeof body), 401);
+    cr_assert_eq(test_http(port, "wrong!", "GET", "/metrics", body, sizeof body), 401);
+    cr_assert_eq(test_http(port, NULL, "GET", "/hello", body, sizeof body), 401);
+    cr_assert_eq(test_http(port, "s3cret", "GET", "/metrics", body, sizeof body), 200);
+    cr_assert_eq(test_http(port, NULL, "GET", "/healthz", body, sizeof body), 200);
+    mq_http_destroy(&h);
+    mq_metrics_destroy(&m);
+
+    /* bad tokens and addresses */
+    cr_assert_eq(write(fd = open(path, O_WRONLY | O_TRUNC), "\n", 1), 1);
+    close(fd);
+    cr_assert_eq(mq_http_cfg_resolve(&cfg), -1);
+    cr_assert(strstr(mq_err_last(), "empty first line"), "%s", mq_err_last());
+    unlink(path);
+    cr_assert_eq(mq_http_cfg_resolve(&cfg), -1);
+    cr_assert(strstr(mq_err_last(), "cannot read"), "%s", mq_err_last());
+    mq_http_cfg_init(&cfg, MQ_HTTP_ANY_PORT);
+    snprintf(cfg.token, sizeof cfg.token, "two words");
+    cr_assert_eq(mq_http_cfg_resolve(&cfg), -1);
+    cr_assert(strstr(mq_err_last(), "printable ASCII without spaces"), "%s", mq_err_last());
+    mq_http_cfg_init(&cfg, MQ_HTTP_ANY_PORT);
+    snprintf(cfg.bind, sizeof cfg.bind, "localhost");
+    cr_assert_null(mq_http_new(&cfg, NULL, NULL, 0));
+    cr_assert(strstr(mq_err_last(), "not an IP address"), "%s", mq_err_last());
+}
+
+/* ---- the services ------------------------------------------------------------------- */
+
+/* Runs EXE with ARGS (NULL-terminated), its stderr into ERR; returns its exit code. */
+static int s_run(const char *exe, const char *const *args, char *err, size_t cap)
+{
+    char path[] = "/tmp/mqgrad-test-stderr-XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        dup2(fd, STDERR_FILENO);
+        freopen("/dev/null", "w", stdout);
+        setenv("MQGRAD_INSECURE", "1", 1);
+        execv(exe, (char *const *)args);
+        _exit(127);
+    }
+    close(fd);
+    int code = test_wait(pid, 30);
+    char *text;
+    size_t len;
+    cr_assert_eq(mq_read_file(path, &text, &len), 0);
+    snprintf(err, cap, "%s", text);
+    free(text);
+    unlink(path);
+    return code;
+}
+
+Test(http, service_flags)
+{
+    char err[2048];
+    const char *roles[] = {"scheduler", "server", "worker", "agent"};
+    for (int i = 0; i < 4; i++) {
+        char exe[512];
+        snprintf(exe, sizeof exe, "%s/services/mqgrad-%s", MQ_TEST_BIN_DIR, roles[i]);
+        const char *range[] = {exe, "--http-port", "70000", NULL};
+        cr_assert_eq(s_run(exe, range, err, sizeof err), 2, "%s", roles[i]);
+        cr_assert(strstr(err, "http-port"), "%s: %s", roles[i], err);
+        const char *missing[] = {exe, "--http-port", "1", "--http-token-file",
+                                 "/nonexistent/token", NULL};
+        cr_assert_eq(s_run(exe, missing, err, sizeof err), 2, "%s", roles[i]);
+        cr_assert(strstr(err, "cannot read '/nonexistent/token'"), "%s: %s", roles[i], err);
+    }
+}
+
+/* The value of the sample LINE_START ("name{labels} ") in TEXT, NAN when absent. */
+static double s_sample(const char *text, const char *line_start)
+{
+    size_t n = strlen(line_start);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, line_start, n) == 0)
+            return strtod(p + n, NULL);
+    return NAN;
+}
+
+static pid_t s_run_pid;
+
+/* A failed assertion leaves the test early: the run must not outlive it. */
+static void s_stop_run(void)
+{
+    if (s_run_pid > 0 && waitpid(s_run_pid, NULL, WNOHANG) == 0) {
+        kill(s_run_pid, SIGTERM);
+        waitpid(s_run_pid, NULL, 0);
+    }
+}
+
+/* A real run, every process serving /metrics: the scheduler's counts iterations as they
+ * happen, and every target RUN/prometheus-targets.json lists answers as its role. */
+Test(http, local_run_metrics, .timeout = 240, .fini = s_stop_run)
+{
+    char dir[128], port_s[16];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-test-%d-http", (int)getpid());
+    /* a port nobody holds now */
+    mq_http_cfg_t probe;
+    mq_http_cfg_init(&probe, MQ_HTTP_ANY_PORT);
+    mq_http_t *h = mq_http_new(&probe, NULL, NULL, 0);
+    int port = mq_http_port(h);
+    mq_http_destroy(&h);
+    snprintf(port_s, sizeof port_s, "%d", port);
+    const char *args[] = {"--model", "small", "--iterations", "3000", "--eval-every", "500",
+                          "--eval-limit", "1000", "--policy", "fixed:4", "--http-port", port_s,
+                          "--insecure", NULL};
+    pid_t pid = s_run_pid = test_spawn_args(dir, args);
+    static char body[1 << 16];
+    double first = NAN, later = NAN;
+    for (int i = 0; i < 600 && !(later > first + 10); i++) {
+        usleep(100000);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        bool up = connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        close(fd);
+        if (!up || test_http(port, NULL, "GET", "/metrics", body, sizeof body) != 200)
+            continue;
+        double it = s_sample(body, "mqgrad_scheduler_iterations_total ");
+        if (isnan(first) && it >= 1)
+            first = it;
+        else if (!isnan(first))
+            later = it;
+    }
+    cr_assert(later > first + 10, "the scheduler's iteration counter did not rise (%g, %g)",
+              first, later);
+    cr_assert_float_eq(s_sample(body, "mqgrad_scheduler_members "), 2, 0, "%s", body);
+    cr_assert_float_eq(s_sample(body, "mqgrad_scheduler_servers "), 2, 0, "%s", body);
+    cr_assert_float_eq(s_sample(body, "mqgrad_scheduler_bits "), 4, 0, "%s", body);
+    cr_assert_gt(s_sample(body, "mqgrad_scheduler_pushed_bytes_total "), 0);
+    cr_assert_gt(s_sample(body, "mqgrad_scheduler_fp32_push_bytes "), 0);
+    cr_assert(!isnan(s_sample(body, "mqgrad_scheduler_worker_seconds{rank=\"1\",phase=\"compute\"} ")),
+              "%s", body);
+    /* every target: its role, and its own count of the work */
+    char *targets = test_slurp(dir, "prometheus-targets.json");
+    int seen[4] = {0};
+    const char *roles[] = {"scheduler", "server", "worker", "agent"};
+    const char *work[] = {"mqgrad_scheduler_iterations_total ", "mqgrad_server_rounds_total ",
+                          "mqgrad_worker_iterations_total ", "mqgrad_agent_observations_total "};
+    for (const char *p = strstr(targets, "127.0.0.1:"); p; p = strstr(p + 1, "127.0.0.1:")) {
+        int tport = atoi(p + 10);
+        const char *r = strstr(p, "\"role\": \"");
+        cr_assert_not_null(r);
+        r += 9;
+        int k = 0;
+        while (k < 4 && strncmp(r, roles[k], strlen(roles[k])) != 0)
+            k++;
+        cr_assert_lt(k, 4, "%s", targets);
+        cr_assert_eq(test_http(tport, NULL, "GET", "/metrics", body, sizeof body), 200);
+        char info[96];
+        snprintf(info, sizeof info, "mqgrad_build_info{role=\"%s\"", roles[k]);
+        cr_assert(strstr(body, info), "%s at %d: %s", roles[k], tport, body);
+        cr_assert_gt(s_sample(body, work[k]), 0, "%s at %d: %s", roles[k], tport, body);
+        seen[k]++;
+    }
+    cr_assert_eq(seen[0], 1, "%s", targets);
+    cr_assert_eq(seen[1], 2, "%s", targets);
+    cr_assert_eq(seen[2], 2, "%s", targets);
+    cr_assert_eq(seen[3], 1, "%s", targets);
+    free(targets);
+    cr_assert_eq(test_wait(pid, 200), 0, "the run did not complete");
+    s_run_pid = 0;
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
