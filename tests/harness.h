@@ -35,8 +35,9 @@ static inline int s_argc(char **argv)
     return n;
 }
 
-/* Starts the scheduler with EXTRA flags (NULL-terminated) and S servers; workers later. */
-static inline void cluster_start_core(cluster_t *c, int W, int S, const char *name, char **extra)
+/* Starts the scheduler with EXTRA flags (NULL-terminated) for W workers and S servers,
+ * which the caller starts. */
+static inline void cluster_start_sched(cluster_t *c, int W, int S, const char *name, char **extra)
 {
     memset(c, 0, sizeof *c);
     test_keys();
@@ -59,6 +60,12 @@ static inline void cluster_start_core(cluster_t *c, int W, int S, const char *na
     char *port = zstr_recv(c->sched);
     snprintf(c->endpoint, sizeof c->endpoint, "tcp://127.0.0.1:%s", port);
     zstr_free(&port);
+}
+
+/* Starts the scheduler with EXTRA flags (NULL-terminated) and S servers; workers later. */
+static inline void cluster_start_core(cluster_t *c, int W, int S, const char *name, char **extra)
+{
+    cluster_start_sched(c, W, S, name, extra);
     for (int i = 0; i < S; i++) {
         char dump[300];
         snprintf(dump, sizeof dump, "%s/server-%d.bin", c->dir, i);

@@ -222,3 +222,37 @@ Test(cluster, agent_swaps_and_restarts_while_training, .timeout = 240)
     free(events);
     unlink(state);
 }
+
+/* Servers that ask for a shard (--shard: a StatefulSet's pod index, whose volume holds that
+ * shard's checkpoints) get it whatever order they register in; their metrics say which. */
+Test(cluster, servers_get_the_shards_they_ask_for, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_WARN);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--iterations", "5", "--eval-every", "0", NULL};
+    cluster_start_sched(&c, 1, 2, "shards", extra);
+    mq_metrics_t *metrics[2];
+    for (int i = 0; i < 2; i++) { /* the first to register asks for shard 1 */
+        char shard[8];
+        snprintf(shard, sizeof shard, "%d", 1 - i);
+        char *sargv[] = {"server", "--scheduler", c.endpoint, "--bind", "tcp://127.0.0.1:*",
+                         "--shard", shard, NULL};
+        cr_assert_eq(mq_server_config_parse(&c.svcfg[i], s_argc(sargv), sargv), 0);
+        c.svcfg[i].metrics = metrics[i] = mq_metrics_new("server");
+        c.servers[i] = zactor_new(mq_server_actor, &c.svcfg[i]);
+        zclock_sleep(300); /* registered before the next one starts */
+    }
+    cluster_start_workers(&c);
+    cr_assert_eq(cluster_wait(&c, 150), 0, "the run did not complete");
+    for (int i = 0; i < 2; i++) {
+        mq_metric_t *m = mq_metrics_gauge(metrics[i], "mqgrad_server_shard", NULL, NULL);
+        cr_assert_float_eq(mq_metric_value(m), 1 - i, 0, "server %d holds shard %g", i,
+                           mq_metric_value(m));
+        cr_assert_gt(mq_metric_value(mq_metrics_counter(metrics[i], "mqgrad_server_rounds_total",
+                                                        NULL, NULL)),
+                     4);
+    }
+    cluster_stop(&c);
+    for (int i = 0; i < 2; i++)
+        mq_metrics_destroy(&metrics[i]);
+}

@@ -40,6 +40,7 @@ typedef struct {
     char endpoint[MQ_WIRE_MAX_TEXT];
     s_state_t state;
     double last_heard;
+    int prefer; /* a server: the shard it asked for, -1 for any */
 } s_node_t;
 
 typedef enum {
@@ -607,6 +608,32 @@ static int s_open_run(s_sched_t *self)
     return 0;
 }
 
+/* Servers took ranks in the order they registered; before they are told, each that asked
+ * for a shard (--shard: a stable identity whose volume holds that shard's checkpoints) gets
+ * it, unless another asked for the same one first. */
+static void s_place_servers(s_sched_t *self)
+{
+    for (uint32_t i = 0; i < self->nservers; i++) {
+        for (uint32_t hops = 0; hops < self->nservers; hops++) {
+            int want = self->servers[i].prefer;
+            if (want < 0 || (uint32_t)want == i || (uint32_t)want >= self->nservers ||
+                self->servers[want].prefer == want)
+                break;
+            s_node_t t = self->servers[want]; /* swap: the other one tries again from here */
+            self->servers[want] = self->servers[i];
+            self->servers[i] = t;
+        }
+    }
+    for (uint32_t i = 0; i < self->nservers; i++)
+        if (self->servers[i].prefer >= 0 && self->servers[i].prefer != (int)i)
+            mq_warn("server at %s asked for shard %d, which %s; it holds shard %u",
+                    self->servers[i].endpoint, self->servers[i].prefer,
+                    (uint32_t)self->servers[i].prefer >= self->nservers
+                        ? "the run does not have"
+                        : "another server asked for",
+                    i);
+}
+
 static void s_start(s_sched_t *self)
 {
     if (!self->log && s_open_run(self) != 0) { /* open already after a rollback */
@@ -618,6 +645,7 @@ static void s_start(s_sched_t *self)
         self->lineage = self->run_id;
     self->run.lineage = self->lineage;
     self->run.resume_iter = self->resumed_at;
+    s_place_servers(self);
     for (uint32_t i = 0; i < self->nservers; i++)
         s_welcome(self, &self->servers[i], i);
     for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
@@ -1223,6 +1251,7 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
     memcpy(node->peer, msg->peer, msg->peer_len);
     node->peer_len = msg->peer_len;
     node->incarnation = msg->incarnation;
+    node->prefer = worker || msg->shard == 0 ? -1 : (int)msg->shard - 1;
     node->state = N_SETUP;
     node->last_heard = mq_now_s();
     snprintf(node->endpoint, sizeof node->endpoint, "%s", msg->endpoint);

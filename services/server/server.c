@@ -102,6 +102,7 @@ int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
     strcpy(cfg->scheduler, "tcp://127.0.0.1:7000");
     strcpy(cfg->bind, "tcp://*:7100");
     cfg->peer_timeout = 60;
+    cfg->shard = -1;
     const mq_flag_t flags[] = {
         {"scheduler", "MQGRAD_SCHEDULER", MQ_FLAG_STR, cfg->scheduler, sizeof cfg->scheduler, 0,
          0, "scheduler endpoint"},
@@ -117,6 +118,10 @@ int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
          sizeof cfg->checkpoint_dir, 0, 0,
          "directory for shard checkpoints, on a volume that outlives the server (none: no "
          "checkpoints)"},
+        {"shard", "MQGRAD_SHARD", MQ_FLAG_LONG, &cfg->shard, 0, -1, MQ_WIRE_MAX_SERVERS - 1,
+         "the shard to hold when the run starts, if no other server asks for it: a stable "
+         "identity (a StatefulSet's pod index) keeps each volume's checkpoints with their "
+         "shard (-1: any)"},
         MQ_SEC_FLAGS(&cfg->sec),
         MQ_HTTP_FLAGS(&cfg->http),
         {0},
@@ -729,6 +734,7 @@ static int s_start(s_server_t *self, zsock_t *pipe)
         snprintf(self->endpoint, sizeof self->endpoint, "%s", self->cfg->advertise);
     else if (mq_advertise_endpoint(bound, self->endpoint, sizeof self->endpoint) != 0)
         return -1;
+    self->node.prefer_shard = (uint32_t)(self->cfg->shard + 1);
     if (mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_SERVER, self->endpoint,
                      self->cfg->peer_timeout, self->sec) != 0)
         return -1;

@@ -17,6 +17,7 @@ typedef struct {
     double peer_timeout; /* seconds without a word from the scheduler before giving up */
     char dump[512];      /* if set, write the final master shard here (tests) */
     char checkpoint_dir[512]; /* shard checkpoints go here (mqgrad/checkpoint.h); empty = none */
+    long shard;               /* the shard to ask for (a StatefulSet's pod index), -1 = any */
     mq_sec_config_t sec;      /* keys (mqgrad/security.h) */
     mq_http_cfg_t http;       /* /metrics (mqgrad/http.h) */
     mq_metrics_t *metrics;    /* the registry main serves, or NULL: no metrics */

@@ -39,6 +39,8 @@ typedef struct {
     mq_sec_t *sec;       /* the node's keys (mqgrad/security.h); outlives the node */
     bool has_token;
     uint8_t token[MQ_TOKEN_LEN]; /* WELCOME's: on every message to the scheduler */
+    uint32_t prefer_shard; /* a server's REGISTER: 1 + the shard it asks for, 0 = any; set
+                            * before mq_node_open */
 } mq_node_t;
 
 /* Connects to the scheduler at ENDPOINT (with SEC's keys) and registers as ROLE (a server

@@ -33,6 +33,7 @@ int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t ro
     mq_msg_init(&n->msg, MQ_MSG_REGISTER);
     n->msg.role = role;
     n->msg.incarnation = n->incarnation;
+    n->msg.shard = n->prefer_shard;
     snprintf(n->msg.endpoint, sizeof n->msg.endpoint, "%s", advertise ? advertise : "");
     return mq_wire_send(n->sched, &n->msg, NULL, 0);
 }
