@@ -4,9 +4,16 @@
 # root filesystem, then `docker import`), so deploy/Dockerfile builds unchanged.
 #
 # usage: deploy/build-images.sh [--base-only] [--force-base] [--tag IMAGE]
+#                               [--prometheus | --prometheus-only] [--prometheus-tag IMAGE]
 #   --base-only    make debian:bookworm and debian:bookworm-slim, not the project image
 #   --force-base   rebuild the base images even when they exist
 #   --tag IMAGE    name of the project image (default: $MQGRAD_IMAGE or mqgrad:latest)
+#   --prometheus   also build the Prometheus image of the compose profile "monitoring"
+#                  (deploy/prometheus: Debian's prometheus package, the scrape configuration
+#                  and recording rules, checked by promtool while it builds)
+#   --prometheus-only   the base images and the Prometheus image, not the project image
+#   --prometheus-tag IMAGE  its name (default: $MQGRAD_PROMETHEUS_IMAGE or
+#                  mqgrad-prometheus:latest)
 # env: MQGRAD_DEBIAN_MIRROR / MQGRAD_DEBIAN_SECURITY_MIRROR override the mirror read
 #      from this host's apt sources; MQGRAD_SUITE (default bookworm).
 # Idempotent: existing base images are kept, the project image reuses the build cache.
@@ -16,15 +23,21 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 suite="${MQGRAD_SUITE:-bookworm}"
 image="${MQGRAD_IMAGE:-mqgrad:latest}"
+prometheus_image="${MQGRAD_PROMETHEUS_IMAGE:-mqgrad-prometheus:latest}"
 base_only=0
 force_base=0
+project=1
+prometheus=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
         --base-only) base_only=1 ;;
         --force-base) force_base=1 ;;
         --tag) image="$2"; shift ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        --prometheus) prometheus=1 ;;
+        --prometheus-only) prometheus=1; project=0 ;;
+        --prometheus-tag) prometheus_image="$2"; shift ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) echo "build-images: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -138,7 +151,18 @@ make_base "debian:${suite}-slim" slim
 
 [ "$base_only" = 1 ] && exit 0
 
-log "building $image from deploy/Dockerfile ..."
-start=$(date +%s)
-docker build -f "$repo/deploy/Dockerfile" -t "$image" "$repo" >&2
-log "$image built in $(( $(date +%s) - start )) s: $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')"
+if [ "$project" = 1 ]; then
+    log "building $image from deploy/Dockerfile ..."
+    start=$(date +%s)
+    docker build -f "$repo/deploy/Dockerfile" -t "$image" "$repo" >&2
+    log "$image built in $(( $(date +%s) - start )) s: $(docker image inspect -f '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}')"
+fi
+
+# The Prometheus image: its own small build context (deploy/prometheus), on the slim base.
+if [ "$prometheus" = 1 ]; then
+    log "building $prometheus_image from deploy/prometheus/Dockerfile ..."
+    start=$(date +%s)
+    docker build --build-arg RUNTIME_IMAGE="debian:${suite}-slim" \
+        -f "$here/prometheus/Dockerfile" -t "$prometheus_image" "$here/prometheus" >&2
+    log "$prometheus_image built in $(( $(date +%s) - start )) s: $(docker image inspect -f '{{.Size}}' "$prometheus_image" | awk '{printf "%.0f MB", $1/1e6}')"
+fi

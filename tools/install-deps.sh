@@ -8,10 +8,11 @@ pkgs=(build-essential cmake pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev
       dataset-fashion-mnist)
 case "$what" in
     build) ;;
-    test) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev) ;;
+    test) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev python3
+                 tmux) ;;
     bench) pkgs+=(libcriterion-dev gnuplot-nox python3-torch iproute2) ;;
-    all) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev
-              python3-torch iproute2) ;;
+    all) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev python3
+              tmux python3-torch iproute2) ;;
     *) echo "usage: $0 [build|test|bench|all]" >&2; exit 2 ;;
 esac
 missing=()

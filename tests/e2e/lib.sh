@@ -38,6 +38,9 @@ e2e_begin() {
     E2E_RUN="$E2E_TMP/runs/$E2E_NAME"
     export MQGRAD_AGENT_PORT="$(e2e_free_port "${E2E_AGENT_PORT:-7200}")"
     export MQGRAD_HTTP_PORT="$(e2e_free_port "${E2E_HTTP_PORT:-8200}")"
+    # the scheduler's /metrics and the monitoring profile's Prometheus, published as well
+    export MQGRAD_SCHEDULER_HTTP_PORT="$(e2e_free_port "${E2E_SCHEDULER_HTTP_PORT:-8000}")"
+    export MQGRAD_PROMETHEUS_PORT="$(e2e_free_port "${E2E_PROMETHEUS_PORT:-9090}")"
     E2E_CLEANUPS=()
     trap e2e_cleanup EXIT
     trap 'e2e_log "interrupted (time limit ${limit}s?)"; exit 124' TERM INT
