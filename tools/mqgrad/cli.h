@@ -20,6 +20,7 @@ int mq_cmd_local(int argc, char **argv);
 int mq_cmd_report(int argc, char **argv);
 int mq_cmd_experiment(int argc, char **argv);
 int mq_cmd_summary(int argc, char **argv);
+int mq_cmd_top(int argc, char **argv);
 int mq_cmd_bits(int argc, char **argv);
 int mq_cmd_status(int argc, char **argv);
 int mq_cmd_policy(int argc, char **argv);

@@ -10,6 +10,7 @@ const mq_cmd_t mq_cmds[] = {
     {"report", mq_cmd_report, "plots and paper-style tables from run directories"},
     {"experiment", mq_cmd_experiment, "every method x seed on a local cluster, then the report"},
     {"summary", mq_cmd_summary, "what a finished run did, in a few lines"},
+    {"top", mq_cmd_top, "a live view of a training run, from the scheduler's /metrics"},
     {"bits", mq_cmd_bits, "the agent's current bit-width"},
     {"status", mq_cmd_status, "the agent's policy, bits, MDP step, reward, Q-values"},
     {"policy", mq_cmd_policy, "swap the agent's policy (policy set SPEC) or show it"},
