@@ -6,71 +6,53 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* ---- rendering ---------------------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} s_out_t;
-
-static void s_printf(s_out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void s_printf(s_out_t *o, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = o->len < o->cap ? o->cap - o->len : 0;
-    int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        o->len += (size_t)n;
-}
-
 /* A JSON number, or null for what JSON cannot say (NaN, infinities). */
-static void s_json_num(s_out_t *o, double v)
+static void s_json_num(mq_text_t *o, double v)
 {
     if (isfinite(v))
-        s_printf(o, "%.17g", v);
+        mq_text_printf(o, "%.17g", v);
     else
-        s_printf(o, "null");
+        mq_text_printf(o, "null");
 }
 
 /* A JSON string; policy specs are short ASCII, but escape what JSON requires anyway. */
-static void s_json_str(s_out_t *o, const char *s)
+static void s_json_str(mq_text_t *o, const char *s)
 {
-    s_printf(o, "\"");
+    mq_text_printf(o, "\"");
     for (; *s; s++) {
         unsigned char ch = (unsigned char)*s;
         if (ch == '"' || ch == '\\')
-            s_printf(o, "\\%c", ch);
+            mq_text_printf(o, "\\%c", ch);
         else if (ch < 0x20)
-            s_printf(o, "\\u%04x", ch);
+            mq_text_printf(o, "\\u%04x", ch);
         else
-            s_printf(o, "%c", ch);
+            mq_text_printf(o, "%c", ch);
     }
-    s_printf(o, "\"");
+    mq_text_printf(o, "\"");
 }
 
 /* Contract: see agent.h. */
 size_t mq_agent_status_json(const mq_status_msg_t *st, char *buf, size_t cap)
 {
-    s_out_t o = {buf, cap, 0};
+    mq_text_t o = {buf, cap, 0};
     if (cap)
         buf[0] = '\0';
-    s_printf(&o, "{\"bits\":%u,\"policy\":", st->bits);
+    mq_text_printf(&o, "{\"bits\":%u,\"policy\":", st->bits);
     s_json_str(&o, st->policy);
-    s_printf(&o, ",\"step\":%llu,\"iteration\":%llu,\"last_reward\":", (unsigned long long)st->step,
+    mq_text_printf(&o, ",\"step\":%llu,\"iteration\":%llu,\"last_reward\":", (unsigned long long)st->step,
              (unsigned long long)st->iter);
     s_json_num(&o, st->last_reward);
-    s_printf(&o, ",\"q_values\":[");
+    mq_text_printf(&o, ",\"q_values\":[");
     for (uint32_t i = 0; i < st->nq && i < MQ_WIRE_MAX_Q; i++) {
-        s_printf(&o, i ? "," : "");
+        mq_text_printf(&o, i ? "," : "");
         s_json_num(&o, st->q_values[i]);
     }
-    s_printf(&o, "],\"min_bits\":%u,\"observations\":%llu,\"decisions\":%llu,\"fallbacks\":%llu}",
+    mq_text_printf(&o, "],\"min_bits\":%u,\"observations\":%llu,\"decisions\":%llu,\"fallbacks\":%llu}",
              st->min_bits, (unsigned long long)st->observations, (unsigned long long)st->decisions,
              (unsigned long long)st->fallbacks);
     return o.len;

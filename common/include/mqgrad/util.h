@@ -78,6 +78,16 @@ void mq_default_run_dir(const char *kind, char *buf, size_t len);
 /* mkdir -p. */
 int mq_mkdirs(const char *path);
 
+/* ---- text ---------------------------------------------------------------------------
+ * A bounded appender, as snprintf: writes what fits into BUF[0..CAP) (NUL-terminated when
+ * CAP > 0) and counts in LEN what the whole text needs, so a caller whose buffer was too
+ * small knows how much to give next time. */
+typedef struct {
+    char *buf;
+    size_t cap, len;
+} mq_text_t;
+void mq_text_printf(mq_text_t *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* Appends "  USAGE HELP\n" (USAGE padded to WIDTH) to BUF[*W..LEN), keeping *W at the end of
  * what fits and BUF terminated: one line of a --help list built from a plug-in table. */
 void mq_help_line(char *buf, size_t len, size_t *w, int width, const char *usage,

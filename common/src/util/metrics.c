@@ -5,7 +5,6 @@
 
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -322,49 +321,32 @@ char *mq_metrics_escape(char *dst, size_t cap, const char *s)
 
 /* ---- rendering ---------------------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t cap, len;
-} s_out_t;
-
-static void s_printf(s_out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void s_printf(s_out_t *o, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    size_t room = o->len < o->cap ? o->cap - o->len : 0;
-    int n = vsnprintf(room ? o->buf + o->len : NULL, room, fmt, ap);
-    va_end(ap);
-    if (n > 0)
-        o->len += (size_t)n;
-}
-
 /* Prometheus writes NaN and the infinities as NaN, +Inf, -Inf. */
-static void s_num(s_out_t *o, double v)
+static void s_num(mq_text_t *o, double v)
 {
     if (isnan(v))
-        s_printf(o, "NaN");
+        mq_text_printf(o, "NaN");
     else if (isinf(v))
-        s_printf(o, "%sInf", v > 0 ? "+" : "-");
+        mq_text_printf(o, "%sInf", v > 0 ? "+" : "-");
     else
-        s_printf(o, "%.17g", v);
+        mq_text_printf(o, "%.17g", v);
 }
 
 /* NAME{LABELS[,EXTRA]} VALUE */
-static void s_sample(s_out_t *o, const char *name, const char *suffix, const char *labels,
+static void s_sample(mq_text_t *o, const char *name, const char *suffix, const char *labels,
                      const char *extra, double v)
 {
-    s_printf(o, "%s%s", name, suffix);
+    mq_text_printf(o, "%s%s", name, suffix);
     if (*labels || extra)
-        s_printf(o, "{%s%s%s}", labels, *labels && extra ? "," : "", extra ? extra : "");
-    s_printf(o, " ");
+        mq_text_printf(o, "{%s%s%s}", labels, *labels && extra ? "," : "", extra ? extra : "");
+    mq_text_printf(o, " ");
     s_num(o, v);
-    s_printf(o, "\n");
+    mq_text_printf(o, "\n");
 }
 
 size_t mq_metrics_render(mq_metrics_t *self, char *buf, size_t cap)
 {
-    s_out_t o = {buf, cap, 0};
+    mq_text_t o = {buf, cap, 0};
     if (cap)
         buf[0] = '\0';
     if (!self)
@@ -373,7 +355,7 @@ size_t mq_metrics_render(mq_metrics_t *self, char *buf, size_t cap)
     pthread_mutex_lock(&self->lock);
     for (size_t i = 0; i < self->nfamilies; i++) {
         const s_family_t *f = self->families[i];
-        s_printf(&o, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, types[f->kind]);
+        mq_text_printf(&o, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, types[f->kind]);
         for (size_t j = 0; j < f->nseries; j++) {
             const mq_metric_t *m = f->series[j];
             if (f->kind != S_HISTOGRAM) {

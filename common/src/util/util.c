@@ -347,3 +347,14 @@ void mq_help_line(char *buf, size_t len, size_t *w, int width, const char *usage
         return;
     *w = *w + (size_t)k < len ? *w + (size_t)k : len - 1;
 }
+
+void mq_text_printf(mq_text_t *t, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = t->len < t->cap ? t->cap - t->len : 0;
+    int n = vsnprintf(room ? t->buf + t->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        t->len += (size_t)n;
+}
