@@ -326,3 +326,104 @@ Test(http, local_run_metrics, .timeout = 240, .fini = s_stop_run)
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* A free TCP port on loopback, as the HTTP server finds one. */
+static int s_free_port(void)
+{
+    mq_http_cfg_t cfg;
+    mq_http_cfg_init(&cfg, MQ_HTTP_ANY_PORT);
+    snprintf(cfg.bind, sizeof cfg.bind, "127.0.0.1");
+    mq_http_t *h = mq_http_new(&cfg, NULL, NULL, 0);
+    cr_assert_not_null(h, "%s", mq_err_last());
+    int port = mq_http_port(h);
+    mq_http_destroy(&h);
+    return port;
+}
+
+static pid_t s_linger_pids[3];
+
+static void s_stop_linger(void)
+{
+    for (int i = 0; i < 3; i++)
+        if (s_linger_pids[i] > 0 && waitpid(s_linger_pids[i], NULL, WNOHANG) == 0) {
+            kill(s_linger_pids[i], SIGKILL);
+            waitpid(s_linger_pids[i], NULL, 0);
+        }
+}
+
+/* Starts service EXE with ARGS (NULL-terminated), lingering, without keys, logging to LOG. */
+static pid_t s_spawn_service(const char *exe, const char *const *args, const char *log)
+{
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        freopen(log, "w", stderr);
+        freopen("/dev/null", "w", stdout);
+        setenv("MQGRAD_INSECURE", "1", 1);
+        setenv("MQGRAD_LINGER", "1", 1);
+        execv(exe, (char *const *)args);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* MQGRAD_LINGER=1 (for orchestrators that restart whatever ends): after the run every service
+ * stays up, answering probes and serving its metrics, instead of exiting to be restarted
+ * into a new run; SIGTERM then ends each with 0. */
+Test(http, lingering_services_stay_up_after_the_run, .timeout = 200, .fini = s_stop_linger)
+{
+    char dir[128], run[160], log[3][200], zport[16], sched_http[16], worker_http[16], ep[64];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-test-%d-linger", (int)getpid());
+    snprintf(run, sizeof run, "%s/run", dir);
+    cr_assert_eq(mq_mkdirs(dir), 0);
+    snprintf(zport, sizeof zport, "%d", s_free_port());
+    snprintf(sched_http, sizeof sched_http, "%d", s_free_port());
+    snprintf(worker_http, sizeof worker_http, "%d", s_free_port());
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%s", zport);
+    char bind[64], exe[3][256];
+    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%s", zport);
+    const char *roles[3] = {"scheduler", "server", "worker"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(exe[i], sizeof exe[i], "%s/services/mqgrad-%s", MQ_TEST_BIN_DIR, roles[i]);
+        snprintf(log[i], sizeof log[i], "%s/%s.log", dir, roles[i]);
+    }
+    const char *sched[] = {exe[0], "--bind", bind, "--workers", "1", "--servers", "1",
+                           "--model", "small", "--iterations", "20", "--eval-every", "0",
+                           "--run-dir", run, "--progress-every", "0", "--http-port", sched_http,
+                           "--http-bind", "127.0.0.1", NULL};
+    const char *server[] = {exe[1], "--scheduler", ep, "--bind", "tcp://127.0.0.1:*", NULL};
+    const char *worker[] = {exe[2], "--scheduler", ep, "--threads", "1", "--http-port",
+                            worker_http, "--http-bind", "127.0.0.1", NULL};
+    s_linger_pids[0] = s_spawn_service(exe[0], sched, log[0]);
+    s_linger_pids[1] = s_spawn_service(exe[1], server, log[1]);
+    s_linger_pids[2] = s_spawn_service(exe[2], worker, log[2]);
+    char path[256];
+    snprintf(path, sizeof path, "%s/summary.json", run);
+    for (int i = 0; i < 1200 && access(path, F_OK) != 0; i++)
+        usleep(100000);
+    cr_assert_eq(access(path, F_OK), 0, "the run did not end within 120 s");
+    char *summary = test_slurp(run, "summary.json");
+    cr_assert(strstr(summary, "\"status\": \"completed\""), "%s", summary);
+    free(summary);
+    sleep(3); /* time enough to exit, were they to */
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(waitpid(s_linger_pids[i], NULL, WNOHANG), 0, "the %s exited after the run",
+                     roles[i]);
+    static char body[1 << 16];
+    cr_assert_eq(test_http(atoi(sched_http), NULL, "GET", "/metrics", body, sizeof body), 200);
+    cr_assert_float_eq(s_sample(body, "mqgrad_scheduler_iterations_total "), 20, 0, "%s", body);
+    cr_assert_eq(test_http(atoi(worker_http), NULL, "GET", "/healthz", body, sizeof body), 200);
+    char err[1024];
+    const char *probe[] = {MQGRAD, "probe", ep, "--service", "scheduler", NULL};
+    cr_assert_eq(s_run(MQGRAD, probe, err, sizeof err), 0, "probe of a lingering scheduler: %s",
+                 err);
+    for (int i = 2; i >= 0; i--) {
+        kill(s_linger_pids[i], SIGTERM);
+        cr_assert_eq(test_wait(s_linger_pids[i], 20), 0, "the %s did not end cleanly on SIGTERM",
+                     roles[i]);
+        s_linger_pids[i] = 0;
+    }
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

@@ -58,6 +58,11 @@ bool mq_service_signalled(void);
  * returns the exit code (0 after a signal). "DONE 75" (MQ_EXIT_REJOIN) starts a fresh actor
  * instead, after a short pause. */
 int mq_service_run(zactor_fn *actor_fn, void *args);
+/* With MQGRAD_LINGER=1 in the environment, an actor's "DONE 0" (the run is over) does not end
+ * the process: the actor keeps running (the scheduler refuses new nodes, "the run is over";
+ * every service answers PING and serves /metrics) until SIGINT/SIGTERM, then exit 0. For
+ * orchestrators that restart a container whatever its exit code (Kubernetes Deployments and
+ * StatefulSets), which would otherwise start the run again. */
 
 /* For actors: tell the owner the service is over with exit CODE. */
 void mq_service_done(zsock_t *pipe, int code);

@@ -171,6 +171,8 @@ bool mq_service_signalled(void)
 int mq_service_run(zactor_fn *actor_fn, void *args)
 {
     mq_service_block_signals(); /* idempotent; mains call it first */
+    const char *l = getenv("MQGRAD_LINGER");
+    bool linger = l && *l && strcmp(l, "0") != 0;
     int code = MQ_EXIT_REJOIN;
     while (code == MQ_EXIT_REJOIN && !mq_service_signalled()) {
         zactor_t *actor = zactor_new(actor_fn, args);
@@ -179,6 +181,7 @@ int mq_service_run(zactor_fn *actor_fn, void *args)
             return 1;
         }
         code = 0;
+        bool lingering = false;
         zpoller_t *poller = zpoller_new(zactor_sock(actor), NULL);
         while (!mq_service_signalled()) {
             void *which = zpoller_wait(poller, 200);
@@ -187,7 +190,12 @@ int mq_service_run(zactor_fn *actor_fn, void *args)
                 if (msg && strncmp(msg, "DONE ", 5) == 0) {
                     code = atoi(msg + 5);
                     zstr_free(&msg);
-                    break;
+                    if (code != 0 || !linger)
+                        break;
+                    if (!lingering)
+                        mq_info("the run is over; staying up until SIGTERM (MQGRAD_LINGER)");
+                    lingering = true; /* the actor goes on answering probes, refusing joins */
+                    continue;
                 }
                 zstr_free(&msg);
             }
