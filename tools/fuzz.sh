@@ -20,7 +20,7 @@ build="${MQGRAD_FUZZ_BUILD_DIR:-build-fuzz}"
 CC=clang-14 cmake -S . -B "$build" -DMQGRAD_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" --target fuzz -j"$(nproc)" >"$build/fuzz-build.log" 2>&1 ||
     { tail -50 "$build/fuzz-build.log"; echo "fuzz: build failed" >&2; exit 1; }
-all="fuzz_wire fuzz_codec fuzz_agent_state fuzz_ckpt fuzz_runfiles fuzz_flags"
+all="fuzz_wire fuzz_codec fuzz_agent_state fuzz_ckpt fuzz_runfiles fuzz_flags fuzz_metrics"
 targets="${MQGRAD_FUZZ_TARGETS:-$all}"
 jobs="${MQGRAD_FUZZ_JOBS:-2}"
 out="$build/fuzz-out"
