@@ -10,11 +10,5 @@ int main(int argc, char **argv)
     int rc = mq_scheduler_config_parse(&cfg, argc, argv);
     if (rc != 0)
         return rc == 1 ? 0 : rc;
-    mq_http_t *http = NULL;
-    if ((rc = mq_http_open_service("scheduler", &cfg.http, &cfg.metrics, &http)) != 0)
-        return rc;
-    rc = mq_service_run(mq_scheduler_actor, &cfg);
-    mq_http_destroy(&http);
-    mq_metrics_destroy(&cfg.metrics);
-    return rc;
+    return mq_http_run_service("scheduler", &cfg.http, &cfg.metrics, mq_scheduler_actor, &cfg);
 }

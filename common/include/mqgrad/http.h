@@ -8,6 +8,7 @@
 #ifndef MQGRAD_HTTP_H
 #define MQGRAD_HTTP_H
 
+#include <czmq.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -84,6 +85,11 @@ int mq_http_port(const mq_http_t *self);
  * (a node that registers again keeps its counters). */
 int mq_http_open_service(const char *role, mq_http_cfg_t *cfg, mq_metrics_t **metrics,
                          mq_http_t **http);
+/* A service's main once its flags are read: mq_http_open_service, then mq_service_run of
+ * ACTOR_FN(ARGS) (whose configuration holds *METRICS), then the HTTP and the registry go.
+ * Returns the exit code. */
+int mq_http_run_service(const char *role, mq_http_cfg_t *cfg, mq_metrics_t **metrics,
+                        zactor_fn *actor_fn, void *args);
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,7 @@
 /* Every service's HTTP face (mqgrad/http.h). libmicrohttpd runs its own polling thread; the
  * handlers only render (the registry locks itself, routes lock what they read). */
 #include "mqgrad/http.h"
+#include "mqgrad/service.h"
 #include "mqgrad/util.h"
 
 #include <arpa/inet.h>
@@ -269,4 +270,17 @@ int mq_http_open_service(const char *role, mq_http_cfg_t *cfg, mq_metrics_t **me
     mq_info("metrics: http://%s:%d/metrics", strcmp(cfg->bind, "*") ? cfg->bind : "*",
             mq_http_port(*http));
     return 0;
+}
+
+int mq_http_run_service(const char *role, mq_http_cfg_t *cfg, mq_metrics_t **metrics,
+                        zactor_fn *actor_fn, void *args)
+{
+    mq_http_t *http = NULL;
+    int rc = mq_http_open_service(role, cfg, metrics, &http);
+    if (rc != 0)
+        return rc;
+    rc = mq_service_run(actor_fn, args);
+    mq_http_destroy(&http);
+    mq_metrics_destroy(metrics);
+    return rc;
 }
