@@ -32,11 +32,12 @@ static int s_set_token(mq_agent_config_t *cfg, const char *what, const char *val
 {
     mq_http_cfg_t h;
     mq_http_cfg_init(&h, 0);
-    if (snprintf(file ? h.token_file : h.token, file ? sizeof h.token_file : sizeof h.token,
-                 "%s", val) >= (int)(file ? sizeof h.token_file : sizeof h.token) ||
-        (!file && !*val))
-        return mq_err_set("%s: the token must be 1 to %zu characters", what,
-                          sizeof cfg->http_token - 1), -1;
+    char *dst = file ? h.token_file : h.token;
+    size_t cap = file ? sizeof h.token_file : sizeof h.token;
+    if (!*val || strlen(val) >= cap)
+        return mq_err_set("%s: the %s must be 1 to %zu characters", what,
+                          file ? "file name" : "token", cap - 1), -1;
+    memcpy(dst, val, strlen(val) + 1);
     if (mq_http_cfg_resolve(&h) != 0)
         return -1;
     snprintf(cfg->http_token, sizeof cfg->http_token, "%s", h.token);

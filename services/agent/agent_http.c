@@ -119,8 +119,7 @@ static void s_series_update(s_series_t *s, mq_metrics_t *m, const mq_agent_snaps
         }
         mq_metric_set(s->q[b - 1], cur ? st->q_values[b - st->min_bits] : NAN);
     }
-    for (int r = MQ_DROP_NONE + 1; r < MQ_DROP_COUNT_; r++)
-        mq_metric_set(s->drops[r], (double)snap->drops[r]);
+    mq_drops_publish(s->drops, snap->drops);
 }
 
 struct mq_agent_http_t {

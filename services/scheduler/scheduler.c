@@ -243,7 +243,7 @@ static void s_metrics_tick(s_sched_t *self)
     mq_metric_set(self->m.servers, servers);
     mq_metric_set(self->m.paused, self->phase == S_PAUSED);
     mq_metric_set(self->m.fallbacks, (double)self->fallbacks);
-    mq_drops_publish(self->m.drops, &self->drops);
+    mq_drops_publish(self->m.drops, self->drops.count);
 }
 
 static void s_metrics_straggler(s_sched_t *self, uint32_t r)

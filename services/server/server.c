@@ -393,7 +393,7 @@ static void s_complete(s_server_t *self)
     }
     mq_metric_add(self->m.rounds, 1);
     mq_metric_add(self->m.sent, (double)(bytes * nto));
-    mq_drops_publish(self->m.drops, &self->node.drops);
+    mq_drops_publish(self->m.drops, self->node.drops.count);
     if (self->run.report_pushes) { /* ours become the kept ones */
         self->kept = true;
         self->kept_iter = self->out.iter;
@@ -708,7 +708,7 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     s_server_t *self = arg;
     mq_node_check_peer(&self->node);
-    mq_drops_publish(self->m.drops, &self->node.drops);
+    mq_drops_publish(self->m.drops, self->node.drops.count);
     return 0;
 }
 

@@ -580,7 +580,7 @@ static void s_metrics_iteration(s_worker_t *self, const mq_report_t *r)
     const double ms[4] = {r->compute_ms, r->encode_ms, r->wait_ms, r->decode_ms};
     for (int i = 0; i < 4; i++)
         mq_metric_observe(self->m.phase[i], ms[i] * 1e-3);
-    mq_drops_publish(self->m.drops, &self->node.drops);
+    mq_drops_publish(self->m.drops, self->node.drops.count);
 }
 
 static void s_finish_iteration(s_worker_t *self)
@@ -742,7 +742,7 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
 {
     s_worker_t *self = arg;
     mq_node_check_peer(&self->node);
-    mq_drops_publish(self->m.drops, &self->node.drops);
+    mq_drops_publish(self->m.drops, self->node.drops.count);
     if (!self->node.finished && self->has_pending && mq_now_s() - self->t_pending > S_PENDING_S) {
         self->has_pending = false; /* the aggregates did not come: pull instead */
         self->busy = false;

@@ -278,8 +278,8 @@ uint64_t mq_drops_total(const mq_drops_t *d);
 void mq_drops_format(const mq_drops_t *d, char *buf, size_t len);
 /* The counter NAME{reason=...} of every reason in M, into OUT (all NULL without M). */
 void mq_drops_series(mq_metrics_t *m, const char *name, mq_metric_t *out[MQ_DROP_COUNT_]);
-/* Sets those counters to D's counts. */
-void mq_drops_publish(mq_metric_t *const out[MQ_DROP_COUNT_], const mq_drops_t *d);
+/* Sets those counters to COUNT (an mq_drops_t's count, or a copy of it). */
+void mq_drops_publish(mq_metric_t *const out[MQ_DROP_COUNT_], const uint64_t count[MQ_DROP_COUNT_]);
 
 #ifdef __cplusplus
 }

@@ -800,10 +800,10 @@ void mq_drops_series(mq_metrics_t *m, const char *name, mq_metric_t *out[MQ_DROP
     }
 }
 
-void mq_drops_publish(mq_metric_t *const out[MQ_DROP_COUNT_], const mq_drops_t *d)
+void mq_drops_publish(mq_metric_t *const out[MQ_DROP_COUNT_], const uint64_t count[MQ_DROP_COUNT_])
 {
     for (int r = MQ_DROP_NONE + 1; r < MQ_DROP_COUNT_; r++)
-        mq_metric_set(out[r], (double)d->count[r]);
+        mq_metric_set(out[r], (double)count[r]);
 }
 
 uint64_t mq_drops_total(const mq_drops_t *d)
