@@ -46,7 +46,7 @@ static s_agent_t *s_start(const char *policy, const char *state, bool fresh)
     snprintf(a->cfg.bind, sizeof a->cfg.bind, "tcp://127.0.0.1:*");
     snprintf(a->cfg.policy, sizeof a->cfg.policy, "%s", policy);
     snprintf(a->cfg.state, sizeof a->cfg.state, "%s", state);
-    a->cfg.http_port = MQ_AGENT_HTTP_ANY;
+    a->cfg.http.port = MQ_HTTP_ANY_PORT;
     a->cfg.fresh = fresh;
     a->cfg.opts.seed = 7;
     a->actor = zactor_new(mq_agent_actor, &a->cfg);

@@ -650,7 +650,7 @@ static s_agent_t *s_agent(const char *policy, const char *state)
     snprintf(a->cfg.bind, sizeof a->cfg.bind, "tcp://127.0.0.1:*");
     snprintf(a->cfg.policy, sizeof a->cfg.policy, "%s", policy);
     snprintf(a->cfg.state, sizeof a->cfg.state, "%s", state);
-    a->cfg.http_port = 0;
+    a->cfg.http.port = 0;
     a->actor = zactor_new(mq_agent_actor, &a->cfg);
     cr_assert(a->actor);
     cr_assert_eq(a->cfg.start_status, 0, "%s", a->cfg.start_error);

@@ -206,8 +206,8 @@ static zactor_t *s_agent(mq_agent_config_t *cfg, bool open, char *endpoint, size
     cr_assert_eq(mq_agent_config_default(cfg), 0, "%s", mq_err_last());
     snprintf(cfg->bind, sizeof cfg->bind, "tcp://127.0.0.1:*");
     snprintf(cfg->policy, sizeof cfg->policy, "fixed:3");
-    cfg->http_port = MQ_AGENT_HTTP_ANY;
-    snprintf(cfg->http_token, sizeof cfg->http_token, "s3cret-token");
+    cfg->http.port = MQ_HTTP_ANY_PORT;
+    snprintf(cfg->http.token, sizeof cfg->http.token, "s3cret-token");
     cfg->sec.open = open;
     zactor_t *a = zactor_new(mq_agent_actor, cfg);
     cr_assert_eq(cfg->start_status, 0, "%s", cfg->start_error);

@@ -534,8 +534,7 @@ static int s_open(s_agent_t *self)
         mq_err_set("cannot bind %s: %s", cfg->bind, zmq_strerror(zmq_errno()));
         return 1;
     }
-    if (cfg->http_port != 0 &&
-        !(self->http = mq_agent_http_new(cfg->http_bind, cfg->http_port, cfg->http_token)))
+    if (cfg->http.port != 0 && !(self->http = mq_agent_http_new(&cfg->http)))
         return 1;
     self->loop = zloop_new();
     if (!self->loop) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "mqgrad/http.h"
 #include "mqgrad/rl.h"
 #include "mqgrad/security.h"
 #include "mqgrad/util.h"
@@ -21,17 +22,14 @@ extern "C" {
 #define MQ_AGENT_DEFAULT_BIND "tcp://*:7200"
 #define MQ_AGENT_DEFAULT_ENDPOINT "tcp://127.0.0.1:7200"
 #define MQ_AGENT_DEFAULT_HTTP_PORT 8200
-/* http_port value that asks for any free port (in-process tests; read it back with the
- * pipe command HTTP-PORT). */
-#define MQ_AGENT_HTTP_ANY (-1)
 
 /* What the agent runs with (flags, with MQGRAD_* environment defaults), plus the outcome
  * of its start, written by the actor before its start handshake. */
 typedef struct {
     char bind[256];        /* ZMQ endpoint to bind (MQGRAD_AGENT_BIND) */
-    int http_port;         /* 0 = no HTTP, MQ_AGENT_HTTP_ANY = any free port (MQGRAD_HTTP_PORT) */
-    char http_bind[64];    /* HTTP address, "*" = every interface (MQGRAD_HTTP_BIND) */
-    char http_token[256];  /* bearer token for /bits and /metrics, "" = none */
+    mq_http_cfg_t http;    /* every service's HTTP settings (mqgrad/http.h, MQGRAD_HTTP_*); port
+                            * 0 = no HTTP, MQ_HTTP_ANY_PORT = any free one (in-process tests:
+                            * read it back with the pipe command HTTP-PORT) */
     mq_sec_config_t sec;   /* keys (mqgrad/security.h); sec.open: QUERY/PING from any key */
     char policy[64];       /* policy spec (MQGRAD_POLICY) */
     char state[1024];      /* state file, "" = no persistence (MQGRAD_STATE_FILE) */

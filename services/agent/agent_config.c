@@ -26,21 +26,16 @@ static int s_set_bool(const char *what, const char *val, bool *out)
     return 0;
 }
 
-/* The bearer token: the first line of FILE (a Docker secret, say), or the value itself for
- * MQGRAD_HTTP_TOKEN; checked as every service's (mqgrad/http.h). */
+/* The bearer token, or the file whose first line it is (a Docker secret, say): read and
+ * checked once every setting is in (s_check), as every service's (mqgrad/http.h). */
 static int s_set_token(mq_agent_config_t *cfg, const char *what, const char *val, bool file)
 {
-    mq_http_cfg_t h;
-    mq_http_cfg_init(&h, 0);
-    char *dst = file ? h.token_file : h.token;
-    size_t cap = file ? sizeof h.token_file : sizeof h.token;
+    char *dst = file ? cfg->http.token_file : cfg->http.token;
+    size_t cap = file ? sizeof cfg->http.token_file : sizeof cfg->http.token;
     if (!*val || strlen(val) >= cap)
         return mq_err_set("%s: the %s must be 1 to %zu characters", what,
                           file ? "file name" : "token", cap - 1), -1;
     memcpy(dst, val, strlen(val) + 1);
-    if (mq_http_cfg_resolve(&h) != 0)
-        return -1;
-    snprintf(cfg->http_token, sizeof cfg->http_token, "%s", h.token);
     return 0;
 }
 
@@ -105,9 +100,9 @@ static int s_apply(mq_agent_config_t *cfg, const char *name, const char *what, c
     if (strcmp(name, "bind") == 0)
         return s_copy(what, val, cfg->bind, sizeof cfg->bind);
     if (strcmp(name, "http-port") == 0)
-        return s_set_int(what, val, 0, 65535, &cfg->http_port);
+        return mq_parse_long(what, val, 0, 65535, &cfg->http.port);
     if (strcmp(name, "http-bind") == 0)
-        return s_copy(what, val, cfg->http_bind, sizeof cfg->http_bind);
+        return s_copy(what, val, cfg->http.bind, sizeof cfg->http.bind);
     if (strcmp(name, "http-token-file") == 0 || strcmp(name, "http-token") == 0)
         return s_set_token(cfg, what, val, strcmp(name, "http-token-file") == 0);
     if (strcmp(name, "keys") == 0)
@@ -160,8 +155,7 @@ int mq_agent_config_default(mq_agent_config_t *cfg)
                                    {"seed", "MQGRAD_SEED"}};
     memset(cfg, 0, sizeof *cfg);
     snprintf(cfg->bind, sizeof cfg->bind, "%s", MQ_AGENT_DEFAULT_BIND);
-    cfg->http_port = MQ_AGENT_DEFAULT_HTTP_PORT;
-    snprintf(cfg->http_bind, sizeof cfg->http_bind, "*");
+    mq_http_cfg_init(&cfg->http, MQ_AGENT_DEFAULT_HTTP_PORT);
     snprintf(cfg->policy, sizeof cfg->policy, "mqgrad");
     cfg->log_level = -1;
     mq_policy_opts_default(&cfg->opts);
@@ -177,6 +171,8 @@ int mq_agent_config_default(mq_agent_config_t *cfg)
 /* Checks what single flags cannot: the bit range, and the policy spec (by building it). */
 static int s_check(mq_agent_config_t *cfg, bool start_given)
 {
+    if (mq_http_cfg_resolve(&cfg->http) != 0)
+        return -1;
     mq_policy_opts_t *o = &cfg->opts;
     if (o->min_bits > o->max_bits) {
         mq_err_set("--min-bits %d is above --max-bits %d", o->min_bits, o->max_bits);

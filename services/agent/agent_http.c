@@ -140,12 +140,8 @@ static size_t s_render_bits(void *arg, char *buf, size_t cap)
 }
 
 /* Contract: see agent_internal.h. */
-mq_agent_http_t *mq_agent_http_new(const char *addr, int port, const char *token)
+mq_agent_http_t *mq_agent_http_new(const mq_http_cfg_t *cfg)
 {
-    mq_http_cfg_t cfg;
-    mq_http_cfg_init(&cfg, port);
-    snprintf(cfg.bind, sizeof cfg.bind, "%s", addr && *addr ? addr : "*");
-    snprintf(cfg.token, sizeof cfg.token, "%s", token ? token : "");
     mq_agent_http_t *self = calloc(1, sizeof *self);
     if (!self) {
         mq_err_set("out of memory");
@@ -160,7 +156,7 @@ mq_agent_http_t *mq_agent_http_new(const char *addr, int port, const char *token
     }
     s_series_init(&self->series, self->metrics);
     mq_http_route_t bits = {"/bits", "application/json", s_render_bits, self};
-    if (!(self->http = mq_http_new(&cfg, self->metrics, &bits, 1)))
+    if (!(self->http = mq_http_new(cfg, self->metrics, &bits, 1)))
         mq_agent_http_destroy(&self);
     return self;
 }

@@ -46,12 +46,10 @@ void mq_agent_saver_put(zactor_t *saver, uint8_t *buf, size_t len);
 /* ---- HTTP (agent_http.c, on mqgrad/http.h) -------------------------------------------- */
 typedef struct mq_agent_http_t mq_agent_http_t;
 
-/* Starts an HTTP server on ADDR (an IPv4 or IPv6 address; "" or "*": every interface) and
- * PORT (MQ_AGENT_HTTP_ANY: any free port) with its own thread, serving an empty snapshot
- * until the first publish. With TOKEN non-empty, /bits and /metrics answer only requests
- * that carry "Authorization: Bearer TOKEN" (401 otherwise); /healthz stays open. NULL with
- * an error on failure. */
-mq_agent_http_t *mq_agent_http_new(const char *addr, int port, const char *token);
+/* Serves CFG (mqgrad/http.h: address, port, resolved token) on its own thread: /metrics,
+ * /healthz and /bits, an empty snapshot until the first publish. NULL with an error on
+ * failure. */
+mq_agent_http_t *mq_agent_http_new(const mq_http_cfg_t *cfg);
 void mq_agent_http_destroy(mq_agent_http_t **self_p);
 int mq_agent_http_port(const mq_agent_http_t *self);
 /* Replaces the snapshot the HTTP thread serves (copied under the mutex). */
