@@ -231,7 +231,8 @@ static void s_metrics_report(s_sched_t *self, uint32_t r, const mq_report_t *rep
 
 static uint32_t s_count(const s_sched_t *self, s_state_t state);
 
-/* What changes without an iteration: membership, the pause, drops. Once a second. */
+/* What changes without an iteration: membership, the pause, drops. Once a second, and when
+ * the cluster is complete (so the first scrape of a run sees its servers). */
 static void s_metrics_tick(s_sched_t *self)
 {
     if (!self->cfg->metrics)
@@ -648,6 +649,7 @@ static void s_start(s_sched_t *self)
     s_place_servers(self);
     for (uint32_t i = 0; i < self->nservers; i++)
         s_welcome(self, &self->servers[i], i);
+    s_metrics_tick(self);
     for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
         if (self->workers[i].state != N_FREE)
             s_welcome(self, &self->workers[i], i);
@@ -946,7 +948,7 @@ static bool s_record(s_sched_t *self)
     mq_metric_observe(self->m.iter_seconds, self->last_iter_s);
     mq_metric_set(self->m.members, self->nmembers);
     mq_metric_add(self->m.stragglers, self->cut);
-    s_metrics_tick(self);
+    mq_metric_set(self->m.fallbacks, (double)self->fallbacks);
     if (row.evaluated) {
         mq_metric_set(self->m.acc, row.test_acc);
         mq_metric_set(self->m.test_loss, row.test_loss);

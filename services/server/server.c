@@ -393,7 +393,6 @@ static void s_complete(s_server_t *self)
     }
     mq_metric_add(self->m.rounds, 1);
     mq_metric_add(self->m.sent, (double)(bytes * nto));
-    mq_drops_publish(self->m.drops, self->node.drops.count);
     if (self->run.report_pushes) { /* ours become the kept ones */
         self->kept = true;
         self->kept_iter = self->out.iter;

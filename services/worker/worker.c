@@ -580,7 +580,6 @@ static void s_metrics_iteration(s_worker_t *self, const mq_report_t *r)
     const double ms[4] = {r->compute_ms, r->encode_ms, r->wait_ms, r->decode_ms};
     for (int i = 0; i < 4; i++)
         mq_metric_observe(self->m.phase[i], ms[i] * 1e-3);
-    mq_drops_publish(self->m.drops, self->node.drops.count);
 }
 
 static void s_finish_iteration(s_worker_t *self)
