@@ -44,6 +44,10 @@ static inline void cluster_start_sched(cluster_t *c, int W, int S, const char *n
     c->W = W;
     c->S = S;
     snprintf(c->dir, sizeof c->dir, "/tmp/mqgrad-test-%d-%s", (int)getpid(), name);
+    /* A directory left by an earlier process with the same pid must not be read as ours. */
+    char rm[300];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", c->dir);
+    cr_assert_eq(system(rm), 0, "%s", rm);
     char w[8], s[8], rd[300];
     snprintf(w, sizeof w, "%d", W);
     snprintf(s, sizeof s, "%d", S);
@@ -67,10 +71,13 @@ static inline void cluster_start_core(cluster_t *c, int W, int S, const char *na
 {
     cluster_start_sched(c, W, S, name, extra);
     for (int i = 0; i < S; i++) {
-        char dump[300];
+        char dump[300], shard[8];
         snprintf(dump, sizeof dump, "%s/server-%d.bin", c->dir, i);
+        snprintf(shard, sizeof shard, "%d", i);
+        /* Server I asks for shard I, so server-I.bin is shard I's master copy: without it
+         * the shards go in registration order, which a loaded machine may swap. */
         char *sargv[] = {"server", "--scheduler", c->endpoint, "--bind", "tcp://127.0.0.1:*",
-                         NULL};
+                         "--shard", shard, NULL};
         cr_assert_eq(mq_server_config_parse(&c->svcfg[i], s_argc(sargv), sargv), 0);
         snprintf(c->svcfg[i].dump, sizeof c->svcfg[i].dump, "%s", dump);
         c->servers[i] = zactor_new(mq_server_actor, &c->svcfg[i]);
