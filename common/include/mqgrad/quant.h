@@ -99,8 +99,9 @@ typedef struct mq_codec_ops {
     /* Error feedback in the codec's own walk, for a stateless codec (NULL: mq_codec_encode_ef
      * adds, encodes and decodes with scale -1 into the residual, one pass each): encodes
      * v = src + residual, n > 0, into dst and leaves residual = v - decode(dst), bit for bit
-     * what that generic path leaves; a v that is not finite fails it, with the generic path's
-     * error, before residual changes. The arguments are checked as for encode. */
+     * what that generic path leaves; a v that is not finite fails it with the generic path's
+     * error and residual set to zero, as mq_codec_encode_ef says. The arguments are checked
+     * as for encode. */
     int (*encode_ef)(const mq_codec_t *c, const float *src, float *residual, size_t n,
                      const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *len,
                      mq_codec_stats_t *stats);
@@ -174,8 +175,12 @@ int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *ds
 
 /* Encodes with error feedback around any stateless codec (1-bit SGD style): encodes
  * v = src + residual and leaves residual = v - decode(encode(v)). residual has n values,
- * zero at the start of training; on error it is left as it was. With uniform:1:stochastic
- * it rounds to nearest instead (stochastic 1-bit feedback diverges) and warns once. */
+ * zero at the start of training. A bad argument fails it with residual as it was; a v that
+ * is not finite fails it with residual set to zero: error feedback starts over, as no
+ * residual can stand for a payload that is not sent (and keeping the old one would cost
+ * every encode a read-only pass over both arrays before the first store). With
+ * uniform:1:stochastic it rounds to nearest instead (stochastic 1-bit feedback diverges)
+ * and warns once. */
 int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats);

@@ -20,8 +20,8 @@
  * quantized into one byte per code while it is in L1, then packed. With bucket = 0 the range
  * needs a first pass over the whole tensor (read only); with buckets, each bucket's range is
  * taken when the walk reaches it, so its values are still cached. Error feedback has its own
- * walk (s_encode_ef): the ranges of src + residual first, read only, then one kernel per
- * bucket run that adds, quantizes and stores the new residual. Stochastic noise is drawn
+ * walk (s_encode_ef), the same: each bucket's range of src + residual when reached, then one
+ * kernel per bucket run that adds, quantizes and stores the new residual. Stochastic noise is drawn
  * inside the quantize kernels where the bucket runs allow (s_noise_inline); the generator
  * steps, and so the payloads, are those of drawing each chunk's noise into an array first. */
 
@@ -283,14 +283,26 @@ static void s_dequantize(const mq_quant_kernels_t *kn, const s_deq_t *p, const u
     }
 }
 
+/* A sum src + residual that is not finite: the generic path's error, and residual reset to
+ * zero (quant.h: error feedback starts over). */
+static int s_ef_failed(const float *src, float *res, size_t n, int K)
+{
+    if (mq_quant_check_finite_sum("codec encode", src, res, n) == 0)
+        mq_err_set("uniform:%d encode: a sum is not finite", K); /* not reached */
+    memset(res, 0, n * sizeof *res);
+    return -1;
+}
+
 /* Error feedback in the codec's own walk (ops->encode_ef): v = src + residual is encoded and
  * residual becomes v - decode(payload), bit for bit what the generic path (add, encode, then
- * decode with scale -1 accumulating into the residual) leaves, in two passes instead of four
- * or more. Pass 1 reads src and the residual and writes each bucket's range into the header,
- * storing nothing else: a sum that is not finite fails the encode with the residual as it was,
- * which needs every value read before any is written. Pass 2 goes chunk by chunk, each bucket
- * run in one kernel (quantize_ef): v = src + residual, its code, and v minus the code's value
- * stored as the residual, so each value is loaded from memory and stored to it once. */
+ * decode with scale -1 accumulating into the residual) leaves, in one pass where the values
+ * have a range per bucket. A bucket's range (of src + residual, read only) is taken when the
+ * walk first reaches it, so the bucket is still cached when its run kernel (quantize_ef) adds,
+ * quantizes and stores v minus the code's value as the residual: each value is loaded from
+ * memory and stored to it once. With one range for the tensor that range is a pass of its
+ * own. A sum that is not finite may be met after earlier buckets' residuals are stored: the
+ * encode fails and the residual is reset (quant.h), which keeping it as it was would have
+ * cost a read-only pass over both arrays on every encode. */
 static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t n,
                        const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *out_len,
                        mq_codec_stats_t *stats)
@@ -302,25 +314,13 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
     const size_t B = mq_quant_bucket_len(S_BUCKET(c), n), nb = mq_quant_nbuckets(S_BUCKET(c), n);
     uint8_t *codes = dst + 8 * nb;
     const size_t code_bytes = mq_quant_code_bytes(n, K);
-    for (size_t b = 0; b < nb; b++) {
-        size_t b0 = b * B, d = b + 1 < nb ? B : n - b0;
-        float lo, hi;
-        if (!kn->minmax_sum(src + b0, res + b0, d, &lo, &hi)) {
-            if (mq_quant_check_finite_sum("codec encode", src, res, n) == 0)
-                mq_err_set("uniform:%d encode: a sum is not finite", K); /* not reached */
-            return -1;
-        }
-        mq_put_f32(dst + 8 * b, lo + 0.0f); /* +0 whichever zero the scan met (s_bucket_range) */
-        mq_put_f32(dst + 8 * b + 4, hi + 0.0f);
-    }
-
     uint8_t q[S_CHUNK];
     float noise[S_CHUNK];
     mq_quant_noise_t gen;
     const bool inline_noise = S_STOCHASTIC(c) && s_noise_inline(B, nb);
     if (S_STOCHASTIC(c))
         mq_quant_noise_seed(&gen, ctx->rng);
-    size_t cur = SIZE_MAX; /* the bucket whose constants p and dp hold */
+    size_t cur = SIZE_MAX; /* the bucket whose constants p and dp hold; buckets come in order */
     s_qparams_t p = {0};
     s_deq_t dp = {0};
     double sq = 0.0;
@@ -332,7 +332,14 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
         for (size_t i = start; i < start + len;) {
             size_t b = i / B, seg_end = mq_quant_run_end(i, B, n, start + len), m = seg_end - i;
             if (b != cur) {
-                float lo = mq_get_f32(dst + 8 * b), hi = mq_get_f32(dst + 8 * b + 4);
+                size_t b0 = b * B, d = b + 1 < nb ? B : n - b0;
+                float lo, hi;
+                if (!kn->minmax_sum(src + b0, res + b0, d, &lo, &hi))
+                    return s_ef_failed(src, res, n, K);
+                lo += 0.0f; /* +0 whichever zero the scan met (s_bucket_range) */
+                hi += 0.0f;
+                mq_put_f32(dst + 8 * b, lo);
+                mq_put_f32(dst + 8 * b + 4, hi);
                 p = s_qparams(lo, hi, levels);
                 dp = s_deq_params(lo, hi, levels, -1.0f);
                 cur = b;

@@ -549,7 +549,8 @@ int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *ds
 /* mq_codec_encode_ef: a codec with its own encode_ef (uniform) does it in one walk; for the
  * others this computes v = src + residual in place in residual, encodes it, then subtracts
  * the decoded payload (a decode with scale -1 into the residual), so no temporary array is
- * needed. Everything that could fail is checked before residual changes. */
+ * needed. The arguments are checked before residual changes; a sum that is not finite
+ * resets it (quant.h). */
 int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats)
@@ -591,8 +592,10 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
             *stats = st;
         return 0;
     }
-    if (mq_quant_check_finite_sum("codec encode", src, residual, n) < 0)
+    if (mq_quant_check_finite_sum("codec encode", src, residual, n) < 0) {
+        memset(residual, 0, n * sizeof *residual);
         return -1;
+    }
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
         mq_v4f_t v = mq_v4f_load(residual + i) + mq_v4f_load(src + i);
