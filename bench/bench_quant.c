@@ -425,6 +425,19 @@ int main(int argc, char **argv)
     printf("read-only pass (the range scan) %.2f GB/s = %.3fx memcpy: an encode with bucket=0 "
            "reads the tensor twice, which past the caches keeps it under about %.2fx here\n",
            4e-9 * (double)b.n / t_read, t_copy / t_read, t_copy / (2 * t_read));
+    /* The floor under any enc_ef with an fp32 residual: the gradient and the residual are
+     * read and the residual written, 12 bytes a value where memcpy moves 8. */
+    double t_ef = INFINITY;
+    for (int r = 0; r < b.reps; r++) {
+        double t0 = s_cpu_s();
+        mq_quant_kernels()->add(b.residual, b.x, b.n);
+        double t = s_cpu_s() - t0;
+        t_ef = t < t_ef ? t : t_ef;
+    }
+    memset(b.residual, 0, b.n * sizeof *b.residual);
+    printf("add pass (residual += gradient: error feedback's traffic) %.3fx memcpy: enc_ef "
+           "cannot pass it, nor, with bucket=0, about %.2fx (a read-only range pass first)\n",
+           t_copy / t_ef, t_copy / (t_read * 2 + t_ef));
     printf("%-32s %12s %8s %10s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller",
            "distortion", "encode", "decode", "dec+acc", "enc_ef", "cpy_GB/s");
     int rc = 0, failed = 0;
