@@ -1,6 +1,7 @@
 /* mqgrad bits | status | policy: ask a running mqgrad-agent over ZeroMQ (QUERY and
  * POLICY_SET, answered by STATUS or ERROR). mqgrad probe: is any mqgrad service alive
  * (PING → PONG)? Each request is one DEALER round trip with a deadline. */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,8 +133,15 @@ static int s_request(const s_opts_t *o, const char *endpoint, mq_msg_type_t type
     mq_msg_init(reply, type);
     if (text)
         snprintf(reply->text, sizeof reply->text, "%s", text);
-    if (mq_wire_send(sock, reply, NULL, 0) != 0)
+    /* A request no connection took within the timeout (EAGAIN) is answered as one that got
+     * no reply: with a refused handshake (wrong or missing keys) either can happen, depending
+     * on timing, and both mean the same to the user. */
+    errno = 0;
+    if (mq_wire_send(sock, reply, NULL, 0) != 0) {
+        if (errno == EAGAIN)
+            goto no_answer;
         goto done;
+    }
     int64_t deadline = mq_now_us() + timeout_ms * 1000;
     mq_drop_t drop;
     while (mq_now_us() < deadline) {
@@ -144,6 +152,7 @@ static int s_request(const s_opts_t *o, const char *endpoint, mq_msg_type_t type
         if (drop == MQ_DROP_NONE)
             break; /* timed out (or interrupted) */
     }
+no_answer:
     mq_err_set("no answer from %s within %ld ms (is the service running there%s?)", endpoint,
                timeout_ms,
                mq_sec_enabled(sec) ? ", and are these its cluster's keys" : ", without keys");

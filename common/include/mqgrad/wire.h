@@ -240,7 +240,9 @@ void mq_wire_prepare(zsock_t *sock, int linger_ms, int64_t max_msg);
 
 /* Sends MSG with NPAYLOADS payloads (one per msg->tensors entry; ntensors must equal
  * npayloads). On a ROUTER socket msg->peer is the destination. Returns 0, or -1 with an
- * error (e.g. unroutable peer). The payloads' free functions run whatever happens. */
+ * error (e.g. unroutable peer); when ZeroMQ refused the send, errno is its reason (EAGAIN:
+ * no peer took it within the socket's send timeout). The payloads' free functions run
+ * whatever happens. */
 int mq_wire_send(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads, size_t npayloads);
 
 /* Receives one message into MSG (non-blocking if the socket has a receive timeout or

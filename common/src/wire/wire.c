@@ -313,25 +313,30 @@ err:
     return -1;
 }
 
-/* Sends NF frames (after an optional routing id); closes every frame whatever happens. */
+/* Sends NF frames (after an optional routing id); closes every frame whatever happens. On
+ * failure errno is the failed send's. */
 static int s_send_frames(void *h, const uint8_t *peer, size_t peer_len, zmq_msg_t *frames,
                          size_t nf)
 {
     size_t i = 0;
-    int rc = 0;
+    int rc = 0, err = 0;
     if (peer_len > 0 && zmq_send(h, peer, peer_len, ZMQ_SNDMORE) < 0) {
-        mq_err_set("cannot route to peer: %s", zmq_strerror(errno));
+        err = errno;
+        mq_err_set("cannot route to peer: %s", zmq_strerror(err));
         rc = -1;
     }
     for (; rc == 0 && i < nf; i++) {
         if (zmq_msg_send(&frames[i], h, i + 1 < nf ? ZMQ_SNDMORE : 0) < 0) {
-            mq_err_set("send failed: %s", zmq_strerror(errno));
+            err = errno;
+            mq_err_set("send failed: %s", zmq_strerror(err));
             rc = -1;
             zmq_msg_close(&frames[i]);
         }
     }
     for (; i < nf; i++)
         zmq_msg_close(&frames[i]);
+    if (rc != 0)
+        errno = err;
     return rc;
 }
 
