@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "local_run.h"
 #include "mqgrad/util.h"
 #include "sec_test.h"
 #include "scheduler.h"
@@ -45,9 +46,7 @@ static inline void cluster_start_sched(cluster_t *c, int W, int S, const char *n
     c->S = S;
     snprintf(c->dir, sizeof c->dir, "/tmp/mqgrad-test-%d-%s", (int)getpid(), name);
     /* A directory left by an earlier process with the same pid must not be read as ours. */
-    char rm[300];
-    snprintf(rm, sizeof rm, "rm -rf '%s'", c->dir);
-    cr_assert_eq(system(rm), 0, "%s", rm);
+    cr_assert(test_rmtree(c->dir), "cannot remove %s", c->dir);
     char w[8], s[8], rd[300];
     snprintf(w, sizeof w, "%d", W);
     snprintf(s, sizeof s, "%d", S);

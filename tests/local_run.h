@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,13 +81,16 @@ static inline double test_json_num(const char *json, const char *name)
     return p ? strtod(p + strlen(key), NULL) : NAN;
 }
 
-/* Removes DIR and everything under it (a test's scratch run directory). */
-static inline void test_rmtree(const char *dir)
+/* Removes DIR and everything under it (a test's scratch run directory); false, with a
+ * warning, if that failed. */
+static inline bool test_rmtree(const char *dir)
 {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0)
-        cr_log_warn("could not remove %s", dir);
+    if (system(cmd) == 0)
+        return true;
+    cr_log_warn("could not remove %s", dir);
+    return false;
 }
 
 #endif

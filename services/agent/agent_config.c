@@ -26,19 +26,6 @@ static int s_set_bool(const char *what, const char *val, bool *out)
     return 0;
 }
 
-/* The bearer token, or the file whose first line it is (a Docker secret, say): read and
- * checked once every setting is in (s_check), as every service's (mqgrad/http.h). */
-static int s_set_token(mq_agent_config_t *cfg, const char *what, const char *val, bool file)
-{
-    char *dst = file ? cfg->http.token_file : cfg->http.token;
-    size_t cap = file ? sizeof cfg->http.token_file : sizeof cfg->http.token;
-    if (!*val || strlen(val) >= cap)
-        return mq_err_set("%s: the %s must be 1 to %zu characters", what,
-                          file ? "file name" : "token", cap - 1), -1;
-    memcpy(dst, val, strlen(val) + 1);
-    return 0;
-}
-
 static int s_set_int(const char *what, const char *val, long lo, long hi, int *out)
 {
     long v;
@@ -56,6 +43,17 @@ static int s_copy(const char *what, const char *val, char *dst, size_t cap)
     }
     memcpy(dst, val, strlen(val) + 1);
     return 0;
+}
+
+/* The bearer token, or the file whose first line it is (a Docker secret, say): read and
+ * checked once every setting is in (s_check), as every service's (mqgrad/http.h). */
+static int s_set_token(mq_agent_config_t *cfg, const char *what, const char *val, bool file)
+{
+    if (!*val)
+        return mq_err_set("%s: the %s must not be empty", what, file ? "file name" : "token"),
+               -1;
+    return file ? s_copy(what, val, cfg->http.token_file, sizeof cfg->http.token_file)
+                : s_copy(what, val, cfg->http.token, sizeof cfg->http.token);
 }
 
 /* The SARSA / baseline options (see mq_policy_opts_t). */

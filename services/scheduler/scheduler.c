@@ -948,7 +948,6 @@ static bool s_record(s_sched_t *self)
     mq_metric_observe(self->m.iter_seconds, self->last_iter_s);
     mq_metric_set(self->m.members, self->nmembers);
     mq_metric_add(self->m.stragglers, self->cut);
-    mq_metric_set(self->m.fallbacks, (double)self->fallbacks);
     if (row.evaluated) {
         mq_metric_set(self->m.acc, row.test_acc);
         mq_metric_set(self->m.test_loss, row.test_loss);
@@ -968,6 +967,7 @@ static bool s_record(s_sched_t *self)
 static void s_agent_missed(s_sched_t *self, const char *why)
 {
     self->fallbacks++;
+    mq_metric_set(self->m.fallbacks, (double)self->fallbacks); /* the tick sets it from a resume */
     if (!self->agent_ok)
         return;
     self->agent_ok = false;

@@ -100,8 +100,8 @@ typedef struct mq_codec_ops {
      * adds, encodes and decodes with scale -1 into the residual, one pass each): encodes
      * v = src + residual, n > 0, into dst and leaves residual = v - decode(dst), bit for bit
      * what that generic path leaves; a v that is not finite fails it with the generic path's
-     * error and residual set to zero, as mq_codec_encode_ef says. The arguments are checked
-     * as for encode. */
+     * error, residual in any state (mq_codec_encode_ef then sets it to zero). The arguments
+     * are checked as for encode. */
     int (*encode_ef)(const mq_codec_t *c, const float *src, float *residual, size_t n,
                      const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *len,
                      mq_codec_stats_t *stats);

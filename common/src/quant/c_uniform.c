@@ -283,13 +283,12 @@ static void s_dequantize(const mq_quant_kernels_t *kn, const s_deq_t *p, const u
     }
 }
 
-/* A sum src + residual that is not finite: the generic path's error, and residual reset to
- * zero (quant.h: error feedback starts over). */
-static int s_ef_failed(const float *src, float *res, size_t n, int K)
+/* A sum src + residual that is not finite: the generic path's error (mq_codec_encode_ef
+ * then resets the residual). */
+static int s_ef_failed(const float *src, const float *res, size_t n, int K)
 {
     if (mq_quant_check_finite_sum("codec encode", src, res, n) == 0)
         mq_err_set("uniform:%d encode: a sum is not finite", K); /* not reached */
-    memset(res, 0, n * sizeof *res);
     return -1;
 }
 
@@ -301,8 +300,8 @@ static int s_ef_failed(const float *src, float *res, size_t n, int K)
  * quantizes and stores v minus the code's value as the residual: each value is loaded from
  * memory and stored to it once. With one range for the tensor that range is a pass of its
  * own. A sum that is not finite may be met after earlier buckets' residuals are stored: the
- * encode fails and the residual is reset (quant.h), which keeping it as it was would have
- * cost a read-only pass over both arrays on every encode. */
+ * encode fails and mq_codec_encode_ef resets the residual (quant.h), which keeping it as it
+ * was would have cost a read-only pass over both arrays on every encode. */
 static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t n,
                        const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *out_len,
                        mq_codec_stats_t *stats)

@@ -546,6 +546,14 @@ int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *ds
     return mq_codec_encode_ctx(c, src, n, &ctx, dst, cap, out_len, stats);
 }
 
+/* A sum that is not finite failed an error-feedback encode: the residual starts over (quant.h).
+ * Returns -1. */
+static int s_ef_reset(float *residual, size_t n)
+{
+    memset(residual, 0, n * sizeof *residual);
+    return -1;
+}
+
 /* mq_codec_encode_ef: a codec with its own encode_ef (uniform) does it in one walk; for the
  * others this computes v = src + residual in place in residual, encodes it, then subtracts
  * the decoded payload (a decode with scale -1 into the residual), so no temporary array is
@@ -586,16 +594,14 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
         size_t len = 0;
         mq_codec_stats_t st = {0};
         if (ops->encode_ef(c, src, residual, n, &ctx, dst, &len, stats ? &st : NULL) < 0)
-            return -1;
+            return s_ef_reset(residual, n);
         *out_len = len;
         if (stats)
             *stats = st;
         return 0;
     }
-    if (mq_quant_check_finite_sum("codec encode", src, residual, n) < 0) {
-        memset(residual, 0, n * sizeof *residual);
-        return -1;
-    }
+    if (mq_quant_check_finite_sum("codec encode", src, residual, n) < 0)
+        return s_ef_reset(residual, n);
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
         mq_v4f_t v = mq_v4f_load(residual + i) + mq_v4f_load(src + i);
