@@ -1,8 +1,9 @@
 /* Gradient codec micro-benchmark: for each codec, how fast encode, decode and the server's
  * decode-and-accumulate run compared with memcpy of the same fp32 buffer in the same run
- * (machines here are shared and noisy, so only ratios are results; each row's memcpy is
- * measured right before the row), what the payload weighs, and how much it distorts a
- * Gaussian gradient: ||decode(encode(x)) - x||^2 / ||x||^2. The default rows are the uniform
+ * (machines here are shared and noisy, so only ratios are results; every timed run follows
+ * a memcpy, and each ratio is the best of those memcpys over the best of the runs), what
+ * the payload weighs, and how much it distorts a Gaussian gradient:
+ * ||decode(encode(x)) - x||^2 / ||x||^2. The default rows are the uniform
  * codec's settings MQGrad uses, then every registered codec (mq_codec_all) at a
  * representative spec, taken through its operations table only: its name, 4 bits clamped to
  * the level range it takes, and the same with :bucket=512 where its options accept that.
@@ -101,7 +102,7 @@ static double s_cpu_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-typedef enum { S_MEMCPY, S_ENCODE, S_DECODE, S_DECODE_ACC, S_ENCODE_EF } s_op_t;
+typedef enum { S_MEMCPY, S_ENCODE, S_DECODE, S_DECODE_ACC, S_ENCODE_EF, S_SCAN, S_ADD } s_op_t;
 
 /* One run of one operation, in CPU seconds (-1 on error); STATS as the codec calls take.
  * An encode writes b->buf (b->cap bytes) and leaves its size in b->len, which the decodes
@@ -128,8 +129,15 @@ static double s_once(s_bench_t *b, const mq_codec_t *c, s_op_t op, mq_codec_stat
         rc = mq_codec_decode(c, b->buf, b->len, b->y, b->n, 0.25f, true, stats);
         break;
     case S_ENCODE_EF:
-        rc = mq_codec_encode_ef(c, b->x, b->residual, b->n, b->buf, b->cap, &out, &b->rng,
-                                stats);
+        rc = mq_codec_encode_ef(c, b->x, b->residual, b->n, b->buf, b->cap, &out, &b->rng, stats);
+        break;
+    case S_SCAN: { /* the range pass of an encode with bucket=0 */
+        float lo, hi;
+        mq_quant_kernels()->minmax(b->x, b->n, &lo, &hi);
+        break;
+    }
+    case S_ADD: /* error feedback's memory traffic: residual += gradient */
+        mq_quant_kernels()->add(b->residual, b->x, b->n);
         break;
     }
     double t = s_cpu_s() - t0;
@@ -140,16 +148,19 @@ static double s_once(s_bench_t *b, const mq_codec_t *c, s_op_t op, mq_codec_stat
     return t;
 }
 
-/* Best of REPS runs of one operation, in CPU seconds: the least disturbed run. */
-static int s_run(s_bench_t *b, const mq_codec_t *c, s_op_t op, double *best)
+/* Best of REPS runs of one operation, in CPU seconds (the least disturbed run), each run
+ * right after a memcpy of the buffer, whose best time goes to *COPY: the memory bandwidth
+ * this machine's neighbours leave drifts over seconds, and a ratio of runs taken side by side
+ * drifts far less than one of runs taken a second apart. */
+static int s_run(s_bench_t *b, const mq_codec_t *c, s_op_t op, double *best, double *copy)
 {
-    *best = INFINITY;
+    *best = *copy = INFINITY;
     for (int r = 0; r < b->reps; r++) {
-        double t = s_once(b, c, op, NULL);
+        double tc = s_once(b, NULL, S_MEMCPY, NULL), t = s_once(b, c, op, NULL);
         if (t < 0)
             return -1;
-        if (t < *best)
-            *best = t;
+        *best = t < *best ? t : *best;
+        *copy = tc < *copy ? tc : *copy;
     }
     return 0;
 }
@@ -209,17 +220,14 @@ static int s_stats_table(s_bench_t *b, const char **codecs, size_t ncodecs)
  * A codec that fails gets its error in the row and 1 back; -1 is for the run's own errors. */
 static int s_codec_row(s_bench_t *b, const char *spec)
 {
-    double t_copy;
-    if (s_run(b, NULL, S_MEMCPY, &t_copy) < 0)
-        return -1;
     mq_codec_t c;
-    double t_enc, t_dec, t_acc, t_ef = 0;
+    double t_enc, t_dec, t_acc, t_ef = 0, c_enc, c_dec, c_acc, c_ef = 0;
     if (mq_codec_parse(spec, &c) == 0 && s_reserve(b, &c) < 0) {
         fprintf(stderr, "bench_quant: %s: out of memory\n", spec);
         return -1;
     }
-    if (mq_codec_parse(spec, &c) < 0 || s_run(b, &c, S_ENCODE, &t_enc) < 0 ||
-        s_run(b, &c, S_DECODE, &t_dec) < 0) {
+    if (mq_codec_parse(spec, &c) < 0 || s_run(b, &c, S_ENCODE, &t_enc, &c_enc) < 0 ||
+        s_run(b, &c, S_DECODE, &t_dec, &c_dec) < 0) {
         printf("%-32s failed: %s\n", spec, mq_err_last());
         fflush(stdout);
         return 1;
@@ -230,7 +238,7 @@ static int s_codec_row(s_bench_t *b, const char *spec)
         norm += (double)b->x[i] * b->x[i];
     }
     size_t len = b->len;
-    if (s_run(b, &c, S_DECODE_ACC, &t_acc) < 0) {
+    if (s_run(b, &c, S_DECODE_ACC, &t_acc, &c_acc) < 0) {
         printf("%-32s failed: %s\n", spec, mq_err_last());
         return 1;
     }
@@ -238,17 +246,18 @@ static int s_codec_row(s_bench_t *b, const char *spec)
     bool ef = mq_codec_state_floats(&c, b->n) == 0;
     if (ef) {
         memset(b->residual, 0, b->n * sizeof *b->residual);
-        if (s_run(b, &c, S_ENCODE_EF, &t_ef) < 0) {
+        if (s_run(b, &c, S_ENCODE_EF, &t_ef, &c_ef) < 0) {
             printf("%-32s failed: %s\n", spec, mq_err_last());
             return 1;
         }
     }
     char ef_col[16] = "        -";
     if (ef)
-        snprintf(ef_col, sizeof ef_col, "%9.3f", t_copy / t_ef);
+        snprintf(ef_col, sizeof ef_col, "%9.3f", c_ef / t_ef);
+    double t_copy = fmin(fmin(c_enc, c_dec), ef ? fmin(c_acc, c_ef) : c_acc);
     printf("%-32s %12zu %7.1fx %10.3e %9.3f %9.3f %9.3f %s %9.2f\n", spec, len,
-           4.0 * (double)b->n / (double)len, err / norm, t_copy / t_enc, t_copy / t_dec,
-           t_copy / t_acc, ef_col, 4e-9 * (double)b->n / t_copy);
+           4.0 * (double)b->n / (double)len, err / norm, c_enc / t_enc, c_dec / t_dec,
+           c_acc / t_acc, ef_col, 4e-9 * (double)b->n / t_copy);
     fflush(stdout);
     return 0;
 }
@@ -323,13 +332,14 @@ static int s_torch_rows(s_bench_t *b)
         return 0;
     }
     mq_codec_t c = {.id = MQ_CODEC_ID_uniform, .bits = 8};
-    double t_copy, t_enc, t_dec;
-    if (s_reserve(b, &c) < 0 || s_run(b, NULL, S_MEMCPY, &t_copy) < 0 ||
-        s_run(b, &c, S_ENCODE, &t_enc) < 0 || s_run(b, &c, S_DECODE, &t_dec) < 0) {
+    double t_copy, c_dec, t_enc, t_dec;
+    if (s_reserve(b, &c) < 0 || s_run(b, &c, S_ENCODE, &t_enc, &t_copy) < 0 ||
+        s_run(b, &c, S_DECODE, &t_dec, &c_dec) < 0) {
         fprintf(stderr, "bench_quant: uniform:8: %s\n", mq_err_last());
         return -1;
     }
     double gb = 4e-9 * (double)b->n, enc = gb / t_enc, dec = gb / t_dec;
+    t_copy = fmin(t_copy, c_dec);
     char ver[32] = "?";
     const char *v = strstr(json, "\"torch\": \"");
     if (v)
@@ -405,39 +415,26 @@ int main(int argc, char **argv)
         b.x[i] = (float)(1e-3 * mq_rng_normal(&b.rng));
     memset(b.y, 0, b.n * sizeof *b.y);
 
-    double t_copy;
-    if (s_run(&b, NULL, S_MEMCPY, &t_copy) < 0)
-        return 1;
-    printf("bench_quant: %zu values (%.1f MB fp32), best of %d (thread CPU time), %s kernels; "
-           "speeds are multiples of memcpy of the fp32 buffer, measured before each row "
-           "(%.2f GB/s at the start)\n",
-           b.n, 4e-6 * (double)b.n, b.reps, mq_quant_kernels()->name, 4e-9 * (double)b.n / t_copy);
     /* The floor under a bucket=0 encode: its range needs a read of the whole tensor before
      * any code can be written, then quantizing reads it again (it no longer fits a cache). */
-    double t_read = INFINITY;
-    float lo, hi;
-    for (int r = 0; r < b.reps; r++) {
-        double t0 = s_cpu_s();
-        mq_quant_kernels()->minmax(b.x, b.n, &lo, &hi);
-        double t = s_cpu_s() - t0;
-        t_read = t < t_read ? t : t_read;
-    }
+    double t_read, c_read, t_add, c_add;
+    if (s_run(&b, NULL, S_SCAN, &t_read, &c_read) < 0)
+        return 1;
+    printf("bench_quant: %zu values (%.1f MB fp32), best of %d (thread CPU time), %s kernels; "
+           "speeds are multiples of memcpy of the fp32 buffer, each run right after one "
+           "(%.2f GB/s at the start)\n",
+           b.n, 4e-6 * (double)b.n, b.reps, mq_quant_kernels()->name, 4e-9 * (double)b.n / c_read);
     printf("read-only pass (the range scan) %.2f GB/s = %.3fx memcpy: an encode with bucket=0 "
            "reads the tensor twice, which past the caches keeps it under about %.2fx here\n",
-           4e-9 * (double)b.n / t_read, t_copy / t_read, t_copy / (2 * t_read));
+           4e-9 * (double)b.n / t_read, c_read / t_read, c_read / (2 * t_read));
     /* The floor under any enc_ef with an fp32 residual: the gradient and the residual are
      * read and the residual written, 12 bytes a value where memcpy moves 8. */
-    double t_ef = INFINITY;
-    for (int r = 0; r < b.reps; r++) {
-        double t0 = s_cpu_s();
-        mq_quant_kernels()->add(b.residual, b.x, b.n);
-        double t = s_cpu_s() - t0;
-        t_ef = t < t_ef ? t : t_ef;
-    }
+    if (s_run(&b, NULL, S_ADD, &t_add, &c_add) < 0)
+        return 1;
     memset(b.residual, 0, b.n * sizeof *b.residual);
     printf("add pass (residual += gradient: error feedback's traffic) %.3fx memcpy: enc_ef "
            "cannot pass it, nor, with bucket=0, about %.2fx (a read-only range pass first)\n",
-           t_copy / t_ef, t_copy / (t_read * 2 + t_ef));
+           c_add / t_add, 1.0 / (2 * t_read / c_read + t_add / c_add));
     printf("%-32s %12s %8s %10s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller",
            "distortion", "encode", "decode", "dec+acc", "enc_ef", "cpy_GB/s");
     int rc = 0, failed = 0;

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "mqgrad/quant.h"
 #include "gauss.h"
+#include "mqgrad/quant.h"
 /* For mq_quant_use_kernels: the tests compare the codec's instruction-set builds. */
 #include "../common/src/quant/quant_internal.h"
 
@@ -859,14 +859,15 @@ static int s_ef_reference(const mq_codec_t *c, const float *g, float *r, size_t 
 
 /* uniform's fused encode_ef gives the generic path's payload, residual and stats bit for bit,
  * over a few steps, with every kernel set: one range per tensor and buckets (a multiple of 16,
- * where stochastic noise is drawn inside the quantize kernel, and others), both roundings,
+ * where stochastic noise is drawn inside the quantize kernel, and others; smaller and larger
+ * than the walk's chunks, whose last run scans the next bucket's range), both roundings,
  * short and odd lengths. */
 Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
 {
     const char *names[3];
     size_t nk = s_kernel_sets(names);
     static const size_t ns[] = {1, 5, 7, 8, 33, 511, 513, 2047, 2049, 5003, 8195};
-    static const uint32_t buckets[] = {0, 512, 100, 7};
+    static const uint32_t buckets[] = {0, 512, 100, 7, 3000}; /* 3000: across chunks */
     const size_t nmax = 8195;
     float *g = s_awkward(nmax, 41), *g2 = s_normal(nmax, 42, 0.02f);
     float *r0 = malloc(nmax * sizeof *r0), *r1 = malloc(nmax * sizeof *r1);
@@ -917,9 +918,6 @@ Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
     free(p1);
 }
 
-/* A sum that is not finite fails the fused encode before the residual changes, whichever
- * value it is (found by the range pass, which reads everything before anything is written),
- * with the generic path's error. */
 /* A sum that is not finite, wherever it is (in the first bucket, past earlier buckets' stores,
  * in the last value), fails the encode naming it and resets the residual, fused (uniform,
  * every kernel set) or generic (qsgd). */

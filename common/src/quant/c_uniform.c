@@ -20,10 +20,12 @@
  * quantized into one byte per code while it is in L1, then packed. With bucket = 0 the range
  * needs a first pass over the whole tensor (read only); with buckets, each bucket's range is
  * taken when the walk reaches it, so its values are still cached. Error feedback has its own
- * walk (s_encode_ef), the same: each bucket's range of src + residual when reached, then one
- * kernel per bucket run that adds, quantizes and stores the new residual. Stochastic noise is drawn
- * inside the quantize kernels where the bucket runs allow (s_noise_inline); the generator
- * steps, and so the payloads, are those of drawing each chunk's noise into an array first. */
+ * walk (s_encode_ef): one kernel per bucket run adds, quantizes and stores the new residual,
+ * and a bucket's last run scans the range of src + residual of the next bucket in the same
+ * loop, so that the next bucket's loads from memory overlap this one's arithmetic.
+ * Stochastic noise is drawn inside the quantize kernels where the bucket runs allow
+ * (s_noise_inline); the generator steps, and so the payloads, are those of drawing each
+ * chunk's noise into an array first. */
 
 #include <float.h>
 #include <math.h>
@@ -295,13 +297,15 @@ static int s_ef_failed(const float *src, const float *res, size_t n, int K)
 /* Error feedback in the codec's own walk (ops->encode_ef): v = src + residual is encoded and
  * residual becomes v - decode(payload), bit for bit what the generic path (add, encode, then
  * decode with scale -1 accumulating into the residual) leaves, in one pass where the values
- * have a range per bucket. A bucket's range (of src + residual, read only) is taken when the
- * walk first reaches it, so the bucket is still cached when its run kernel (quantize_ef) adds,
- * quantizes and stores v minus the code's value as the residual: each value is loaded from
- * memory and stored to it once. With one range for the tensor that range is a pass of its
- * own. A sum that is not finite may be met after earlier buckets' residuals are stored: the
- * encode fails and mq_codec_encode_ef resets the residual (quant.h), which keeping it as it
- * was would have cost a read-only pass over both arrays on every encode. */
+ * have a range per bucket. A bucket's range (of src + residual, read only) is scanned while
+ * the previous bucket's last run is quantized (quantize_ef_scan), so the bucket is still cached
+ * when its run kernel (quantize_ef) adds, quantizes and stores v minus the code's value as the
+ * residual: each value is loaded from memory and stored to it once, and the loads from memory
+ * run beside arithmetic instead of between it (measured: bench/README.md). With one range for the
+ * tensor that range is a pass of its own. A sum that is not finite may be met after earlier
+ * buckets' residuals are stored: the encode fails and mq_codec_encode_ef resets the residual
+ * (quant.h), which keeping it as it was would have cost a read-only pass over both arrays on every
+ * encode. */
 static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t n,
                        const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *out_len,
                        mq_codec_stats_t *stats)
@@ -322,6 +326,8 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
     size_t cur = SIZE_MAX; /* the bucket whose constants p and dp hold; buckets come in order */
     s_qparams_t p = {0};
     s_deq_t dp = {0};
+    bool scanned = false; /* the range of bucket cur + 1 is in next_lo, next_hi */
+    float next_lo = 0.0f, next_hi = 0.0f;
     double sq = 0.0;
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
@@ -332,9 +338,10 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
             size_t b = i / B, seg_end = mq_quant_run_end(i, B, n, start + len), m = seg_end - i;
             if (b != cur) {
                 size_t b0 = b * B, d = b + 1 < nb ? B : n - b0;
-                float lo, hi;
-                if (!kn->minmax_sum(src + b0, res + b0, d, &lo, &hi))
+                float lo = next_lo, hi = next_hi;
+                if (!scanned && !kn->minmax_sum(src + b0, res + b0, d, &lo, &hi))
                     return s_ef_failed(src, res, n, K);
+                scanned = false;
                 lo += 0.0f; /* +0 whichever zero the scan met (s_bucket_range) */
                 hi += 0.0f;
                 mq_put_f32(dst + 8 * b, lo);
@@ -344,9 +351,19 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
                 cur = b;
             }
             uint8_t *qi = out + (i - start);
+            mq_quant_noise_t *gi = inline_noise ? &gen : NULL;
+            size_t next = (b + 1) * B; /* where bucket b + 1 starts */
             if (!p.constant && !p.wide && !dp.wide && (inline_noise || !S_STOCHASTIC(c))) {
-                kn->quantize_ef(src + i, res + i, m, p.lo, p.inv, (float)levels, &dp.d,
-                                inline_noise ? &gen : NULL, qi);
+                if (seg_end == next && b + 1 < nb) { /* the bucket's last run: scan the next */
+                    size_t d = b + 2 < nb ? B : n - next;
+                    if (!kn->quantize_ef_scan(src + i, res + i, m, p.lo, p.inv, (float)levels,
+                                              &dp.d, gi, qi, src + next, res + next, d, &next_lo,
+                                              &next_hi))
+                        return s_ef_failed(src, res, n, K);
+                    scanned = true;
+                } else {
+                    kn->quantize_ef(src + i, res + i, m, p.lo, p.inv, (float)levels, &dp.d, gi, qi);
+                }
             } else { /* the same three steps one after the other */
                 kn->add(res + i, src + i, m);
                 if (inline_noise)

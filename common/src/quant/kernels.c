@@ -140,6 +140,20 @@ static void s_dequantize_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, 
 
 S_QUANTIZE_EF(c)
 
+/* The portable and SSE2 builds run the two kernels one after the other; AVX2 interleaves
+ * them. */
+#define S_QUANTIZE_EF_SCAN(suffix)                                                                 \
+    static bool s_quantize_ef_scan_##suffix(const float *g, float *r, size_t n, float lo,          \
+                                            float inv, float top, const mq_quant_deq_t *d,         \
+                                            mq_quant_noise_t *gen, uint8_t *q, const float *na,    \
+                                            const float *nb, size_t nn, float *nlo, float *nhi)    \
+    {                                                                                              \
+        s_quantize_ef_##suffix(g, r, n, lo, inv, top, d, gen, q);                                  \
+        return s_minmax_sum_##suffix(na, nb, nn, nlo, nhi);                                        \
+    }
+
+S_QUANTIZE_EF_SCAN(c)
+
 /* 64-bit little-endian loads and stores whatever the host order. */
 static inline uint64_t s_load64(const uint8_t *p)
 {
@@ -242,9 +256,10 @@ static void s_dequantize_stream_c(const uint8_t *q, size_t n, const mq_quant_deq
 }
 
 static const mq_quant_kernels_t s_kernels_c = {
-    "c",        s_minmax_c,     s_quantize_c,          s_noise_c,  s_pack_c,
-    s_unpack_c, s_dequantize_c, s_dequantize_stream_c, s_stream_c, s_code_sums_c,
-    s_quantize_noise_c, s_minmax_sum_c, s_add_c, s_quantize_ef_c,
+    "c",        s_minmax_c,      s_quantize_c,         s_noise_c,
+    s_pack_c,   s_unpack_c,      s_dequantize_c,       s_dequantize_stream_c,
+    s_stream_c, s_code_sums_c,   s_quantize_noise_c,   s_minmax_sum_c,
+    s_add_c,    s_quantize_ef_c, s_quantize_ef_scan_c,
 };
 
 #if S_X86

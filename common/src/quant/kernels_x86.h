@@ -377,11 +377,13 @@ static void s_add_sse2(float *dst, const float *src, size_t n)
 }
 
 S_QUANTIZE_EF(sse2)
+S_QUANTIZE_EF_SCAN(sse2)
 
 static const mq_quant_kernels_t s_kernels_sse2 = {
-    "sse2",        s_minmax_sse2,     s_quantize_sse2,          s_noise_sse2,  s_pack_sse2,
-    s_unpack_sse2, s_dequantize_sse2, s_dequantize_stream_sse2, s_stream_sse2, s_code_sums_sse2,
-    s_quantize_noise_sse2, s_minmax_sum_sse2, s_add_sse2, s_quantize_ef_sse2,
+    "sse2",        s_minmax_sse2,      s_quantize_sse2,         s_noise_sse2,
+    s_pack_sse2,   s_unpack_sse2,      s_dequantize_sse2,       s_dequantize_stream_sse2,
+    s_stream_sse2, s_code_sums_sse2,   s_quantize_noise_sse2,   s_minmax_sum_sse2,
+    s_add_sse2,    s_quantize_ef_sse2, s_quantize_ef_scan_sse2,
 };
 
 /* ---- AVX2 ----------------------------------------------------------------------------------*/
@@ -785,18 +787,57 @@ S_AVX2 S_INLINE __m256i s_ef8_avx2(const float *g, float *r, __m256 lo, __m256 i
     return k;
 }
 
+/* The constants of the fused error-feedback kernels, and the generators' lanes. */
+typedef struct {
+    __m256 lo, inv, top, a, b, dtop, half, unit;
+    __m256i lev, low, order;
+} s_ef_avx2_t;
+
+S_AVX2 S_INLINE s_ef_avx2_t s_ef_consts_avx2(float lo, float inv, float top,
+                                             const mq_quant_deq_t *d)
+{
+    return (s_ef_avx2_t){
+        .lo = _mm256_set1_ps(lo),
+        .inv = _mm256_set1_ps(inv),
+        .top = _mm256_set1_ps(top),
+        .a = _mm256_set1_ps(d->a),
+        .b = _mm256_set1_ps(d->b),
+        .dtop = _mm256_set1_ps(d->top),
+        .half = _mm256_set1_ps(0.5f),
+        .unit = _mm256_set1_ps(0x1.0p-16f),
+        .lev = _mm256_set1_epi32((int)d->levels),
+        .low = _mm256_set1_epi32(0xffff),
+        .order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
+    };
+}
+
+/* Thirty-two values of error feedback (the generators S stepped twice when GEN). */
+S_AVX2 S_INLINE void s_ef32_avx2(const float *g, float *r, const s_ef_avx2_t *c, bool gen,
+                                 __m256i s[4], uint8_t *q)
+{
+    __m256 r0 = c->half, r1 = c->half, r2 = c->half, r3 = c->half;
+    if (gen) {
+        __m256i ra = s_noise_step_avx2(s), rb = s_noise_step_avx2(s);
+        r0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(ra, c->low)), c->unit);
+        r1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(ra, 16)), c->unit);
+        r2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(rb, c->low)), c->unit);
+        r3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(rb, 16)), c->unit);
+    }
+    __m256i k0 = s_ef8_avx2(g, r, c->lo, c->inv, r0, c->top, c->a, c->b, c->dtop, c->lev);
+    __m256i k1 = s_ef8_avx2(g + 8, r + 8, c->lo, c->inv, r1, c->top, c->a, c->b, c->dtop, c->lev);
+    __m256i k2 = s_ef8_avx2(g + 16, r + 16, c->lo, c->inv, r2, c->top, c->a, c->b, c->dtop, c->lev);
+    __m256i k3 = s_ef8_avx2(g + 24, r + 24, c->lo, c->inv, r3, c->top, c->a, c->b, c->dtop, c->lev);
+    __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
+    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(w, c->order));
+}
+
 /* The fused error-feedback kernel: each value is loaded once and stored once, its code
  * packed to a byte as s_quantize_avx2 does. */
 S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float lo, float inv,
                                       float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
                                       uint8_t *q)
 {
-    const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
-    const __m256 a = _mm256_set1_ps(d->a), b = _mm256_set1_ps(d->b), dtop = _mm256_set1_ps(d->top);
-    const __m256i lev = _mm256_set1_epi32((int)d->levels);
-    const __m256 half = _mm256_set1_ps(0.5f), unit = _mm256_set1_ps(0x1.0p-16f);
-    const __m256i low = _mm256_set1_epi32(0xffff);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const s_ef_avx2_t c = s_ef_consts_avx2(lo, inv, top, d);
     __m256i s[4];
     for (int w = 0; w < 4; w++)
         s[w] = gen ? _mm256_loadu_si256((const __m256i *)gen->s[w]) : _mm256_setzero_si256();
@@ -804,20 +845,7 @@ S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float 
     for (; i + 32 <= n; i += 32) {
         s_prefetch_ahead(g + i);
         s_prefetch_ahead(r + i);
-        __m256 r0 = half, r1 = half, r2 = half, r3 = half;
-        if (gen) {
-            __m256i ra = s_noise_step_avx2(s), rb = s_noise_step_avx2(s);
-            r0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(ra, low)), unit);
-            r1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(ra, 16)), unit);
-            r2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(rb, low)), unit);
-            r3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(rb, 16)), unit);
-        }
-        __m256i k0 = s_ef8_avx2(g + i, r + i, vlo, vinv, r0, vtop, a, b, dtop, lev);
-        __m256i k1 = s_ef8_avx2(g + i + 8, r + i + 8, vlo, vinv, r1, vtop, a, b, dtop, lev);
-        __m256i k2 = s_ef8_avx2(g + i + 16, r + i + 16, vlo, vinv, r2, vtop, a, b, dtop, lev);
-        __m256i k3 = s_ef8_avx2(g + i + 24, r + i + 24, vlo, vinv, r3, vtop, a, b, dtop, lev);
-        __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
-        _mm256_storeu_si256((__m256i *)(q + i), _mm256_permutevar8x32_epi32(w, order));
+        s_ef32_avx2(g + i, r + i, &c, gen != NULL, s, q + i);
     }
     if (gen)
         for (int w = 0; w < 4; w++)
@@ -827,10 +855,60 @@ S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float 
         s_quantize_ef_c(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
 }
 
+/* quantize_ef over this bucket's run while the next bucket's range is scanned in the same
+ * loop: the next bucket's loads from memory overlap this one's arithmetic, where the two
+ * one after the other leave the memory idle during the arithmetic. */
+S_AVX2 static bool s_quantize_ef_scan_avx2(const float *g, float *r, size_t n, float lo, float inv,
+                                           float top, const mq_quant_deq_t *d,
+                                           mq_quant_noise_t *gen, uint8_t *q, const float *na,
+                                           const float *nb, size_t nn, float *nlo, float *nhi)
+{
+    const s_ef_avx2_t c = s_ef_consts_avx2(lo, inv, top, d);
+    __m256i s[4];
+    for (int w = 0; w < 4; w++)
+        s[w] = gen ? _mm256_loadu_si256((const __m256i *)gen->s[w]) : _mm256_setzero_si256();
+    const float first = na[0] + nb[0];
+    __m256 mn0 = _mm256_set1_ps(first), mn1 = mn0, mx0 = mn0, mx1 = mn0;
+    __m256 bad = _mm256_setzero_ps();
+    size_t i = 0;
+    for (; i + 32 <= n && i + 32 <= nn; i += 32) {
+        s_prefetch_ahead(na + i);
+        s_prefetch_ahead(nb + i);
+        __m256 u = _mm256_add_ps(_mm256_loadu_ps(na + i), _mm256_loadu_ps(nb + i));
+        __m256 v = _mm256_add_ps(_mm256_loadu_ps(na + i + 8), _mm256_loadu_ps(nb + i + 8));
+        __m256 w = _mm256_add_ps(_mm256_loadu_ps(na + i + 16), _mm256_loadu_ps(nb + i + 16));
+        __m256 z = _mm256_add_ps(_mm256_loadu_ps(na + i + 24), _mm256_loadu_ps(nb + i + 24));
+        mn0 = _mm256_min_ps(_mm256_min_ps(u, v), mn0);
+        mn1 = _mm256_min_ps(_mm256_min_ps(w, z), mn1);
+        mx0 = _mm256_max_ps(_mm256_max_ps(u, v), mx0);
+        mx1 = _mm256_max_ps(_mm256_max_ps(w, z), mx1);
+        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(u, v, _CMP_UNORD_Q),
+                                             _mm256_cmp_ps(w, z, _CMP_UNORD_Q)));
+        s_ef32_avx2(g + i, r + i, &c, gen != NULL, s, q + i);
+    }
+    if (gen)
+        for (int w = 0; w < 4; w++)
+            _mm256_storeu_si256((__m256i *)gen->s[w], s[w]);
+    __m256 mn = _mm256_min_ps(mn0, mn1), mx = _mm256_max_ps(mx0, mx1);
+    bool ok = !_mm256_movemask_ps(bad);
+    __m128 mn4 = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
+    __m128 mx4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    float vl = s_hmin4(mn4), vh = s_hmax4(mx4), l = first, h = first;
+    _mm256_zeroupper();
+    if (i < n)
+        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
+    if (i < nn)
+        ok = s_minmax_sum_avx2(na + i, nb + i, nn - i, &l, &h) && ok;
+    *nlo = vl < l ? vl : l;
+    *nhi = vh > h ? vh : h;
+    return ok && *nlo - *nlo == 0.0f && *nhi - *nhi == 0.0f;
+}
+
 static const mq_quant_kernels_t s_kernels_avx2 = {
-    "avx2",        s_minmax_avx2,     s_quantize_avx2,          s_noise_avx2,  s_pack_avx2,
-    s_unpack_avx2, s_dequantize_avx2, s_dequantize_stream_avx2, s_stream_avx2, s_code_sums_avx2,
-    s_quantize_noise_avx2, s_minmax_sum_avx2, s_add_avx2, s_quantize_ef_avx2,
+    "avx2",        s_minmax_avx2,      s_quantize_avx2,         s_noise_avx2,
+    s_pack_avx2,   s_unpack_avx2,      s_dequantize_avx2,       s_dequantize_stream_avx2,
+    s_stream_avx2, s_code_sums_avx2,   s_quantize_noise_avx2,   s_minmax_sum_avx2,
+    s_add_avx2,    s_quantize_ef_avx2, s_quantize_ef_scan_avx2,
 };
 
 #endif

@@ -479,6 +479,12 @@ typedef struct {
      * dequantize bit for bit, in one walk over the values. */
     void (*quantize_ef)(const float *g, float *r, size_t n, float lo, float inv, float top,
                         const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q);
+    /* quantize_ef(g, r, n, ...), then minmax_sum(na, nb, nn, nlo, nhi) of the next bucket
+     * (nn > 0), with the same results: error feedback's walk with buckets, where the next
+     * bucket's range is scanned while this one is quantized. */
+    bool (*quantize_ef_scan)(const float *g, float *r, size_t n, float lo, float inv, float top,
+                             const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q,
+                             const float *na, const float *nb, size_t nn, float *nlo, float *nhi);
 } mq_quant_kernels_t;
 
 /* code_sums keeps 32-bit vector lanes, and the sum of squares in 32 bits too: up to this
