@@ -226,6 +226,15 @@ Test(http, service_flags)
                                  "/nonexistent/token", NULL};
         cr_assert_eq(s_run(exe, missing, err, sizeof err), 2, "%s", roles[i]);
         cr_assert(strstr(err, "cannot read '/nonexistent/token'"), "%s: %s", roles[i], err);
+        /* "--http-token $UNSET" must not quietly leave /metrics open */
+        const char *empty[] = {exe, "--http-port", "1", "--http-token", "", NULL};
+        cr_assert_eq(s_run(exe, empty, err, sizeof err), 2, "%s", roles[i]);
+        cr_assert(strstr(err, "--http-token") && strstr(err, "must not be empty"), "%s: %s",
+                  roles[i], err);
+        const char *empty_file[] = {exe, "--http-port", "1", "--http-token-file=", NULL};
+        cr_assert_eq(s_run(exe, empty_file, err, sizeof err), 2, "%s", roles[i]);
+        cr_assert(strstr(err, "--http-token-file") && strstr(err, "must not be empty"), "%s: %s",
+                  roles[i], err);
     }
 }
 

@@ -42,11 +42,11 @@ typedef struct {
      "port for /metrics and /healthz, 0 = no HTTP"},                                           \
         {"http-bind", "MQGRAD_HTTP_BIND", MQ_FLAG_STR, (cfg)->bind, sizeof (cfg)->bind, 0, 0,  \
          "HTTP address, * = every interface"},                                                 \
-        {"http-token", "MQGRAD_HTTP_TOKEN", MQ_FLAG_STR, (cfg)->token, sizeof (cfg)->token, 0, \
+        {"http-token", "MQGRAD_HTTP_TOKEN", MQ_FLAG_STR, (cfg)->token, sizeof (cfg)->token, 1, \
          0, "/metrics needs 'Authorization: Bearer TOKEN' (/healthz stays open)"},              \
     {                                                                                           \
         "http-token-file", "MQGRAD_HTTP_TOKEN_FILE", MQ_FLAG_STR, (cfg)->token_file,           \
-            sizeof (cfg)->token_file, 0, 0, "the token is this file's first line"               \
+            sizeof (cfg)->token_file, 1, 0, "the token is this file's first line"               \
     }
 
 /* Defaults: PORT, every interface, no token. */

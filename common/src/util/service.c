@@ -16,6 +16,10 @@ static int s_set(const mq_flag_t *f, const char *value, const char *origin)
     snprintf(what, sizeof what, "%s --%s", origin, f->name);
     switch (f->kind) {
     case MQ_FLAG_STR:
+        if (f->lo >= 1 && !*value) { /* a secret, say: "" would silently turn it off */
+            mq_err_set("%s: the value must not be empty", what);
+            return -1;
+        }
         if (strlen(value) >= f->len) {
             mq_err_set("%s: value longer than %zu characters", what, f->len - 1);
             return -1;
