@@ -23,6 +23,7 @@ typedef struct {
     mq_server_config_t svcfg[MAXN];
     mq_worker_config_t wcfg[MAXN];
     zactor_t *sched, *servers[MAXN], *workers[MAXN];
+    mq_metrics_t *sched_metrics; /* the scheduler's registry, what its /metrics would serve */
     int W, S;
     char dir[256];
     char endpoint[64];
@@ -58,6 +59,8 @@ static inline void cluster_start_sched(cluster_t *c, int W, int S, const char *n
         argv[n++] = extra[i];
     argv[n] = NULL;
     cr_assert_eq(mq_scheduler_config_parse(&c->scfg, n, argv), 0);
+    c->sched_metrics = mq_metrics_new("scheduler");
+    c->scfg.metrics = c->sched_metrics;
     c->sched = zactor_new(mq_scheduler_actor, &c->scfg);
     zstr_send(c->sched, "PORT");
     char *port = zstr_recv(c->sched);
@@ -152,6 +155,7 @@ static inline void cluster_stop(cluster_t *c)
     for (int i = 0; i < c->S; i++)
         zactor_destroy(&c->servers[i]);
     zactor_destroy(&c->sched);
+    mq_metrics_destroy(&c->sched_metrics);
 }
 
 static inline float *s_read_floats(const char *path, size_t *n)

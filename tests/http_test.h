@@ -1,14 +1,27 @@
-/* A minimal HTTP/1.0 client for the agent's endpoints in tests. */
+/* A minimal HTTP/1.0 client for the services' endpoints in tests, and a reader of their
+ * metrics. */
 #ifndef MQGRAD_TEST_HTTP_H
 #define MQGRAD_TEST_HTTP_H
 
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+/* The value of the sample LINE_START ("name{labels} ") in metrics TEXT, NAN when absent. */
+static inline double test_metric_sample(const char *text, const char *line_start)
+{
+    size_t n = strlen(line_start);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (strncmp(p, line_start, n) == 0)
+            return strtod(p + n, NULL);
+    return NAN;
+}
 
 /* METHOD PATH from 127.0.0.1:PORT, with "Authorization: Bearer TOKEN" when TOKEN is given;
  * returns the status code, BODY gets the body. */

@@ -10,12 +10,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent.h"
+#include "harness.h"
+#include "http_test.h"
 #include "mqgrad/data.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/util.h"
 #include "mqgrad/wire.h"
-#include "agent.h"
-#include "harness.h"
 
 /* The one-process reference: batch W*B from the same batcher, plain SGD. */
 static float *s_reference(int W, int B, int iters, float lr, uint64_t seed, size_t *n)
@@ -200,9 +201,19 @@ Test(cluster, agent_swaps_and_restarts_while_training, .timeout = 240)
     uint64_t step_before = reply.status.step;
     cr_assert_gt(step_before, 0);
 
+    char *text = malloc(1 << 16);
+    cr_assert(mq_metrics_render(c.sched_metrics, text, 1 << 16) > 0);
+    cr_assert_eq(test_metric_sample(text, "mqgrad_scheduler_agent_fallbacks_total "), 0.0, "%s",
+                 text);
     zactor_destroy(&agent); /* the agent goes away mid-run */
     int rows = mq_test_rows(run);
     mq_test_wait_rows(run, rows + 30, 75); /* training goes on without it */
+    /* what an operator's dashboard sees: the scheduler counts the iterations it went on with
+     * no answer from the agent */
+    cr_assert(mq_metrics_render(c.sched_metrics, text, 1 << 16) > 0);
+    double fell_back = test_metric_sample(text, "mqgrad_scheduler_agent_fallbacks_total ");
+    cr_assert_geq(fell_back, 1.0, "no fallback counted: %s", text);
+    free(text);
     agent = s_agent_start(&acfg2, endpoint, state, "mqgrad");
     s_agent_ask(endpoint, MQ_MSG_QUERY, NULL, &reply);
     cr_assert_geq(reply.status.step, step_before, "the restarted agent lost its state");

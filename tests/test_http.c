@@ -238,16 +238,6 @@ Test(http, service_flags)
     }
 }
 
-/* The value of the sample LINE_START ("name{labels} ") in TEXT, NAN when absent. */
-static double s_sample(const char *text, const char *line_start)
-{
-    size_t n = strlen(line_start);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
-        if (strncmp(p, line_start, n) == 0)
-            return strtod(p + n, NULL);
-    return NAN;
-}
-
 static pid_t s_run_pid;
 
 /* A failed assertion leaves the test early: the run must not outlive it. */
@@ -287,7 +277,7 @@ Test(http, local_run_metrics, .timeout = 240, .fini = s_stop_run)
         close(fd);
         if (!up || test_http(port, NULL, "GET", "/metrics", body, sizeof body) != 200)
             continue;
-        double it = s_sample(body, "mqgrad_scheduler_iterations_total ");
+        double it = test_metric_sample(body, "mqgrad_scheduler_iterations_total ");
         if (isnan(first) && it >= 1)
             first = it;
         else if (!isnan(first))
@@ -295,12 +285,13 @@ Test(http, local_run_metrics, .timeout = 240, .fini = s_stop_run)
     }
     cr_assert(later > first + 10, "the scheduler's iteration counter did not rise (%g, %g)",
               first, later);
-    cr_assert_float_eq(s_sample(body, "mqgrad_scheduler_members "), 2, 0, "%s", body);
-    cr_assert_float_eq(s_sample(body, "mqgrad_scheduler_servers "), 2, 0, "%s", body);
-    cr_assert_float_eq(s_sample(body, "mqgrad_scheduler_bits "), 4, 0, "%s", body);
-    cr_assert_gt(s_sample(body, "mqgrad_scheduler_pushed_bytes_total "), 0);
-    cr_assert_gt(s_sample(body, "mqgrad_scheduler_fp32_push_bytes "), 0);
-    cr_assert(!isnan(s_sample(body, "mqgrad_scheduler_worker_seconds{rank=\"1\",phase=\"compute\"} ")),
+    cr_assert_float_eq(test_metric_sample(body, "mqgrad_scheduler_members "), 2, 0, "%s", body);
+    cr_assert_float_eq(test_metric_sample(body, "mqgrad_scheduler_servers "), 2, 0, "%s", body);
+    cr_assert_float_eq(test_metric_sample(body, "mqgrad_scheduler_bits "), 4, 0, "%s", body);
+    cr_assert_gt(test_metric_sample(body, "mqgrad_scheduler_pushed_bytes_total "), 0);
+    cr_assert_gt(test_metric_sample(body, "mqgrad_scheduler_fp32_push_bytes "), 0);
+    cr_assert(!isnan(test_metric_sample(
+                  body, "mqgrad_scheduler_worker_seconds{rank=\"1\",phase=\"compute\"} ")),
               "%s", body);
     /* every target: its role, and its own count of the work */
     char *targets = test_slurp(dir, "prometheus-targets.json");
@@ -321,7 +312,7 @@ Test(http, local_run_metrics, .timeout = 240, .fini = s_stop_run)
         char info[96];
         snprintf(info, sizeof info, "mqgrad_build_info{role=\"%s\"", roles[k]);
         cr_assert(strstr(body, info), "%s at %d: %s", roles[k], tport, body);
-        cr_assert_gt(s_sample(body, work[k]), 0, "%s at %d: %s", roles[k], tport, body);
+        cr_assert_gt(test_metric_sample(body, work[k]), 0, "%s at %d: %s", roles[k], tport, body);
         seen[k]++;
     }
     cr_assert_eq(seen[0], 1, "%s", targets);
@@ -420,7 +411,8 @@ Test(http, lingering_services_stay_up_after_the_run, .timeout = 200, .fini = s_s
                      roles[i]);
     static char body[1 << 16];
     cr_assert_eq(test_http(atoi(sched_http), NULL, "GET", "/metrics", body, sizeof body), 200);
-    cr_assert_float_eq(s_sample(body, "mqgrad_scheduler_iterations_total "), 20, 0, "%s", body);
+    cr_assert_float_eq(test_metric_sample(body, "mqgrad_scheduler_iterations_total "), 20, 0, "%s",
+                       body);
     cr_assert_eq(test_http(atoi(worker_http), NULL, "GET", "/healthz", body, sizeof body), 200);
     char err[1024];
     const char *probe[] = {MQGRAD, "probe", ep, "--service", "scheduler", NULL};
