@@ -15,9 +15,13 @@
 #include "mqgrad/nn.h"
 #include "mqgrad/util.h"
 
-/* Central differences with step EPS; an entry passes when |fd - g| <= TOL * (|fd| + |g|),
- * the sum floored at 1e-3 of the array's largest gradient (cancellation in the objective
- * makes the differences of near-zero entries noisy). A wrong kernel is off by O(1). */
+/* Central differences with steps 10*EPS, EPS and EPS/10; an entry passes when
+ * |fd - g| <= TOL * (|fd| + |g|) for one of them, the sum floored at 1e-3 of the array's
+ * largest gradient (cancellation in the objective makes the differences of near-zero entries
+ * noisy). A wrong kernel is off by O(1). The largest step keeps the objective's rounding
+ * (a loss over a whole network, about 1e-12 here) from deciding: at EPS alone an entry of
+ * fc2.b failed by 1.6e-5 with OpenBLAS's Prescott kernels, which sum in another order than
+ * its AVX ones, and agreed to 3e-7 at 10*EPS. */
 #define EPS 1e-5
 #define TOL 1e-5
 
@@ -51,11 +55,11 @@ static double s_fd(s_obj_fn *obj, void *ctx, double *v, const double *g, size_t 
     for (size_t i = 0; i < n; i++)
         gmax = fmax(gmax, fabs(g[i]));
     for (size_t i = 0; i < n; i += step) {
-        /* A ReLU or max-pool kink within EPS of the point spoils the difference; a kink
-         * cannot sit within both EPS and EPS/10 unless it is closer than EPS/10, so an
-         * entry passes if either step agrees. A wrong gradient fails both. */
+        /* A ReLU or max-pool kink within a step of the point spoils that difference; a kink
+         * cannot sit within every step unless it is closer than EPS/10, so an entry passes
+         * if any step agrees. A wrong gradient fails them all. */
         double err = INFINITY, fd = 0;
-        for (double h = EPS; h > EPS / 20 && err > TOL; h /= 10) {
+        for (double h = 10 * EPS; h > EPS / 20 && err > TOL; h /= 10) {
             double keep = v[i];
             v[i] = keep + h;
             double up = obj(ctx);
