@@ -132,6 +132,7 @@ static void s_layers(mq_model_t *m, int steps)
 
 int main(int argc, char **argv)
 {
+    mq_nn_pick_blas_core(argv); /* the kernels the services would use */
     if (argc > 1 && strcmp(argv[1], "--layers") == 0) {
         mq_model_t *m = mq_model_new("paper", 1, BATCH, 1e-4f);
         if (!m) {

@@ -238,6 +238,16 @@ Test(http, service_flags)
     }
 }
 
+static bool s_cpu_has_avx2_fma(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return false;
+#endif
+}
+
 static pid_t s_run_pid;
 
 /* A failed assertion leaves the test early: the run must not outlive it. */
@@ -313,6 +323,12 @@ Test(http, local_run_metrics, .timeout = 240, .fini = s_stop_run)
         snprintf(info, sizeof info, "mqgrad_build_info{role=\"%s\"", roles[k]);
         cr_assert(strstr(body, info), "%s at %d: %s", roles[k], tport, body);
         cr_assert_gt(test_metric_sample(body, work[k]), 0, "%s at %d: %s", roles[k], tport, body);
+        if (k == 2) /* a worker computes with OpenBLAS's kernels for this CPU, not the generic
+                     * ones it falls back to on a CPU newer than itself */
+            cr_assert(strstr(body, "mqgrad_worker_blas_info{core=\"") &&
+                          (!s_cpu_has_avx2_fma() ||
+                           !strstr(body, "mqgrad_worker_blas_info{core=\"Prescott\"}")),
+                      "worker at %d: %s", tport, body);
         seen[k]++;
     }
     cr_assert_eq(seen[0], 1, "%s", targets);

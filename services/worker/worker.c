@@ -566,6 +566,13 @@ static void s_metrics_init(s_worker_t *self)
             labels, mq_metrics_seconds_bounds, mq_metrics_seconds_nbounds);
     }
     mq_drops_series(m, "mqgrad_worker_dropped_messages_total", self->m.drops);
+    char labels[96], esc[64];
+    snprintf(labels, sizeof labels, "core=\"%s\"",
+             mq_metrics_escape(esc, sizeof esc, mq_nn_blas_core()));
+    mq_metric_set(mq_metrics_gauge(m, "mqgrad_worker_blas_info",
+                                   "The OpenBLAS kernels this worker computes with (value 1).",
+                                   labels),
+                  1);
 }
 
 static void s_metrics_iteration(s_worker_t *self, const mq_report_t *r)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "mqgrad/nn.h"
 
 const mq_cmd_t mq_cmds[] = {
     {"local", mq_cmd_local, "run a whole cluster as processes on this machine"},
@@ -37,8 +38,13 @@ int main(int argc, char **argv)
         return 0;
     }
     for (const mq_cmd_t *c = mq_cmds; c->name; c++)
-        if (strcmp(argv[1], c->name) == 0)
+        if (strcmp(argv[1], c->name) == 0) {
+            /* train runs the model here; local and experiment start workers and servers,
+             * which inherit the choice */
+            if (c->fn == mq_cmd_train || c->fn == mq_cmd_local || c->fn == mq_cmd_experiment)
+                mq_nn_pick_blas_core(argv);
             return c->fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "mqgrad: unknown command '%s'\n\n", argv[1]);
     s_usage(stderr);
     return 2;

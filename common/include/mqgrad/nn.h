@@ -62,6 +62,18 @@ void mq_sgd_update(float *w, const float *g, size_t n, float lr);
 /* The number of threads OpenBLAS may use (0 = its default). */
 void mq_nn_set_threads(int threads);
 
+/* OpenBLAS chooses its kernels when it loads, from the CPU's family and model, and a CPU newer
+ * than the library gets its generic Prescott kernels: Debian 12's OpenBLAS 0.3.21 on an Intel
+ * family 6 model 207 (5th-generation Xeon), whose training step then runs at under half the
+ * speed of the AVX-512 kernels (bench/README.md). Call first in main, before any thread: if
+ * OpenBLAS chose Prescott on a CPU with AVX2 and FMA, and OPENBLAS_CORETYPE is not set, it
+ * runs this program again (/proc/self/exe, ARGV, the same environment) with
+ * OPENBLAS_CORETYPE naming the kernels the CPU's features allow (SkylakeX or Haswell).
+ * Returns when there is nothing to do, or after a warning if running again failed. */
+void mq_nn_pick_blas_core(char **argv);
+/* The name of the OpenBLAS kernels in use ("SkylakeX", "Haswell", "Zen", "Prescott", ...). */
+const char *mq_nn_blas_core(void);
+
 /* Profiling (bench_nn --layers). While SECONDS is set on a model, every mq_model_grad on the
  * calling thread adds the time of each stage of the step to seconds[stage]; NULL stops it.
  * The stages are the layers' parts in the order they run (mq_nn_stage_name); with profiling

@@ -4,10 +4,13 @@
 /* SGD touches every parameter each step: let it vectorize (results unchanged). */
 #pragma GCC optimize("tree-vectorize")
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -237,4 +240,43 @@ void mq_sgd_update(float *w, const float *g, size_t n, float lr)
 void mq_nn_set_threads(int threads)
 {
     openblas_set_num_threads(threads > 0 ? threads : openblas_get_num_procs());
+}
+
+const char *mq_nn_blas_core(void)
+{
+    const char *core = openblas_get_corename();
+    return core ? core : "unknown";
+}
+
+/* The kernels the CPU's features allow, of those every OpenBLAS since 0.3.10 has. */
+static const char *s_blas_core_for_cpu(void)
+{
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512cd"))
+        return "SkylakeX";
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return "Haswell";
+#endif
+    return NULL;
+}
+
+void mq_nn_pick_blas_core(char **argv)
+{
+    const char *core = openblas_get_corename();
+    const char *want = s_blas_core_for_cpu();
+    if (getenv("OPENBLAS_CORETYPE") || !core || strcasecmp(core, "prescott") != 0 || !want)
+        return; /* the user's choice, or OpenBLAS knows this CPU */
+    mq_log(MQ_LOG_INFO,
+           "OpenBLAS (%s) does not know this CPU and chose its generic Prescott kernels; "
+           "running again with OPENBLAS_CORETYPE=%s, which its features allow (set "
+           "OPENBLAS_CORETYPE to choose)",
+           openblas_get_config(), want);
+    if (setenv("OPENBLAS_CORETYPE", want, 1) == 0)
+        execv("/proc/self/exe", argv);
+    mq_log(MQ_LOG_WARN, "could not run again with OPENBLAS_CORETYPE=%s (%s): Prescott kernels",
+           want, strerror(errno));
+    unsetenv("OPENBLAS_CORETYPE");
 }
