@@ -123,6 +123,14 @@ static void s_prepare(s_job_t *j, const char *name, int W, char **extra)
     snprintf(j->endpoint, sizeof j->endpoint, "tcp://127.0.0.1:%d", j->port);
 }
 
+/* The end of a test that got this far: its files go (about 1.5 MB a job). A failed assertion
+ * ends a test before this and leaves them for a look; a failed expectation has said what it
+ * saw. */
+static void s_done(const char *dir)
+{
+    cr_assert(test_rmtree(dir), "cannot remove %s", dir);
+}
+
 /* The scheduler, two servers and the job's W workers. */
 static void s_launch(s_job_t *j)
 {
@@ -312,6 +320,7 @@ static double s_calm_acc(void)
     cr_assert_eq(s_finish(&j, 240), 0, "the undisturbed run failed (see %s)", j.dir);
     acc = s_summary_num(&j, "final_test_acc");
     cr_log_info("undisturbed: %.2f%%", acc * 100);
+    s_done(j.dir);
     return acc;
 }
 
@@ -351,6 +360,7 @@ Test(elastic, sigkill_workers_mid_run_and_a_late_join, .timeout = 600)
                   s_saw_workers(&j, 2),
               "metrics.csv's workers column does not show 4, 3, 1 and 2 workers");
     cr_expect_eq(s_replicas_agree(&j), 2, "the survivor and the joiner must both hold replicas");
+    s_done(j.dir);
 }
 
 Test(elastic, sigterm_leaves_at_once, .timeout = 300)
@@ -371,6 +381,7 @@ Test(elastic, sigterm_leaves_at_once, .timeout = 300)
     cr_expect_not_null(strstr(events, "\"reason\":\"it left (stopped)\""), "%s", events);
     free(events);
     cr_expect_eq(s_replicas_agree(&j), 2);
+    s_done(j.dir);
 }
 
 Test(elastic, below_min_workers_the_run_pauses_then_resumes, .timeout = 300)
@@ -389,6 +400,7 @@ Test(elastic, below_min_workers_the_run_pauses_then_resumes, .timeout = 300)
     cr_expect_eq(s_events(&j, "resume"), 1);
     cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
     cr_expect_eq(s_replicas_agree(&j), 2);
+    s_done(j.dir);
 }
 
 Test(elastic, refusals_exit_with_their_code_and_runs_are_never_truncated, .timeout = 300)
@@ -419,6 +431,7 @@ Test(elastic, refusals_exit_with_their_code_and_runs_are_never_truncated, .timeo
     cr_expect(before == after && memcmp(m0, m1, before) == 0, "metrics.csv was changed");
     free(m0);
     free(m1);
+    s_done(j.dir);
 }
 
 /* The "iterations_lost" of the first EVENT in events.jsonl (-1 if none). */
@@ -464,6 +477,7 @@ static void s_kill_and_restart(const char *name, bool scheduler, const char *eve
                 scheduler ? "the scheduler" : "a server", acc * 100, lost, calm * 100);
     cr_expect_geq(acc, calm - 0.05);
     cr_expect_eq(s_replicas_agree(&j), 4, "every worker (registered again) holds a replica");
+    s_done(j.dir);
 }
 
 Test(elastic, a_killed_server_takes_the_run_back_to_its_checkpoint, .timeout = 600)
@@ -592,6 +606,7 @@ Test(elastic, everything_killed_then_local_resume, .timeout = 600)
     cr_expect_gt(s_summary_num(&j, "final_test_acc"), 0.6);
     cr_log_info("killed at row %d, resumed from iteration %lu: %.2f%%", rows_before, best,
                 s_summary_num(&j, "final_test_acc") * 100);
+    s_done(dir);
 }
 
 /* The largest value, and the number of rows above zero, of metrics.csv's column NAME. */
@@ -629,6 +644,7 @@ Test(elastic, a_deadline_closes_rounds_without_a_stalled_worker, .timeout = 300)
     cr_expect(cut_rows >= 3 && most >= 1, "%d rows with stragglers, at most %g", cut_rows, most);
     cr_expect_eq(s_events(&j, "worker_lost"), 0, "a straggler is not lost");
     cr_expect_eq(s_replicas_agree(&j), 3, "the straggler is back in step");
+    s_done(j.dir);
 }
 
 Test(elastic, first_n_of_m_backup_workers, .timeout = 300)
@@ -647,6 +663,7 @@ Test(elastic, first_n_of_m_backup_workers, .timeout = 300)
               "at most %g workers)", cut_rows, workers);
     cr_expect_gt(s_summary_num(&j, "final_test_acc"), 0.6);
     cr_expect_eq(s_replicas_agree(&j), 3, "the backup worker stays in step");
+    s_done(j.dir);
 }
 
 Test(elastic, a_cut_off_worker_is_lost_then_comes_back, .timeout = 300)
@@ -663,6 +680,7 @@ Test(elastic, a_cut_off_worker_is_lost_then_comes_back, .timeout = 300)
     cr_assert_eq(s_finish(&j, 300), 0, "the run did not complete (see %s)", j.dir);
     cr_expect_eq(s_summary_num(&j, "iterations"), S_ITERS);
     cr_expect_eq(s_replicas_agree(&j), 3);
+    s_done(j.dir);
 }
 
 /* A full disk under the run directory fails the run with the reason, never "completed" with
@@ -675,8 +693,10 @@ Test(elastic, a_full_disk_fails_the_run_with_the_reason, .timeout = 300)
     cr_assert_eq(mq_mkdirs(mnt), 0);
     char cmd[400];
     snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=24k mqgrad-test %s 2>/dev/null", mnt);
-    if (geteuid() != 0 || system(cmd) != 0)
+    if (geteuid() != 0 || system(cmd) != 0) {
+        rmdir(mnt);
         cr_skip_test("cannot mount a small tmpfs here (not root, or no CAP_SYS_ADMIN)");
+    }
     s_job_t j;
     s_prepare(&j, "fullrun", 2, NULL);
     snprintf(j.run, sizeof j.run, "%s/run", mnt); /* the run directory on the small disk */
@@ -690,4 +710,7 @@ Test(elastic, a_full_disk_fails_the_run_with_the_reason, .timeout = 300)
     cr_expect_eq(code, 1, "a run that cannot write its rows must fail (exit %d)", code);
     cr_expect(said, "the log does not give the reason:\n%s", log ? log : "(none)");
     free(log);
+    if (rc == 0)
+        rmdir(mnt);
+    s_done(j.dir);
 }
