@@ -238,6 +238,37 @@ Test(http, service_flags)
     }
 }
 
+/* A worker started by hand (no OPENBLAS_CORETYPE: it may run itself again with one) is still
+ * named mqgrad-worker, which is what ps, pgrep and the e2e tests' crash helper look for. */
+Test(http, a_service_keeps_its_name)
+{
+    char exe[512];
+    snprintf(exe, sizeof exe, "%s/services/mqgrad-worker", MQ_TEST_BIN_DIR);
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        freopen("/dev/null", "w", stderr);
+        unsetenv("OPENBLAS_CORETYPE");
+        setenv("MQGRAD_INSECURE", "1", 1);
+        execl(exe, exe, "--scheduler", "tcp://127.0.0.1:1", "--start-timeout", "20", NULL);
+        _exit(127);
+    }
+    char path[64], comm[64] = "";
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    zclock_sleep(1500); /* long past a second start */
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(comm, sizeof comm, f))
+            comm[0] = 0;
+        fclose(f);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    comm[strcspn(comm, "\n")] = 0;
+    cr_assert_str_eq(comm, "mqgrad-worker");
+}
+
 static bool s_cpu_has_avx2_fma(void)
 {
 #if defined(__x86_64__)

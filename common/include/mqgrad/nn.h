@@ -67,7 +67,7 @@ void mq_nn_set_threads(int threads);
  * family 6 model 207 (5th-generation Xeon), whose training step then runs at under half the
  * speed of the AVX-512 kernels (bench/README.md). Call first in main, before any thread: if
  * OpenBLAS chose Prescott on a CPU with AVX2 and FMA, and OPENBLAS_CORETYPE is not set, it
- * runs this program again (/proc/self/exe, ARGV, the same environment) with
+ * runs this program again (its own binary, ARGV, the same environment) with
  * OPENBLAS_CORETYPE naming the kernels the CPU's features allow (SkylakeX or Haswell).
  * Returns when there is nothing to do, or after a warning if running again failed. */
 void mq_nn_pick_blas_core(char **argv);

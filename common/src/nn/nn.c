@@ -5,6 +5,7 @@
 #pragma GCC optimize("tree-vectorize")
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -274,8 +275,16 @@ void mq_nn_pick_blas_core(char **argv)
            "running again with OPENBLAS_CORETYPE=%s, which its features allow (set "
            "OPENBLAS_CORETYPE to choose)",
            openblas_get_config(), want);
+    /* The binary's own path, not /proc/self/exe: exec names the process after the file it
+     * runs, and ps, pgrep and a container's health checks look for mqgrad-worker, not exe. */
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0)
+        self[n] = 0;
+    else
+        snprintf(self, sizeof self, "/proc/self/exe");
     if (setenv("OPENBLAS_CORETYPE", want, 1) == 0)
-        execv("/proc/self/exe", argv);
+        execv(self, argv);
     mq_log(MQ_LOG_WARN, "could not run again with OPENBLAS_CORETYPE=%s (%s): Prescott kernels",
            want, strerror(errno));
     unsetenv("OPENBLAS_CORETYPE");
