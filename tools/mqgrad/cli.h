@@ -4,12 +4,16 @@
 #ifndef MQGRAD_CLI_H
 #define MQGRAD_CLI_H
 
+#include <stdbool.h>
+
 typedef int(mq_cmd_fn)(int argc, char **argv);
 
 typedef struct {
     const char *name;
     mq_cmd_fn *fn;
     const char *summary;
+    bool trains; /* runs the model here, or starts workers and servers that inherit the
+                  * OpenBLAS kernels chosen for it (mq_nn_pick_blas_core) */
 } mq_cmd_t;
 
 /* The table, defined in main.c; ends with a NULL name. */

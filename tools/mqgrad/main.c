@@ -6,18 +6,19 @@
 #include "mqgrad/nn.h"
 
 const mq_cmd_t mq_cmds[] = {
-    {"local", mq_cmd_local, "run a whole cluster as processes on this machine"},
-    {"train", mq_cmd_train, "train in one process, no network (the reference)"},
-    {"report", mq_cmd_report, "plots and paper-style tables from run directories"},
-    {"experiment", mq_cmd_experiment, "every method x seed on a local cluster, then the report"},
-    {"summary", mq_cmd_summary, "what a finished run did, in a few lines"},
-    {"top", mq_cmd_top, "a live view of a training run, from the scheduler's /metrics"},
-    {"bits", mq_cmd_bits, "the agent's current bit-width"},
-    {"status", mq_cmd_status, "the agent's policy, bits, MDP step, reward, Q-values"},
-    {"policy", mq_cmd_policy, "swap the agent's policy (policy set SPEC) or show it"},
-    {"probe", mq_cmd_probe, "exit 0 if an mqgrad service answers PING (healthchecks)"},
-    {"keygen", mq_cmd_keygen, "make a cluster's CURVE keys (SECURITY.md)"},
-    {NULL, NULL, NULL},
+    {"local", mq_cmd_local, "run a whole cluster as processes on this machine", true},
+    {"train", mq_cmd_train, "train in one process, no network (the reference)", true},
+    {"report", mq_cmd_report, "plots and paper-style tables from run directories", false},
+    {"experiment", mq_cmd_experiment, "every method x seed on a local cluster, then the report",
+     true},
+    {"summary", mq_cmd_summary, "what a finished run did, in a few lines", false},
+    {"top", mq_cmd_top, "a live view of a training run, from the scheduler's /metrics", false},
+    {"bits", mq_cmd_bits, "the agent's current bit-width", false},
+    {"status", mq_cmd_status, "the agent's policy, bits, MDP step, reward, Q-values", false},
+    {"policy", mq_cmd_policy, "swap the agent's policy (policy set SPEC) or show it", false},
+    {"probe", mq_cmd_probe, "exit 0 if an mqgrad service answers PING (healthchecks)", false},
+    {"keygen", mq_cmd_keygen, "make a cluster's CURVE keys (SECURITY.md)", false},
+    {NULL, NULL, NULL, false},
 };
 
 static void s_usage(FILE *out)
@@ -39,9 +40,7 @@ int main(int argc, char **argv)
     }
     for (const mq_cmd_t *c = mq_cmds; c->name; c++)
         if (strcmp(argv[1], c->name) == 0) {
-            /* train runs the model here; local and experiment start workers and servers,
-             * which inherit the choice */
-            if (c->fn == mq_cmd_train || c->fn == mq_cmd_local || c->fn == mq_cmd_experiment)
+            if (c->trains)
                 mq_nn_pick_blas_core(argv);
             return c->fn(argc - 1, argv + 1);
         }

@@ -388,43 +388,58 @@ static const mq_quant_kernels_t s_kernels_sse2 = {
 
 /* ---- AVX2 ----------------------------------------------------------------------------------*/
 
-/* Smallest and largest of x[i] (b NULL) or of the sums x[i] + b[i]; false if one is not
- * finite. Inlined into both callers below with b a constant, so each gets its own loop. */
-S_AVX2 S_INLINE bool s_minmax_either_avx2(const float *x, const float *b, size_t n, float *lo,
-                                          float *hi)
+/* A range scan of x[i] (b NULL) or of the sums x[i] + b[i], in steps of 32 values: the
+ * running extremes, two vectors each way, and the unordered compares that catch a NaN
+ * (minps(a, m) returns m when a is NaN, so a NaN never reaches the extremes; an infinity
+ * shows up as one). s_minmax_either_avx2 runs one by itself; the error-feedback walk runs the
+ * next bucket's inside the loop that quantizes this one. */
+typedef struct {
+    __m256 mn0, mn1, mx0, mx1, bad;
+    float first;
+} s_scan_avx2_t;
+
+S_AVX2 S_INLINE s_scan_avx2_t s_scan_start_avx2(const float *x, const float *b)
 {
     const float first = b ? x[0] + b[0] : x[0];
-    __m256 mn0 = _mm256_set1_ps(first), mn1 = mn0, mn2 = mn0, mn3 = mn0;
-    __m256 mx0 = mn0, mx1 = mn0, mx2 = mn0, mx3 = mn0, bad = _mm256_setzero_ps();
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s_prefetch_ahead(x + i);
-        __m256 u = _mm256_loadu_ps(x + i), v = _mm256_loadu_ps(x + i + 8);
-        __m256 w = _mm256_loadu_ps(x + i + 16), z = _mm256_loadu_ps(x + i + 24);
-        if (b) {
-            s_prefetch_ahead(b + i);
-            u = _mm256_add_ps(u, _mm256_loadu_ps(b + i));
-            v = _mm256_add_ps(v, _mm256_loadu_ps(b + i + 8));
-            w = _mm256_add_ps(w, _mm256_loadu_ps(b + i + 16));
-            z = _mm256_add_ps(z, _mm256_loadu_ps(b + i + 24));
-        }
-        mn0 = _mm256_min_ps(u, mn0);
-        mn1 = _mm256_min_ps(v, mn1);
-        mn2 = _mm256_min_ps(w, mn2);
-        mn3 = _mm256_min_ps(z, mn3);
-        mx0 = _mm256_max_ps(u, mx0);
-        mx1 = _mm256_max_ps(v, mx1);
-        mx2 = _mm256_max_ps(w, mx2);
-        mx3 = _mm256_max_ps(z, mx3);
-        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(u, v, _CMP_UNORD_Q),
-                                             _mm256_cmp_ps(w, z, _CMP_UNORD_Q)));
-    }
-    __m256 mn = _mm256_min_ps(_mm256_min_ps(mn0, mn1), _mm256_min_ps(mn2, mn3));
-    __m256 mx = _mm256_max_ps(_mm256_max_ps(mx0, mx1), _mm256_max_ps(mx2, mx3));
-    bool ok = !_mm256_movemask_ps(bad);
+    const __m256 f = _mm256_set1_ps(first);
+    return (s_scan_avx2_t){f, f, f, f, _mm256_setzero_ps(), first};
+}
+
+S_AVX2 S_INLINE __m256 s_scan_load_avx2(const float *x, const float *b)
+{
+    __m256 u = _mm256_loadu_ps(x);
+    return b ? _mm256_add_ps(u, _mm256_loadu_ps(b)) : u;
+}
+
+/* Values x[0..32) (and b[0..32)), prefetching ahead. */
+S_AVX2 S_INLINE void s_scan32_avx2(s_scan_avx2_t *t, const float *x, const float *b)
+{
+    s_prefetch_ahead(x);
+    if (b)
+        s_prefetch_ahead(b);
+    __m256 u = s_scan_load_avx2(x, b), v = s_scan_load_avx2(x + 8, b ? b + 8 : NULL);
+    __m256 w = s_scan_load_avx2(x + 16, b ? b + 16 : NULL);
+    __m256 z = s_scan_load_avx2(x + 24, b ? b + 24 : NULL);
+    t->mn0 = _mm256_min_ps(_mm256_min_ps(u, v), t->mn0);
+    t->mn1 = _mm256_min_ps(_mm256_min_ps(w, z), t->mn1);
+    t->mx0 = _mm256_max_ps(_mm256_max_ps(u, v), t->mx0);
+    t->mx1 = _mm256_max_ps(_mm256_max_ps(w, z), t->mx1);
+    t->bad = _mm256_or_ps(
+        t->bad, _mm256_or_ps(_mm256_cmp_ps(u, v, _CMP_UNORD_Q), _mm256_cmp_ps(w, z, _CMP_UNORD_Q)));
+}
+
+/* Scans values [i, n) too, then gives the extremes; false if one is not finite. Leaves the
+ * upper register halves clear (it ends in SSE2 code). */
+S_AVX2 S_INLINE bool s_scan_end_avx2(s_scan_avx2_t *t, const float *x, const float *b, size_t i,
+                                     size_t n, float *lo, float *hi)
+{
+    for (; i + 32 <= n; i += 32)
+        s_scan32_avx2(t, x + i, b ? b + i : NULL);
+    __m256 mn = _mm256_min_ps(t->mn0, t->mn1), mx = _mm256_max_ps(t->mx0, t->mx1);
+    bool ok = !_mm256_movemask_ps(t->bad);
     __m128 mn4 = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
     __m128 mx4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    float vl = s_hmin4(mn4), vh = s_hmax4(mx4), l = first, h = first;
+    float vl = s_hmin4(mn4), vh = s_hmax4(mx4), l = t->first, h = t->first;
     _mm256_zeroupper();
     ok = (i == n || (b ? s_minmax_sum_sse2(x + i, b + i, n - i, &l, &h)
                        : s_minmax_sse2(x + i, n - i, &l, &h))) &&
@@ -432,6 +447,15 @@ S_AVX2 S_INLINE bool s_minmax_either_avx2(const float *x, const float *b, size_t
     *lo = vl < l ? vl : l;
     *hi = vh > h ? vh : h;
     return ok && *lo - *lo == 0.0f && *hi - *hi == 0.0f;
+}
+
+/* Smallest and largest of x[i] (b NULL) or of the sums x[i] + b[i]; false if one is not
+ * finite. Inlined into both callers below with b a constant, so each gets its own loop. */
+S_AVX2 S_INLINE bool s_minmax_either_avx2(const float *x, const float *b, size_t n, float *lo,
+                                          float *hi)
+{
+    s_scan_avx2_t t = s_scan_start_avx2(x, b);
+    return s_scan_end_avx2(&t, x, b, 0, n, lo, hi);
 }
 
 S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
@@ -500,20 +524,27 @@ S_AVX2 S_INLINE __m256i s_noise_step_avx2(__m256i s[4])
     return r;
 }
 
+/* The 16 uniforms of one generator step's outputs R, in [0, 1) on a grid of 2^-16: lane j's
+ * low half is value j of a group of 16 (*LO), its high half value 8 + j (*HI), as s_noise_c
+ * orders them. */
+S_AVX2 S_INLINE void s_uniforms16_avx2(__m256i r, __m256 *lo, __m256 *hi)
+{
+    const __m256 unit = _mm256_set1_ps(0x1.0p-16f);
+    *lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(r, _mm256_set1_epi32(0xffff))), unit);
+    *hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 16)), unit);
+}
+
 S_AVX2 static void s_noise_avx2(mq_quant_noise_t *g, float *u, size_t n)
 {
     __m256i s[4];
     for (int w = 0; w < 4; w++)
         s[w] = _mm256_loadu_si256((const __m256i *)g->s[w]);
-    const __m256 unit = _mm256_set1_ps(0x1.0p-16f);
-    const __m256i low = _mm256_set1_epi32(0xffff);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
-        __m256i r = s_noise_step_avx2(s);
-        __m256 lo16 = _mm256_cvtepi32_ps(_mm256_and_si256(r, low));
-        __m256 hi16 = _mm256_cvtepi32_ps(_mm256_srli_epi32(r, 16));
-        _mm256_storeu_ps(u + i, _mm256_mul_ps(lo16, unit));
-        _mm256_storeu_ps(u + i + 8, _mm256_mul_ps(hi16, unit));
+        __m256 lo16, hi16;
+        s_uniforms16_avx2(s_noise_step_avx2(s), &lo16, &hi16);
+        _mm256_storeu_ps(u + i, lo16);
+        _mm256_storeu_ps(u + i + 8, hi16);
     }
     for (int w = 0; w < 4; w++)
         _mm256_storeu_si256((__m256i *)g->s[w], s[w]);
@@ -729,8 +760,6 @@ S_AVX2 static void s_quantize_noise_avx2(const float *x, size_t n, float lo, flo
                                          mq_quant_noise_t *g, uint8_t *q)
 {
     const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
-    const __m256 unit = _mm256_set1_ps(0x1.0p-16f);
-    const __m256i low = _mm256_set1_epi32(0xffff);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256i s[4];
     for (int w = 0; w < 4; w++)
@@ -738,11 +767,9 @@ S_AVX2 static void s_quantize_noise_avx2(const float *x, size_t n, float lo, flo
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         s_prefetch_ahead(x + i);
-        __m256i ra = s_noise_step_avx2(s), rb = s_noise_step_avx2(s);
-        __m256 r0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(ra, low)), unit);
-        __m256 r1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(ra, 16)), unit);
-        __m256 r2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(rb, low)), unit);
-        __m256 r3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(rb, 16)), unit);
+        __m256 r0, r1, r2, r3;
+        s_uniforms16_avx2(s_noise_step_avx2(s), &r0, &r1);
+        s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
         s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i);
     }
     for (int w = 0; w < 4; w++)
@@ -787,10 +814,10 @@ S_AVX2 S_INLINE __m256i s_ef8_avx2(const float *g, float *r, __m256 lo, __m256 i
     return k;
 }
 
-/* The constants of the fused error-feedback kernels, and the generators' lanes. */
+/* The constants of the fused error-feedback kernels. */
 typedef struct {
-    __m256 lo, inv, top, a, b, dtop, half, unit;
-    __m256i lev, low, order;
+    __m256 lo, inv, top, a, b, dtop, half;
+    __m256i lev, order;
 } s_ef_avx2_t;
 
 S_AVX2 S_INLINE s_ef_avx2_t s_ef_consts_avx2(float lo, float inv, float top,
@@ -804,9 +831,7 @@ S_AVX2 S_INLINE s_ef_avx2_t s_ef_consts_avx2(float lo, float inv, float top,
         .b = _mm256_set1_ps(d->b),
         .dtop = _mm256_set1_ps(d->top),
         .half = _mm256_set1_ps(0.5f),
-        .unit = _mm256_set1_ps(0x1.0p-16f),
         .lev = _mm256_set1_epi32((int)d->levels),
-        .low = _mm256_set1_epi32(0xffff),
         .order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
     };
 }
@@ -817,11 +842,8 @@ S_AVX2 S_INLINE void s_ef32_avx2(const float *g, float *r, const s_ef_avx2_t *c,
 {
     __m256 r0 = c->half, r1 = c->half, r2 = c->half, r3 = c->half;
     if (gen) {
-        __m256i ra = s_noise_step_avx2(s), rb = s_noise_step_avx2(s);
-        r0 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(ra, c->low)), c->unit);
-        r1 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(ra, 16)), c->unit);
-        r2 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(rb, c->low)), c->unit);
-        r3 = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(rb, 16)), c->unit);
+        s_uniforms16_avx2(s_noise_step_avx2(s), &r0, &r1);
+        s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
     }
     __m256i k0 = s_ef8_avx2(g, r, c->lo, c->inv, r0, c->top, c->a, c->b, c->dtop, c->lev);
     __m256i k1 = s_ef8_avx2(g + 8, r + 8, c->lo, c->inv, r1, c->top, c->a, c->b, c->dtop, c->lev);
@@ -867,41 +889,19 @@ S_AVX2 static bool s_quantize_ef_scan_avx2(const float *g, float *r, size_t n, f
     __m256i s[4];
     for (int w = 0; w < 4; w++)
         s[w] = gen ? _mm256_loadu_si256((const __m256i *)gen->s[w]) : _mm256_setzero_si256();
-    const float first = na[0] + nb[0];
-    __m256 mn0 = _mm256_set1_ps(first), mn1 = mn0, mx0 = mn0, mx1 = mn0;
-    __m256 bad = _mm256_setzero_ps();
+    s_scan_avx2_t t = s_scan_start_avx2(na, nb);
     size_t i = 0;
     for (; i + 32 <= n && i + 32 <= nn; i += 32) {
-        s_prefetch_ahead(na + i);
-        s_prefetch_ahead(nb + i);
-        __m256 u = _mm256_add_ps(_mm256_loadu_ps(na + i), _mm256_loadu_ps(nb + i));
-        __m256 v = _mm256_add_ps(_mm256_loadu_ps(na + i + 8), _mm256_loadu_ps(nb + i + 8));
-        __m256 w = _mm256_add_ps(_mm256_loadu_ps(na + i + 16), _mm256_loadu_ps(nb + i + 16));
-        __m256 z = _mm256_add_ps(_mm256_loadu_ps(na + i + 24), _mm256_loadu_ps(nb + i + 24));
-        mn0 = _mm256_min_ps(_mm256_min_ps(u, v), mn0);
-        mn1 = _mm256_min_ps(_mm256_min_ps(w, z), mn1);
-        mx0 = _mm256_max_ps(_mm256_max_ps(u, v), mx0);
-        mx1 = _mm256_max_ps(_mm256_max_ps(w, z), mx1);
-        bad = _mm256_or_ps(bad, _mm256_or_ps(_mm256_cmp_ps(u, v, _CMP_UNORD_Q),
-                                             _mm256_cmp_ps(w, z, _CMP_UNORD_Q)));
+        s_scan32_avx2(&t, na + i, nb + i);
         s_ef32_avx2(g + i, r + i, &c, gen != NULL, s, q + i);
     }
     if (gen)
         for (int w = 0; w < 4; w++)
             _mm256_storeu_si256((__m256i *)gen->s[w], s[w]);
-    __m256 mn = _mm256_min_ps(mn0, mn1), mx = _mm256_max_ps(mx0, mx1);
-    bool ok = !_mm256_movemask_ps(bad);
-    __m128 mn4 = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
-    __m128 mx4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    float vl = s_hmin4(mn4), vh = s_hmax4(mx4), l = first, h = first;
-    _mm256_zeroupper();
+    bool ok = s_scan_end_avx2(&t, na, nb, i, nn, nlo, nhi);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
-    if (i < nn)
-        ok = s_minmax_sum_avx2(na + i, nb + i, nn - i, &l, &h) && ok;
-    *nlo = vl < l ? vl : l;
-    *nhi = vh > h ? vh : h;
-    return ok && *nlo - *nlo == 0.0f && *nhi - *nhi == 0.0f;
+    return ok;
 }
 
 static const mq_quant_kernels_t s_kernels_avx2 = {
