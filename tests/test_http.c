@@ -1,6 +1,7 @@
 /* Every service's HTTP face: the metrics registry's text (mqgrad/metrics.h), the shared HTTP
  * server (mqgrad/http.h) with its routes, token and errors, the services' --http-* flags, and
  * a real run whose every process serves /metrics while it trains. */
+#include <cblas.h>
 #include <criterion/criterion.h>
 #include <fcntl.h>
 #include <math.h>
@@ -15,6 +16,7 @@
 #include "local_run.h"
 #include "mqgrad/http.h"
 #include "mqgrad/metrics.h"
+#include "mqgrad/nn.h"
 #include "mqgrad/util.h"
 
 static char *s_render(mq_metrics_t *m)
@@ -238,8 +240,10 @@ Test(http, service_flags)
     }
 }
 
-/* A worker started by hand (no OPENBLAS_CORETYPE: it may run itself again with one) is still
- * named mqgrad-worker, which is what ps, pgrep and the e2e tests' crash helper look for. */
+/* A worker started by hand (no OPENBLAS_CORETYPE, no OPENBLAS_THREAD_TIMEOUT: it runs itself
+ * again with the timeout where OpenBLAS would use more than one thread, and with a core type
+ * where OpenBLAS chose Prescott) is still named mqgrad-worker, which is what ps, pgrep and the
+ * e2e tests' crash helper look for, and runs with OpenBLAS's idle threads asleep. */
 Test(http, a_service_keeps_its_name)
 {
     char exe[512];
@@ -250,23 +254,37 @@ Test(http, a_service_keeps_its_name)
         freopen("/dev/null", "w", stdout);
         freopen("/dev/null", "w", stderr);
         unsetenv("OPENBLAS_CORETYPE");
+        unsetenv(MQ_NN_BLAS_TIMEOUT_ENV);
         setenv("MQGRAD_INSECURE", "1", 1);
-        execl(exe, exe, "--scheduler", "tcp://127.0.0.1:1", "--start-timeout", "20", NULL);
+        execl(exe, exe, "--scheduler", "tcp://127.0.0.1:1", "--peer-timeout", "20", NULL);
         _exit(127);
     }
-    char path[64], comm[64] = "";
-    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
+    char path[64], comm[64] = "", env[16384] = "";
     zclock_sleep(1500); /* long past a second start */
+    snprintf(path, sizeof path, "/proc/%d/comm", (int)pid);
     FILE *f = fopen(path, "r");
     if (f) {
         if (!fgets(comm, sizeof comm, f))
             comm[0] = 0;
         fclose(f);
     }
+    /* The environment the running program was started with: NUL-separated. */
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    size_t got = 0;
+    if ((f = fopen(path, "r"))) {
+        got = fread(env, 1, sizeof env - 1, f);
+        fclose(f);
+    }
+    bool timeout = false;
+    for (size_t at = 0; at < got; at += strlen(env + at) + 1)
+        timeout |= strcmp(env + at, MQ_NN_BLAS_TIMEOUT_ENV "=" MQ_NN_BLAS_TIMEOUT) == 0;
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     comm[strcspn(comm, "\n")] = 0;
     cr_assert_str_eq(comm, "mqgrad-worker");
+    if (openblas_get_num_threads() > 1)
+        cr_expect(timeout, "the worker did not run again with %s=%s", MQ_NN_BLAS_TIMEOUT_ENV,
+                  MQ_NN_BLAS_TIMEOUT);
 }
 
 static bool s_cpu_has_avx2_fma(void)

@@ -204,6 +204,124 @@ Test(nn, fc_gradient_matches_finite_differences)
     cr_expect_lt(s_fd(s_fc_obj, &t, b, db, 5, 5), TOL);
 }
 
+/* The float model's own fully connected products (fc_avx512.c) against sums in double, on
+ * shapes with every kind of edge: a batch of 1, batches not a multiple of the tiles, widths
+ * below, at and past a tile (48 columns) and rows past a tile (4 and 8). Each value may be off
+ * by float rounding of its sum: 1e-5 of the sum of its terms' magnitudes. */
+static void s_fc_fast_check(int n, int in, int out)
+{
+    float *x = malloc(sizeof(float) * n * in), *w = malloc(sizeof(float) * in * out),
+          *dy = malloc(sizeof(float) * n * out), *y = malloc(sizeof(float) * n * out),
+          *dw = malloc(sizeof(float) * in * out), *dx = malloc(sizeof(float) * n * in),
+          *dw2 = malloc(sizeof(float) * in * out);
+    double v[3];
+    uint64_t seed = 1000u * n + in + 7u * out;
+    for (int i = 0; i < n * in; i++)
+        s_fill(v, 1, seed++, 1), x[i] = (float)v[0];
+    for (int i = 0; i < in * out; i++)
+        s_fill(v, 1, seed++, 0.5), w[i] = (float)v[0];
+    for (int i = 0; i < n * out; i++)
+        s_fill(v, 1, seed++, 1), dy[i] = (float)v[0], y[i] = (float)(i % 5);
+    const float l2 = 0.01f;
+    mq_fc_fast_forward(x, n, in, out, w, y);
+    double loss = mq_fc_fast_backward_l2(x, dy, n, in, out, w, l2, dw, dx);
+    cr_assert_geq(loss, 0, "%dx%dx%d: the backward did not run", n, in, out);
+    double worst = 0, ss = 0;
+    for (int m = 0; m < n; m++)
+        for (int c = 0; c < out; c++) {
+            double sum = (m * out + c) % 5, mag = sum;
+            for (int k = 0; k < in; k++) {
+                sum += (double)x[m * in + k] * w[k * out + c];
+                mag += fabs((double)x[m * in + k] * w[k * out + c]);
+            }
+            worst = fmax(worst, fabs(y[m * out + c] - sum) / (mag + 1e-30));
+        }
+    cr_expect_lt(worst, 1e-5, "%dx%dx%d: forward off by %g of its terms", n, in, out, worst);
+    worst = 0;
+    for (int k = 0; k < in; k++)
+        for (int c = 0; c < out; c++) {
+            double sum = (double)l2 * w[k * out + c], mag = fabs(sum);
+            ss += (double)w[k * out + c] * w[k * out + c];
+            for (int m = 0; m < n; m++) {
+                sum += (double)x[m * in + k] * dy[m * out + c];
+                mag += fabs((double)x[m * in + k] * dy[m * out + c]);
+            }
+            worst = fmax(worst, fabs(dw[k * out + c] - sum) / (mag + 1e-30));
+        }
+    cr_expect_lt(worst, 1e-5, "%dx%dx%d: dw off by %g of its terms", n, in, out, worst);
+    worst = 0;
+    for (int m = 0; m < n; m++)
+        for (int k = 0; k < in; k++) {
+            double sum = 0, mag = 0;
+            for (int c = 0; c < out; c++) {
+                sum += (double)dy[m * out + c] * w[k * out + c];
+                mag += fabs((double)dy[m * out + c] * w[k * out + c]);
+            }
+            worst = fmax(worst, fabs(dx[m * in + k] - sum) / (mag + 1e-30));
+        }
+    cr_expect_lt(worst, 1e-5, "%dx%dx%d: dx off by %g of its terms", n, in, out, worst);
+    cr_expect_float_eq(loss, 0.5 * l2 * ss, 1e-5 * loss, "%dx%dx%d: L2 term %g, not %g", n, in, out,
+                       loss, 0.5 * l2 * ss);
+    /* Without dx: the same dw, bit for bit. */
+    cr_expect_float_eq(mq_fc_fast_backward_l2(x, dy, n, in, out, w, l2, dw2, NULL), loss, 0);
+    cr_expect(memcmp(dw, dw2, sizeof(float) * in * out) == 0, "%dx%dx%d: dw depends on dx", n, in,
+              out);
+    free(x), free(w), free(dy), free(y), free(dw), free(dx), free(dw2);
+}
+
+Test(nn, fc_fast_kernels_match_sums_in_double)
+{
+    mq_nn_set_threads(1);
+    if (!mq_fc_fast())
+        cr_skip_test("this CPU has no AVX-512F and FMA: the model uses sgemm there");
+    const int shapes[][3] = {{1, 1, 48},    {1, 7, 50},    {5, 77, 53},  {32, 8, 48},
+                             {32, 300, 96}, {33, 129, 97}, {32, 64, 16}, {7, 13, 200}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        s_fc_fast_check(shapes[i][0], shapes[i][1], shapes[i][2]);
+}
+
+/* Split over threads, each product gives the bits it gives on one. (The split needs
+ * OpenBLAS's idle threads asleep, which mq_nn_pick_blas_core arranges for the programs.) */
+Test(nn, fc_fast_kernels_give_the_same_bits_on_any_number_of_threads, .timeout = 60)
+{
+    setenv(MQ_NN_BLAS_TIMEOUT_ENV, MQ_NN_BLAS_TIMEOUT, 1);
+    mq_nn_set_threads(1);
+    if (!mq_fc_fast())
+        cr_skip_test("this CPU has no AVX-512F and FMA: the model uses sgemm there");
+    const int n = 32, in = 301, out = 500;
+    float *x = malloc(sizeof(float) * n * in), *w = malloc(sizeof(float) * in * out),
+          *dy = malloc(sizeof(float) * n * out), *r[4][3];
+    for (int i = 0; i < n * in; i++)
+        x[i] = (float)(((unsigned)i * 7919u) % 101) / 101 - 0.5f;
+    for (int i = 0; i < in * out; i++)
+        w[i] = (float)(((unsigned)i * 104729u) % 97) / 97 - 0.5f;
+    for (int i = 0; i < n * out; i++)
+        dy[i] = (float)((i * 31) % 89) / 89 - 0.5f;
+    double loss[4];
+    for (int t = 0; t < 4; t++) {
+        mq_nn_set_threads(t + 1);
+        r[t][0] = calloc((size_t)n * out, sizeof(float));
+        r[t][1] = malloc(sizeof(float) * in * out);
+        r[t][2] = malloc(sizeof(float) * n * in);
+        mq_fc_fast_forward(x, n, in, out, w, r[t][0]);
+        loss[t] = mq_fc_fast_backward_l2(x, dy, n, in, out, w, 0.01f, r[t][1], r[t][2]);
+    }
+    for (int t = 1; t < 4; t++) {
+        cr_expect(memcmp(r[0][0], r[t][0], sizeof(float) * n * out) == 0,
+                  "forward: %d threads give other bits than 1", t + 1);
+        cr_expect(memcmp(r[0][1], r[t][1], sizeof(float) * in * out) == 0,
+                  "dw: %d threads give other bits than 1", t + 1);
+        cr_expect(memcmp(r[0][2], r[t][2], sizeof(float) * n * in) == 0,
+                  "dx: %d threads give other bits than 1", t + 1);
+        cr_expect(loss[t] == loss[0], "L2 term: %d threads give %.17g, 1 gives %.17g", t + 1,
+                  loss[t], loss[0]);
+    }
+    for (int t = 0; t < 4; t++)
+        free(r[t][0]), free(r[t][1]), free(r[t][2]);
+    free(x), free(w), free(dy);
+    mq_nn_set_threads(0);
+}
+
 /* ---- softmax cross-entropy and L2 ----------------------------------------------------- */
 static const uint8_t s_labels[4] = {3, 0, 9, 3};
 
@@ -255,6 +373,7 @@ static double s_net_obj(void *ctx)
 
 Test(nn, small_model_gradient_matches_finite_differences_and_float)
 {
+    mq_nn_set_threads(1); /* the float model's own fully connected kernels, where they run */
     mq_model_t *m = mq_model_new("small", 2, 3, 0.01f);
     cr_assert_not_null(m);
     mq_model_init(m, 42);

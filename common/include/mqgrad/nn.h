@@ -69,8 +69,16 @@ void mq_nn_set_threads(int threads);
  * OpenBLAS chose Prescott on a CPU with AVX2 and FMA, and OPENBLAS_CORETYPE is not set, it
  * runs this program again (its own binary, ARGV, the same environment) with
  * OPENBLAS_CORETYPE naming the kernels the CPU's features allow (SkylakeX or Haswell).
+ *
+ * It also runs the program again (once, with both settings) when OPENBLAS_THREAD_TIMEOUT is
+ * not set and OpenBLAS would run more than one thread: by default OpenBLAS's idle threads
+ * spin for 2^28 cycles (about 0.1 s) after every call, on the cores the model's own threads
+ * (its fully connected layers) and the other processes of a cluster need next; set to 4, they
+ * sleep at once and are woken by the next call.
  * Returns when there is nothing to do, or after a warning if running again failed. */
 void mq_nn_pick_blas_core(char **argv);
+#define MQ_NN_BLAS_TIMEOUT_ENV "OPENBLAS_THREAD_TIMEOUT"
+#define MQ_NN_BLAS_TIMEOUT "4"
 /* The name of the OpenBLAS kernels in use ("SkylakeX", "Haswell", "Zen", "Prescott", ...). */
 const char *mq_nn_blas_core(void);
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -268,13 +269,20 @@ void mq_nn_pick_blas_core(char **argv)
 {
     const char *core = openblas_get_corename();
     const char *want = s_blas_core_for_cpu();
-    if (getenv("OPENBLAS_CORETYPE") || !core || strcasecmp(core, "prescott") != 0 || !want)
-        return; /* the user's choice, or OpenBLAS knows this CPU */
-    mq_log(MQ_LOG_INFO,
-           "OpenBLAS (%s) does not know this CPU and chose its generic Prescott kernels; "
-           "running again with OPENBLAS_CORETYPE=%s, which its features allow (set "
-           "OPENBLAS_CORETYPE to choose)",
-           openblas_get_config(), want);
+    const bool kernels = !getenv("OPENBLAS_CORETYPE") && core &&
+                         strcasecmp(core, "prescott") == 0 && want,
+               timeout = !getenv(MQ_NN_BLAS_TIMEOUT_ENV) && openblas_get_num_threads() > 1;
+    if (!kernels && !timeout)
+        return; /* the user's choices, or nothing to change */
+    if (kernels)
+        mq_log(MQ_LOG_INFO,
+               "OpenBLAS (%s) does not know this CPU and chose its generic Prescott kernels; "
+               "running again with OPENBLAS_CORETYPE=%s, which its features allow (set "
+               "OPENBLAS_CORETYPE to choose)",
+               openblas_get_config(), want);
+    else
+        mq_log(MQ_LOG_DEBUG, "running again with %s=%s: OpenBLAS's idle threads sleep",
+               MQ_NN_BLAS_TIMEOUT_ENV, MQ_NN_BLAS_TIMEOUT);
     /* The binary's own path, not /proc/self/exe: exec names the process after the file it
      * runs, and ps, pgrep and a container's health checks look for mqgrad-worker, not exe. */
     char self[PATH_MAX];
@@ -283,9 +291,13 @@ void mq_nn_pick_blas_core(char **argv)
         self[n] = 0;
     else
         snprintf(self, sizeof self, "/proc/self/exe");
-    if (setenv("OPENBLAS_CORETYPE", want, 1) == 0)
+    if ((!kernels || setenv("OPENBLAS_CORETYPE", want, 1) == 0) &&
+        (!timeout || setenv(MQ_NN_BLAS_TIMEOUT_ENV, MQ_NN_BLAS_TIMEOUT, 1) == 0))
         execv(self, argv);
-    mq_log(MQ_LOG_WARN, "could not run again with OPENBLAS_CORETYPE=%s (%s): Prescott kernels",
-           want, strerror(errno));
-    unsetenv("OPENBLAS_CORETYPE");
+    mq_log(MQ_LOG_WARN, "could not run again with OpenBLAS's settings (%s)%s", strerror(errno),
+           kernels ? ": Prescott kernels" : "");
+    if (kernels)
+        unsetenv("OPENBLAS_CORETYPE");
+    if (timeout)
+        unsetenv(MQ_NN_BLAS_TIMEOUT_ENV);
 }

@@ -108,6 +108,18 @@ int mq_pool_out(int h);
                            const uint8_t *y, int n, double *loss_sum, long *correct);
 
 MQ_NN_DECLARE(float, f)
+
+/* fc_avx512.c: the fully connected products in float for a small batch, with AVX-512.
+ * mq_fc_fast() is true when they are used: the CPU has AVX-512F and FMA, BLAS runs one
+ * thread (with more, the library's threaded sgemm), and MQGRAD_NN_FC is not "blas".
+ * mq_fc_fast_forward: y += x w (sgemm where the kernels cannot run, or out < 48).
+ * mq_fc_fast_backward_l2: dw = x^T dy + l2 w, dx = dy w^T (dx may be NULL); returns
+ * l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or without
+ * scratch memory. */
+bool mq_fc_fast(void);
+void mq_fc_fast_forward(const float *x, int n, int in, int out, const float *wt, float *y);
+double mq_fc_fast_backward_l2(const float *x, const float *dy, int n, int in, int out,
+                              const float *wt, float l2, float *dw, float *dx);
 MQ_NN_DECLARE(double, d)
 
 #endif
