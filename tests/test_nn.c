@@ -476,6 +476,45 @@ Test(nn, same_seed_and_threads_give_bit_identical_params, .timeout = 60)
     mq_nn_set_threads(0);
 }
 
+/* The paper model's step split over two threads (the fully connected kernels, im2col,
+ * col2im, ReLU, pooling, LRN and the update each split their outputs, and OpenBLAS splits its
+ * products' outputs) gives the bits one thread gives. */
+Test(nn, paper_model_step_gives_the_same_bits_on_one_and_two_threads, .timeout = 120)
+{
+    setenv(MQ_NN_BLAS_TIMEOUT_ENV, MQ_NN_BLAS_TIMEOUT, 1); /* what the programs run with */
+    enum { N = 32 };
+    float *x = malloc(sizeof(float) * N * 784), *p[2];
+    uint8_t y[N];
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 3);
+    for (int i = 0; i < N * 784; i++)
+        x[i] = mq_rng_float(&rng);
+    for (int i = 0; i < N; i++)
+        y[i] = (uint8_t)mq_rng_below(&rng, 10);
+    size_t np = 0;
+    for (int t = 0; t < 2; t++) {
+        mq_nn_set_threads(t + 1);
+        mq_model_t *m = mq_model_new("paper", 1, N, 5e-4f);
+        cr_assert_not_null(m);
+        mq_model_init(m, 11);
+        np = mq_model_nparams(m);
+        for (int s = 0; s < 2; s++) {
+            mq_model_grad(m, x, y, N);
+            mq_sgd_update(mq_model_params(m), mq_model_grads(m), np, 0.01f);
+        }
+        p[t] = malloc(sizeof(float) * np);
+        memcpy(p[t], mq_model_params(m), sizeof(float) * np);
+        mq_model_destroy(&m);
+    }
+    size_t diff = 0;
+    for (size_t i = 0; i < np; i++)
+        diff += memcmp(&p[0][i], &p[1][i], sizeof(float)) != 0;
+    cr_expect_eq(diff, 0, "%zu of %zu parameters differ after two steps on 1 and 2 threads", diff,
+                 np);
+    free(p[0]), free(p[1]), free(x);
+    mq_nn_set_threads(0);
+}
+
 /* What the ready callback saw of the gradient's tail, and where that tail began. */
 typedef struct {
     int calls;

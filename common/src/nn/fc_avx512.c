@@ -12,9 +12,8 @@
  * once per call so that every tile reads them as contiguous runs. Measured on the paper
  * model's layers in bench/README.md.
  *
- * Results are deterministic (fixed summation order, no threads) but not those of sgemm:
- * the sums run in another order. mq_fc_fast() says whether these kernels are used. */
-#include <pthread.h>
+ * Results are deterministic (fixed summation order, on any number of threads) but not those
+ * of sgemm: the sums run in another order. mq_fc_fast() says whether these kernels are used. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -70,135 +69,6 @@ static void s_transpose(const float *x, int n, int in, int rows, int mp, float *
             xt[(size_t)k * mp + m] = x[(size_t)m * in + k];
 }
 
-/* The threads a product runs on: as many as OpenBLAS is set to (mq_nn_set_threads), the
- * caller and helpers that wait on a condition variable between products. Each product is
- * split into parts that write disjoint outputs and sum in the same order whatever the
- * split, so results do not depend on the thread count. One product at a time. */
-enum { MAX_PARTS = 64 };
-
-typedef void s_part_fn(void *arg, int part, int parts);
-
-static struct {
-    pthread_mutex_t run; /* one product at a time */
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    s_part_fn *fn;
-    void *arg;
-    int parts, helpers, pending;
-    unsigned long gen;
-} s_pool = {.run = PTHREAD_MUTEX_INITIALIZER,
-            .mu = PTHREAD_MUTEX_INITIALIZER,
-            .go = PTHREAD_COND_INITIALIZER,
-            .done = PTHREAD_COND_INITIALIZER};
-
-static void *s_helper(void *arg)
-{
-    const int part = (int)(intptr_t)arg;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&s_pool.mu);
-    for (;;) {
-        while (s_pool.gen == seen)
-            pthread_cond_wait(&s_pool.go, &s_pool.mu);
-        seen = s_pool.gen;
-        if (part >= s_pool.parts)
-            continue;
-        s_part_fn *fn = s_pool.fn;
-        void *fa = s_pool.arg;
-        const int parts = s_pool.parts;
-        pthread_mutex_unlock(&s_pool.mu);
-        fn(fa, part, parts);
-        pthread_mutex_lock(&s_pool.mu);
-        if (--s_pool.pending == 0)
-            pthread_cond_signal(&s_pool.done);
-    }
-    return NULL;
-}
-
-/* A child of fork has none of its parent's helpers. */
-static void s_after_fork(void)
-{
-    pthread_mutex_init(&s_pool.run, NULL);
-    pthread_mutex_init(&s_pool.mu, NULL);
-    pthread_cond_init(&s_pool.go, NULL);
-    pthread_cond_init(&s_pool.done, NULL);
-    s_pool.helpers = 0;
-    s_pool.pending = 0;
-}
-
-static pthread_once_t s_fork_once = PTHREAD_ONCE_INIT;
-
-static void s_fork_hook(void)
-{
-    pthread_atfork(NULL, NULL, s_after_fork);
-}
-
-/* Whether OpenBLAS's idle threads sleep (mq_nn_pick_blas_core): if they spin, as they do for
- * 2^28 cycles after each call by default, a helper here would share a core with one of them
- * and gain nothing (measured: the same time as one thread), so a product keeps to one. */
-static bool s_blas_threads_sleep(void)
-{
-    static int sleep = -1;
-    int v = __atomic_load_n(&sleep, __ATOMIC_RELAXED);
-    if (v < 0) {
-        const char *env = getenv(MQ_NN_BLAS_TIMEOUT_ENV);
-        char *end;
-        long t = env ? strtol(env, &end, 10) : 0;
-        v = env && *env && !*end && t <= 16;
-        __atomic_store_n(&sleep, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
-
-/* Runs fn(arg, i, parts) for i in 0..parts-1, part 0 on the caller, and returns when all
- * are done. With fewer helpers than asked for (none could start), fewer parts. */
-static void s_parallel(s_part_fn *fn, void *arg, int parts)
-{
-    if (parts > MAX_PARTS)
-        parts = MAX_PARTS;
-    if (parts > 1 && !s_blas_threads_sleep())
-        parts = 1;
-    if (parts <= 1) {
-        fn(arg, 0, 1);
-        return;
-    }
-    pthread_once(&s_fork_once, s_fork_hook);
-    pthread_mutex_lock(&s_pool.run);
-    while (s_pool.helpers < parts - 1) {
-        pthread_t t;
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        int rc = pthread_create(&t, &at, s_helper, (void *)(intptr_t)(s_pool.helpers + 1));
-        pthread_attr_destroy(&at);
-        if (rc != 0)
-            break;
-        s_pool.helpers++;
-    }
-    if (parts > s_pool.helpers + 1)
-        parts = s_pool.helpers + 1;
-    pthread_mutex_lock(&s_pool.mu);
-    s_pool.fn = fn;
-    s_pool.arg = arg;
-    s_pool.parts = parts;
-    s_pool.pending = parts - 1;
-    s_pool.gen++;
-    pthread_cond_broadcast(&s_pool.go);
-    pthread_mutex_unlock(&s_pool.mu);
-    fn(arg, 0, parts);
-    pthread_mutex_lock(&s_pool.mu);
-    while (s_pool.pending > 0)
-        pthread_cond_wait(&s_pool.done, &s_pool.mu);
-    pthread_mutex_unlock(&s_pool.mu);
-    pthread_mutex_unlock(&s_pool.run);
-}
-
-/* Part `part` of `parts` of count units: [*lo, *hi). */
-static void s_share(int count, int part, int parts, int *lo, int *hi)
-{
-    *lo = (int)((long)count * part / parts);
-    *hi = (int)((long)count * (part + 1) / parts);
-}
-
 static bool s_cpu_ok(void)
 {
     __builtin_cpu_init();
@@ -226,7 +96,7 @@ AVX512 static void s_forward_part(void *arg, int part, int parts)
     const s_fwd_t *j = arg;
     const int n = j->n, in = j->in, out = j->out, mp = j->mp;
     int p0, p1;
-    s_share((out + NP - 1) / NP, part, parts, &p0, &p1);
+    mq_nn_share((out + NP - 1) / NP, part, parts, &p0, &p1);
     const int c0 = p0 * NP, c1 = p1 * NP < out ? p1 * NP : out;
     for (int c = c0; c < p1 * NP; c += 16)
         for (int m = 0; m < n; m++)
@@ -284,7 +154,7 @@ AVX512 static void s_forward(const float *x, int n, int in, int out, const float
     s_transpose(x, n, in, rows, mp, xt);
     s_fwd_t job = {xt, wt, y, xt + at, n, in, out, mp};
     const int panels = op / NP;
-    s_parallel(s_forward_part, &job, threads < panels ? threads : panels);
+    mq_nn_parallel(s_forward_part, &job, threads < panels ? threads : panels);
 }
 
 /* One block of BR weight rows, r0..r0+rr: dw's rows = x^T dy + l2 w, and (with_dx) the
@@ -368,7 +238,7 @@ AVX512 static void s_backward_part(void *arg, int part, int parts)
 {
     const s_bwd_t *j = arg;
     int b0, b1;
-    s_share((j->in + BR - 1) / BR, part, parts, &b0, &b1);
+    mq_nn_share((j->in + BR - 1) / BR, part, parts, &b0, &b1);
     float *pp = j->part + (size_t)16 * BR * j->n * part;
     for (int b = b0; b < b1; b++) {
         const int r0 = b * BR, rr = j->in - r0 < BR ? j->in - r0 : BR;
@@ -400,7 +270,7 @@ AVX512 static double s_backward_l2(const float *x, const float *dy, int n, int i
             _mm512_store_ps(dyp + (size_t)(c / NP) * n * NP + (size_t)m * NP + c % NP,
                             _mm512_maskz_loadu_ps(s_mask(c, out), dy + (size_t)m * out + c));
     s_bwd_t job = {xt, dyp, wt, dw, dx, xt + pt, (double *)(void *)(xt + st), n, in, out, mp, l2};
-    s_parallel(s_backward_part, &job, parts);
+    mq_nn_parallel(s_backward_part, &job, parts);
     double ss = 0;
     for (int b = 0; b < blocks; b++)
         ss += job.ss[b];
@@ -437,7 +307,7 @@ void mq_fc_fast_forward(const float *x, int n, int in, int out, const float *wt,
 #if MQ_FC_X86
     /* narrower than a tile (the logits): too little to stream, sgemm is faster */
     if (s_usable() && out >= NP) {
-        s_forward(x, n, in, out, wt, y, openblas_get_num_threads());
+        s_forward(x, n, in, out, wt, y, mq_nn_parts());
         return;
     }
 #endif
@@ -450,7 +320,7 @@ double mq_fc_fast_backward_l2(const float *x, const float *dy, int n, int in, in
 {
 #if MQ_FC_X86
     if (s_usable())
-        return s_backward_l2(x, dy, n, in, out, wt, l2, dw, dx, openblas_get_num_threads());
+        return s_backward_l2(x, dy, n, in, out, wt, l2, dw, dx, mq_nn_parts());
 #endif
     (void)x, (void)dy, (void)n, (void)in, (void)out, (void)wt, (void)l2, (void)dw, (void)dx;
     return -1;

@@ -231,12 +231,30 @@ void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, doubl
     mq_net_eval_f(m->net, m->params, x, y, n, loss_sum, correct);
 }
 
+typedef struct {
+    float *w;
+    const float *g;
+    size_t n;
+    float lr;
+} s_sgd_t;
+
+static void s_sgd_part(void *arg, int part, int parts)
+{
+    const s_sgd_t *j = arg;
+    /* whole cache lines to each part */
+    size_t lo = j->n / 16 * part / parts * 16,
+           hi = part + 1 == parts ? j->n : j->n / 16 * (part + 1) / parts * 16;
+    float *restrict wr = j->w;
+    const float *restrict gr = j->g;
+    for (size_t i = lo; i < hi; i++)
+        wr[i] -= j->lr * gr[i];
+}
+
+/* Bound by memory (two reads and a write a value): a second thread brings more of it. */
 void mq_sgd_update(float *w, const float *g, size_t n, float lr)
 {
-    float *restrict wr = w;
-    const float *restrict gr = g;
-    for (size_t i = 0; i < n; i++)
-        wr[i] -= lr * gr[i];
+    s_sgd_t j = {w, g, n, lr};
+    mq_nn_parallel(s_sgd_part, &j, n < ((size_t)1 << 18) ? 1 : mq_nn_parts());
 }
 
 void mq_nn_set_threads(int threads)

@@ -109,9 +109,25 @@ int mq_pool_out(int h);
 
 MQ_NN_DECLARE(float, f)
 
+/* Threads (pool.c). The model runs its own loops on as many threads as OpenBLAS is set to
+ * (mq_nn_set_threads), but only when OpenBLAS's idle threads sleep (OPENBLAS_THREAD_TIMEOUT at
+ * most 16, as mq_nn_pick_blas_core sets it): spinning, as they do for 2^28 cycles after each
+ * call by default, they hold the cores a helper would need, and a split gained nothing
+ * (measured: the same time as one thread). mq_nn_parts() is the number of parts a job should
+ * be split into (1 if not). mq_nn_parallel runs fn(arg, i, parts) for i in 0..parts-1, part 0
+ * on the caller, and returns when all are done; with fewer helpers than asked for (none could
+ * start), or OpenBLAS's threads spinning, it runs fewer parts (part numbers stay below the
+ * parts asked for). Jobs split into parts that write disjoint outputs and sum in the same
+ * order whatever the split, so results do not depend on the thread count. mq_nn_share is
+ * part `part` of `parts` of count units: [*lo, *hi). */
+typedef void mq_nn_part_fn(void *arg, int part, int parts);
+int mq_nn_parts(void);
+void mq_nn_parallel(mq_nn_part_fn *fn, void *arg, int parts);
+void mq_nn_share(int count, int part, int parts, int *lo, int *hi);
+
 /* fc_avx512.c: the fully connected products in float for a small batch, with AVX-512.
- * mq_fc_fast() is true when they are used: the CPU has AVX-512F and FMA, BLAS runs one
- * thread (with more, the library's threaded sgemm), and MQGRAD_NN_FC is not "blas".
+ * mq_fc_fast() is true when they are used: the CPU has AVX-512F and FMA, and MQGRAD_NN_FC is
+ * not "blas". They run on mq_nn_parts() threads.
  * mq_fc_fast_forward: y += x w (sgemm where the kernels cannot run, or out < 48).
  * mq_fc_fast_backward_l2: dw = x^T dy + l2 w, dx = dy w^T (dx may be NULL); returns
  * l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or without
