@@ -15,11 +15,11 @@
  * Times are this thread's CPU time, best of R: on a box shared with other jobs, wall time
  * mostly measures the scheduler.
  *
- *   bench_quant [--n VALUES] [--reps R] [--codec SPEC]... [--kernels c|sse2|avx2] [--torch 0|1]
- *   (defaults: 16777216 values, the MQGrad paper's FC layer; 7 reps; the fastest kernels;
- *   torch on). The stats table has the --codec rows when given, else s_stats_codecs; its
- *   differences are a few percent, so give it more reps (31) on a busy machine. A row whose
- *   codec fails prints the error and the run exits 1 after the table. */
+ *   bench_quant [--n VALUES] [--reps R] [--codec SPEC]... [--kernels c|sse2|avx2|avx512] [--torch
+ * 0|1] (defaults: 16777216 values, the MQGrad paper's FC layer; 7 reps; the fastest kernels; torch
+ * on). The stats table has the --codec rows when given, else s_stats_codecs; its differences are a
+ * few percent, so give it more reps (31) on a busy machine. A row whose codec fails prints the
+ * error and the run exits 1 after the table. */
 
 #include <math.h>
 #include <stdio.h>
@@ -359,7 +359,7 @@ static int s_usage(const char *msg)
 {
     fprintf(stderr,
             "bench_quant: %s\nusage: bench_quant [--n VALUES] [--reps R] [--codec SPEC]... "
-            "[--kernels c|sse2|avx2] [--torch 0|1]\n",
+            "[--kernels c|sse2|avx2|avx512] [--torch 0|1]\n",
             msg);
     return 2;
 }

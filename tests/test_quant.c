@@ -864,7 +864,7 @@ static int s_ef_reference(const mq_codec_t *c, const float *g, float *r, size_t 
  * short and odd lengths. */
 Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
 {
-    const char *names[3];
+    const char *names[4];
     size_t nk = s_kernel_sets(names);
     static const size_t ns[] = {1, 5, 7, 8, 33, 511, 513, 2047, 2049, 5003, 8195};
     static const uint32_t buckets[] = {0, 512, 100, 7, 3000}; /* 3000: across chunks */
@@ -923,7 +923,7 @@ Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
  * every kernel set) or generic (qsgd). */
 Test(quant, error_feedback_refuses_non_finite_sums_and_resets_the_residual)
 {
-    const char *names[3];
+    const char *names[4];
     size_t nk = s_kernel_sets(names);
     const size_t n = 5003;
     float *g = s_normal(n, 43, 0.01f), *r = malloc(n * sizeof *r);
@@ -1017,7 +1017,7 @@ Test(quant, stats_are_untouched_on_error_and_zero_when_empty)
 /* Kernel sets this build and CPU can run; "c" (portable) first, the reference. */
 static size_t s_kernel_sets(const char **names)
 {
-    static const char *all[] = {"c", "sse2", "avx2"};
+    static const char *all[] = {"c", "sse2", "avx2", "avx512"};
     size_t k = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (mq_quant_use_kernels(all[i]) == 0)
@@ -1051,7 +1051,7 @@ static void s_codec_run(const char *name, const mq_codec_t *c, const float *x, s
 
 Test(quant, every_kernel_set_writes_and_decodes_the_same_bits)
 {
-    const char *names[3];
+    const char *names[4];
     size_t nk = s_kernel_sets(names);
     static const size_t ns[] = {1, 31, 33, 100, 2047, 5003, 20011};
     static const uint32_t buckets[] = {0, 1, 7, 64, 100, 512, 3000};
@@ -1096,7 +1096,7 @@ Test(quant, every_kernel_set_writes_and_decodes_the_same_bits)
  * alignment of dst, and the same as the portable code's. */
 Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
 {
-    const char *names[3];
+    const char *names[4];
     size_t nk = s_kernel_sets(names);
     const size_t n = (16u << 20) / sizeof(float) + 1001;
     float *x = s_normal(n, 29, 1.0f);
@@ -1127,7 +1127,7 @@ Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
 
 Test(quant, every_kernel_set_refuses_nan_and_infinity)
 {
-    const char *names[3];
+    const char *names[4];
     size_t nk = s_kernel_sets(names);
     const size_t n = 3001;
     float *x = s_normal(n, 31, 1.0f);

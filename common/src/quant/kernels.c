@@ -282,10 +282,21 @@ void mq_quant_stream_fence(void)
 
 static const mq_quant_kernels_t *_Atomic s_active;
 
+#if S_X86
+static bool s_have_avx512(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx2");
+}
+#endif
+
 static const mq_quant_kernels_t *s_best(void)
 {
 #if S_X86
     __builtin_cpu_init();
+    if (s_have_avx512())
+        return &s_kernels_avx512;
     if (__builtin_cpu_supports("avx2"))
         return &s_kernels_avx2;
     return &s_kernels_sse2;
@@ -316,9 +327,12 @@ int mq_quant_use_kernels(const char *name)
         k = &s_kernels_sse2;
     else if (strcmp(name, "avx2") == 0 && (__builtin_cpu_init(), __builtin_cpu_supports("avx2")))
         k = &s_kernels_avx2;
+    else if (strcmp(name, "avx512") == 0 && s_have_avx512())
+        k = &s_kernels_avx512;
 #endif
     if (!k) {
-        mq_err_set("quant: kernels '%s' are not available here (expected c, sse2 or avx2)", name);
+        mq_err_set("quant: kernels '%s' are not available here (expected c, sse2, avx2 or avx512)",
+                   name);
         return -1;
     }
     s_active = k;
