@@ -8,8 +8,9 @@
 # Why 3 Gbit/s: there an fp32 iteration of the paper model would spend about 0.35 s on the
 # link for 0.14 s of computation (2 workers x 2 servers, 65 MB of gradient per worker each
 # way), so the bit-width decides the iteration time, as on the paper's 10 MB/s cluster; and
-# 1000 quantized iterations still finish in about 5 minutes on 2 cores (263 s of training on
-# a 2-core AMD EPYC, 345 s on a 2-core Intel Xeon VM with half its memory bandwidth; at 2 Gbit/s
+# 1000 quantized iterations still finish in 4-8 minutes on 2 cores (263 s of training on
+# a 2-core AMD EPYC, 345 s on a 2-core Intel Xeon VM with half its memory bandwidth, 443 s on
+# an older 2-core Xeon, family 6 model 85, whose memcpy is a quarter of the EPYC's; at 2 Gbit/s
 # they took 304 s, with the agent at 8 bits from iteration 360; at 80 Mbit/s, the paper's
 # rate, over 15 minutes). Extra flags go to `mqgrad local`, e.g.
 #   tools/demo.sh --workers 4 --link-mbps 80 --time-budget 600
