@@ -280,6 +280,42 @@ Test(nn, fc_fast_kernels_match_sums_in_double)
         s_fc_fast_check(shapes[i][0], shapes[i][1], shapes[i][2]);
 }
 
+/* col2im with AVX-512 (conv_avx512.c) gives what the definition gives, bit for bit: the taps'
+ * values added back in the order channel, tap row, tap column, image. Planes of 28 x 28 (49
+ * full vectors), 14 x 14 (a partial last vector), 7 x 7 and 5 x 9. */
+static void s_conv_fast_check(int n, int c, int h, int w)
+{
+    const int hw = h * w, K = MQ_KSIZE, P = MQ_KSIZE / 2;
+    const size_t ld = (size_t)n * hw, sn = (size_t)c * hw, sc = hw;
+    float *col = malloc(sizeof(float) * K * K * c * ld), *dx = malloc(sizeof(float) * n * sn),
+          *dref = calloc((size_t)n * sn, sizeof(float));
+    for (size_t i = 0; i < K * K * c * ld; i++)
+        col[i] = (float)((i * 13) % 29) / 5 - 2;
+    for (int ci = 0; ci < c; ci++)
+        for (int t = 0; t < K * K; t++)
+            for (int ni = 0; ni < n; ni++)
+                for (int i = 0; i < hw; i++) {
+                    int sh = i / w + t / K - P, sw = i % w + t % K - P;
+                    if (sh >= 0 && sh < h && sw >= 0 && sw < w)
+                        dref[ni * sn + ci * sc + sh * w + sw] +=
+                            col[(ci * K * K + t) * ld + ni * hw + i];
+                }
+    mq_conv_fast_col2im(col, ld, n, c, h, w, sn, sc, dx);
+    cr_expect(memcmp(dx, dref, sizeof(float) * n * sn) == 0, "col2im %dx%dx%dx%d", n, c, h, w);
+    free(col), free(dx), free(dref);
+}
+
+Test(nn, conv_fast_col2im_matches_its_definition)
+{
+    mq_nn_set_threads(1);
+    if (!mq_conv_fast(28, 28))
+        cr_skip_test("this CPU has no AVX-512F: the model uses the portable loops there");
+    s_conv_fast_check(3, 1, 28, 28);
+    s_conv_fast_check(2, 5, 14, 14);
+    s_conv_fast_check(1, 3, 7, 7);
+    s_conv_fast_check(2, 2, 5, 9);
+}
+
 /* Split over threads, each product gives the bits it gives on one. (The split needs
  * OpenBLAS's idle threads asleep, which mq_nn_pick_blas_core arranges for the programs.) */
 Test(nn, fc_fast_kernels_give_the_same_bits_on_any_number_of_threads, .timeout = 60)

@@ -14,6 +14,7 @@
  *
  * Results are deterministic (fixed summation order, on any number of threads) but not those
  * of sgemm: the sums run in another order. mq_fc_fast() says whether these kernels are used. */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -39,17 +40,27 @@ enum {
 
 #if MQ_FC_X86
 /* Per-thread scratch, grown when a larger layer comes and kept: x transposed, y or dy in
- * panels, the backward's partial sums of dx and sums of squares. */
+ * panels, the backward's partial sums of dx and sums of squares. A thread's buffer is freed
+ * when the thread ends (a worker computes on a thread of its own). */
 static _Thread_local float *s_buf;
 static _Thread_local size_t s_cap;
+static pthread_key_t s_buf_key;
+static pthread_once_t s_buf_once = PTHREAD_ONCE_INIT;
+
+static void s_buf_key_init(void)
+{
+    pthread_key_create(&s_buf_key, free);
+}
 
 static float *s_scratch(size_t floats)
 {
     if (floats > s_cap) {
+        pthread_once(&s_buf_once, s_buf_key_init);
         free(s_buf);
         size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
         s_buf = aligned_alloc(64, bytes);
         s_cap = s_buf ? bytes / sizeof(float) : 0;
+        pthread_setspecific(s_buf_key, s_buf);
     }
     return s_buf;
 }

@@ -133,6 +133,11 @@ void mq_nn_share(int count, int part, int parts, int *lo, int *hi);
  * l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or without
  * scratch memory. */
 bool mq_fc_fast(void);
+/* conv_avx512.c: col2im in float with AVX-512, the portable loop's sums bit for bit;
+ * mq_conv_fast(h, w) is true when it is used for h x w planes (as mq_fc_fast()). */
+bool mq_conv_fast(int h, int w);
+void mq_conv_fast_col2im(const float *col, size_t ld, int n, int c, int h, int w, size_t sn,
+                         size_t sc, float *x);
 void mq_fc_fast_forward(const float *x, int n, int in, int out, const float *wt, float *y);
 double mq_fc_fast_backward_l2(const float *x, const float *dy, int n, int in, int out,
                               const float *wt, float l2, float *dw, float *dx);
