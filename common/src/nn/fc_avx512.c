@@ -93,6 +93,31 @@ static inline __mmask16 s_mask(int c, int out)
     return left >= 16 ? (__mmask16)0xffff : left <= 0 ? 0 : (__mmask16)((1u << left) - 1);
 }
 
+/* Rows 0..n of a row-major matrix (n x out), columns [c0, c1) (c0 a multiple of NP), to and
+ * from column panels of NP ([panel][n][NP], zero past out): what a tile reads as one
+ * contiguous run, where the matrix's own rows are out floats apart, a stride that sends them
+ * all to the same few L1 sets. */
+static inline size_t s_panel_at(int n, int c, int m)
+{
+    return (size_t)(c / NP) * n * NP + (size_t)m * NP + c % NP;
+}
+
+AVX512 static void s_to_panels(const float *src, int n, int out, int c0, int c1, float *pan)
+{
+    for (int c = c0; c < c1; c += 16)
+        for (int m = 0; m < n; m++)
+            _mm512_store_ps(pan + s_panel_at(n, c, m),
+                            _mm512_maskz_loadu_ps(s_mask(c, out), src + (size_t)m * out + c));
+}
+
+AVX512 static void s_from_panels(const float *pan, int n, int out, int c0, int c1, float *dst)
+{
+    for (int c = c0; c < c1; c += 16)
+        for (int m = 0; m < n; m++)
+            _mm512_mask_storeu_ps(dst + (size_t)m * out + c, s_mask(c, out),
+                                  _mm512_load_ps(pan + s_panel_at(n, c, m)));
+}
+
 /* y += x w. The weights stream once, in tiles of MR rows x NP columns held in registers;
  * y waits in panels of NP columns ([panel][n][NP], in L2), and each tile adds its rows'
  * share to every row of its panel. Threads take disjoint runs of panels. */
@@ -109,10 +134,7 @@ AVX512 static void s_forward_part(void *arg, int part, int parts)
     int p0, p1;
     mq_nn_share((out + NP - 1) / NP, part, parts, &p0, &p1);
     const int c0 = p0 * NP, c1 = p1 * NP < out ? p1 * NP : out;
-    for (int c = c0; c < p1 * NP; c += 16)
-        for (int m = 0; m < n; m++)
-            _mm512_store_ps(j->yp + (size_t)(c / NP) * n * NP + (size_t)m * NP + c % NP,
-                            _mm512_maskz_loadu_ps(s_mask(c, out), j->y + (size_t)m * out + c));
+    s_to_panels(j->y, n, out, c0, p1 * NP, j->yp);
     for (int r0 = 0; r0 < in; r0 += MR) {
         const int rr = in - r0 < MR ? in - r0 : MR;
         for (int c = c0; c < c1; c += NP) {
@@ -144,28 +166,21 @@ AVX512 static void s_forward_part(void *arg, int part, int parts)
             }
         }
     }
-    for (int c = c0; c < p1 * NP; c += 16)
-        for (int m = 0; m < n; m++)
-            _mm512_mask_storeu_ps(
-                j->y + (size_t)m * out + c, s_mask(c, out),
-                _mm512_load_ps(j->yp + (size_t)(c / NP) * n * NP + (size_t)m * NP + c % NP));
+    s_from_panels(j->yp, n, out, c0, p1 * NP, j->y);
 }
 
-AVX512 static void s_forward(const float *x, int n, int in, int out, const float *wt, float *y,
-                             int threads)
+/* False, with nothing done, without scratch memory. */
+AVX512 static bool s_forward(const float *x, int n, int in, int out, const float *wt, float *y)
 {
     const int mp = s_round(n, MR), rows = s_round(in, MR), op = s_round(out, NP);
     const size_t at = (size_t)s_round(rows * mp, 16); /* yp on a 64-byte boundary */
     float *xt = s_scratch(at + (size_t)op * n);
-    if (!xt) { /* no memory for scratch: the library's product */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out, in, 1, x, in, wt, out, 1, y,
-                    out);
-        return;
-    }
+    if (!xt)
+        return false;
     s_transpose(x, n, in, rows, mp, xt);
     s_fwd_t job = {xt, wt, y, xt + at, n, in, out, mp};
-    const int panels = op / NP;
-    mq_nn_parallel(s_forward_part, &job, threads < panels ? threads : panels);
+    mq_nn_parallel(s_forward_part, &job, mq_nn_parts_for((size_t)op / NP, (size_t)in * NP));
+    return true;
 }
 
 /* One block of BR weight rows, r0..r0+rr: dw's rows = x^T dy + l2 w, and (with_dx) the
@@ -261,10 +276,10 @@ AVX512 static void s_backward_part(void *arg, int part, int parts)
 }
 
 AVX512 static double s_backward_l2(const float *x, const float *dy, int n, int in, int out,
-                                   const float *wt, float l2, float *dw, float *dx, int threads)
+                                   const float *wt, float l2, float *dw, float *dx)
 {
     const int mp = s_round(n, MR), rows = s_round(in, BR), op = s_round(out, NP),
-              blocks = rows / BR, parts = threads < blocks ? threads : blocks;
+              blocks = rows / BR, parts = mq_nn_parts_for((size_t)blocks, (size_t)BR * out);
     /* xt, dy's panels, each part's partial sums of dx, each block's sum of squares */
     const size_t at = (size_t)s_round(rows * mp, 16), pt = at + (size_t)op * n,
                  st = pt + (size_t)16 * BR * n * parts;
@@ -273,13 +288,7 @@ AVX512 static double s_backward_l2(const float *x, const float *dy, int n, int i
         return -1;
     float *dyp = xt + at;
     s_transpose(x, n, in, rows, mp, xt);
-    /* dy in panels of NP columns, [panel][n][NP], zero past out: the tiles read each panel as
-     * one contiguous run (dy's own rows are out floats apart, a stride that sends them all to
-     * the same few L1 sets). */
-    for (int c = 0; c < op; c += 16)
-        for (int m = 0; m < n; m++)
-            _mm512_store_ps(dyp + (size_t)(c / NP) * n * NP + (size_t)m * NP + c % NP,
-                            _mm512_maskz_loadu_ps(s_mask(c, out), dy + (size_t)m * out + c));
+    s_to_panels(dy, n, out, 0, op, dyp);
     s_bwd_t job = {xt, dyp, wt, dw, dx, xt + pt, (double *)(void *)(xt + st), n, in, out, mp, l2};
     mq_nn_parallel(s_backward_part, &job, parts);
     double ss = 0;
@@ -292,7 +301,7 @@ AVX512 static double s_backward_l2(const float *x, const float *dy, int n, int i
 /* -1 not decided, 0 the library's sgemm, 1 these kernels. */
 static int s_use = -1;
 
-static bool s_usable(void)
+bool mq_fc_fast(void)
 {
     int use = __atomic_load_n(&s_use, __ATOMIC_RELAXED);
     if (use < 0) {
@@ -308,19 +317,12 @@ static bool s_usable(void)
     return use;
 }
 
-bool mq_fc_fast(void)
-{
-    return s_usable();
-}
-
 void mq_fc_fast_forward(const float *x, int n, int in, int out, const float *wt, float *y)
 {
 #if MQ_FC_X86
     /* narrower than a tile (the logits): too little to stream, sgemm is faster */
-    if (s_usable() && out >= NP) {
-        s_forward(x, n, in, out, wt, y, mq_nn_parts());
+    if (mq_fc_fast() && out >= NP && s_forward(x, n, in, out, wt, y))
         return;
-    }
 #endif
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out, in, 1, x, in, wt, out, 1, y,
                 out);
@@ -330,8 +332,8 @@ double mq_fc_fast_backward_l2(const float *x, const float *dy, int n, int in, in
                               const float *wt, float l2, float *dw, float *dx)
 {
 #if MQ_FC_X86
-    if (s_usable())
-        return s_backward_l2(x, dy, n, in, out, wt, l2, dw, dx, mq_nn_parts());
+    if (mq_fc_fast())
+        return s_backward_l2(x, dy, n, in, out, wt, l2, dw, dx);
 #endif
     (void)x, (void)dy, (void)n, (void)in, (void)out, (void)wt, (void)l2, (void)dw, (void)dx;
     return -1;

@@ -254,7 +254,7 @@ static void s_sgd_part(void *arg, int part, int parts)
 void mq_sgd_update(float *w, const float *g, size_t n, float lr)
 {
     s_sgd_t j = {w, g, n, lr};
-    mq_nn_parallel(s_sgd_part, &j, n < ((size_t)1 << 18) ? 1 : mq_nn_parts());
+    mq_nn_parallel(s_sgd_part, &j, mq_nn_parts_for(n / 16, 16));
 }
 
 void mq_nn_set_threads(int threads)

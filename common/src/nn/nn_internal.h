@@ -122,12 +122,17 @@ MQ_NN_DECLARE(float, f)
  * part `part` of `parts` of count units: [*lo, *hi). */
 typedef void mq_nn_part_fn(void *arg, int part, int parts);
 int mq_nn_parts(void);
+/* The parts for a job of COUNT units of about EACH values: mq_nn_parts(), at most COUNT, and
+ * 1 under MQ_NN_PAR_MIN values (the small test model's layers, where waking a thread costs
+ * more than it saves). */
+#define MQ_NN_PAR_MIN ((size_t)1 << 16)
+int mq_nn_parts_for(size_t count, size_t each);
 void mq_nn_parallel(mq_nn_part_fn *fn, void *arg, int parts);
 void mq_nn_share(int count, int part, int parts, int *lo, int *hi);
 
 /* fc_avx512.c: the fully connected products in float for a small batch, with AVX-512.
  * mq_fc_fast() is true when they are used: the CPU has AVX-512F and FMA, and MQGRAD_NN_FC is
- * not "blas". They run on mq_nn_parts() threads.
+ * not "blas". They split over mq_nn_parts_for() threads.
  * mq_fc_fast_forward: y += x w (sgemm where the kernels cannot run, or out < 48).
  * mq_fc_fast_backward_l2: dw = x^T dy + l2 w, dx = dy w^T (dx may be NULL); returns
  * l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or without

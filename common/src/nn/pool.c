@@ -134,3 +134,11 @@ int mq_nn_parts(void)
     int t = openblas_get_num_threads();
     return t > 1 && s_blas_threads_sleep() ? (t < MAX_PARTS ? t : MAX_PARTS) : 1;
 }
+
+int mq_nn_parts_for(size_t count, size_t each)
+{
+    if (count * each < MQ_NN_PAR_MIN)
+        return 1;
+    size_t parts = (size_t)mq_nn_parts();
+    return (int)(parts < count ? parts : count);
+}

@@ -534,11 +534,24 @@ S_AVX2 S_INLINE void s_uniforms16_avx2(__m256i r, __m256 *lo, __m256 *hi)
     *hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(r, 16)), unit);
 }
 
+/* The eight generators' state G into S (zeros when G is NULL: no noise), and back. */
+S_AVX2 S_INLINE void s_gen_load_avx2(const mq_quant_noise_t *g, __m256i s[4])
+{
+    for (int w = 0; w < 4; w++)
+        s[w] = g ? _mm256_loadu_si256((const __m256i *)g->s[w]) : _mm256_setzero_si256();
+}
+
+S_AVX2 S_INLINE void s_gen_store_avx2(mq_quant_noise_t *g, const __m256i s[4])
+{
+    if (g)
+        for (int w = 0; w < 4; w++)
+            _mm256_storeu_si256((__m256i *)g->s[w], s[w]);
+}
+
 S_AVX2 static void s_noise_avx2(mq_quant_noise_t *g, float *u, size_t n)
 {
     __m256i s[4];
-    for (int w = 0; w < 4; w++)
-        s[w] = _mm256_loadu_si256((const __m256i *)g->s[w]);
+    s_gen_load_avx2(g, s);
     size_t i = 0;
     for (; i + 16 <= n; i += 16) {
         __m256 lo16, hi16;
@@ -546,8 +559,7 @@ S_AVX2 static void s_noise_avx2(mq_quant_noise_t *g, float *u, size_t n)
         _mm256_storeu_ps(u + i, lo16);
         _mm256_storeu_ps(u + i + 8, hi16);
     }
-    for (int w = 0; w < 4; w++)
-        _mm256_storeu_si256((__m256i *)g->s[w], s[w]);
+    s_gen_store_avx2(g, s);
     _mm256_zeroupper();
     s_noise_c(g, u + i, n - i);
 }
@@ -762,8 +774,7 @@ S_AVX2 static void s_quantize_noise_avx2(const float *x, size_t n, float lo, flo
     const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     __m256i s[4];
-    for (int w = 0; w < 4; w++)
-        s[w] = _mm256_loadu_si256((const __m256i *)g->s[w]);
+    s_gen_load_avx2(g, s);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         s_prefetch_ahead(x + i);
@@ -772,8 +783,7 @@ S_AVX2 static void s_quantize_noise_avx2(const float *x, size_t n, float lo, flo
         s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
         s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i);
     }
-    for (int w = 0; w < 4; w++)
-        _mm256_storeu_si256((__m256i *)g->s[w], s[w]);
+    s_gen_store_avx2(g, s);
     _mm256_zeroupper();
     if (i < n)
         s_quantize_noise_c(x + i, n - i, lo, inv, top, g, q + i);
@@ -861,17 +871,14 @@ S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float 
 {
     const s_ef_avx2_t c = s_ef_consts_avx2(lo, inv, top, d);
     __m256i s[4];
-    for (int w = 0; w < 4; w++)
-        s[w] = gen ? _mm256_loadu_si256((const __m256i *)gen->s[w]) : _mm256_setzero_si256();
+    s_gen_load_avx2(gen, s);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         s_prefetch_ahead(g + i);
         s_prefetch_ahead(r + i);
         s_ef32_avx2(g + i, r + i, &c, gen != NULL, s, q + i);
     }
-    if (gen)
-        for (int w = 0; w < 4; w++)
-            _mm256_storeu_si256((__m256i *)gen->s[w], s[w]);
+    s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
     if (i < n)
         s_quantize_ef_c(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
@@ -887,17 +894,14 @@ S_AVX2 static bool s_quantize_ef_scan_avx2(const float *g, float *r, size_t n, f
 {
     const s_ef_avx2_t c = s_ef_consts_avx2(lo, inv, top, d);
     __m256i s[4];
-    for (int w = 0; w < 4; w++)
-        s[w] = gen ? _mm256_loadu_si256((const __m256i *)gen->s[w]) : _mm256_setzero_si256();
+    s_gen_load_avx2(gen, s);
     s_scan_avx2_t t = s_scan_start_avx2(na, nb);
     size_t i = 0;
     for (; i + 32 <= n && i + 32 <= nn; i += 32) {
         s_scan32_avx2(&t, na + i, nb + i);
         s_ef32_avx2(g + i, r + i, &c, gen != NULL, s, q + i);
     }
-    if (gen)
-        for (int w = 0; w < 4; w++)
-            _mm256_storeu_si256((__m256i *)gen->s[w], s[w]);
+    s_gen_store_avx2(gen, s);
     bool ok = s_scan_end_avx2(&t, na, nb, i, nn, nlo, nhi);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
@@ -990,8 +994,7 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
 {
     const s_ef_avx512_t c = s_ef_consts_avx512(lo, inv, top, d);
     __m256i s[4];
-    for (int w = 0; w < 4; w++)
-        s[w] = gen ? _mm256_loadu_si256((const __m256i *)gen->s[w]) : _mm256_setzero_si256();
+    s_gen_load_avx2(gen, s);
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
         s_prefetch_ahead(g + i);
@@ -1000,9 +1003,7 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
         s_prefetch_ahead(r + i + 32);
         s_ef64_avx512(g + i, r + i, &c, gen != NULL, s, q + i);
     }
-    if (gen)
-        for (int w = 0; w < 4; w++)
-            _mm256_storeu_si256((__m256i *)gen->s[w], s[w]);
+    s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
@@ -1017,8 +1018,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
 {
     const s_ef_avx512_t c = s_ef_consts_avx512(lo, inv, top, d);
     __m256i s[4];
-    for (int w = 0; w < 4; w++)
-        s[w] = gen ? _mm256_loadu_si256((const __m256i *)gen->s[w]) : _mm256_setzero_si256();
+    s_gen_load_avx2(gen, s);
     const __m512 f = _mm512_set1_ps(na[0] + nb[0]);
     __m512 mn0 = f, mn1 = f, mx0 = f, mx1 = f;
     __mmask16 bad = 0;
@@ -1039,9 +1039,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
         bad |= _mm512_cmp_ps_mask(u, v, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(w, z, _CMP_UNORD_Q);
         s_ef64_avx512(g + i, r + i, &c, gen != NULL, s, q + i);
     }
-    if (gen)
-        for (int w = 0; w < 4; w++)
-            _mm256_storeu_si256((__m256i *)gen->s[w], s[w]);
+    s_gen_store_avx2(gen, s);
     float l = _mm512_reduce_min_ps(_mm512_min_ps(mn0, mn1)),
           h = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
     _mm256_zeroupper();
