@@ -192,10 +192,14 @@ Test(clock, simulated_matches_real_8bit_80mbit, .timeout = 600)
     s_compare("8bit", "paper", "5", "80", m);
 }
 
-Test(clock, simulated_matches_real_2bit_80mbit, .timeout = 600)
+/* 2 bits on 40 Mbit/s, not 80: at 80 an iteration is ~1.5 s, of which ~0.1 s is compute and
+ * the messages' fixed costs, and on a loaded CI machine the real run's servers lost ~85 ms an
+ * iteration to other processes (contention that compute_ms does not see): 5.4 %. At 40 the link
+ * is twice the share of the iteration and the same loss is under 3 %. */
+Test(clock, simulated_matches_real_2bit_40mbit, .timeout = 600)
 {
     const char *m[] = {"--policy", "fixed:2", NULL};
-    s_compare("2bit", "paper", "6", "80", m);
+    s_compare("2bit", "paper", "6", "40", m);
 }
 
 Test(clock, a_bad_clock_is_refused, .timeout = 60)
