@@ -130,27 +130,60 @@ static void s_layers(mq_model_t *m, int steps)
     free(x);
 }
 
+static int s_usage(const char *why)
+{
+    if (why)
+        fprintf(stderr, "bench_nn: %s\n", why);
+    fprintf(why ? stderr : stdout,
+            "usage: bench_nn [--layers] [--torch 0|1] [STEPS]\n"
+            "  STEPS     training steps per timed round (default 5; --layers: 20)\n"
+            "  --layers  the step profiled stage by stage at 1 and 2 threads\n"
+            "  --torch   0 skips the PyTorch comparison (default 1)\n");
+    return why ? 2 : 0;
+}
+
 int main(int argc, char **argv)
 {
     mq_nn_pick_blas_core(argv); /* the kernels the services would use */
-    if (argc > 1 && strcmp(argv[1], "--layers") == 0) {
+    bool layers = false;
+    long steps = 0, torch = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+            return s_usage(NULL);
+        if (strcmp(argv[i], "--layers") == 0) {
+            layers = true;
+        } else if (strcmp(argv[i], "--torch") == 0) {
+            if (i + 1 >= argc)
+                return s_usage("--torch takes a value (0 or 1)");
+            if (mq_parse_long("--torch", argv[++i], 0, 1, &torch) < 0)
+                return s_usage(mq_err_last());
+        } else if (argv[i][0] == '-' || steps > 0) {
+            char why[256];
+            snprintf(why, sizeof why, "unexpected argument '%s'", argv[i]);
+            return s_usage(why);
+        } else if (mq_parse_long("STEPS", argv[i], 1, 100000, &steps) < 0) {
+            return s_usage(mq_err_last());
+        }
+    }
+    if (layers) {
         mq_model_t *m = mq_model_new("paper", 1, BATCH, 1e-4f);
         if (!m) {
             fprintf(stderr, "bench_nn: %s\n", mq_err_last());
             return 1;
         }
         mq_model_init(m, 1);
-        s_layers(m, argc > 2 ? atoi(argv[2]) : 20);
+        s_layers(m, steps > 0 ? (int)steps : 20);
         mq_model_destroy(&m);
         return 0;
     }
-    int steps = argc > 1 ? atoi(argv[1]) : 5;
+    if (steps == 0)
+        steps = 5;
     char here[1024], script[1200];
     snprintf(here, sizeof here, "%s", __FILE__);
     snprintf(script, sizeof script, "%s/torch_cnn.py", dirname(here));
     const char *env = mq_env_str("MQGRAD_TORCH_SCRIPT", script);
-    bool have_torch = access(env, R_OK) == 0 && access("/usr/bin/python3", X_OK) == 0;
-    if (!have_torch)
+    bool have_torch = torch && access(env, R_OK) == 0 && access("/usr/bin/python3", X_OK) == 0;
+    if (torch && !have_torch)
         printf("torch comparison skipped: %s or /usr/bin/python3 not found\n", env);
     mq_model_t *m = mq_model_new("paper", 1, BATCH, 1e-4f);
     if (!m) {
@@ -159,14 +192,14 @@ int main(int argc, char **argv)
     }
     mq_model_init(m, 1);
     double flops = s_step_flops();
-    printf("paper model, batch %d, %.2f GFLOP per training step, %d steps per round\n", BATCH,
+    printf("paper model, batch %d, %.2f GFLOP per training step, %ld steps per round\n", BATCH,
            flops / 1e9, steps);
     for (int t = 1; t <= 2; t++) {
         mq_nn_set_threads(t);
         double peak = s_sgemm_peak(2048);
-        double ours = s_ours(m, steps, 2);
-        double torch = have_torch ? s_torch(env, t, steps) : 0;
-        double ours2 = s_ours(m, steps, 1); /* again after torch: the load may have changed */
+        double ours = s_ours(m, (int)steps, 2);
+        double torch = have_torch ? s_torch(env, t, (int)steps) : 0;
+        double ours2 = s_ours(m, (int)steps, 1); /* again after torch: the load may have changed */
         ours = ours2 > ours ? ours2 : ours;
         double gflops = ours / BATCH * flops / 1e9;
         printf("threads %d: mqgrad %.1f img/s = %.1f GFLOP/s = %.2f of sgemm peak (%.1f GFLOP/s)",
