@@ -316,6 +316,56 @@ Test(nn, conv_fast_col2im_matches_its_definition)
     s_conv_fast_check(2, 2, 5, 9);
 }
 
+/* Max-pooling with AVX-512 (conv_avx512.c) takes what the definition takes: for each 3x3
+ * window at stride 2 (clipped at the bottom and right), the first of its largest values in
+ * row-then-column order, compared with a strict, ordered >. The data has runs of equal
+ * values (ReLU's zeros, repeated levels) and a NaN, where the order decides. */
+static void s_pool_fast_check(int planes, int h, int w)
+{
+    const int ho = mq_pool_out(h), wo = mq_pool_out(w);
+    const size_t nx = (size_t)planes * h * w, ny = (size_t)planes * ho * wo;
+    float *x = malloc(sizeof(float) * nx), *y = malloc(sizeof(float) * ny),
+          *yref = malloc(sizeof(float) * ny);
+    int32_t *arg = malloc(sizeof(int32_t) * ny), *aref = malloc(sizeof(int32_t) * ny);
+    for (size_t i = 0; i < nx; i++) {
+        float v = (float)((i * 7) % 11) - 5;
+        x[i] = v > 0 ? v : 0;
+    }
+    x[nx / 3] = NAN;
+    for (int p = 0; p < planes; p++)
+        for (int i = 0; i < ho; i++)
+            for (int j = 0; j < wo; j++) {
+                const float *xp = x + (size_t)p * h * w;
+                int best = 2 * i * w + 2 * j;
+                for (int r = 2 * i; r < 2 * i + 3 && r < h; r++)
+                    for (int cc = 2 * j; cc < 2 * j + 3 && cc < w; cc++)
+                        if (xp[r * w + cc] > xp[best])
+                            best = r * w + cc;
+                yref[(size_t)p * ho * wo + i * wo + j] = xp[best];
+                aref[(size_t)p * ho * wo + i * wo + j] = best;
+            }
+    cr_assert(mq_conv_fast_pool(x, planes, h, w, y, arg), "%dx%d planes not taken", h, w);
+    cr_expect(memcmp(arg, aref, sizeof(int32_t) * ny) == 0, "positions, %dx%d", h, w);
+    cr_expect(memcmp(y, yref, sizeof(float) * ny) == 0, "maxima, %dx%d", h, w);
+    free(x), free(y), free(yref), free(arg), free(aref);
+}
+
+Test(nn, conv_fast_pool_matches_its_definition)
+{
+    if (!mq_fc_fast())
+        cr_skip_test("this CPU has no AVX-512F: the model uses the portable loops there");
+    s_pool_fast_check(6, 28, 28);
+    s_pool_fast_check(5, 14, 14);
+    s_pool_fast_check(3, 7, 7);
+    s_pool_fast_check(2, 5, 9);
+    s_pool_fast_check(2, 32, 32);
+    s_pool_fast_check(2, 31, 17);
+    s_pool_fast_check(2, 1, 1);
+    float x[33] = {0}, y[17];
+    int32_t arg[17];
+    cr_expect_not(mq_conv_fast_pool(x, 1, 1, 33, y, arg), "a plane 33 wide is not its to take");
+}
+
 /* Split over threads, each product gives the bits it gives on one. (The split needs
  * OpenBLAS's idle threads asleep, which mq_nn_pick_blas_core arranges for the programs.) */
 Test(nn, fc_fast_kernels_give_the_same_bits_on_any_number_of_threads, .timeout = 60)

@@ -6,7 +6,8 @@
  * Measured (bench/README.md): conv2's col2im 6.7 -> 4.9 ms on one thread. The same for
  * im2col, a copy, was no faster than the portable loop's memcpy of each row (7.5 against
  * 6.3-7.3 ms): it is bound by writing the 40 MB of columns, and was not kept.
- * mq_conv_fast() says whether it is used (as mq_fc_fast()). */
+ * mq_conv_fast() says whether it is used (as mq_fc_fast()). Max-pooling's forward is here
+ * too (mq_conv_fast_pool). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -72,7 +73,76 @@ AVX512 static void s_col2im(const float *col, size_t ld, int n, int c, int h, in
             }
         }
 }
+
+/* Max-pooling, 3x3 windows at stride 2 (mq_pool_forward), for planes up to 32 wide: an output
+ * row's (up to 16) windows at once. Each input row is two masked vectors, and the windows'
+ * columns 2j, 2j+1 and 2j+2 are three permutations of them; the windows' cells are visited
+ * in the portable loop's order (row, then column) with its strict, ordered comparison, so the
+ * maxima and the positions taken (the first of equal values) are its own. The portable loop
+ * compares nine values one at a time, each a branch the data decides. */
+AVX512 static void s_pool_forward(const float *x, int planes, int h, int w, float *y, int32_t *arg)
+{
+    const int ho = mq_pool_out(h), wo = mq_pool_out(w);
+    const __mmask16 out = (__mmask16)((1u << wo) - 1),
+                    lo = (__mmask16)(w >= 16 ? 0xffffu : (1u << w) - 1),
+                    hi = (__mmask16)(w <= 16 ? 0 : (1u << (w - 16)) - 1);
+    __m512i pick[3], cols[3];
+    __mmask16 ok[3];
+    for (int dc = 0; dc < 3; dc++) {
+        int32_t at[16];
+        ok[dc] = 0;
+        for (int j = 0; j < 16; j++) {
+            at[j] = (2 * j + dc) & 31;
+            if (j < wo && 2 * j + dc < w)
+                ok[dc] |= (__mmask16)(1u << j);
+        }
+        pick[dc] = _mm512_loadu_si512(at);
+        cols[dc] = pick[dc];
+    }
+    for (int p = 0; p < planes; p++) {
+        const float *xp = x + (size_t)p * h * w;
+        float *yp = y + (size_t)p * ho * wo;
+        int32_t *ap = arg + (size_t)p * ho * wo;
+        for (int i = 0; i < ho; i++) {
+            const int r0 = 2 * i, r1 = r0 + 3 < h ? r0 + 3 : h;
+            __m512 best = _mm512_setzero_ps();
+            __m512i where = _mm512_setzero_si512();
+            for (int r = r0; r < r1; r++) {
+                const float *row = xp + (size_t)r * w;
+                const __m512 a = _mm512_maskz_loadu_ps(lo, row),
+                             b = _mm512_maskz_loadu_ps(hi, row + 16);
+                const __m512i base = _mm512_set1_epi32(r * w);
+                for (int dc = 0; dc < 3; dc++) {
+                    const __m512 v = _mm512_permutex2var_ps(a, pick[dc], b);
+                    if (r == r0 && dc == 0) { /* the window's first cell */
+                        best = v;
+                        where = _mm512_add_epi32(base, cols[0]);
+                        continue;
+                    }
+                    const __mmask16 gt = _mm512_mask_cmp_ps_mask(ok[dc], v, best, _CMP_GT_OQ);
+                    best = _mm512_mask_mov_ps(best, gt, v);
+                    where = _mm512_mask_mov_epi32(where, gt, _mm512_add_epi32(base, cols[dc]));
+                }
+            }
+            _mm512_mask_storeu_ps(yp + i * wo, out, best);
+            _mm512_mask_storeu_epi32(ap + i * wo, out, where);
+        }
+    }
+}
 #endif
+
+bool mq_conv_fast_pool(const float *x, int planes, int h, int w, float *y, int32_t *arg)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!mq_fc_fast() || w > 32)
+        return false;
+    s_pool_forward(x, planes, h, w, y, arg);
+    return true;
+#else
+    (void)x, (void)planes, (void)h, (void)w, (void)y, (void)arg;
+    return false;
+#endif
+}
 
 bool mq_conv_fast(int h, int w)
 {

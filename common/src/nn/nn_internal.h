@@ -143,6 +143,9 @@ bool mq_fc_fast(void);
 bool mq_conv_fast(int h, int w);
 void mq_conv_fast_col2im(const float *col, size_t ld, int n, int c, int h, int w, size_t sn,
                          size_t sc, float *x);
+/* Max-pooling's forward (mq_pool_forward_f) with AVX-512, its results bit for bit; false,
+ * with nothing written, where it cannot run (no AVX-512, or planes wider than 32). */
+bool mq_conv_fast_pool(const float *x, int planes, int h, int w, float *y, int32_t *arg);
 void mq_fc_fast_forward(const float *x, int n, int in, int out, const float *wt, float *y);
 double mq_fc_fast_backward_l2(const float *x, const float *dy, int n, int in, int out,
                               const float *wt, float l2, float *dw, float *dx);
