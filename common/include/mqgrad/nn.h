@@ -86,7 +86,7 @@ const char *mq_nn_blas_core(void);
  * calling thread adds the time of each stage of the step to seconds[stage]; NULL stops it.
  * The stages are the layers' parts in the order they run (mq_nn_stage_name); with profiling
  * off a step pays one test of a thread-local pointer per stage. */
-enum { MQ_NN_NSTAGES = 23 };
+enum { MQ_NN_NSTAGES = 22 };
 const char *mq_nn_stage_name(int stage);
 void mq_model_profile(mq_model_t *m, double *seconds);
 

@@ -25,10 +25,28 @@
 
 /* The stages of a training step (mq_nn_stage_name), timed while profiling is on. */
 enum {
-    MQ_ST_C1_IM2COL, MQ_ST_C1_GEMM, MQ_ST_P1, MQ_ST_N1, MQ_ST_C2_IM2COL, MQ_ST_C2_GEMM,
-    MQ_ST_R2, MQ_ST_N2, MQ_ST_P2, MQ_ST_FC_FWD, MQ_ST_SOFTMAX, MQ_ST_FC3_BWD, MQ_ST_FC2_BWD,
-    MQ_ST_FC1_BWD, MQ_ST_P2_BWD, MQ_ST_N2_BWD, MQ_ST_C2_DW, MQ_ST_C2_DX,
-    MQ_ST_C2_COL2IM, MQ_ST_N1_BWD, MQ_ST_P1_BWD, MQ_ST_C1_DW, MQ_ST_OTHER
+    MQ_ST_C1_IM2COL,
+    MQ_ST_C1_GEMM,
+    MQ_ST_P1,
+    MQ_ST_N1,
+    MQ_ST_C2_IM2COL,
+    MQ_ST_C2_GEMM,
+    MQ_ST_R2,
+    MQ_ST_N2,
+    MQ_ST_P2,
+    MQ_ST_FC_FWD,
+    MQ_ST_SOFTMAX,
+    MQ_ST_FC3_BWD,
+    MQ_ST_FC2_BWD,
+    MQ_ST_FC1_BWD,
+    MQ_ST_P2_BWD,
+    MQ_ST_N2_BWD,
+    MQ_ST_C2_DW,
+    MQ_ST_C2_DX,
+    MQ_ST_N1_BWD,
+    MQ_ST_P1_BWD,
+    MQ_ST_C1_DW,
+    MQ_ST_OTHER
 };
 /* The profile of the step running on this thread (NULL: off) and the time of its last mark. */
 extern _Thread_local double *mq_nn_prof;
@@ -128,6 +146,10 @@ int mq_nn_parts(void);
 #define MQ_NN_PAR_MIN ((size_t)1 << 16)
 int mq_nn_parts_for(size_t count, size_t each);
 void mq_nn_parallel(mq_nn_part_fn *fn, void *arg, int parts);
+/* As mq_nn_parallel, for parts that call OpenBLAS: OpenBLAS is set to one thread for the job
+ * (and back after), so each part's products run on that part's thread, side by side. One
+ * part (PARTS <= 1, or OpenBLAS on one thread) runs on the caller with OpenBLAS as it is. */
+void mq_nn_parallel_blas(mq_nn_part_fn *fn, void *arg, int parts);
 void mq_nn_share(int count, int part, int parts, int *lo, int *hi);
 
 /* fc_avx512.c: the fully connected products in float for a small batch, with AVX-512.

@@ -123,6 +123,18 @@ void mq_nn_parallel(mq_nn_part_fn *fn, void *arg, int parts)
     pthread_mutex_unlock(&s_pool.run);
 }
 
+void mq_nn_parallel_blas(mq_nn_part_fn *fn, void *arg, int parts)
+{
+    const int threads = openblas_get_num_threads();
+    if (parts <= 1 || threads <= 1) {
+        fn(arg, 0, 1);
+        return;
+    }
+    openblas_set_num_threads(1);
+    mq_nn_parallel(fn, arg, parts);
+    openblas_set_num_threads(threads);
+}
+
 void mq_nn_share(int count, int part, int parts, int *lo, int *hi)
 {
     *lo = (int)((long)count * part / parts);
