@@ -214,7 +214,7 @@ s_backward_rows(const float *xt, int mp, const float *dyp, int n, int in, int ou
                 for (int v = 0; v < 3; v++) {
                     const size_t at = (size_t)(r0 + i) * out + c + AHEAD * NP + 16 * v;
                     _mm_prefetch((const char *)(wt + at), _MM_HINT_T0);
-                    _m_prefetchw(dw + at);
+                    __builtin_prefetch(dw + at, 1, 3); /* PREFETCHW: the target has prfchw */
                 }
 #pragma GCC unroll 8
         for (int i = 0; i < BR; i++) {
