@@ -9,6 +9,7 @@
  *   2 url         the input as `mqgrad top --scheduler` (mq_httpc_url_parse)
  * Input: byte 0 picks one (modulo 3), the rest is the input. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
