@@ -6,8 +6,8 @@
  * Measured (bench/README.md): conv2's col2im 6.7 -> 4.9 ms on one thread. The same for
  * im2col, a copy, was no faster than the portable loop's memcpy of each row (7.5 against
  * 6.3-7.3 ms): it is bound by writing the 40 MB of columns, and was not kept.
- * mq_conv_fast() says whether it is used (as mq_fc_fast()). Max-pooling's forward is here
- * too (mq_conv_fast_pool). */
+ * mq_conv_fast() says whether it is used (where mq_fc_kind() is MQ_FC_AVX512). Max-pooling's
+ * forward is here too (mq_conv_fast_pool). */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -134,7 +134,7 @@ AVX512 static void s_pool_forward(const float *x, int planes, int h, int w, floa
 bool mq_conv_fast_pool(const float *x, int planes, int h, int w, float *y, int32_t *arg)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (!mq_fc_fast() || w > 32)
+    if (mq_fc_kind() != MQ_FC_AVX512 || w > 32)
         return false;
     s_pool_forward(x, planes, h, w, y, arg);
     return true;
@@ -147,7 +147,7 @@ bool mq_conv_fast_pool(const float *x, int planes, int h, int w, float *y, int32
 bool mq_conv_fast(int h, int w)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return mq_fc_fast() && (h * w + 15) / 16 <= MAX_CHUNKS;
+    return mq_fc_kind() == MQ_FC_AVX512 && (h * w + 15) / 16 <= MAX_CHUNKS;
 #else
     (void)h, (void)w;
     return false;

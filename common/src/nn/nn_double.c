@@ -18,7 +18,7 @@
 #define REAL double
 #define FN(name) name##_d
 #define NET mq_net_d_t
-#define FC_FAST 0 /* fc_avx512.c's products (float only) */
+#define FC_FAST 0 /* fc_x86.c's products (float only) */
 #define GEMM cblas_dgemm
 #define SQRT sqrt
 #define MARK(stage) ((void)(stage))

@@ -18,7 +18,7 @@
 #define REAL float
 #define FN(name) name##_f
 #define NET mq_net_f_t
-#define FC_FAST 1 /* fc_avx512.c's products (float only) */
+#define FC_FAST 1 /* fc_x86.c's products (float only) */
 #define GEMM cblas_sgemm
 #define SQRT sqrtf
 #define MARK(stage) mq_nn_mark(stage)

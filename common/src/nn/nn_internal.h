@@ -152,16 +152,23 @@ void mq_nn_parallel(mq_nn_part_fn *fn, void *arg, int parts);
 void mq_nn_parallel_blas(mq_nn_part_fn *fn, void *arg, int parts);
 void mq_nn_share(int count, int part, int parts, int *lo, int *hi);
 
-/* fc_avx512.c: the fully connected products in float for a small batch, with AVX-512.
- * mq_fc_fast() is true when they are used: the CPU has AVX-512F and FMA, and MQGRAD_NN_FC is
- * not "blas". They split over mq_nn_parts_for() threads.
- * mq_fc_fast_forward: y += x w (sgemm where the kernels cannot run, or out < 48).
+/* fc_x86.c: the fully connected products in float for a small batch, with AVX-512 or AVX2
+ * and FMA. mq_fc_kind() says which run: the best set the CPU has, unless MQGRAD_NN_FC says
+ * "blas" (sgemm) or "avx2" (not AVX-512); mq_fc_fast() is true unless sgemm. mq_fc_use()
+ * makes KIND the one used (tests), false where the CPU lacks it. They split over
+ * mq_nn_parts_for() threads.
+ * mq_fc_fast_forward: y += x w (sgemm where the kernels cannot run, or out narrower than a
+ * tile: 48 columns with AVX-512, 24 with AVX2).
  * mq_fc_fast_backward_l2: dw = x^T dy + l2 w, dx = dy w^T (dx may be NULL); returns
  * l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or without
  * scratch memory. */
+typedef enum { MQ_FC_BLAS, MQ_FC_AVX2, MQ_FC_AVX512 } mq_fc_kind_t;
+mq_fc_kind_t mq_fc_kind(void);
+bool mq_fc_use(mq_fc_kind_t kind);
 bool mq_fc_fast(void);
 /* conv_avx512.c: col2im in float with AVX-512, the portable loop's sums bit for bit;
- * mq_conv_fast(h, w) is true when it is used for h x w planes (as mq_fc_fast()). */
+ * mq_conv_fast(h, w) is true when it is used for h x w planes (where mq_fc_kind() is
+ * MQ_FC_AVX512). */
 bool mq_conv_fast(int h, int w);
 void mq_conv_fast_col2im(const float *col, size_t ld, int n, int c, int h, int w, size_t sn,
                          size_t sc, float *x);
