@@ -7,7 +7,7 @@
  * im2col, a copy, was no faster than the portable loop's memcpy of each row (7.5 against
  * 6.3-7.3 ms): it is bound by writing the 40 MB of columns, and was not kept.
  * mq_conv_fast() says whether it is used (where mq_fc_kind() is MQ_FC_AVX512). Max-pooling's
- * forward is here too (mq_conv_fast_pool). */
+ * forward is here too (mq_conv_fast_pool), with AVX-512 or AVX2. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -129,15 +129,108 @@ AVX512 static void s_pool_forward(const float *x, int planes, int h, int w, floa
         }
     }
 }
+
+#define AVX2 __attribute__((target("avx2")))
+
+/* LEFT (<= 0: none, >= 8: all) floats from P, the others zero; a masked load only at an
+ * edge, where the loads of the row's last window would run past the plane. */
+AVX2 static inline __m256 s_load8(const float *p, int left)
+{
+    if (left >= 8)
+        return _mm256_loadu_ps(p);
+    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lanes));
+}
+
+/* Lanes 0, 2, 4, 6 of A then of B (ODD: 1, 3, 5, 7): eight columns 2 apart. */
+AVX2 static inline __m256 s_evens(__m256 a, __m256 b, bool odd)
+{
+    const __m256 e = odd ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))
+                         : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* The same with AVX2, eight windows a vector, two vectors a row. A window's columns 2j, 2j+1
+ * and 2j+2 of input row r are the even and odd lanes of the row's 16 values from 2j0 and the
+ * even lanes of those from 2j0+2; the visit order, the comparison and the positions are the
+ * AVX-512 loop's. The row is written through a small buffer (a masked store is slow on
+ * AMD's cores). */
+AVX2 static void s_pool_forward_avx2(const float *x, int planes, int h, int w, float *y,
+                                     int32_t *arg)
+{
+    const int ho = mq_pool_out(h), wo = mq_pool_out(w);
+    __m256 ok[2][3];
+    __m256i cols[2][3];
+    for (int q = 0; q < 2; q++)
+        for (int dc = 0; dc < 3; dc++) {
+            int32_t at[8], on[8];
+            for (int l = 0; l < 8; l++) {
+                const int j = 8 * q + l;
+                at[l] = 2 * j + dc;
+                on[l] = j < wo && 2 * j + dc < w ? -1 : 0;
+            }
+            cols[q][dc] = _mm256_loadu_si256((const __m256i *)at);
+            ok[q][dc] = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)on));
+        }
+    const int nq = wo > 8 ? 2 : 1;
+    float yb[16];
+    int32_t ab[16];
+    for (int p = 0; p < planes; p++) {
+        const float *xp = x + (size_t)p * h * w;
+        for (int i = 0; i < ho; i++) {
+            const int r0 = 2 * i, r1 = r0 + 3 < h ? r0 + 3 : h;
+            for (int q = 0; q < nq; q++) {
+                const int c0 = 16 * q;
+                __m256 best = _mm256_setzero_ps();
+                __m256i where = _mm256_setzero_si256();
+                for (int r = r0; r < r1; r++) {
+                    const float *row = xp + (size_t)r * w + c0;
+                    const int left = w - c0;
+                    const __m256 a = s_load8(row, left), b = s_load8(row + 8, left - 8),
+                                 a2 = s_load8(row + 2, left - 2), b2 = s_load8(row + 10, left - 10);
+                    const __m256 v[3] = {s_evens(a, b, false), s_evens(a, b, true),
+                                         s_evens(a2, b2, false)};
+                    const __m256i base = _mm256_set1_epi32(r * w);
+                    for (int dc = 0; dc < 3; dc++) {
+                        const __m256i pos = _mm256_add_epi32(base, cols[q][dc]);
+                        if (r == r0 && dc == 0) { /* the window's first cell */
+                            best = v[0];
+                            where = pos;
+                            continue;
+                        }
+                        const __m256 gt =
+                            _mm256_and_ps(ok[q][dc], _mm256_cmp_ps(v[dc], best, _CMP_GT_OQ));
+                        best = _mm256_blendv_ps(best, v[dc], gt);
+                        where = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(where),
+                                                                     _mm256_castsi256_ps(pos), gt));
+                    }
+                }
+                _mm256_storeu_ps(yb + 8 * q, best);
+                _mm256_storeu_si256((__m256i *)(ab + 8 * q), where);
+            }
+            memcpy(y + ((size_t)p * ho + i) * wo, yb, sizeof(float) * wo);
+            memcpy(arg + ((size_t)p * ho + i) * wo, ab, sizeof(int32_t) * wo);
+        }
+    }
+}
 #endif
 
 bool mq_conv_fast_pool(const float *x, int planes, int h, int w, float *y, int32_t *arg)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (mq_fc_kind() != MQ_FC_AVX512 || w > 32)
+    if (w > 32)
         return false;
-    s_pool_forward(x, planes, h, w, y, arg);
-    return true;
+    switch (mq_fc_kind()) {
+    case MQ_FC_AVX512:
+        s_pool_forward(x, planes, h, w, y, arg);
+        return true;
+    case MQ_FC_AVX2:
+        s_pool_forward_avx2(x, planes, h, w, y, arg);
+        return true;
+    case MQ_FC_BLAS:
+        break;
+    }
+    return false;
 #else
     (void)x, (void)planes, (void)h, (void)w, (void)y, (void)arg;
     return false;

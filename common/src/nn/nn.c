@@ -278,6 +278,13 @@ const char *mq_nn_blas_core(void)
     return core ? core : "unknown";
 }
 
+bool mq_nn_conv_transposed(void)
+{
+    const char *core = mq_nn_blas_core();
+    return strcasecmp(core, "SkylakeX") == 0 || strcasecmp(core, "Cooperlake") == 0 ||
+           strcasecmp(core, "SapphireRapids") == 0;
+}
+
 /* The kernels the CPU's features allow, of those every OpenBLAS since 0.3.10 has. */
 static const char *s_blas_core_for_cpu(void)
 {

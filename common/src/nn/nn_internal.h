@@ -163,6 +163,11 @@ void mq_nn_share(int count, int part, int parts, int *lo, int *hi);
  * l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or without
  * scratch memory. */
 typedef enum { MQ_FC_BLAS, MQ_FC_AVX2, MQ_FC_AVX512 } mq_fc_kind_t;
+/* Whether conv2's forward product is taken transposed (s_conv_forward): with OpenBLAS's
+ * AVX-512 kernels (SkylakeX and its successors), which run that form 1.4x faster for
+ * conv2's shape; its Haswell kernels (AMD's Zen cores too) run the direct form 1.25x faster.
+ * Fixed for a machine, so the same seed and threads still give the same bits. */
+bool mq_nn_conv_transposed(void);
 mq_fc_kind_t mq_fc_kind(void);
 bool mq_fc_use(mq_fc_kind_t kind);
 bool mq_fc_fast(void);
@@ -172,8 +177,9 @@ bool mq_fc_fast(void);
 bool mq_conv_fast(int h, int w);
 void mq_conv_fast_col2im(const float *col, size_t ld, int n, int c, int h, int w, size_t sn,
                          size_t sc, float *x);
-/* Max-pooling's forward (mq_pool_forward_f) with AVX-512, its results bit for bit; false,
- * with nothing written, where it cannot run (no AVX-512, or planes wider than 32). */
+/* Max-pooling's forward (mq_pool_forward_f) with AVX-512 or AVX2 (as mq_fc_kind()), its
+ * results bit for bit; false, with nothing written, where it cannot run (neither set, or
+ * planes wider than 32). */
 bool mq_conv_fast_pool(const float *x, int planes, int h, int w, float *y, int32_t *arg);
 void mq_fc_fast_forward(const float *x, int n, int in, int out, const float *wt, float *y);
 double mq_fc_fast_backward_l2(const float *x, const float *dy, int n, int in, int out,
