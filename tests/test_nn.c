@@ -390,6 +390,13 @@ Test(nn, conv_fast_pool_matches_its_definition)
     }
 }
 
+/* v[i] = (i * mul mod m) / m - 0.5: a fixed pattern in [-0.5, 0.5) with no short period. */
+static void s_fill_mod(float *v, size_t n, unsigned mul, unsigned m)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(((unsigned)i * mul) % m) / (float)m - 0.5f;
+}
+
 /* Split over threads, each product gives the bits it gives on one. (The split needs
  * OpenBLAS's idle threads asleep, which mq_nn_pick_blas_core arranges for the programs.) */
 static void s_fc_threads_check(const char *set)
@@ -397,10 +404,8 @@ static void s_fc_threads_check(const char *set)
     const int n = 32, in = 301, out = 500;
     float *x = malloc(sizeof(float) * n * in), *w = malloc(sizeof(float) * in * out),
           *dy = malloc(sizeof(float) * n * out), *r[4][3];
-    for (int i = 0; i < n * in; i++)
-        x[i] = (float)(((unsigned)i * 7919u) % 101) / 101 - 0.5f;
-    for (int i = 0; i < in * out; i++)
-        w[i] = (float)(((unsigned)i * 104729u) % 97) / 97 - 0.5f;
+    s_fill_mod(x, (size_t)n * in, 7919u, 101);
+    s_fill_mod(w, (size_t)in * out, 104729u, 97);
     for (int i = 0; i < n * out; i++)
         dy[i] = (float)((i * 31) % 89) / 89 - 0.5f;
     double loss[4];
@@ -599,10 +604,8 @@ static bool s_blas_same_bits_on_two_threads(void)
     const int m = 64, n = 25088, k = 25;
     float *a = malloc(sizeof(float) * m * k), *b = malloc(sizeof(float) * k * n),
           *c[2] = {malloc(sizeof(float) * m * n), malloc(sizeof(float) * m * n)};
-    for (int i = 0; i < m * k; i++)
-        a[i] = (float)(((unsigned)i * 7919u) % 101) / 101 - 0.5f;
-    for (int i = 0; i < k * n; i++)
-        b[i] = (float)(((unsigned)i * 104729u) % 97) / 97 - 0.5f;
+    s_fill_mod(a, (size_t)m * k, 7919u, 101);
+    s_fill_mod(b, (size_t)k * n, 104729u, 97);
     for (int t = 0; t < 2; t++) {
         mq_nn_set_threads(t + 1);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1, a, k, b, n, 0, c[t], n);

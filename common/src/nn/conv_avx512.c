@@ -15,7 +15,7 @@
 #include "nn_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "x86_avx2.h"
 #define AVX512 __attribute__((target("avx512f")))
 
 enum { PAD = MQ_KSIZE / 2, MAX_CHUNKS = 64 }; /* planes up to 64 x 16 values (28 x 28: 49) */
@@ -130,20 +130,8 @@ AVX512 static void s_pool_forward(const float *x, int planes, int h, int w, floa
     }
 }
 
-#define AVX2 __attribute__((target("avx2")))
-
-/* LEFT (<= 0: none, >= 8: all) floats from P, the others zero; a masked load only at an
- * edge, where the loads of the row's last window would run past the plane. */
-AVX2 static inline __m256 s_load8(const float *p, int left)
-{
-    if (left >= 8)
-        return _mm256_loadu_ps(p);
-    const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_maskload_ps(p, _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lanes));
-}
-
 /* Lanes 0, 2, 4, 6 of A then of B (ODD: 1, 3, 5, 7): eight columns 2 apart. */
-AVX2 static inline __m256 s_evens(__m256 a, __m256 b, bool odd)
+MQ_AVX2 static inline __m256 s_evens(__m256 a, __m256 b, bool odd)
 {
     const __m256 e = odd ? _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))
                          : _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
@@ -155,8 +143,8 @@ AVX2 static inline __m256 s_evens(__m256 a, __m256 b, bool odd)
  * even lanes of those from 2j0+2; the visit order, the comparison and the positions are the
  * AVX-512 loop's. The row is written through a small buffer (a masked store is slow on
  * AMD's cores). */
-AVX2 static void s_pool_forward_avx2(const float *x, int planes, int h, int w, float *y,
-                                     int32_t *arg)
+MQ_AVX2 static void s_pool_forward_avx2(const float *x, int planes, int h, int w, float *y,
+                                        int32_t *arg)
 {
     const int ho = mq_pool_out(h), wo = mq_pool_out(w);
     __m256 ok[2][3];
@@ -186,8 +174,9 @@ AVX2 static void s_pool_forward_avx2(const float *x, int planes, int h, int w, f
                 for (int r = r0; r < r1; r++) {
                     const float *row = xp + (size_t)r * w + c0;
                     const int left = w - c0;
-                    const __m256 a = s_load8(row, left), b = s_load8(row + 8, left - 8),
-                                 a2 = s_load8(row + 2, left - 2), b2 = s_load8(row + 10, left - 10);
+                    const __m256 a = mq_load8(row, left), b = mq_load8(row + 8, left - 8),
+                                 a2 = mq_load8(row + 2, left - 2),
+                                 b2 = mq_load8(row + 10, left - 10);
                     const __m256 v[3] = {s_evens(a, b, false), s_evens(a, b, true),
                                          s_evens(a2, b2, false)};
                     const __m256i base = _mm256_set1_epi32(r * w);

@@ -24,10 +24,11 @@
 
 #include <cblas.h>
 
+#include "mqgrad/util.h"
 #include "nn_internal.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
+#include "x86_avx2.h"
 #define MQ_FC_X86 1
 #else
 #define MQ_FC_X86 0
@@ -142,10 +143,6 @@ static inline __mmask16 s_k16(int left)
 #define NV 3
 #define MR 4
 #define BR 2
-TGT static inline __m256i s_lanes8(int left)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
 TGT static inline float s_hsum8(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -154,9 +151,9 @@ TGT static inline float s_hsum8(__m256 v)
 }
 #define V_LOAD(p) _mm256_load_ps(p)
 #define V_STORE(p, v) _mm256_store_ps(p, v)
-#define V_LOADN(p, left) ((left) >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, s_lanes8(left)))
+#define V_LOADN(p, left) mq_load8(p, left)
 #define V_STOREN(p, left, v)                                                                       \
-    ((left) >= 8 ? _mm256_storeu_ps(p, v) : _mm256_maskstore_ps(p, s_lanes8(left), v))
+    ((left) >= 8 ? _mm256_storeu_ps(p, v) : _mm256_maskstore_ps(p, mq_lanes8(left), v))
 #define V_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define V_MUL(a, b) _mm256_mul_ps(a, b)
 #define V_SET1(x) _mm256_set1_ps(x)
@@ -166,7 +163,8 @@ TGT static inline float s_hsum8(__m256 v)
 #endif
 
 /* Which kernels run: decided once, the best set the CPU has, or MQGRAD_NN_FC's choice
- * ("blas", "avx2", "avx512"; a set the CPU lacks gives the best below it). -1: not yet. */
+ * ("blas", "avx2", "avx512"; a set the CPU lacks gives the best below it; any other value is
+ * named in a warning and ignored). -1: not yet. */
 static int s_use = -1;
 
 static mq_fc_kind_t s_best(mq_fc_kind_t want)
@@ -194,6 +192,11 @@ mq_fc_kind_t mq_fc_kind(void)
             want = MQ_FC_BLAS;
         else if (env && strcmp(env, "avx2") == 0)
             want = MQ_FC_AVX2;
+        else if (env && *env && strcmp(env, "avx512") != 0)
+            mq_log(MQ_LOG_WARN,
+                   "MQGRAD_NN_FC=%s is not blas, avx2 or avx512: using the best kernels this "
+                   "CPU has",
+                   env);
         use = (int)s_best(want);
         __atomic_store_n(&s_use, use, __ATOMIC_RELAXED);
     }

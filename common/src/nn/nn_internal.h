@@ -163,14 +163,14 @@ void mq_nn_share(int count, int part, int parts, int *lo, int *hi);
  * l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or without
  * scratch memory. */
 typedef enum { MQ_FC_BLAS, MQ_FC_AVX2, MQ_FC_AVX512 } mq_fc_kind_t;
-/* Whether conv2's forward product is taken transposed (s_conv_forward): with OpenBLAS's
- * AVX-512 kernels (SkylakeX and its successors), which run that form 1.4x faster for
- * conv2's shape; its Haswell kernels (AMD's Zen cores too) run the direct form 1.25x faster.
- * Fixed for a machine, so the same seed and threads still give the same bits. */
-bool mq_nn_conv_transposed(void);
 mq_fc_kind_t mq_fc_kind(void);
 bool mq_fc_use(mq_fc_kind_t kind);
 bool mq_fc_fast(void);
+/* nn.c: whether conv2's forward product is taken transposed (s_conv_forward): with
+ * OpenBLAS's AVX-512 kernels (SkylakeX and its successors), which run that form 1.4x faster
+ * for conv2's shape; its Haswell kernels (AMD's Zen cores too) run the direct form 1.25x
+ * faster. Fixed for a machine, so the same seed and threads still give the same bits. */
+bool mq_nn_conv_transposed(void);
 /* conv_avx512.c: col2im in float with AVX-512, the portable loop's sums bit for bit;
  * mq_conv_fast(h, w) is true when it is used for h x w planes (where mq_fc_kind() is
  * MQ_FC_AVX512). */
