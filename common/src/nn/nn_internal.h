@@ -171,9 +171,8 @@ bool mq_fc_fast(void);
  * for conv2's shape; its Haswell kernels (AMD's Zen cores too) run the direct form 1.25x
  * faster. Fixed for a machine, so the same seed and threads still give the same bits. */
 bool mq_nn_conv_transposed(void);
-/* conv_avx512.c: col2im in float with AVX-512, the portable loop's sums bit for bit;
- * mq_conv_fast(h, w) is true when it is used for h x w planes (where mq_fc_kind() is
- * MQ_FC_AVX512). */
+/* conv_x86.c: col2im in float with AVX-512 or AVX2 (as mq_fc_kind()), the portable loop's
+ * sums bit for bit; mq_conv_fast(h, w) is true when it is used for h x w planes. */
 bool mq_conv_fast(int h, int w);
 void mq_conv_fast_col2im(const float *col, size_t ld, int n, int c, int h, int w, size_t sn,
                          size_t sc, float *x);

@@ -1,4 +1,4 @@
-/* AVX2 helpers the model's x86 kernels share (fc_x86.c, conv_avx512.c). x86-64 with GCC or
+/* AVX2 helpers the model's x86 kernels share (fc_x86.c, conv_x86.c). x86-64 with GCC or
  * clang only; each function carries its target, so a file built for baseline x86-64 can call
  * it from its own AVX2 functions. */
 #ifndef MQGRAD_NN_X86_AVX2_H

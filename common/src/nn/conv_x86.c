@@ -1,13 +1,15 @@
-/* col2im of the float model with AVX-512: a plane of an image shifted by one tap of the 5x5
- * kernel is the plane at an offset, with the lanes that fall outside it masked. The portable
- * loop adds a row of w values at a time (14 or 28), about 720 000 short loops a step for
- * conv2; here a plane is 13 vectors. The sums are the portable loop's bit for bit: each
- * tap's values are added in the same order (channel, tap row, tap column, image).
- * Measured (bench/README.md): conv2's col2im 6.7 -> 4.9 ms on one thread. The same for
- * im2col, a copy, was no faster than the portable loop's memcpy of each row (7.5 against
- * 6.3-7.3 ms): it is bound by writing the 40 MB of columns, and was not kept.
- * mq_conv_fast() says whether it is used (where mq_fc_kind() is MQ_FC_AVX512). Max-pooling's
- * forward is here too (mq_conv_fast_pool), with AVX-512 or AVX2. */
+/* The float model's convolution loops for x86: col2im and max-pooling's forward, with
+ * AVX-512 or AVX2 as mq_fc_kind() says.
+ *
+ * col2im: a plane of an image shifted by one tap of the 5x5 kernel is the plane at an offset,
+ * with the positions whose pixel falls outside it left out. The portable loop adds a row of
+ * w values at a time (14 or 28), about 720 000 short loops a step for conv2; here a plane is
+ * 13 vectors of 16 (AVX-512, masked) or 25 of 8 (AVX2). The sums are the portable loop's bit
+ * for bit: each tap's values are added in the same order (channel, tap row, tap column,
+ * image). Measured (bench/README.md): conv2's col2im 6.7 -> 4.9 ms on one thread with
+ * AVX-512. The same for im2col, a copy, was no faster than the portable loop's memcpy of each
+ * row (7.5 against 6.3-7.3 ms): it is bound by writing the 40 MB of columns, and was not kept.
+ * mq_conv_fast() says whether these loops are used. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -70,6 +72,76 @@ AVX512 static void s_col2im(const float *col, size_t ld, int n, int c, int h, in
                     __m512 v = _mm512_maskz_loadu_ps(mk, src + 16 * k);
                     _mm512_mask_storeu_ps(d, mk, _mm512_add_ps(_mm512_maskz_loadu_ps(mk, d), v));
                 }
+            }
+        }
+}
+
+/* The same with AVX2, eight positions a vector and no masked stores (slow on AMD's cores):
+ * a lane whose pixel lies outside the plane adds +0.0, which leaves every sum as it was (the
+ * sums start at +0.0 and so are never -0.0, the one value that x + 0 changes). The positions
+ * of a tap whose vector would reach past either end of the plane (where another thread's
+ * channel may lie) go one by one, from a list. Planes up to 32 wide. */
+enum { ONE_MAX = 4 * 32 + 32 }; /* such positions of a tap: at most 4w + 26 */
+
+typedef struct {
+    long off;                   /* where position 0's pixel is */
+    int k0, k1;                 /* vectors k0..k1 lie inside the plane on both sides */
+    int none;                   /* positions in ONE */
+    uint8_t on[MAX_CHUNKS * 2]; /* vector k's lanes that read a pixel */
+    int16_t one[ONE_MAX];       /* the other positions that read a pixel */
+} s_tap_t;
+
+static void s_tap(int h, int w, int ki, int kj, s_tap_t *t)
+{
+    const int hw = h * w, full = hw / 8;
+    t->off = (long)(ki - PAD) * w + (kj - PAD);
+    /* 8k + off >= 0 and 8k + 8 + off <= hw */
+    t->k0 = t->off < 0 ? (int)((-t->off + 7) / 8) : 0;
+    int k1 = (int)((hw - t->off) / 8);
+    t->k1 = k1 > full ? full : k1 < t->k0 ? t->k0 : k1;
+    t->none = 0;
+    memset(t->on, 0, sizeof t->on);
+    for (int i = 0; i < hw; i++) {
+        const int sh = i / w + ki - PAD, sw = i % w + kj - PAD;
+        if (sh < 0 || sh >= h || sw < 0 || sw >= w)
+            continue;
+        if (i >= 8 * t->k0 && i < 8 * t->k1)
+            t->on[i / 8] |= (uint8_t)(1u << (i % 8));
+        else
+            t->one[t->none++] = (int16_t)i;
+    }
+}
+
+MQ_AVX2 static void s_col2im_avx2(const float *col, size_t ld, int n, int c, int h, int w,
+                                  size_t sn, size_t sc, float *x)
+{
+    const int hw = h * w;
+    const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    s_tap_t taps[MQ_KSIZE * MQ_KSIZE];
+    for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++)
+        s_tap(h, w, t / MQ_KSIZE, t % MQ_KSIZE, &taps[t]);
+    for (int ni = 0; ni < n; ni++)
+        for (int ci = 0; ci < c; ci++)
+            memset(x + ni * sn + ci * sc, 0, sizeof(float) * hw);
+    for (int ci = 0; ci < c; ci++)
+        for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++) {
+            const s_tap_t *tp = &taps[t];
+            const float *row = col + (size_t)(ci * MQ_KSIZE * MQ_KSIZE + t) * ld;
+            for (int ni = 0; ni < n; ni++) {
+                const float *src = row + (size_t)ni * hw;
+                float *dst = x + ni * sn + ci * sc;
+                for (int k = tp->k0; k < tp->k1; k++) {
+                    if (!tp->on[k])
+                        continue;
+                    const __m256i on = _mm256_cmpeq_epi32(
+                        _mm256_and_si256(_mm256_set1_epi32(tp->on[k]), lane), lane);
+                    float *d = dst + tp->off + 8 * k;
+                    const __m256 v =
+                        _mm256_and_ps(_mm256_castsi256_ps(on), _mm256_loadu_ps(src + 8 * k));
+                    _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), v));
+                }
+                for (int j = 0; j < tp->none; j++)
+                    dst[tp->one[j] + tp->off] += src[tp->one[j]];
             }
         }
 }
@@ -229,7 +301,15 @@ bool mq_conv_fast_pool(const float *x, int planes, int h, int w, float *y, int32
 bool mq_conv_fast(int h, int w)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    return mq_fc_kind() == MQ_FC_AVX512 && (h * w + 15) / 16 <= MAX_CHUNKS;
+    switch (mq_fc_kind()) {
+    case MQ_FC_AVX512:
+        return (h * w + 15) / 16 <= MAX_CHUNKS;
+    case MQ_FC_AVX2:
+        return (h * w + 15) / 16 <= MAX_CHUNKS && w <= 32;
+    case MQ_FC_BLAS:
+        break;
+    }
+    return false;
 #else
     (void)h, (void)w;
     return false;
@@ -240,7 +320,10 @@ void mq_conv_fast_col2im(const float *col, size_t ld, int n, int c, int h, int w
                          size_t sc, float *x)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
-    s_col2im(col, ld, n, c, h, w, sn, sc, x);
+    if (mq_fc_kind() == MQ_FC_AVX512)
+        s_col2im(col, ld, n, c, h, w, sn, sc, x);
+    else
+        s_col2im_avx2(col, ld, n, c, h, w, sn, sc, x);
 #else
     (void)col, (void)ld, (void)n, (void)c, (void)h, (void)w, (void)sn, (void)sc, (void)x;
 #endif
