@@ -37,6 +37,34 @@ Test(clock, egress_blocks_the_sender_and_stamps_the_last_byte)
     cr_assert_eq(l.bytes_out, 6000000);
 }
 
+Test(clock, async_egress_queues_the_bytes_and_the_sender_goes_on)
+{
+    mq_link_t l;
+    mq_link_init(&l, 80, true); /* 10 MB/s */
+    double t0 = mq_link_now(&l);
+    double stamp = mq_link_egress_async(&l, 5000000);
+    cr_assert_float_eq(stamp, t0 + 0.5, 0.01, "5 MB at 10 MB/s leave 0.5 s later: %g", stamp);
+    cr_assert_lt(mq_link_now(&l), t0 + 0.01, "the sender went on at once");
+    s_burn(0.1); /* the backward pass runs while the bytes leave */
+    double stamp2 = mq_link_egress_async(&l, 1000000);
+    cr_assert_float_eq(stamp2, stamp + 0.1, 0.01, "queued behind the first: %g", stamp2);
+    /* a blocking send after them waits for all of them, then its own bytes */
+    double stamp3 = mq_link_egress(&l, 1000000);
+    cr_assert_float_eq(stamp3, stamp2 + 0.1, 0.01, "behind both: %g", stamp3);
+    cr_assert_geq(mq_link_now(&l), stamp3, "a blocking send waits until its bytes are out");
+    /* once the NIC is idle, a send starts from the node's time */
+    s_burn(0.02);
+    double t4 = mq_link_now(&l);
+    double stamp4 = mq_link_egress_async(&l, 100000);
+    cr_assert_float_eq(stamp4, t4 + 0.01, 0.005, "an idle NIC: %g from %g", stamp4, t4);
+    cr_assert_eq(l.bytes_out, 7100000);
+    /* the receiver has it when its stamp says, not before */
+    mq_link_t r;
+    mq_link_init(&r, 80, true);
+    mq_link_arrive(&r, 5000000, stamp);
+    cr_assert_float_eq(mq_link_settle(&r), stamp, 0.01);
+}
+
 Test(clock, ingress_is_charged_in_stamp_order_whatever_the_order_taken)
 {
     /* Two 1 MB messages into a 10 MB/s NIC, stamped 2.0 and 1.0 (their last bytes left then):
@@ -93,9 +121,35 @@ Test(clock, the_real_clock_is_the_wall)
     mq_link_init(&l, 80, false);
     double w0 = mq_now_s();
     cr_assert_float_eq(mq_link_now(&l), w0, 0.01);
-    cr_assert_eq(mq_link_egress(&l, 200000), 0, "the real clock stamps nothing");
+    cr_assert_eq(mq_link_egress(&l, 200000), 0, "a blocking send stamps nothing");
     double w1 = mq_now_s();
     cr_assert(w1 - w0 >= 0.019, "200 kB at 10 MB/s sleep 20 ms, slept %g s", w1 - w0);
+}
+
+/* The real clock's async send: no sleep at the sender (its time: what 400 ms of bytes would
+ * take, never asserted below), a wall-clock stamp, and a receiver that sleeps until then.
+ * Stamps no sender could have made are taken as "now": a peer cannot put a receiver to
+ * sleep for longer than the bytes it sends. */
+Test(clock, the_real_clocks_async_send_sleeps_at_the_receiver)
+{
+    mq_link_t l, r;
+    mq_link_init(&l, 80, false);
+    mq_link_init(&r, 80, false);
+    double w0 = mq_now_s();
+    double stamp = mq_link_egress_async(&l, 4000000); /* 0.4 s at 10 MB/s */
+    double w1 = mq_now_s();
+    cr_assert_gt(stamp, 1e9, "a wall-clock stamp (seconds since 1970): %g", stamp);
+    mq_link_arrive(&r, 4000000, stamp);
+    double w2 = mq_now_s();
+    cr_assert(w2 - w0 >= 0.39, "the receiver has 4 MB at 10 MB/s after 0.4 s, had it after %g s",
+              w2 - w0);
+    cr_assert_lt(w1 - w0, w2 - w0, "the sender did not wait for its bytes");
+    /* a stamp an hour ahead: not slept for */
+    mq_link_init(&r, 80, false);
+    double w3 = mq_now_s();
+    mq_link_arrive(&r, 100000, stamp + 3600);
+    cr_assert_lt(mq_now_s() - w3, 1.0, "a stamp an hour ahead was slept for");
+    cr_assert_eq(r.untrusted, 1, "and counted");
 }
 
 /* ---- the same run on both clocks ------------------------------------------------------- */

@@ -355,7 +355,9 @@ static void s_shard_stats(s_worker_t *self, float *g, uint32_t s)
     self->gs.hi = fmaxf(self->gs.hi, hi);
 }
 
-static int s_push(s_worker_t *self, uint32_t s)
+/* ASYNC: the push is handed to the emulated NIC and the worker goes on (from inside the
+ * backward pass); otherwise it waits until its bytes are out, as before the replies. */
+static int s_push(s_worker_t *self, uint32_t s, bool async)
 {
     mq_msg_t *out = &self->out;
     mq_msg_init(out, MQ_MSG_PUSH);
@@ -374,7 +376,8 @@ static int s_push(s_worker_t *self, uint32_t s)
     for (uint32_t i = 0; i < out->ntensors; i++)
         bytes += payloads[i].len;
     double e0 = mq_link_now(&self->link);
-    out->sim_time = mq_link_egress(&self->link, bytes);
+    out->sim_time =
+        async ? mq_link_egress_async(&self->link, bytes) : mq_link_egress(&self->link, bytes);
     self->egress_s += mq_link_now(&self->link) - e0;
     if (mq_wire_send(self->servers[s], out, payloads, out->ntensors) != 0)
         return -1;
@@ -383,20 +386,21 @@ static int s_push(s_worker_t *self, uint32_t s)
 }
 
 /* Pushes shard S unless it went already: its statistics, encode, send. */
-static int s_push_shard(s_worker_t *self, uint32_t s)
+static int s_push_shard(s_worker_t *self, uint32_t s, bool async)
 {
     if (self->pushed[s])
         return 0;
     self->pushed[s] = true;
     s_shard_stats(self, mq_model_grads(self->model), s);
-    return s_push(self, s);
+    return s_push(self, s, async);
 }
 
 /* The model's callback from inside the backward pass: the gradient from FROM on is final.
  * Every shard that lies wholly there is pushed now, so its bytes are on the network while
- * the convolutions' backward runs (ZeroMQ's I/O thread sends them). Under link emulation a
- * push still waits for its bytes to pass the emulated NIC, so there this changes when the
- * time is spent, not how much. */
+ * the convolutions' backward runs (ZeroMQ's I/O thread sends them). Under link emulation they
+ * are handed to the emulated NIC without waiting (mq_link_egress_async), as to a real one:
+ * the backward goes on while they pass it, and the server takes them as arriving when their
+ * stamp says. */
 static void s_on_grad_ready(void *arg, size_t from)
 {
     s_worker_t *self = arg;
@@ -405,7 +409,7 @@ static void s_on_grad_ready(void *arg, size_t from)
     double t0 = mq_link_now(&self->link);
     for (uint32_t k = 0; k < self->nservers; k++) {
         uint32_t s = (self->rank + k) % self->nservers;
-        if (mq_kv_worker_shard(self->kv, s)->begin >= from && s_push_shard(self, s) != 0) {
+        if (mq_kv_worker_shard(self->kv, s)->begin >= from && s_push_shard(self, s, true) != 0) {
             self->push_failed = true;
             break;
         }
@@ -445,7 +449,7 @@ static void s_compute(s_worker_t *self)
      * closes once every server has every push (the commit), and a server that filled first
      * would only wait. */
     for (uint32_t k = 0; k < self->nservers; k++)
-        if (s_push_shard(self, (self->rank + k) % self->nservers) != 0) {
+        if (s_push_shard(self, (self->rank + k) % self->nservers, false) != 0) {
             s_fail(self, "push");
             return;
         }

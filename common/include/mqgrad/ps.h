@@ -105,12 +105,17 @@ void mq_ps_apply(const mq_optim_t *o, const mq_codec_t *c, const uint8_t *payloa
 /* ---- links and clocks ---------------------------------------------------------------
  * A node's NIC: egress and ingress token buckets of RATE megabits per second (0 = off), and
  * the clock the node's time is read on. Senders charge their egress before sending
- * (serialization delay); receivers charge their ingress on arrival, counting the message as
- * having arrived at the sender's pace, so one flow runs at RATE and several flows into one
- * node share it. The same model runs on two clocks:
+ * (serialization delay): mq_link_egress waits until the bytes are out, as a blocking send
+ * does; mq_link_egress_async queues them behind the bytes before them and returns at once, as
+ * a send handed to the NIC does (the pushes from inside the backward pass, which must not
+ * stall it). Receivers charge their ingress on arrival, counting the message as having
+ * arrived at the sender's pace, so one flow runs at RATE and several flows into one node
+ * share it. The same model runs on two clocks:
  *
  *  - real: the buckets sleep as the NIC would and time is mq_now_s(). What a run measures is
- *    what happened, including CPU contention when nodes share cores.
+ *    what happened, including CPU contention when nodes share cores. A message sent with
+ *    mq_link_egress_async carries the wall-clock time (CLOCK_REALTIME, which hosts share) at
+ *    which its last byte leaves, and its receiver sleeps until it has streamed in from then.
  *  - simulated: nothing sleeps. A node's time advances by its thread's CPU time (its compute)
  *    and by the time it is blocked on its egress, and jumps forward when it waits for a
  *    message stamped later than its own time (it was idle). A message carries the time its
@@ -139,6 +144,7 @@ typedef struct {
     double sim_now;  /* simulated: the node's time at cpu_mark */
     double cpu_mark; /* simulated: the thread CPU time when sim_now was set */
     double paused;   /* simulated: the time mq_link_pause took */
+    uint32_t untrusted; /* real: stamps taken as "now", too far from this host's clock */
     mq_arrival_t pending[MQ_LINK_MAX_PENDING]; /* simulated: taken since the last settle */
     uint32_t npending;
 } mq_link_t;
@@ -150,9 +156,17 @@ bool mq_link_enabled(const mq_link_t *link);
 /* The node's time now, seconds: mq_now_s() on the real clock. */
 double mq_link_now(mq_link_t *link);
 /* BYTES leave: sleeps as the NIC would (real), or advances the node's time past the
- * serialization (simulated). Returns the time the last byte left: the stamp to send. */
+ * serialization (simulated). Returns the time the last byte left: the stamp to send (0 on
+ * the real clock, where the receiver takes the message as its last byte leaving now). */
 double mq_link_egress(mq_link_t *link, size_t bytes);
-/* A message of BYTES stamped STAMP was taken. Real: sleeps until it has streamed in.
+/* BYTES are handed to the NIC, behind any bytes before them, and the sender goes on: nothing
+ * sleeps and the node's time does not move. Returns the time their last byte leaves (real:
+ * the wall clock's; 0 without a rate): the stamp to send. */
+double mq_link_egress_async(mq_link_t *link, size_t bytes);
+/* A message of BYTES stamped STAMP was taken. Real: sleeps until it has streamed in, from
+ * STAMP if it has one (mq_link_egress_async; a stamp further ahead of this host's clock than
+ * its sender could have queued bytes, or over an hour old, is taken as "now" and warned about
+ * once), else from now.
  * Simulated: noted, to be charged by mq_link_settle, as is the CPU time spent on it until the
  * next message is taken or the settle (up to MQ_LINK_MAX_PENDING between settles; beyond, the
  * oldest is settled at once). */
