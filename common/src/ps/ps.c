@@ -248,19 +248,20 @@ static void s_set(mq_link_t *link, double t)
     link->cpu_mark = mq_thread_cpu_s();
 }
 
-/* The real clock's link times: the wall clock (CLOCK_REALTIME), which hosts share (to within
- * NTP's milliseconds), so that a stamp of mq_link_egress_async means the same instant to the
- * receiver on another host; CLOCK_MONOTONIC starts at each host's boot. */
-static double s_wall(void)
+/* The real clock's buckets run on mq_now_s() (CLOCK_MONOTONIC), which starts at each host's
+ * boot; a stamp that travels (mq_link_egress_async) is on the wall clock (CLOCK_REALTIME),
+ * which hosts share to within NTP's milliseconds. This is the wall clock less the monotonic
+ * one, now. */
+static double s_wall_offset(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 - mq_now_s();
 }
 
 static void s_sleep_until(double t)
 {
-    double now = s_wall();
+    double now = mq_now_s();
     if (t <= now)
         return;
     double d = t - now;
@@ -269,14 +270,15 @@ static void s_sleep_until(double t)
         ;
 }
 
-/* Whether a message of DUR seconds on the link, stamped STAMP, can be taken at its stamp on
- * this host's wall clock NOW: its last byte leaves at most the other shards of its sender's
- * push ahead of it (one per server), plus a second for hosts' clocks that disagree. A stamp
- * past that (or over an hour old) comes from a clock not synchronised with this one, or from
- * a bad peer: the message is taken as arriving now, and no receiver sleeps for it. */
-static bool s_stamp_trusted(double stamp, double dur, double now)
+/* Whether a message of DUR seconds on the link, stamped STAMP (LOCAL on this host's
+ * monotonic clock, which reads NOW), can be taken at its stamp: its last byte leaves at most the
+ * other shards of its sender's push ahead of it (one per server), plus a second for hosts' clocks
+ * that disagree. A stamp past that (or over an hour old) comes from a clock not synchronised with
+ * this one, or from a bad peer: the message is taken as arriving now, and no receiver sleeps for
+ * it. */
+static bool s_stamp_trusted(double stamp, double local, double dur, double now)
 {
-    return stamp > 0 && stamp - now <= MQ_WIRE_MAX_SERVERS * dur + 1.0 && now - stamp <= 3600.0;
+    return stamp > 0 && local - now <= MQ_WIRE_MAX_SERVERS * dur + 1.0 && now - local <= 3600.0;
 }
 
 /* The ingress model: a message of BYTES whose last byte left at STAMP streamed in during the
@@ -305,12 +307,12 @@ double mq_link_egress(mq_link_t *link, size_t bytes)
     }
     if (b->bytes_per_s <= 0)
         return 0;
-    double now = s_wall();
+    double now = mq_now_s();
     /* A sender woken late (preempted, overslept) has not lost link time it was owed. */
     double start = fmax(b->next_free, now - b->overslept);
     b->next_free = start + (double)bytes / b->bytes_per_s;
     s_sleep_until(b->next_free);
-    b->overslept = fmax(0, s_wall() - b->next_free);
+    b->overslept = fmax(0, mq_now_s() - b->next_free);
     return 0;
 }
 
@@ -318,11 +320,12 @@ double mq_link_egress_async(mq_link_t *link, size_t bytes)
 {
     link->bytes_out += bytes;
     mq_bucket_t *b = &link->egress;
-    double now = link->simulated ? mq_link_now(link) : s_wall();
+    double now = mq_link_now(link);
     if (b->bytes_per_s <= 0)
         return link->simulated ? now : 0;
     b->next_free = fmax(b->next_free, now) + (double)bytes / b->bytes_per_s;
-    return b->next_free; /* the node's time (simulated) stays: the sender goes on */
+    /* the node's time (simulated) stays: the sender goes on */
+    return link->simulated ? b->next_free : b->next_free + s_wall_offset();
 }
 
 void mq_link_arrive(mq_link_t *link, size_t bytes, double stamp)
@@ -331,14 +334,14 @@ void mq_link_arrive(mq_link_t *link, size_t bytes, double stamp)
     if (!link->simulated) {
         if (link->ingress.bytes_per_s <= 0)
             return;
-        double now = s_wall(), at = now;
-        if (s_stamp_trusted(stamp, (double)bytes / link->ingress.bytes_per_s, now))
-            at = stamp;
+        double now = mq_now_s(), at = now, local = stamp - s_wall_offset();
+        if (s_stamp_trusted(stamp, local, (double)bytes / link->ingress.bytes_per_s, now))
+            at = local;
         else if (stamp > 0 && !link->untrusted++)
             mq_warn("link emulation: a message stamped %.3f s from this host's clock, more than "
                     "its sender could have queued (are the hosts' clocks synchronised?): taken "
                     "as arriving now; further ones are not reported",
-                    stamp - now);
+                    local - now);
         s_sleep_until(s_ingress_at(&link->ingress, bytes, at));
         return;
     }
