@@ -355,8 +355,9 @@ static void s_shard_stats(s_worker_t *self, float *g, uint32_t s)
     self->gs.hi = fmaxf(self->gs.hi, hi);
 }
 
-/* ASYNC: the push is handed to the emulated NIC and the worker goes on (from inside the
- * backward pass); otherwise it waits until its bytes are out, as before the replies. */
+/* ASYNC: the push is handed to the emulated NIC and the worker goes on (the pushes from inside
+ * the backward pass); otherwise the worker waits until its bytes are out (the pushes after it,
+ * when the worker has nothing left to do but wait for the replies). */
 static int s_push(s_worker_t *self, uint32_t s, bool async)
 {
     mq_msg_t *out = &self->out;
