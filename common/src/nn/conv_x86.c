@@ -22,6 +22,21 @@
 
 enum { PAD = MQ_KSIZE / 2, MAX_CHUNKS = 64 }; /* planes up to 64 x 16 values (28 x 28: 49) */
 
+/* Whether position I of an h x w plane reads a pixel inside it for tap (ki, kj). */
+static inline bool s_reads_pixel(int h, int w, int ki, int kj, int i)
+{
+    const int sh = i / w + ki - PAD, sw = i % w + kj - PAD;
+    return sh >= 0 && sh < h && sw >= 0 && sw < w;
+}
+
+/* col2im's sums start at +0.0: the n x c planes of x. */
+static void s_zero_planes(float *x, int n, int c, int hw, size_t sn, size_t sc)
+{
+    for (int ni = 0; ni < n; ni++)
+        for (int ci = 0; ci < c; ci++)
+            memset(x + ni * sn + ci * sc, 0, sizeof(float) * hw);
+}
+
 /* For tap (ki, kj) of an h x w plane: which of the plane's positions read a pixel inside it,
  * 16 positions a mask. */
 static int s_masks(int h, int w, int ki, int kj, __mmask16 *m)
@@ -30,11 +45,9 @@ static int s_masks(int h, int w, int ki, int kj, __mmask16 *m)
     if (chunks > MAX_CHUNKS)
         return -1;
     memset(m, 0, sizeof(__mmask16) * chunks);
-    for (int i = 0; i < hw; i++) {
-        int sh = i / w + ki - PAD, sw = i % w + kj - PAD;
-        if (sh >= 0 && sh < h && sw >= 0 && sw < w)
+    for (int i = 0; i < hw; i++)
+        if (s_reads_pixel(h, w, ki, kj, i))
             m[i / 16] |= (__mmask16)(1u << (i % 16));
-    }
     return chunks;
 }
 
@@ -53,9 +66,7 @@ AVX512 static void s_col2im(const float *col, size_t ld, int n, int c, int h, in
     int chunks = 0;
     for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++)
         chunks = s_masks(h, w, t / MQ_KSIZE, t % MQ_KSIZE, m[t]);
-    for (int ni = 0; ni < n; ni++)
-        for (int ci = 0; ci < c; ci++)
-            memset(x + ni * sn + ci * sc, 0, sizeof(float) * hw);
+    s_zero_planes(x, n, c, hw, sn, sc);
     for (int ci = 0; ci < c; ci++)
         for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++) {
             const int ki = t / MQ_KSIZE, kj = t % MQ_KSIZE;
@@ -102,8 +113,7 @@ static void s_tap(int h, int w, int ki, int kj, s_tap_t *t)
     t->none = 0;
     memset(t->on, 0, sizeof t->on);
     for (int i = 0; i < hw; i++) {
-        const int sh = i / w + ki - PAD, sw = i % w + kj - PAD;
-        if (sh < 0 || sh >= h || sw < 0 || sw >= w)
+        if (!s_reads_pixel(h, w, ki, kj, i))
             continue;
         if (i >= 8 * t->k0 && i < 8 * t->k1)
             t->on[i / 8] |= (uint8_t)(1u << (i % 8));
@@ -120,9 +130,7 @@ MQ_AVX2 static void s_col2im_avx2(const float *col, size_t ld, int n, int c, int
     s_tap_t taps[MQ_KSIZE * MQ_KSIZE];
     for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++)
         s_tap(h, w, t / MQ_KSIZE, t % MQ_KSIZE, &taps[t]);
-    for (int ni = 0; ni < n; ni++)
-        for (int ci = 0; ci < c; ci++)
-            memset(x + ni * sn + ci * sc, 0, sizeof(float) * hw);
+    s_zero_planes(x, n, c, hw, sn, sc);
     for (int ci = 0; ci < c; ci++)
         for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++) {
             const s_tap_t *tp = &taps[t];

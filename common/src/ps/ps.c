@@ -270,15 +270,15 @@ static void s_sleep_until(double t)
         ;
 }
 
-/* Whether a message of DUR seconds on the link, stamped STAMP (LOCAL on this host's
- * monotonic clock, which reads NOW), can be taken at its stamp: its last byte leaves at most the
+/* Whether a message of DUR seconds on the link, stamped LOCAL on this host's monotonic clock
+ * (which reads NOW), can be taken at its stamp: its last byte leaves at most the
  * other shards of its sender's push ahead of it (one per server), plus a second for hosts' clocks
  * that disagree. A stamp past that (or over an hour old) comes from a clock not synchronised with
  * this one, or from a bad peer: the message is taken as arriving now, and no receiver sleeps for
  * it. */
-static bool s_stamp_trusted(double stamp, double local, double dur, double now)
+static bool s_stamp_trusted(double local, double dur, double now)
 {
-    return stamp > 0 && local - now <= MQ_WIRE_MAX_SERVERS * dur + 1.0 && now - local <= 3600.0;
+    return local - now <= MQ_WIRE_MAX_SERVERS * dur + 1.0 && now - local <= 3600.0;
 }
 
 /* The ingress model: a message of BYTES whose last byte left at STAMP streamed in during the
@@ -292,40 +292,41 @@ static double s_ingress_at(mq_bucket_t *b, size_t bytes, double stamp)
     return b->next_free;
 }
 
-double mq_link_egress(mq_link_t *link, size_t bytes)
-{
-    link->bytes_out += bytes;
-    mq_bucket_t *b = &link->egress;
-    if (link->simulated) {
-        double now = mq_link_now(link);
-        if (b->bytes_per_s > 0) {
-            b->next_free = fmax(b->next_free, now) + (double)bytes / b->bytes_per_s;
-            now = b->next_free; /* the sender is blocked until its last byte is out */
-        }
-        s_set(link, now);
-        return now;
-    }
-    if (b->bytes_per_s <= 0)
-        return 0;
-    double now = mq_now_s();
-    /* A sender woken late (preempted, overslept) has not lost link time it was owed. */
-    double start = fmax(b->next_free, now - b->overslept);
-    b->next_free = start + (double)bytes / b->bytes_per_s;
-    s_sleep_until(b->next_free);
-    b->overslept = fmax(0, mq_now_s() - b->next_free);
-    return 0;
-}
-
-double mq_link_egress_async(mq_link_t *link, size_t bytes)
+/* Both sends: BYTES queue on the egress behind the bytes before it; returns when their last
+ * byte leaves, on the node's clock (now, without a rate). A sender woken late from its last
+ * sleep (preempted, overslept) has not lost link time it was owed: the credit is used once. */
+static double s_egress_queue(mq_link_t *link, size_t bytes)
 {
     link->bytes_out += bytes;
     mq_bucket_t *b = &link->egress;
     double now = mq_link_now(link);
     if (b->bytes_per_s <= 0)
-        return link->simulated ? now : 0;
-    b->next_free = fmax(b->next_free, now) + (double)bytes / b->bytes_per_s;
-    /* the node's time (simulated) stays: the sender goes on */
-    return link->simulated ? b->next_free : b->next_free + s_wall_offset();
+        return now;
+    b->next_free = fmax(b->next_free, now - b->overslept) + (double)bytes / b->bytes_per_s;
+    b->overslept = 0;
+    return b->next_free;
+}
+
+double mq_link_egress(mq_link_t *link, size_t bytes)
+{
+    double done = s_egress_queue(link, bytes);
+    if (link->simulated) {
+        s_set(link, done); /* the sender is blocked until its last byte is out */
+        return done;
+    }
+    if (link->egress.bytes_per_s <= 0)
+        return 0;
+    s_sleep_until(done);
+    link->egress.overslept = fmax(0, mq_now_s() - done);
+    return 0;
+}
+
+double mq_link_egress_async(mq_link_t *link, size_t bytes)
+{
+    double done = s_egress_queue(link, bytes); /* the node's time stays: the sender goes on */
+    if (link->simulated)
+        return done;
+    return link->egress.bytes_per_s > 0 ? done + s_wall_offset() : 0;
 }
 
 void mq_link_arrive(mq_link_t *link, size_t bytes, double stamp)
@@ -335,9 +336,11 @@ void mq_link_arrive(mq_link_t *link, size_t bytes, double stamp)
         if (link->ingress.bytes_per_s <= 0)
             return;
         double now = mq_now_s(), at = now, local = stamp - s_wall_offset();
-        if (s_stamp_trusted(stamp, local, (double)bytes / link->ingress.bytes_per_s, now))
+        if (stamp <= 0) /* a blocking send: its last byte left as it was taken */
+            ;
+        else if (s_stamp_trusted(local, (double)bytes / link->ingress.bytes_per_s, now))
             at = local;
-        else if (stamp > 0 && !link->untrusted++)
+        else if (!link->untrusted++)
             mq_warn("link emulation: a message stamped %.3f s from this host's clock, more than "
                     "its sender could have queued (are the hosts' clocks synchronised?): taken "
                     "as arriving now; further ones are not reported",
