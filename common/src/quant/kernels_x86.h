@@ -389,12 +389,13 @@ static const mq_quant_kernels_t s_kernels_sse2 = {
 /* ---- AVX2 ----------------------------------------------------------------------------------*/
 
 /* A range scan of x[i] (b NULL) or of the sums x[i] + b[i], in steps of 32 values: the
- * running extremes, two vectors each way, and the unordered compares that catch a NaN
+ * running extremes, one vector each way (three registers in all, which the error-feedback
+ * loop needs for its constants), and the unordered compares that catch a NaN
  * (minps(a, m) returns m when a is NaN, so a NaN never reaches the extremes; an infinity
  * shows up as one). s_minmax_either_avx2 runs one by itself; the error-feedback walk runs the
  * next bucket's inside the loop that quantizes this one. */
 typedef struct {
-    __m256 mn0, mn1, mx0, mx1, bad;
+    __m256 mn, mx, bad;
     float first;
 } s_scan_avx2_t;
 
@@ -402,7 +403,7 @@ S_AVX2 S_INLINE s_scan_avx2_t s_scan_start_avx2(const float *x, const float *b)
 {
     const float first = b ? x[0] + b[0] : x[0];
     const __m256 f = _mm256_set1_ps(first);
-    return (s_scan_avx2_t){f, f, f, f, _mm256_setzero_ps(), first};
+    return (s_scan_avx2_t){f, f, _mm256_setzero_ps(), first};
 }
 
 S_AVX2 S_INLINE __m256 s_scan_load_avx2(const float *x, const float *b)
@@ -420,10 +421,8 @@ S_AVX2 S_INLINE void s_scan32_avx2(s_scan_avx2_t *t, const float *x, const float
     __m256 u = s_scan_load_avx2(x, b), v = s_scan_load_avx2(x + 8, b ? b + 8 : NULL);
     __m256 w = s_scan_load_avx2(x + 16, b ? b + 16 : NULL);
     __m256 z = s_scan_load_avx2(x + 24, b ? b + 24 : NULL);
-    t->mn0 = _mm256_min_ps(_mm256_min_ps(u, v), t->mn0);
-    t->mn1 = _mm256_min_ps(_mm256_min_ps(w, z), t->mn1);
-    t->mx0 = _mm256_max_ps(_mm256_max_ps(u, v), t->mx0);
-    t->mx1 = _mm256_max_ps(_mm256_max_ps(w, z), t->mx1);
+    t->mn = _mm256_min_ps(_mm256_min_ps(_mm256_min_ps(u, v), _mm256_min_ps(w, z)), t->mn);
+    t->mx = _mm256_max_ps(_mm256_max_ps(_mm256_max_ps(u, v), _mm256_max_ps(w, z)), t->mx);
     t->bad = _mm256_or_ps(
         t->bad, _mm256_or_ps(_mm256_cmp_ps(u, v, _CMP_UNORD_Q), _mm256_cmp_ps(w, z, _CMP_UNORD_Q)));
 }
@@ -435,7 +434,7 @@ S_AVX2 S_INLINE bool s_scan_end_avx2(s_scan_avx2_t *t, const float *x, const flo
 {
     for (; i + 32 <= n; i += 32)
         s_scan32_avx2(t, x + i, b ? b + i : NULL);
-    __m256 mn = _mm256_min_ps(t->mn0, t->mn1), mx = _mm256_max_ps(t->mx0, t->mx1);
+    __m256 mn = t->mn, mx = t->mx;
     bool ok = !_mm256_movemask_ps(t->bad);
     __m128 mn4 = _mm_min_ps(_mm256_castps256_ps128(mn), _mm256_extractf128_ps(mn, 1));
     __m128 mx4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
@@ -811,29 +810,38 @@ S_AVX2 static void s_add_avx2(float *dst, const float *src, size_t n)
 }
 
 /* Eight values of error feedback: v = r + g stored back into r after the code k is taken
- * (noise R), then r = v + the decoded value, as s_deq8_avx2 computes it at scale -1. */
+ * (noise R), then r = v + the decoded value, as s_deq8_avx2 computes it at scale -1. With at
+ * most eight codes (SMALL) the decoded value is looked up in TBL, which holds s_deq8_avx2's
+ * value of each code: one permute in place of five operations. */
 S_AVX2 S_INLINE __m256i s_ef8_avx2(const float *g, float *r, __m256 lo, __m256 inv, __m256 rn,
-                                   __m256 top, __m256 a, __m256 b, __m256 dtop, __m256i lev)
+                                   __m256 top, __m256 a, __m256 b, __m256 dtop, __m256i lev,
+                                   bool small, __m256 tbl)
 {
     __m256 v = _mm256_add_ps(_mm256_loadu_ps(r), _mm256_loadu_ps(g));
     __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v, lo), inv), rn);
     __m256i k = _mm256_cvttps_epi32(_mm256_min_ps(y, top));
-    __m256 x = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(k), b));
-    x = _mm256_blendv_ps(x, dtop, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, lev)));
+    __m256 x;
+    if (small) {
+        x = _mm256_permutevar8x32_ps(tbl, k);
+    } else {
+        x = _mm256_add_ps(a, _mm256_mul_ps(_mm256_cvtepi32_ps(k), b));
+        x = _mm256_blendv_ps(x, dtop, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, lev)));
+    }
     _mm256_storeu_ps(r, _mm256_add_ps(v, x));
     return k;
 }
 
 /* The constants of the fused error-feedback kernels. */
 typedef struct {
-    __m256 lo, inv, top, a, b, dtop, half;
+    __m256 lo, inv, top, a, b, dtop, half, tbl;
     __m256i lev, order;
+    bool small; /* at most eight codes: tbl holds their decoded values */
 } s_ef_avx2_t;
 
 S_AVX2 S_INLINE s_ef_avx2_t s_ef_consts_avx2(float lo, float inv, float top,
                                              const mq_quant_deq_t *d)
 {
-    return (s_ef_avx2_t){
+    s_ef_avx2_t c = {
         .lo = _mm256_set1_ps(lo),
         .inv = _mm256_set1_ps(inv),
         .top = _mm256_set1_ps(top),
@@ -843,24 +851,73 @@ S_AVX2 S_INLINE s_ef_avx2_t s_ef_consts_avx2(float lo, float inv, float top,
         .half = _mm256_set1_ps(0.5f),
         .lev = _mm256_set1_epi32((int)d->levels),
         .order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
+        .small = d->levels < 8,
     };
+    /* each code's value by s_deq8_avx2's operations, so the lookup gives the same bits */
+    __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256 x = _mm256_add_ps(c.a, _mm256_mul_ps(_mm256_cvtepi32_ps(k), c.b));
+    c.tbl = _mm256_blendv_ps(x, c.dtop, _mm256_castsi256_ps(_mm256_cmpeq_epi32(k, c.lev)));
+    return c;
 }
 
 /* Thirty-two values of error feedback (the generators S stepped twice when GEN). */
 S_AVX2 S_INLINE void s_ef32_avx2(const float *g, float *r, const s_ef_avx2_t *c, bool gen,
-                                 __m256i s[4], uint8_t *q)
+                                 bool small, __m256i s[4], uint8_t *q)
 {
     __m256 r0 = c->half, r1 = c->half, r2 = c->half, r3 = c->half;
     if (gen) {
         s_uniforms16_avx2(s_noise_step_avx2(s), &r0, &r1);
         s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
     }
-    __m256i k0 = s_ef8_avx2(g, r, c->lo, c->inv, r0, c->top, c->a, c->b, c->dtop, c->lev);
-    __m256i k1 = s_ef8_avx2(g + 8, r + 8, c->lo, c->inv, r1, c->top, c->a, c->b, c->dtop, c->lev);
-    __m256i k2 = s_ef8_avx2(g + 16, r + 16, c->lo, c->inv, r2, c->top, c->a, c->b, c->dtop, c->lev);
-    __m256i k3 = s_ef8_avx2(g + 24, r + 24, c->lo, c->inv, r3, c->top, c->a, c->b, c->dtop, c->lev);
+#define S_EF8(o, rn)                                                                               \
+    s_ef8_avx2(g + (o), r + (o), c->lo, c->inv, rn, c->top, c->a, c->b, c->dtop, c->lev, small,    \
+               c->tbl)
+    __m256i k0 = S_EF8(0, r0), k1 = S_EF8(8, r1), k2 = S_EF8(16, r2), k3 = S_EF8(24, r3);
+#undef S_EF8
     __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
     _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(w, c->order));
+}
+
+/* The error-feedback loop over whole steps of 32 values, specialized by inlining for GEN (noise
+ * drawn), SMALL (codes looked up) and T (the next bucket's range scanned beside, over
+ * na/nb[0..nn)); returns how many values it did. */
+S_AVX2 S_INLINE size_t s_ef_loop_avx2(const float *g, float *r, size_t n, const s_ef_avx2_t *c,
+                                      bool gen, bool small, __m256i s[4], uint8_t *q,
+                                      s_scan_avx2_t *t, const float *na, const float *nb, size_t nn)
+{
+    size_t i = 0;
+    if (t) {
+        for (; i + 32 <= n && i + 32 <= nn; i += 32) {
+            s_scan32_avx2(t, na + i, nb + i);
+            s_ef32_avx2(g + i, r + i, c, gen, small, s, q + i);
+        }
+    } else {
+        for (; i + 32 <= n; i += 32) {
+            s_prefetch_ahead(g + i);
+            s_prefetch_ahead(r + i);
+            s_ef32_avx2(g + i, r + i, c, gen, small, s, q + i);
+        }
+    }
+    return i;
+}
+
+/* The generator's state is loaded into registers only when noise is drawn. */
+S_AVX2 S_INLINE size_t s_ef_any_avx2(const float *g, float *r, size_t n, const s_ef_avx2_t *c,
+                                     mq_quant_noise_t *gen, uint8_t *q, s_scan_avx2_t *t,
+                                     const float *na, const float *nb, size_t nn)
+{
+    size_t i;
+    if (gen) {
+        __m256i s[4];
+        s_gen_load_avx2(gen, s);
+        i = c->small ? s_ef_loop_avx2(g, r, n, c, true, true, s, q, t, na, nb, nn)
+                     : s_ef_loop_avx2(g, r, n, c, true, false, s, q, t, na, nb, nn);
+        s_gen_store_avx2(gen, s);
+    } else {
+        i = c->small ? s_ef_loop_avx2(g, r, n, c, false, true, NULL, q, t, na, nb, nn)
+                     : s_ef_loop_avx2(g, r, n, c, false, false, NULL, q, t, na, nb, nn);
+    }
+    return i;
 }
 
 /* The fused error-feedback kernel: each value is loaded once and stored once, its code
@@ -870,15 +927,7 @@ S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float 
                                       uint8_t *q)
 {
     const s_ef_avx2_t c = s_ef_consts_avx2(lo, inv, top, d);
-    __m256i s[4];
-    s_gen_load_avx2(gen, s);
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s_prefetch_ahead(g + i);
-        s_prefetch_ahead(r + i);
-        s_ef32_avx2(g + i, r + i, &c, gen != NULL, s, q + i);
-    }
-    s_gen_store_avx2(gen, s);
+    size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, NULL, NULL, NULL, 0);
     _mm256_zeroupper();
     if (i < n)
         s_quantize_ef_c(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
@@ -893,15 +942,8 @@ S_AVX2 static bool s_quantize_ef_scan_avx2(const float *g, float *r, size_t n, f
                                            const float *nb, size_t nn, float *nlo, float *nhi)
 {
     const s_ef_avx2_t c = s_ef_consts_avx2(lo, inv, top, d);
-    __m256i s[4];
-    s_gen_load_avx2(gen, s);
     s_scan_avx2_t t = s_scan_start_avx2(na, nb);
-    size_t i = 0;
-    for (; i + 32 <= n && i + 32 <= nn; i += 32) {
-        s_scan32_avx2(&t, na + i, nb + i);
-        s_ef32_avx2(g + i, r + i, &c, gen != NULL, s, q + i);
-    }
-    s_gen_store_avx2(gen, s);
+    size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, &t, na, nb, nn);
     bool ok = s_scan_end_avx2(&t, na, nb, i, nn, nlo, nhi);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
