@@ -91,8 +91,12 @@ AVX512 static void s_col2im(const float *col, size_t ld, int n, int c, int h, in
  * a lane whose pixel lies outside the plane adds +0.0, which leaves every sum as it was (the
  * sums start at +0.0 and so are never -0.0, the one value that x + 0 changes). The positions
  * of a tap whose vector would reach past either end of the plane (where another thread's
- * channel may lie) go one by one, from a list. Planes up to 32 wide. */
-enum { ONE_MAX = 4 * 32 + 32 }; /* such positions of a tap: at most 4w + 26 */
+ * channel may lie) go one by one, from a list. Planes up to AVX2_W_MAX wide (mq_conv_fast),
+ * which bounds that list. */
+enum {
+    AVX2_W_MAX = 32,
+    ONE_MAX = 4 * AVX2_W_MAX + 32, /* such positions of a tap: at most 4w + 26 */
+};
 
 typedef struct {
     long off;                   /* where position 0's pixel is */
@@ -313,7 +317,7 @@ bool mq_conv_fast(int h, int w)
     case MQ_FC_AVX512:
         return (h * w + 15) / 16 <= MAX_CHUNKS;
     case MQ_FC_AVX2:
-        return (h * w + 15) / 16 <= MAX_CHUNKS && w <= 32;
+        return (h * w + 15) / 16 <= MAX_CHUNKS && w <= AVX2_W_MAX;
     case MQ_FC_BLAS:
         break;
     }
