@@ -87,10 +87,10 @@ static double s_sq_of_chunk(const mq_quant_kernels_t *kn, const mq_codec_t *c, s
  * sum of squares if WANT_SQ (else 0), and, below 8 bits, the codes packed into CODES. */
 static double s_chunk_done(const mq_quant_kernels_t *kn, const mq_codec_t *c, size_t n,
                            const uint8_t *hdr, const uint8_t *out, size_t start, size_t len,
-                           bool want_sq, uint8_t *codes, size_t code_bytes)
+                           bool want_sq, uint8_t *codes, size_t code_bytes, bool packed)
 {
     double sq = want_sq ? s_sq_of_chunk(kn, c, n, hdr, out, start, len) : 0.0;
-    if (c->bits < 8) {
+    if (c->bits < 8 && !packed) {
         size_t at = start / 8 * (size_t)c->bits;
         kn->pack(out, len, codes + at, code_bytes - at, c->bits);
     }
@@ -241,7 +241,7 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
                            S_STOCHASTIC(c) ? noise + (i - start) : NULL, out + (i - start));
             i = seg_end;
         }
-        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes);
+        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes, false);
     }
     if (stats)
         stats->sq = sq;
@@ -329,9 +329,16 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
     bool scanned = false; /* the range of bucket cur + 1 is in next_lo, next_hi */
     float next_lo = 0.0f, next_hi = 0.0f;
     double sq = 0.0;
+    /* The kernels pack the codes as they go (their PK) where every run of a chunk is whole
+     * steps of 32 values (buckets a multiple of 32, or one range) and at least 8 bytes of the
+     * payload's codes follow the chunk's (the kernels may write that far past theirs). */
+    const bool pack_runs = K < 8 && (B % 32 == 0 || nb == 1);
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         uint8_t *out = K == 8 ? codes + start : q;
+        uint8_t *pk = pack_runs && len % 32 == 0 && (start + len) / 8 * (size_t)K + 8 <= code_bytes
+                          ? codes + start / 8 * (size_t)K
+                          : NULL;
         if (S_STOCHASTIC(c) && !inline_noise)
             kn->noise(&gen, noise, len);
         for (size_t i = start; i < start + len;) {
@@ -351,18 +358,20 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
                 cur = b;
             }
             uint8_t *qi = out + (i - start);
+            uint8_t *pki = pk ? pk + (i - start) / 8 * (size_t)K : NULL;
             mq_quant_noise_t *gi = inline_noise ? &gen : NULL;
             size_t next = (b + 1) * B; /* where bucket b + 1 starts */
             if (!p.constant && !p.wide && !dp.wide && (inline_noise || !S_STOCHASTIC(c))) {
                 if (seg_end == next && b + 1 < nb) { /* the bucket's last run: scan the next */
                     size_t d = b + 2 < nb ? B : n - next;
                     if (!kn->quantize_ef_scan(src + i, res + i, m, p.lo, p.inv, (float)levels,
-                                              &dp.d, gi, qi, src + next, res + next, d, &next_lo,
-                                              &next_hi))
+                                              &dp.d, gi, qi, pki, src + next, res + next, d,
+                                              &next_lo, &next_hi))
                         return s_ef_failed(src, res, n, K);
                     scanned = true;
                 } else {
-                    kn->quantize_ef(src + i, res + i, m, p.lo, p.inv, (float)levels, &dp.d, gi, qi);
+                    kn->quantize_ef(src + i, res + i, m, p.lo, p.inv, (float)levels, &dp.d, gi, qi,
+                                    pki);
                 }
             } else { /* the same three steps one after the other */
                 kn->add(res + i, src + i, m);
@@ -372,10 +381,12 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
                     s_quantize(kn, res + i, m, &p, levels,
                                S_STOCHASTIC(c) ? noise + (i - start) : NULL, qi);
                 s_dequantize(kn, &dp, qi, m, true, false, res + i);
+                if (pki)
+                    kn->pack(qi, m, pki, code_bytes - (size_t)(pki - codes), K);
             }
             i = seg_end;
         }
-        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes);
+        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes, pk);
     }
     if (stats)
         stats->sq = sq;

@@ -119,23 +119,28 @@ static void s_add_c(float *dst, const float *src, size_t n)
 
 static void s_dequantize_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc,
                            float *dst);
+static void s_pack_c(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K);
 
 /* The portable and SSE2 builds compose the three kernels a block at a time (the block stays
- * in L1 between them); AVX2 fuses them. */
-#define S_QUANTIZE_EF(suffix)                                                                    \
-    static void s_quantize_ef_##suffix(const float *g, float *r, size_t n, float lo, float inv,  \
-                                       float top, const mq_quant_deq_t *d,                       \
-                                       mq_quant_noise_t *gen, uint8_t *q)                        \
-    {                                                                                            \
-        for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {                                          \
-            size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;                            \
-            s_add_##suffix(r + i, g + i, m);                                                     \
-            if (gen)                                                                             \
-                s_quantize_noise_##suffix(r + i, m, lo, inv, top, gen, q + i);                   \
-            else                                                                                 \
-                s_quantize_##suffix(r + i, m, lo, inv, top, NULL, q + i);                        \
-            s_dequantize_##suffix(q + i, m, d, true, r + i);                                     \
-        }                                                                                        \
+ * in L1 between them), then pack; AVX2 fuses them. */
+#define S_QUANTIZE_EF(suffix)                                                                      \
+    static void s_quantize_ef_##suffix(const float *g, float *r, size_t n, float lo, float inv,    \
+                                       float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,  \
+                                       uint8_t *q, uint8_t *pk)                                    \
+    {                                                                                              \
+        for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {                                            \
+            size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;                              \
+            s_add_##suffix(r + i, g + i, m);                                                       \
+            if (gen)                                                                               \
+                s_quantize_noise_##suffix(r + i, m, lo, inv, top, gen, q + i);                     \
+            else                                                                                   \
+                s_quantize_##suffix(r + i, m, lo, inv, top, NULL, q + i);                          \
+            s_dequantize_##suffix(q + i, m, d, true, r + i);                                       \
+        }                                                                                          \
+        if (pk) {                                                                                  \
+            const int K = mq_quant_bits_of(d->levels);                                             \
+            s_pack_##suffix(q, n, pk, mq_quant_code_bytes(n, K), K);                               \
+        }                                                                                          \
     }
 
 S_QUANTIZE_EF(c)
@@ -143,12 +148,12 @@ S_QUANTIZE_EF(c)
 /* The portable and SSE2 builds run the two kernels one after the other; AVX2 interleaves
  * them. */
 #define S_QUANTIZE_EF_SCAN(suffix)                                                                 \
-    static bool s_quantize_ef_scan_##suffix(const float *g, float *r, size_t n, float lo,          \
-                                            float inv, float top, const mq_quant_deq_t *d,         \
-                                            mq_quant_noise_t *gen, uint8_t *q, const float *na,    \
-                                            const float *nb, size_t nn, float *nlo, float *nhi)    \
+    static bool s_quantize_ef_scan_##suffix(                                                       \
+        const float *g, float *r, size_t n, float lo, float inv, float top,                        \
+        const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk, const float *na,  \
+        const float *nb, size_t nn, float *nlo, float *nhi)                                        \
     {                                                                                              \
-        s_quantize_ef_##suffix(g, r, n, lo, inv, top, d, gen, q);                                  \
+        s_quantize_ef_##suffix(g, r, n, lo, inv, top, d, gen, q, pk);                              \
         return s_minmax_sum_##suffix(na, nb, nn, nlo, nhi);                                        \
     }
 

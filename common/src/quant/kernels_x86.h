@@ -568,31 +568,35 @@ S_AVX2 static void s_noise_avx2(mq_quant_noise_t *g, float *u, size_t n)
 #define s_mm256_slli_epi64 _mm256_slli_epi64
 #define s_mm256_srli_epi64 _mm256_srli_epi64
 
-/* Thirty-two codes per step: four 8-byte stores K bytes apart. */
+/* Thirty-two codes W (bytes, each below 2^K, K < 8) packed as pack() lays them out: 4K bytes
+ * at dst, in four 8-byte stores K bytes apart, so up to 8 - K bytes past them are written too
+ * (as zeros). The pack kernel's step, and error feedback's where it packs as it goes. */
+S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
+{
+    const __m256i l64 = _mm256_set1_epi64x(0xffffffffll);
+    if (K <= 6) { /* the first two merges as multiply-adds: q0 + q1 * 2^K, p0 + p1 * 2^2K */
+        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
+        w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (1 << (16 + 2 * K))));
+        w = _mm256_or_si256(_mm256_and_si256(w, l64),
+                            _mm256_slli_epi64(_mm256_srli_epi64(w, 32), 4 * K));
+    } else {
+        const __m256i l16 = _mm256_set1_epi64x((long long)S_L16),
+                      l32 = _mm256_set1_epi64x((long long)S_L32);
+        S_MERGE8(s_mm256_, w, K);
+    }
+    __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+    _mm_storel_epi64((__m128i *)dst, lo);
+    _mm_storel_epi64((__m128i *)(dst + K), _mm_unpackhi_epi64(lo, lo));
+    _mm_storel_epi64((__m128i *)(dst + 2 * K), hi);
+    _mm_storel_epi64((__m128i *)(dst + 3 * K), _mm_unpackhi_epi64(hi, hi));
+}
+
 S_AVX2 S_INLINE void s_pack_avx2_k(const uint8_t *q, size_t n, uint8_t *dst, size_t avail,
                                    const int K)
 {
-    const __m256i l16 = _mm256_set1_epi64x((long long)S_L16),
-                  l32 = _mm256_set1_epi64x((long long)S_L32),
-                  l64 = _mm256_set1_epi64x(0xffffffffll);
     size_t g = 0;
-    for (; g + 32 <= n && avail >= 3 * (size_t)K + 8;
-         g += 32, dst += 4 * K, avail -= 4 * (size_t)K) {
-        __m256i w = _mm256_loadu_si256((const __m256i *)(q + g));
-        if (K <= 6) { /* the first two merges as multiply-adds: q0 + q1 * 2^K, p0 + p1 * 2^2K */
-            w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
-            w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (1 << (16 + 2 * K))));
-            w = _mm256_or_si256(_mm256_and_si256(w, l64),
-                                _mm256_slli_epi64(_mm256_srli_epi64(w, 32), 4 * K));
-        } else {
-            S_MERGE8(s_mm256_, w, K);
-        }
-        __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
-        _mm_storel_epi64((__m128i *)dst, lo);
-        _mm_storel_epi64((__m128i *)(dst + K), _mm_unpackhi_epi64(lo, lo));
-        _mm_storel_epi64((__m128i *)(dst + 2 * K), hi);
-        _mm_storel_epi64((__m128i *)(dst + 3 * K), _mm_unpackhi_epi64(hi, hi));
-    }
+    for (; g + 32 <= n && avail >= 3 * (size_t)K + 8; g += 32, dst += 4 * K, avail -= 4 * (size_t)K)
+        s_pack32_avx2(_mm256_loadu_si256((const __m256i *)(q + g)), dst, K);
     _mm256_zeroupper();
     s_pack_sse2_k(q + g, n - g, dst, avail, K);
 }
@@ -836,6 +840,7 @@ typedef struct {
     __m256 lo, inv, top, a, b, dtop, half, tbl;
     __m256i lev, order;
     bool small; /* at most eight codes: tbl holds their decoded values */
+    int K;      /* bits a code */
 } s_ef_avx2_t;
 
 S_AVX2 S_INLINE s_ef_avx2_t s_ef_consts_avx2(float lo, float inv, float top,
@@ -852,6 +857,7 @@ S_AVX2 S_INLINE s_ef_avx2_t s_ef_consts_avx2(float lo, float inv, float top,
         .lev = _mm256_set1_epi32((int)d->levels),
         .order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7),
         .small = d->levels < 8,
+        .K = mq_quant_bits_of(d->levels),
     };
     /* each code's value by s_deq8_avx2's operations, so the lookup gives the same bits */
     __m256i k = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
@@ -860,9 +866,10 @@ S_AVX2 S_INLINE s_ef_avx2_t s_ef_consts_avx2(float lo, float inv, float top,
     return c;
 }
 
-/* Thirty-two values of error feedback (the generators S stepped twice when GEN). */
+/* Thirty-two values of error feedback (the generators S stepped twice when GEN), their codes
+ * packed to PK as well unless it is NULL. */
 S_AVX2 S_INLINE void s_ef32_avx2(const float *g, float *r, const s_ef_avx2_t *c, bool gen,
-                                 bool small, __m256i s[4], uint8_t *q)
+                                 bool small, __m256i s[4], uint8_t *q, uint8_t *pk)
 {
     __m256 r0 = c->half, r1 = c->half, r2 = c->half, r3 = c->half;
     if (gen) {
@@ -875,27 +882,37 @@ S_AVX2 S_INLINE void s_ef32_avx2(const float *g, float *r, const s_ef_avx2_t *c,
     __m256i k0 = S_EF8(0, r0), k1 = S_EF8(8, r1), k2 = S_EF8(16, r2), k3 = S_EF8(24, r3);
 #undef S_EF8
     __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
-    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(w, c->order));
+    w = _mm256_permutevar8x32_epi32(w, c->order);
+    _mm256_storeu_si256((__m256i *)q, w);
+    if (pk)
+        s_pack32_avx2(w, pk, c->K);
+}
+
+/* PK past the first I values' packed codes (I a multiple of 8), or NULL. */
+static inline uint8_t *s_pk_at(uint8_t *pk, size_t i, const mq_quant_deq_t *d)
+{
+    return pk ? pk + i / 8 * (size_t)mq_quant_bits_of(d->levels) : NULL;
 }
 
 /* The error-feedback loop over whole steps of 32 values, specialized by inlining for GEN (noise
  * drawn), SMALL (codes looked up) and T (the next bucket's range scanned beside, over
- * na/nb[0..nn)); returns how many values it did. */
+ * na/nb[0..nn)); codes packed to PK too unless it is NULL (a branch every 32 values that
+ * always goes the same way); returns how many values it did. */
 S_AVX2 S_INLINE size_t s_ef_loop_avx2(const float *g, float *r, size_t n, const s_ef_avx2_t *c,
-                                      bool gen, bool small, __m256i s[4], uint8_t *q,
+                                      bool gen, bool small, __m256i s[4], uint8_t *q, uint8_t *pk,
                                       s_scan_avx2_t *t, const float *na, const float *nb, size_t nn)
 {
     size_t i = 0;
     if (t) {
-        for (; i + 32 <= n && i + 32 <= nn; i += 32) {
+        for (; i + 32 <= n && i + 32 <= nn; i += 32, pk = pk ? pk + 4 * c->K : NULL) {
             s_scan32_avx2(t, na + i, nb + i);
-            s_ef32_avx2(g + i, r + i, c, gen, small, s, q + i);
+            s_ef32_avx2(g + i, r + i, c, gen, small, s, q + i, pk);
         }
     } else {
-        for (; i + 32 <= n; i += 32) {
+        for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * c->K : NULL) {
             s_prefetch_ahead(g + i);
             s_prefetch_ahead(r + i);
-            s_ef32_avx2(g + i, r + i, c, gen, small, s, q + i);
+            s_ef32_avx2(g + i, r + i, c, gen, small, s, q + i, pk);
         }
     }
     return i;
@@ -903,34 +920,34 @@ S_AVX2 S_INLINE size_t s_ef_loop_avx2(const float *g, float *r, size_t n, const 
 
 /* The generator's state is loaded into registers only when noise is drawn. */
 S_AVX2 S_INLINE size_t s_ef_any_avx2(const float *g, float *r, size_t n, const s_ef_avx2_t *c,
-                                     mq_quant_noise_t *gen, uint8_t *q, s_scan_avx2_t *t,
-                                     const float *na, const float *nb, size_t nn)
+                                     mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk,
+                                     s_scan_avx2_t *t, const float *na, const float *nb, size_t nn)
 {
     size_t i;
     if (gen) {
         __m256i s[4];
         s_gen_load_avx2(gen, s);
-        i = c->small ? s_ef_loop_avx2(g, r, n, c, true, true, s, q, t, na, nb, nn)
-                     : s_ef_loop_avx2(g, r, n, c, true, false, s, q, t, na, nb, nn);
+        i = c->small ? s_ef_loop_avx2(g, r, n, c, true, true, s, q, pk, t, na, nb, nn)
+                     : s_ef_loop_avx2(g, r, n, c, true, false, s, q, pk, t, na, nb, nn);
         s_gen_store_avx2(gen, s);
     } else {
-        i = c->small ? s_ef_loop_avx2(g, r, n, c, false, true, NULL, q, t, na, nb, nn)
-                     : s_ef_loop_avx2(g, r, n, c, false, false, NULL, q, t, na, nb, nn);
+        i = c->small ? s_ef_loop_avx2(g, r, n, c, false, true, NULL, q, pk, t, na, nb, nn)
+                     : s_ef_loop_avx2(g, r, n, c, false, false, NULL, q, pk, t, na, nb, nn);
     }
     return i;
 }
 
 /* The fused error-feedback kernel: each value is loaded once and stored once, its code
- * packed to a byte as s_quantize_avx2 does. */
+ * packed to a byte as s_quantize_avx2 does (and to K bits when PK is given). */
 S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float lo, float inv,
                                       float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
-                                      uint8_t *q)
+                                      uint8_t *q, uint8_t *pk)
 {
     const s_ef_avx2_t c = s_ef_consts_avx2(lo, inv, top, d);
-    size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, NULL, NULL, NULL, 0);
+    size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, pk, NULL, NULL, NULL, 0);
     _mm256_zeroupper();
-    if (i < n)
-        s_quantize_ef_c(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
+    if (i < n) /* never with PK: n is then a multiple of 32 */
+        s_quantize_ef_c(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, NULL);
 }
 
 /* quantize_ef over this bucket's run while the next bucket's range is scanned in the same
@@ -938,15 +955,16 @@ S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float 
  * one after the other leave the memory idle during the arithmetic. */
 S_AVX2 static bool s_quantize_ef_scan_avx2(const float *g, float *r, size_t n, float lo, float inv,
                                            float top, const mq_quant_deq_t *d,
-                                           mq_quant_noise_t *gen, uint8_t *q, const float *na,
-                                           const float *nb, size_t nn, float *nlo, float *nhi)
+                                           mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk,
+                                           const float *na, const float *nb, size_t nn, float *nlo,
+                                           float *nhi)
 {
     const s_ef_avx2_t c = s_ef_consts_avx2(lo, inv, top, d);
     s_scan_avx2_t t = s_scan_start_avx2(na, nb);
-    size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, &t, na, nb, nn);
+    size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, pk, &t, na, nb, nn);
     bool ok = s_scan_end_avx2(&t, na, nb, i, nn, nlo, nhi);
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
+        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
     return ok;
 }
 
@@ -1030,9 +1048,20 @@ S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512
     s_ef16_avx512(g + 48, r + 48, c, n3, q + 48);
 }
 
+/* Codes q[0..i) of an AVX-512 walk packed to PK (when given) after it: this set does not pack
+ * as it goes. */
+S_AVX2 S_INLINE void s_ef_pack_after_avx2(const uint8_t *q, size_t i, const mq_quant_deq_t *d,
+                                          uint8_t *pk)
+{
+    if (pk && i) {
+        const int K = mq_quant_bits_of(d->levels);
+        s_pack_avx2(q, i, pk, i / 8 * (size_t)K, K);
+    }
+}
+
 S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,
                                           float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
-                                          uint8_t *q)
+                                          uint8_t *q, uint8_t *pk)
 {
     const s_ef_avx512_t c = s_ef_consts_avx512(lo, inv, top, d);
     __m256i s[4];
@@ -1047,16 +1076,18 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
     }
     s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
+    s_ef_pack_after_avx2(q, i, d, pk);
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
+        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
 }
 
 /* As s_quantize_ef_scan_avx2: the next bucket's range (the extremes of na + nb, and whether a
  * sum is NaN) taken 64 values a step in the same loop. */
 S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t n, float lo,
                                                float inv, float top, const mq_quant_deq_t *d,
-                                               mq_quant_noise_t *gen, uint8_t *q, const float *na,
-                                               const float *nb, size_t nn, float *nlo, float *nhi)
+                                               mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk,
+                                               const float *na, const float *nb, size_t nn,
+                                               float *nlo, float *nhi)
 {
     const s_ef_avx512_t c = s_ef_consts_avx512(lo, inv, top, d);
     __m256i s[4];
@@ -1094,8 +1125,9 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
     }
     *nlo = l;
     *nhi = h;
+    s_ef_pack_after_avx2(q, i, d, pk);
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i);
+        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
     return ok && l - l == 0.0f && h - h == 0.0f;
 }
 

@@ -193,6 +193,12 @@ static inline size_t mq_quant_run_end(size_t i, size_t B, size_t n, size_t end)
     return b_end < end ? b_end : end;
 }
 
+/* K for the 2^K - 1 levels of K-bit codes (levels >= 1). */
+static inline int mq_quant_bits_of(uint32_t levels)
+{
+    return 32 - __builtin_clz(levels);
+}
+
 /* Bytes of n codes of K bits packed densely: ceil(n*K/8), with no overflow for any n. */
 static inline size_t mq_quant_code_bytes(size_t n, int K)
 {
@@ -476,15 +482,19 @@ typedef struct {
     /* One bucket run of error feedback: v = r[i] + g[i], q[i] its code (as quantize, or as
      * quantize_noise when G is not NULL), then r[i] = v + the code's value decoded with D
      * (the bucket's dequantize constants at scale -1): add, quantize and an accumulating
-     * dequantize bit for bit, in one walk over the values. */
+     * dequantize bit for bit, in one walk over the values. With PK not NULL (K < 8 bits, K
+     * from D's levels; n a multiple of 32) the codes are also packed to PK as pack() lays
+     * them out, writing up to 8 bytes past them: a separate pack pass is a burst of
+     * arithmetic with no loads, which leaves the memory idle. */
     void (*quantize_ef)(const float *g, float *r, size_t n, float lo, float inv, float top,
-                        const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q);
+                        const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk);
     /* quantize_ef(g, r, n, ...), then minmax_sum(na, nb, nn, nlo, nhi) of the next bucket
      * (nn > 0), with the same results: error feedback's walk with buckets, where the next
      * bucket's range is scanned while this one is quantized. */
     bool (*quantize_ef_scan)(const float *g, float *r, size_t n, float lo, float inv, float top,
                              const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q,
-                             const float *na, const float *nb, size_t nn, float *nlo, float *nhi);
+                             uint8_t *pk, const float *na, const float *nb, size_t nn, float *nlo,
+                             float *nhi);
 } mq_quant_kernels_t;
 
 /* code_sums keeps 32-bit vector lanes, and the sum of squares in 32 bits too: up to this
