@@ -1092,6 +1092,164 @@ Test(quant, every_kernel_set_writes_and_decodes_the_same_bits)
     free(s1);
 }
 
+/* Codes q[0..n) of K bits packed least significant bit first, one bit at a time. */
+static void s_pack_reference(const uint8_t *q, size_t n, int K, uint8_t *dst)
+{
+    memset(dst, 0, (n * (size_t)K + 7) / 8);
+    for (size_t i = 0; i < n; i++)
+        for (int b = 0; b < K; b++)
+            if ((q[i] >> b) & 1u) {
+                size_t bit = i * (size_t)K + (size_t)b;
+                dst[bit / 8] |= (uint8_t)(1u << (bit % 8));
+            }
+}
+
+/* Code I of the payload's code stream (bits [I*K, I*K+K), least significant bit first). */
+static unsigned s_code_at(const uint8_t *codes, size_t i, int K)
+{
+    unsigned v = 0;
+    for (int b = 0; b < K; b++) {
+        size_t bit = i * (size_t)K + (size_t)b;
+        v |= (unsigned)((codes[bit / 8] >> (bit % 8)) & 1u) << b;
+    }
+    return v;
+}
+
+/* Tensors of several chunks, where the kernels pack the codes as they quantize: the payload
+ * is the documented layout, each code worked out here one value at a time from the bucket's
+ * range (q = trunc(min((x - lo) * inv + 0.5, levels)), inv = levels / (hi - lo)) and read
+ * back bit by bit, for every kernel set; so the kernels that pack as they go agree with the
+ * format, not only with each other. Lengths end on a short last chunk, and on one too short
+ * for the chunk before it to be packed in the kernels (they may write 8 bytes past). */
+Test(quant, codes_packed_while_quantizing_are_the_documented_stream, .timeout = 120)
+{
+    const char *names[4];
+    size_t nk = s_kernel_sets(names);
+    static const size_t ns[] = {4097, 6144, 8195, 8232};
+    static const uint32_t buckets[] = {0, 64, 96, 512, 100};
+    const size_t nmax = 8232;
+    float *x = s_normal(nmax, 61, 0.01f);
+    for (size_t i = 0; i < nmax; i += 211)
+        x[i] = 0.0f;
+    for (size_t i = 640; i < 704; i++) /* a constant bucket at 64 */
+        x[i] = 0.5f;
+    uint8_t *p = malloc(nmax + 8 * nmax);
+    for (size_t k = 0; k < nk; k++)
+        for (int K = 1; K <= 7; K++)
+            for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+                for (size_t bi = 0; bi < sizeof buckets / sizeof buckets[0]; bi++) {
+                    const size_t n = ns[a];
+                    mq_codec_t c = mq_codec_uniform(K, buckets[bi], false);
+                    const size_t cap = mq_codec_payload_size(&c, n), len = cap;
+                    const size_t B = buckets[bi] ? buckets[bi] : n, nb = (n + B - 1) / B;
+                    size_t out = 0;
+                    cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+                    memset(p, 0xa5, cap);
+                    cr_assert_eq(mq_codec_encode(&c, x, n, p, cap, &out, NULL, NULL), 0);
+                    mq_quant_use_kernels(NULL);
+                    cr_assert_eq(out, len);
+                    const unsigned levels = (1u << K) - 1;
+                    for (size_t b = 0; b < nb; b++) {
+                        size_t b0 = b * B, b1 = b0 + B < n ? b0 + B : n;
+                        float lo = x[b0], hi = x[b0];
+                        for (size_t i = b0; i < b1; i++) {
+                            lo = x[i] < lo ? x[i] : lo;
+                            hi = x[i] > hi ? x[i] : hi;
+                        }
+                        lo += 0.0f;
+                        hi += 0.0f;
+                        float hlo, hhi;
+                        memcpy(&hlo, p + 8 * b, 4);
+                        memcpy(&hhi, p + 8 * b + 4, 4);
+                        cr_assert(hlo == lo && hhi == hi, "%s K=%d n=%zu B=%zu: bucket %zu range",
+                                  names[k], K, n, B, b);
+                        const float inv = (float)(levels / ((double)hi - (double)lo));
+                        for (size_t i = b0; i < b1; i++) {
+                            unsigned want = 0;
+                            if (hi != lo) {
+                                float y = (x[i] - lo) * inv + 0.5f;
+                                want = (unsigned)(int)(y < (float)levels ? y : (float)levels);
+                            }
+                            unsigned got = s_code_at(p + 8 * nb, i, K);
+                            cr_assert_eq(got, want, "%s K=%d n=%zu B=%zu: code %zu is %u, not %u",
+                                         names[k], K, n, B, i, got, want);
+                        }
+                    }
+                }
+    free(x);
+    free(p);
+}
+
+/* The kernels' PK (codes packed as they go): the bytes codes are the same with it as without,
+ * and PK holds what pack() makes of them, for the plain, stochastic and error-feedback
+ * kernels of every set, at each K below 8. */
+Test(quant, kernels_pack_as_they_go_as_pack_does)
+{
+    const char *names[4];
+    size_t nk = s_kernel_sets(names);
+    static const size_t ns[] = {32, 96, 512, 2048};
+    const size_t nmax = 2048;
+    float *x = s_normal(nmax, 62, 0.01f), *g = s_normal(nmax, 63, 0.01f);
+    float *r0 = malloc(nmax * sizeof *r0), *r1 = malloc(nmax * sizeof *r1);
+    uint8_t q0[2048], q1[2048], want[2048 + 8], pk[2048 + 8];
+    for (size_t k = 0; k < nk; k++) {
+        cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+        const mq_quant_kernels_t *kn = mq_quant_kernels();
+        for (int K = 1; K <= 7; K++)
+            for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+                for (int op = 0; op < 4; op++) {
+                    const size_t n = ns[a], bytes = n / 8 * (size_t)K;
+                    const unsigned levels = (1u << K) - 1;
+                    const float lo = -0.05f, top = (float)levels, inv = top / 0.1f;
+                    const mq_quant_deq_t d = {-lo, -0.1f / top, 0.05f, levels};
+                    mq_quant_noise_t gen0, gen1;
+                    mq_rng_t rng;
+                    mq_rng_seed(&rng, 9);
+                    mq_quant_noise_seed(&gen0, &rng);
+                    gen1 = gen0;
+                    for (size_t i = 0; i < n; i++)
+                        r0[i] = r1[i] = (float)((int)(i % 7) - 3) * 1e-3f;
+                    memset(pk, 0x5a, sizeof pk);
+                    float nlo, nhi;
+                    switch (op) {
+                    case 0:
+                        kn->quantize(x, n, lo, inv, top, NULL, q0, NULL);
+                        kn->quantize(x, n, lo, inv, top, NULL, q1, pk);
+                        break;
+                    case 1:
+                        kn->quantize_noise(x, n, lo, inv, top, &gen0, q0, NULL);
+                        kn->quantize_noise(x, n, lo, inv, top, &gen1, q1, pk);
+                        break;
+                    case 2:
+                        kn->quantize_ef(g, r0, n, lo, inv, top, &d, NULL, q0, NULL);
+                        kn->quantize_ef(g, r1, n, lo, inv, top, &d, NULL, q1, pk);
+                        break;
+                    default:
+                        kn->quantize_ef_scan(g, r0, n, lo, inv, top, &d, &gen0, q0, NULL, x, x, n,
+                                             &nlo, &nhi);
+                        kn->quantize_ef_scan(g, r1, n, lo, inv, top, &d, &gen1, q1, pk, x, x, n,
+                                             &nlo, &nhi);
+                        break;
+                    }
+                    cr_assert_arr_eq(q1, q0, n, "%s K=%d n=%zu op %d: codes differ with PK",
+                                     names[k], K, n, op);
+                    cr_assert_arr_eq(r1, r0, n * sizeof *r0, "%s K=%d n=%zu op %d: residual",
+                                     names[k], K, n, op);
+                    s_pack_reference(q0, n, K, want);
+                    cr_assert_arr_eq(pk, want, bytes, "%s K=%d n=%zu op %d: PK is not pack's",
+                                     names[k], K, n, op);
+                    for (size_t i = bytes + 8; i < sizeof pk; i++)
+                        cr_assert_eq(pk[i], 0x5a, "%s K=%d n=%zu op %d: PK written past +8",
+                                     names[k], K, n, op);
+                }
+        mq_quant_use_kernels(NULL);
+    }
+    free(x);
+    free(g);
+    free(r0);
+    free(r1);
+}
+
 /* Decodes of 16 MB and more use streaming stores; the output must be the same at any
  * alignment of dst, and the same as the portable code's. */
 Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)

@@ -128,22 +128,26 @@ static s_qparams_t s_qparams(float lo, float hi, unsigned levels)
  * y + u: at 8 bits y < 256 keeps 16 bits of u, the same order). y >= 0 because x >= lo, so
  * truncation is floor; the clamp catches y a hair above levels from rounding in (x - lo) * inv. */
 static void s_quantize(const mq_quant_kernels_t *kn, const float *x, size_t n, const s_qparams_t *p,
-                       unsigned levels, const float *noise, uint8_t *q)
+                       unsigned levels, const float *noise, uint8_t *q, uint8_t *pk)
 {
-    if (p->constant) {
-        memset(q, 0, n);
-        return;
-    }
-    if (p->wide) {
-        const int top = (int)levels;
-        for (size_t i = 0; i < n; i++) {
-            double y = ((double)x[i] - p->lo_d) * p->inv_d + (noise ? noise[i] : 0.5);
-            int k = (int)y;
-            q[i] = (uint8_t)(k > top ? top : k);
+    if (p->constant || p->wide) {
+        if (p->constant) {
+            memset(q, 0, n);
+        } else {
+            const int top = (int)levels;
+            for (size_t i = 0; i < n; i++) {
+                double y = ((double)x[i] - p->lo_d) * p->inv_d + (noise ? noise[i] : 0.5);
+                int k = (int)y;
+                q[i] = (uint8_t)(k > top ? top : k);
+            }
+        }
+        if (pk) {
+            const int K = mq_quant_bits_of(levels);
+            kn->pack(q, n, pk, mq_quant_code_bytes(n, K), K);
         }
         return;
     }
-    kn->quantize(x, n, p->lo, p->inv, (float)levels, noise, q);
+    kn->quantize(x, n, p->lo, p->inv, (float)levels, noise, q, pk);
 }
 
 /* Stochastic codes with the noise drawn from GEN as the kernel goes (quantize_noise), for a
@@ -152,14 +156,27 @@ static void s_quantize(const mq_quant_kernels_t *kn, const float *x, size_t n, c
  * way, so the codes are those of noise() for the whole chunk followed by s_quantize. */
 static void s_quantize_gen(const mq_quant_kernels_t *kn, const float *x, size_t n,
                            const s_qparams_t *p, unsigned levels, mq_quant_noise_t *gen,
-                           float *scratch, uint8_t *q)
+                           float *scratch, uint8_t *q, uint8_t *pk)
 {
     if (p->constant || p->wide) {
         kn->noise(gen, scratch, n);
-        s_quantize(kn, x, n, p, levels, scratch, q);
+        s_quantize(kn, x, n, p, levels, scratch, q, pk);
         return;
     }
-    kn->quantize_noise(x, n, p->lo, p->inv, (float)levels, gen, q);
+    kn->quantize_noise(x, n, p->lo, p->inv, (float)levels, gen, q, pk);
+}
+
+/* Where the kernels pack the codes of the chunk [start, start + len) as they go (their PK),
+ * or NULL for a pack pass after it: they can where every run of the chunk is whole steps of
+ * 32 values (buckets a multiple of 32, or one range) and at least 8 bytes of the payload's
+ * codes follow the chunk's (a kernel may write that far past its own). */
+static uint8_t *s_chunk_pk(int K, size_t B, size_t nb, size_t start, size_t len, uint8_t *codes,
+                           size_t code_bytes)
+{
+    if (K >= 8 || (B % 32 != 0 && nb != 1) || len % 32 != 0 ||
+        (start + len) / 8 * (size_t)K + 8 > code_bytes)
+        return NULL;
+    return codes + start / 8 * (size_t)K;
 }
 
 /* Whether a stochastic encode can draw the noise inside the quantize kernel: every bucket
@@ -204,8 +221,8 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     const mq_quant_kernels_t *kn = mq_quant_kernels();
     const int K = c->bits;
     const unsigned levels = (1u << K) - 1;
-    const size_t B = mq_quant_bucket_len(S_BUCKET(c), n);
-    uint8_t *codes = dst + 8 * mq_quant_nbuckets(S_BUCKET(c), n);
+    const size_t B = mq_quant_bucket_len(S_BUCKET(c), n), nb = mq_quant_nbuckets(S_BUCKET(c), n);
+    uint8_t *codes = dst + 8 * nb;
     const size_t code_bytes = mq_quant_code_bytes(n, K);
     uint8_t q[S_CHUNK];
     float noise[S_CHUNK];
@@ -213,8 +230,7 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     s_qparams_t p = {0};
     double sq = 0.0;
     mq_quant_noise_t gen;
-    const bool inline_noise =
-        S_STOCHASTIC(c) && s_noise_inline(B, mq_quant_nbuckets(S_BUCKET(c), n));
+    const bool inline_noise = S_STOCHASTIC(c) && s_noise_inline(B, nb);
     if (S_STOCHASTIC(c))
         mq_quant_noise_seed(&gen, rng);
 
@@ -223,6 +239,7 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         uint8_t *out = K == 8 ? codes + start : q; /* 8-bit codes need no packing */
+        uint8_t *pk = s_chunk_pk(K, B, nb, start, len, codes, code_bytes);
         if (S_STOCHASTIC(c) && !inline_noise)
             kn->noise(&gen, noise, len);
         for (size_t i = start; i < start + len;) {
@@ -233,15 +250,16 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
                     return -1;
                 next_bucket++;
             }
+            uint8_t *pki = pk ? pk + (i - start) / 8 * (size_t)K : NULL;
             if (inline_noise)
-                s_quantize_gen(kn, src + i, seg_end - i, &p, levels, &gen, noise,
-                               out + (i - start));
+                s_quantize_gen(kn, src + i, seg_end - i, &p, levels, &gen, noise, out + (i - start),
+                               pki);
             else
                 s_quantize(kn, src + i, seg_end - i, &p, levels,
-                           S_STOCHASTIC(c) ? noise + (i - start) : NULL, out + (i - start));
+                           S_STOCHASTIC(c) ? noise + (i - start) : NULL, out + (i - start), pki);
             i = seg_end;
         }
-        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes, false);
+        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes, pk);
     }
     if (stats)
         stats->sq = sq;
@@ -329,16 +347,10 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
     bool scanned = false; /* the range of bucket cur + 1 is in next_lo, next_hi */
     float next_lo = 0.0f, next_hi = 0.0f;
     double sq = 0.0;
-    /* The kernels pack the codes as they go (their PK) where every run of a chunk is whole
-     * steps of 32 values (buckets a multiple of 32, or one range) and at least 8 bytes of the
-     * payload's codes follow the chunk's (the kernels may write that far past theirs). */
-    const bool pack_runs = K < 8 && (B % 32 == 0 || nb == 1);
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         uint8_t *out = K == 8 ? codes + start : q;
-        uint8_t *pk = pack_runs && len % 32 == 0 && (start + len) / 8 * (size_t)K + 8 <= code_bytes
-                          ? codes + start / 8 * (size_t)K
-                          : NULL;
+        uint8_t *pk = s_chunk_pk(K, B, nb, start, len, codes, code_bytes);
         if (S_STOCHASTIC(c) && !inline_noise)
             kn->noise(&gen, noise, len);
         for (size_t i = start; i < start + len;) {
@@ -376,13 +388,11 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
             } else { /* the same three steps one after the other */
                 kn->add(res + i, src + i, m);
                 if (inline_noise)
-                    s_quantize_gen(kn, res + i, m, &p, levels, &gen, noise, qi);
+                    s_quantize_gen(kn, res + i, m, &p, levels, &gen, noise, qi, pki);
                 else
                     s_quantize(kn, res + i, m, &p, levels,
-                               S_STOCHASTIC(c) ? noise + (i - start) : NULL, qi);
+                               S_STOCHASTIC(c) ? noise + (i - start) : NULL, qi, pki);
                 s_dequantize(kn, &dp, qi, m, true, false, res + i);
-                if (pki)
-                    kn->pack(qi, m, pki, code_bytes - (size_t)(pki - codes), K);
             }
             i = seg_end;
         }

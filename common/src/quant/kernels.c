@@ -32,13 +32,29 @@ static bool s_minmax_c(const float *x, size_t n, float *lo, float *hi)
 
 /* q = trunc(min((x - lo) * inv + r, top)), r = 0.5 (nearest) or a uniform in [0, 1). The
  * float clamp equals clamping the integer: both give top once y >= top. */
+static void s_pack_c(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K);
+
+/* The codes q[0..n) packed to PK (the kernels' PK: K < 8 bits, K from the top code), when
+ * given: the portable and SSE2 builds pack after their loops. */
+#define S_PACK_AFTER(suffix)                                                                       \
+    static void s_pack_after_##suffix(const uint8_t *q, size_t n, float top, uint8_t *pk)          \
+    {                                                                                              \
+        if (pk) {                                                                                  \
+            const int K = mq_quant_bits_of((uint32_t)top);                                         \
+            s_pack_##suffix(q, n, pk, mq_quant_code_bytes(n, K), K);                               \
+        }                                                                                          \
+    }
+
+S_PACK_AFTER(c)
+
 static void s_quantize_c(const float *x, size_t n, float lo, float inv, float top,
-                         const float *noise, uint8_t *q)
+                         const float *noise, uint8_t *q, uint8_t *pk)
 {
     for (size_t i = 0; i < n; i++) {
         float y = (x[i] - lo) * inv + (noise ? noise[i] : 0.5f);
         q[i] = (uint8_t)(int)(y < top ? y : top);
     }
+    s_pack_after_c(q, n, top, pk);
 }
 
 /* Eight xoshiro128** generators, lane j giving every eighth value. */
@@ -80,16 +96,17 @@ static void s_noise_c(mq_quant_noise_t *g, float *u, size_t n)
  * portable and SSE2 builds stage the noise a block at a time; AVX2 keeps it in registers. */
 #define S_NOISE_BLOCK 256 /* a multiple of 16: every block but the last uses whole steps */
 
-#define S_QUANTIZE_NOISE_STAGED(suffix)                                                          \
-    static void s_quantize_noise_##suffix(const float *x, size_t n, float lo, float inv,        \
-                                          float top, mq_quant_noise_t *g, uint8_t *q)          \
-    {                                                                                           \
-        float u[S_NOISE_BLOCK];                                                                 \
-        for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {                                         \
-            size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;                           \
-            s_noise_##suffix(g, u, m);                                                          \
-            s_quantize_##suffix(x + i, m, lo, inv, top, u, q + i);                              \
-        }                                                                                       \
+#define S_QUANTIZE_NOISE_STAGED(suffix)                                                            \
+    static void s_quantize_noise_##suffix(const float *x, size_t n, float lo, float inv,           \
+                                          float top, mq_quant_noise_t *g, uint8_t *q, uint8_t *pk) \
+    {                                                                                              \
+        float u[S_NOISE_BLOCK];                                                                    \
+        for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {                                            \
+            size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;                              \
+            s_noise_##suffix(g, u, m);                                                             \
+            s_quantize_##suffix(x + i, m, lo, inv, top, u, q + i, NULL);                           \
+        }                                                                                          \
+        s_pack_after_##suffix(q, n, top, pk);                                                      \
     }
 
 S_QUANTIZE_NOISE_STAGED(c)
@@ -119,7 +136,6 @@ static void s_add_c(float *dst, const float *src, size_t n)
 
 static void s_dequantize_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, bool acc,
                            float *dst);
-static void s_pack_c(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K);
 
 /* The portable and SSE2 builds compose the three kernels a block at a time (the block stays
  * in L1 between them), then pack; AVX2 fuses them. */
@@ -132,15 +148,12 @@ static void s_pack_c(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int
             size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;                              \
             s_add_##suffix(r + i, g + i, m);                                                       \
             if (gen)                                                                               \
-                s_quantize_noise_##suffix(r + i, m, lo, inv, top, gen, q + i);                     \
+                s_quantize_noise_##suffix(r + i, m, lo, inv, top, gen, q + i, NULL);               \
             else                                                                                   \
-                s_quantize_##suffix(r + i, m, lo, inv, top, NULL, q + i);                          \
+                s_quantize_##suffix(r + i, m, lo, inv, top, NULL, q + i, NULL);                    \
             s_dequantize_##suffix(q + i, m, d, true, r + i);                                       \
         }                                                                                          \
-        if (pk) {                                                                                  \
-            const int K = mq_quant_bits_of(d->levels);                                             \
-            s_pack_##suffix(q, n, pk, mq_quant_code_bytes(n, K), K);                               \
-        }                                                                                          \
+        s_pack_after_##suffix(q, n, (float)d->levels, pk);                                         \
     }
 
 S_QUANTIZE_EF(c)

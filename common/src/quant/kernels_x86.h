@@ -76,8 +76,11 @@ S_INLINE __m128i s_q4_sse2(const float *x, __m128 lo, __m128 inv, __m128 r, __m1
     return _mm_cvttps_epi32(_mm_min_ps(y, top));
 }
 
+static void s_pack_sse2(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K);
+S_PACK_AFTER(sse2)
+
 static void s_quantize_sse2(const float *x, size_t n, float lo, float inv, float top,
-                            const float *noise, uint8_t *q)
+                            const float *noise, uint8_t *q, uint8_t *pk)
 {
     const __m128 vlo = _mm_set1_ps(lo), vinv = _mm_set1_ps(inv), vtop = _mm_set1_ps(top);
     const __m128 half = _mm_set1_ps(0.5f);
@@ -98,7 +101,8 @@ static void s_quantize_sse2(const float *x, size_t n, float lo, float inv, float
         __m128i b = _mm_packus_epi16(_mm_packs_epi32(k0, k1), _mm_packs_epi32(k2, k3));
         _mm_storeu_si128((__m128i *)(q + i), b);
     }
-    s_quantize_c(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i);
+    s_quantize_c(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i, NULL);
+    s_pack_after_sse2(q, n, top, pk);
 }
 
 S_INLINE __m128i s_rotl_sse2(__m128i x, int k)
@@ -462,6 +466,34 @@ S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
     return s_minmax_either_avx2(x, NULL, n, lo, hi);
 }
 
+#define s_mm256_or _mm256_or_si256
+#define s_mm256_and _mm256_and_si256
+#define s_mm256_slli_epi64 _mm256_slli_epi64
+#define s_mm256_srli_epi64 _mm256_srli_epi64
+
+/* Thirty-two codes W (bytes, each below 2^K, K < 8) packed as pack() lays them out: 4K bytes
+ * at dst, in four 8-byte stores K bytes apart, so up to 8 - K bytes past them are written too
+ * (as zeros). The pack kernel's step, and error feedback's where it packs as it goes. */
+S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
+{
+    const __m256i l64 = _mm256_set1_epi64x(0xffffffffll);
+    if (K <= 6) { /* the first two merges as multiply-adds: q0 + q1 * 2^K, p0 + p1 * 2^2K */
+        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
+        w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (1 << (16 + 2 * K))));
+        w = _mm256_or_si256(_mm256_and_si256(w, l64),
+                            _mm256_slli_epi64(_mm256_srli_epi64(w, 32), 4 * K));
+    } else {
+        const __m256i l16 = _mm256_set1_epi64x((long long)S_L16),
+                      l32 = _mm256_set1_epi64x((long long)S_L32);
+        S_MERGE8(s_mm256_, w, K);
+    }
+    __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
+    _mm_storel_epi64((__m128i *)dst, lo);
+    _mm_storel_epi64((__m128i *)(dst + K), _mm_unpackhi_epi64(lo, lo));
+    _mm_storel_epi64((__m128i *)(dst + 2 * K), hi);
+    _mm_storel_epi64((__m128i *)(dst + 3 * K), _mm_unpackhi_epi64(hi, hi));
+}
+
 S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 r, __m256 top)
 {
     __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x), lo), inv), r);
@@ -469,25 +501,30 @@ S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 
 }
 
 /* The codes of x[0..32) with the offsets r0..r3 (0.5: round to nearest; noise: stochastic),
- * stored as 32 bytes in order. */
+ * stored as 32 bytes in order, and packed to K bits at PK as well unless it is NULL. */
 S_AVX2 S_INLINE void s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256 r0, __m256 r1,
-                                __m256 r2, __m256 r3, __m256 top, __m256i order, uint8_t *q)
+                                __m256 r2, __m256 r3, __m256 top, __m256i order, uint8_t *q,
+                                uint8_t *pk, int K)
 {
     __m256i k0 = s_q8_avx2(x, lo, inv, r0, top), k1 = s_q8_avx2(x + 8, lo, inv, r1, top);
     __m256i k2 = s_q8_avx2(x + 16, lo, inv, r2, top), k3 = s_q8_avx2(x + 24, lo, inv, r3, top);
     /* packs work within 128-bit halves: the dwords come out as 0,2,4,6,1,3,5,7 */
     __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
-    _mm256_storeu_si256((__m256i *)q, _mm256_permutevar8x32_epi32(b, order));
+    b = _mm256_permutevar8x32_epi32(b, order);
+    _mm256_storeu_si256((__m256i *)q, b);
+    if (pk)
+        s_pack32_avx2(b, pk, K);
 }
 
 S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv, float top,
-                                   const float *noise, uint8_t *q)
+                                   const float *noise, uint8_t *q, uint8_t *pk)
 {
     const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
     const __m256 half = _mm256_set1_ps(0.5f);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const int K = mq_quant_bits_of((uint32_t)top);
     size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
+    for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * K : NULL) {
         s_prefetch_ahead(x + i);
         __m256 r0 = half, r1 = half, r2 = half, r3 = half;
         if (noise) {
@@ -496,11 +533,11 @@ S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv
             r2 = _mm256_loadu_ps(noise + i + 16);
             r3 = _mm256_loadu_ps(noise + i + 24);
         }
-        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i);
+        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i, pk, K);
     }
     _mm256_zeroupper();
-    if (i < n)
-        s_quantize_sse2(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i);
+    if (i < n) /* never with PK: n is then a multiple of 32 */
+        s_quantize_sse2(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i, NULL);
 }
 
 S_AVX2 S_INLINE __m256i s_rotl_avx2(__m256i x, int k)
@@ -561,34 +598,6 @@ S_AVX2 static void s_noise_avx2(mq_quant_noise_t *g, float *u, size_t n)
     s_gen_store_avx2(g, s);
     _mm256_zeroupper();
     s_noise_c(g, u + i, n - i);
-}
-
-#define s_mm256_or _mm256_or_si256
-#define s_mm256_and _mm256_and_si256
-#define s_mm256_slli_epi64 _mm256_slli_epi64
-#define s_mm256_srli_epi64 _mm256_srli_epi64
-
-/* Thirty-two codes W (bytes, each below 2^K, K < 8) packed as pack() lays them out: 4K bytes
- * at dst, in four 8-byte stores K bytes apart, so up to 8 - K bytes past them are written too
- * (as zeros). The pack kernel's step, and error feedback's where it packs as it goes. */
-S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
-{
-    const __m256i l64 = _mm256_set1_epi64x(0xffffffffll);
-    if (K <= 6) { /* the first two merges as multiply-adds: q0 + q1 * 2^K, p0 + p1 * 2^2K */
-        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
-        w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (1 << (16 + 2 * K))));
-        w = _mm256_or_si256(_mm256_and_si256(w, l64),
-                            _mm256_slli_epi64(_mm256_srli_epi64(w, 32), 4 * K));
-    } else {
-        const __m256i l16 = _mm256_set1_epi64x((long long)S_L16),
-                      l32 = _mm256_set1_epi64x((long long)S_L32);
-        S_MERGE8(s_mm256_, w, K);
-    }
-    __m128i lo = _mm256_castsi256_si128(w), hi = _mm256_extracti128_si256(w, 1);
-    _mm_storel_epi64((__m128i *)dst, lo);
-    _mm_storel_epi64((__m128i *)(dst + K), _mm_unpackhi_epi64(lo, lo));
-    _mm_storel_epi64((__m128i *)(dst + 2 * K), hi);
-    _mm_storel_epi64((__m128i *)(dst + 3 * K), _mm_unpackhi_epi64(hi, hi));
 }
 
 S_AVX2 S_INLINE void s_pack_avx2_k(const uint8_t *q, size_t n, uint8_t *dst, size_t avail,
@@ -772,24 +781,25 @@ S_AVX2 static mq_quant_sums_t s_code_sums_avx2(const uint8_t *q, size_t n, int K
  * cost about a fifth of a stochastic encode with buckets of 512 (measured: 1.09x memcpy
  * before, 1.3x with the noise in registers). */
 S_AVX2 static void s_quantize_noise_avx2(const float *x, size_t n, float lo, float inv, float top,
-                                         mq_quant_noise_t *g, uint8_t *q)
+                                         mq_quant_noise_t *g, uint8_t *q, uint8_t *pk)
 {
     const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const int K = mq_quant_bits_of((uint32_t)top);
     __m256i s[4];
     s_gen_load_avx2(g, s);
     size_t i = 0;
-    for (; i + 32 <= n; i += 32) {
+    for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * K : NULL) {
         s_prefetch_ahead(x + i);
         __m256 r0, r1, r2, r3;
         s_uniforms16_avx2(s_noise_step_avx2(s), &r0, &r1);
         s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
-        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i);
+        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i, pk, K);
     }
     s_gen_store_avx2(g, s);
     _mm256_zeroupper();
-    if (i < n)
-        s_quantize_noise_c(x + i, n - i, lo, inv, top, g, q + i);
+    if (i < n) /* never with PK */
+        s_quantize_noise_c(x + i, n - i, lo, inv, top, g, q + i, NULL);
 }
 
 /* As s_minmax_avx2, of the sums a[i] + b[i]. */

@@ -258,9 +258,9 @@ size_t mq_quant_ef_state_floats(const mq_codec_t *c, size_t n);
 /* The operations table entries these codecs share: biased (the residual makes up for it
  * over steps), payloads of one size, the one option bucket=N, the state above. Each names
  * its own max_size, encode, validate and decode (and defaults). */
-#define MQ_QUANT_EF_SIGN_OPS                                                                   \
-    .unbiased = false, .exact_size = true, .option = mq_quant_bucket_option,                   \
-    .format = mq_quant_bucket_format, .check = mq_quant_bucket_check,                          \
+#define MQ_QUANT_EF_SIGN_OPS                                                                       \
+    .unbiased = false, .exact_size = true, .option = mq_quant_bucket_option,                       \
+    .format = mq_quant_bucket_format, .check = mq_quant_bucket_check,                              \
     .state_floats = mq_quant_ef_state_floats
 
 /* The factor the residual is multiplied by at a step with learning rate LR after one with
@@ -450,9 +450,12 @@ typedef struct {
     /* Min and max of x[0..n), n > 0; false if a value is NaN or infinite. */
     bool (*minmax)(const float *x, size_t n, float *lo, float *hi);
     /* q[i] = trunc(min((x[i] - lo) * inv + r_i, top)), r_i = noise[i] or 0.5 if noise is
-     * NULL; x[i] >= lo, and inv and the result finite. */
+     * NULL; x[i] >= lo, and inv and the result finite. With PK not NULL (top = 2^K - 1 with
+     * K < 8; n a multiple of 32) the codes are also packed to PK as pack() lays them out,
+     * writing up to 8 bytes past them: a separate pack pass is a burst of arithmetic with no
+     * loads, which leaves the memory idle while it runs. */
     void (*quantize)(const float *x, size_t n, float lo, float inv, float top, const float *noise,
-                     uint8_t *q);
+                     uint8_t *q, uint8_t *pk);
     /* n uniforms in [0, 1) with 16 random bits each. */
     void (*noise)(mq_quant_noise_t *g, float *u, size_t n);
     /* Packs codes q[0..n) (each < 2^K, K < 8) into ceil(n*K/8) bytes at dst, of which AVAIL
@@ -470,10 +473,10 @@ typedef struct {
     /* Sums of q[i] and of q[i]^2 over n <= MQ_QUANT_SUMS_MAX codes below 2^K: what a
      * bucket's sum of squared decoded values follows from (mq_codec_stats_t). */
     mq_quant_sums_t (*code_sums)(const uint8_t *q, size_t n, int K);
-    /* noise(g, u, n) then quantize(x, n, lo, inv, top, u, q), bit for bit and with the same
-     * generator steps, without the array u: the stochastic encode's inner loop. */
+    /* noise(g, u, n) then quantize(x, n, lo, inv, top, u, q, pk), bit for bit and with the
+     * same generator steps, without the array u: the stochastic encode's inner loop. */
     void (*quantize_noise)(const float *x, size_t n, float lo, float inv, float top,
-                           mq_quant_noise_t *g, uint8_t *q);
+                           mq_quant_noise_t *g, uint8_t *q, uint8_t *pk);
     /* Min and max of the float sums a[i] + b[i], n > 0; false if a sum is NaN or infinite
      * (error feedback's range, read without storing the sums). */
     bool (*minmax_sum)(const float *a, const float *b, size_t n, float *lo, float *hi);
@@ -482,10 +485,8 @@ typedef struct {
     /* One bucket run of error feedback: v = r[i] + g[i], q[i] its code (as quantize, or as
      * quantize_noise when G is not NULL), then r[i] = v + the code's value decoded with D
      * (the bucket's dequantize constants at scale -1): add, quantize and an accumulating
-     * dequantize bit for bit, in one walk over the values. With PK not NULL (K < 8 bits, K
-     * from D's levels; n a multiple of 32) the codes are also packed to PK as pack() lays
-     * them out, writing up to 8 bytes past them: a separate pack pass is a burst of
-     * arithmetic with no loads, which leaves the memory idle. */
+     * dequantize bit for bit, in one walk over the values. PK as quantize's (K from D's
+     * levels). */
     void (*quantize_ef)(const float *g, float *r, size_t n, float lo, float inv, float top,
                         const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk);
     /* quantize_ef(g, r, n, ...), then minmax_sum(na, nb, nn, nlo, nhi) of the next bucket
