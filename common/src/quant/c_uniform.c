@@ -17,7 +17,9 @@
  * This file walks buckets and chunks; the loops over values are in kernels.c. Work goes in
  * chunks of S_CHUNK values, a multiple of 8: eight K-bit codes are exactly K bytes, so every
  * chunk starts on a byte of the code stream whatever K and the bucket size are. A chunk is
- * quantized into one byte per code while it is in L1, then packed. With bucket = 0 the range
+ * quantized into one byte per code while it is in L1 (the statistics read those), and packed:
+ * by the kernels as they go where its runs are whole steps of 32 values (s_chunk_pk), else in
+ * a pass after it, which is arithmetic with no loads beside it. With bucket = 0 the range
  * needs a first pass over the whole tensor (read only); with buckets, each bucket's range is
  * taken when the walk reaches it, so its values are still cached. Error feedback has its own
  * walk (s_encode_ef): one kernel per bucket run adds, quantizes and stores the new residual,

@@ -516,25 +516,41 @@ S_AVX2 S_INLINE void s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256 r0
         s_pack32_avx2(b, pk, K);
 }
 
-S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv, float top,
-                                   const float *noise, uint8_t *q, uint8_t *pk)
+/* s_quantize_avx2's loop, specialized by inlining for NOISE and PACK (PK used). */
+S_AVX2 S_INLINE size_t s_quantize_loop_avx2(const float *x, size_t n, float lo, float inv,
+                                            float top, const float *noise, uint8_t *q, uint8_t *pk,
+                                            bool with_noise, bool pack)
 {
     const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
     const __m256 half = _mm256_set1_ps(0.5f);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const int K = mq_quant_bits_of((uint32_t)top);
     size_t i = 0;
-    for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * K : NULL) {
+    for (; i + 32 <= n; i += 32) {
         s_prefetch_ahead(x + i);
         __m256 r0 = half, r1 = half, r2 = half, r3 = half;
-        if (noise) {
+        if (with_noise) {
             r0 = _mm256_loadu_ps(noise + i);
             r1 = _mm256_loadu_ps(noise + i + 8);
             r2 = _mm256_loadu_ps(noise + i + 16);
             r3 = _mm256_loadu_ps(noise + i + 24);
         }
-        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i, pk, K);
+        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i,
+                   pack ? pk + i / 8 * (size_t)K : NULL, K);
     }
+    return i;
+}
+
+S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv, float top,
+                                   const float *noise, uint8_t *q, uint8_t *pk)
+{
+    size_t i;
+    if (noise)
+        i = pk ? s_quantize_loop_avx2(x, n, lo, inv, top, noise, q, pk, true, true)
+               : s_quantize_loop_avx2(x, n, lo, inv, top, noise, q, NULL, true, false);
+    else
+        i = pk ? s_quantize_loop_avx2(x, n, lo, inv, top, NULL, q, pk, false, true)
+               : s_quantize_loop_avx2(x, n, lo, inv, top, NULL, q, NULL, false, false);
     _mm256_zeroupper();
     if (i < n) /* never with PK: n is then a multiple of 32 */
         s_quantize_sse2(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i, NULL);
