@@ -349,6 +349,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
     bool scanned = false; /* the range of bucket cur + 1 is in next_lo, next_hi */
     float next_lo = 0.0f, next_hi = 0.0f;
     double sq = 0.0;
+    size_t b = 0, b_end = B < n ? B : n; /* the bucket the walk is in, and where it ends */
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         uint8_t *out = K == 8 ? codes + start : q;
@@ -356,7 +357,11 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
         if (S_STOCHASTIC(c) && !inline_noise)
             kn->noise(&gen, noise, len);
         for (size_t i = start; i < start + len;) {
-            size_t b = i / B, seg_end = mq_quant_run_end(i, B, n, start + len), m = seg_end - i;
+            if (i == b_end) { /* runs end at buckets' and chunks' ends: no division needed */
+                b++;
+                b_end = n - b_end > B ? b_end + B : n;
+            }
+            size_t seg_end = b_end < start + len ? b_end : start + len, m = seg_end - i;
             if (b != cur) {
                 size_t b0 = b * B, d = b + 1 < nb ? B : n - b0;
                 float lo = next_lo, hi = next_hi;
