@@ -86,7 +86,8 @@ static double s_sq_of_chunk(const mq_quant_kernels_t *kn, const mq_codec_t *c, s
 }
 
 /* The end of an encode chunk of LEN codes from START (one byte each in OUT): their decoded
- * sum of squares if WANT_SQ (else 0), and, below 8 bits, the codes packed into CODES. */
+ * sum of squares if WANT_SQ (else 0), and, below 8 bits, the codes packed into CODES unless
+ * the kernels PACKED them as they went. */
 static double s_chunk_done(const mq_quant_kernels_t *kn, const mq_codec_t *c, size_t n,
                            const uint8_t *hdr, const uint8_t *out, size_t start, size_t len,
                            bool want_sq, uint8_t *codes, size_t code_bytes, bool packed)
@@ -261,7 +262,8 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
                            S_STOCHASTIC(c) ? noise + (i - start) : NULL, out + (i - start), pki);
             i = seg_end;
         }
-        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes, pk);
+        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes,
+                           pk != NULL);
     }
     if (stats)
         stats->sq = sq;
@@ -403,7 +405,8 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
             }
             i = seg_end;
         }
-        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes, pk);
+        sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes,
+                           pk != NULL);
     }
     if (stats)
         stats->sq = sq;

@@ -30,8 +30,6 @@ static bool s_minmax_c(const float *x, size_t n, float *lo, float *hi)
     return c == 0.0f && l - l == 0.0f && h - h == 0.0f;
 }
 
-/* q = trunc(min((x - lo) * inv + r, top)), r = 0.5 (nearest) or a uniform in [0, 1). The
- * float clamp equals clamping the integer: both give top once y >= top. */
 static void s_pack_c(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int K);
 
 /* The codes q[0..n) packed to PK (the kernels' PK: K < 8 bits, K from the top code), when
@@ -47,6 +45,8 @@ static void s_pack_c(const uint8_t *q, size_t n, uint8_t *dst, size_t avail, int
 
 S_PACK_AFTER(c)
 
+/* q = trunc(min((x - lo) * inv + r, top)), r = 0.5 (nearest) or a uniform in [0, 1). The
+ * float clamp equals clamping the integer: both give top once y >= top. */
 static void s_quantize_c(const float *x, size_t n, float lo, float inv, float top,
                          const float *noise, uint8_t *q, uint8_t *pk)
 {

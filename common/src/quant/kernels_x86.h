@@ -473,7 +473,7 @@ S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
 
 /* Thirty-two codes W (bytes, each below 2^K, K < 8) packed as pack() lays them out: 4K bytes
  * at dst, in four 8-byte stores K bytes apart, so up to 8 - K bytes past them are written too
- * (as zeros). The pack kernel's step, and error feedback's where it packs as it goes. */
+ * (as zeros). The pack kernel's step, and the quantize kernels' where they pack as they go. */
 S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
 {
     const __m256i l64 = _mm256_set1_epi64x(0xffffffffll);
