@@ -15,6 +15,7 @@
 #include "http_test.h"
 #include "mqgrad/data.h"
 #include "mqgrad/nn.h"
+#include "mqgrad/node.h"
 #include "mqgrad/util.h"
 #include "mqgrad/wire.h"
 
@@ -232,6 +233,48 @@ Test(cluster, agent_swaps_and_restarts_while_training, .timeout = 240)
     cr_expect(strstr(events, "agent_back"), "%s", events);
     free(events);
     unlink(state);
+}
+
+/* A REGISTER nothing answers (lost, or sent as the scheduler took the run back to its
+ * checkpoint) goes again after MQ_REGISTER_RETRY_S, on a new connection, with the same
+ * incarnation, so a scheduler that holds it already takes it as a repeat. Before, the node
+ * waited out its whole peer timeout and left (a restarted server did, and the run failed). */
+Test(cluster, an_unanswered_registration_goes_again_on_a_new_connection, .timeout = 60)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    zsock_t *sched = zsock_new(ZMQ_ROUTER); /* hears, never answers */
+    int port = zsock_bind(sched, "tcp://127.0.0.1:*");
+    cr_assert(port > 0);
+    zsock_set_rcvtimeo(sched, 20000);
+    char endpoint[64];
+    snprintf(endpoint, sizeof endpoint, "tcp://127.0.0.1:%d", port);
+    mq_server_config_t cfg;
+    char *sargv[] = {"server",     "--scheduler", endpoint, "--bind", "tcp://127.0.0.1:*",
+                     "--insecure", NULL};
+    cr_assert_eq(mq_server_config_parse(&cfg, s_argc(sargv), sargv), 0);
+    mq_metrics_t *metrics = cfg.metrics = mq_metrics_new("server");
+    zactor_t *server = zactor_new(mq_server_actor, &cfg);
+    mq_msg_t first = {0}, again = {0};
+    mq_drop_t drop;
+    cr_assert_eq(mq_wire_recv(sched, &first, &drop), 0, "no REGISTER: %s", mq_err_last());
+    double t0 = mq_now_s();
+    cr_assert_eq(first.type, MQ_MSG_REGISTER);
+    cr_assert_eq(mq_wire_recv(sched, &again, &drop), 0, "the REGISTER did not go again");
+    double waited = mq_now_s() - t0;
+    cr_expect_eq(again.type, MQ_MSG_REGISTER);
+    cr_expect_eq(again.incarnation, first.incarnation,
+                 "a new incarnation would hold a second "
+                 "place at a scheduler that had the first");
+    cr_expect(again.peer_len != first.peer_len ||
+                  memcmp(again.peer, first.peer, first.peer_len) != 0,
+              "the same connection");
+    cr_expect(waited >= MQ_REGISTER_RETRY_S - 1.5 && waited <= MQ_REGISTER_RETRY_S + 3.0,
+              "went again after %.1f s", waited);
+    mq_msg_reset(&first);
+    mq_msg_reset(&again);
+    zactor_destroy(&server);
+    zsock_destroy(&sched);
+    mq_metrics_destroy(&metrics);
 }
 
 /* Servers that ask for a shard (--shard: a StatefulSet's pod index, whose volume holds that

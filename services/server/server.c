@@ -740,7 +740,7 @@ static int s_start(s_server_t *self, zsock_t *pipe)
     mq_info("listening on %s (advertised as %s), registering with %s", self->cfg->bind,
             self->endpoint, self->cfg->scheduler);
     zloop_reader(self->loop, self->data, s_on_data, self);
-    zloop_reader(self->loop, self->node.sched, s_on_sched, self);
+    mq_node_listen(&self->node, self->loop, s_on_sched, self);
     zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     return 0;
 }

@@ -811,7 +811,7 @@ void mq_worker_actor(zsock_t *pipe, void *args)
                             self->cfg->peer_timeout, self->sec) != 0) {
         s_fail(self, "start");
     } else {
-        zloop_reader(self->loop, self->node.sched, s_on_sched, self);
+        mq_node_listen(&self->node, self->loop, s_on_sched, self);
         zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     }
     zloop_start(self->loop);

@@ -21,6 +21,10 @@ extern "C" {
 
 /* Milliseconds between a node's heartbeats to the scheduler. */
 #define MQ_HEARTBEAT_MS 500
+/* A node that has heard nothing from the scheduler this long after its REGISTER sends it again
+ * on a new connection: the scheduler answers a registration at once and sends heartbeats to
+ * every node it holds every second, so the REGISTER, or the connection it went on, was lost. */
+#define MQ_REGISTER_RETRY_S 5.0
 
 typedef struct {
     zsock_t *pipe;       /* the actor's pipe */
@@ -29,6 +33,11 @@ typedef struct {
     mq_role_t role;
     uint64_t incarnation;
     double last_heard, peer_timeout;
+    bool heard;        /* anything from the scheduler since REGISTER */
+    double registered; /* when REGISTER last went */
+    zloop_t *loop;     /* mq_node_listen's: the reader of sched */
+    zloop_reader_fn *on_sched;
+    void *on_sched_arg;
     bool finished;       /* DONE was reported; the node only waits for $TERM */
     int port;            /* what PORT answers (a bound data port, or 0) */
     mq_drops_t drops;
@@ -72,7 +81,13 @@ int mq_node_recv(mq_node_t *n, mq_msg_t *msg);
  * last error. */
 void mq_node_finish(mq_node_t *n, int code, const char *what);
 
-/* Ends the node if the scheduler has been silent for longer than the peer timeout. */
+/* Reads the scheduler's messages in LOOP with FN (ARG): the node can then connect again. */
+int mq_node_listen(mq_node_t *n, zloop_t *loop, zloop_reader_fn *fn, void *arg);
+
+/* Ends the node if the scheduler has been silent for longer than the peer timeout; before
+ * then, sends a REGISTER nothing has answered again, on a new connection, every
+ * MQ_REGISTER_RETRY_S (the same incarnation: the scheduler takes a repeat of a registration
+ * it holds as nothing). Every second, from the service's tick. */
 void mq_node_check_peer(mq_node_t *n);
 
 /* zloop reader for the actor pipe (ARG is the mq_node_t): "PORT" → port, "DROPS" →

@@ -8,6 +8,27 @@
 #include "mqgrad/service.h"
 #include "mqgrad/util.h"
 
+/* A DEALER to the scheduler at n->endpoint, with the node's keys; NULL with an error. */
+static zsock_t *s_sched_socket(mq_node_t *n)
+{
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    if (!s) {
+        mq_err_set("cannot create a socket");
+        return NULL;
+    }
+    mq_wire_prepare(s, 2000, MQ_WIRE_MAX_CONTROL_MSG);
+    if (mq_sec_client(n->sec, s, MQ_KEY_SCHEDULER) != 0) {
+        zsock_destroy(&s);
+        return NULL;
+    }
+    if (zsock_connect(s, "%s", n->endpoint) != 0) {
+        mq_err_set("cannot connect to the scheduler at '%s'", n->endpoint);
+        zsock_destroy(&s);
+        return NULL;
+    }
+    return s;
+}
+
 int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t role,
                  const char *advertise, double peer_timeout, mq_sec_t *sec)
 {
@@ -15,27 +36,50 @@ int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t ro
     n->sec = sec;
     n->role = role;
     n->peer_timeout = peer_timeout;
-    n->last_heard = mq_now_s();
+    n->last_heard = n->registered = mq_now_s();
+    n->heard = false;
+    n->loop = NULL;
     n->incarnation = (uint64_t)zclock_time() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)n;
     snprintf(n->endpoint, sizeof n->endpoint, "%s", endpoint);
-    n->sched = zsock_new(ZMQ_DEALER);
-    if (!n->sched) {
-        mq_err_set("cannot create a socket");
+    n->sched = s_sched_socket(n);
+    if (!n->sched)
         return -1;
-    }
-    mq_wire_prepare(n->sched, 2000, MQ_WIRE_MAX_CONTROL_MSG);
-    if (mq_sec_client(sec, n->sched, MQ_KEY_SCHEDULER) != 0)
-        return -1;
-    if (zsock_connect(n->sched, "%s", endpoint) != 0) {
-        mq_err_set("cannot connect to the scheduler at '%s'", endpoint);
-        return -1;
-    }
     mq_msg_init(&n->msg, MQ_MSG_REGISTER);
     n->msg.role = role;
     n->msg.incarnation = n->incarnation;
     n->msg.shard = n->prefer_shard;
     snprintf(n->msg.endpoint, sizeof n->msg.endpoint, "%s", advertise ? advertise : "");
     return mq_wire_send(n->sched, &n->msg, NULL, 0);
+}
+
+int mq_node_listen(mq_node_t *n, zloop_t *loop, zloop_reader_fn *fn, void *arg)
+{
+    n->loop = loop;
+    n->on_sched = fn;
+    n->on_sched_arg = arg;
+    return zloop_reader(loop, n->sched, fn, arg);
+}
+
+/* The REGISTER again, on a new connection (see mq_node_check_peer). Seen in a test where a
+ * restarted server registered just as the scheduler took the run back to its checkpoint: the
+ * REGISTER was never answered, the node waited out the whole peer timeout and left, and the
+ * run failed for want of a server. */
+static void s_register_again(mq_node_t *n, double silent)
+{
+    zsock_t *s = s_sched_socket(n);
+    if (!s) {
+        mq_warn("cannot register with the scheduler again: %s", mq_err_last());
+        return;
+    }
+    mq_warn("no answer from the scheduler at %s to this node's registration for %.0f s: "
+            "sending it again on a new connection",
+            n->endpoint, silent);
+    zloop_reader_end(n->loop, n->sched);
+    zsock_destroy(&n->sched);
+    n->sched = s;
+    if (zloop_reader(n->loop, n->sched, n->on_sched, n->on_sched_arg) != 0)
+        mq_warn("cannot read the scheduler's new connection");
+    mq_wire_send(n->sched, &n->msg, NULL, 0); /* a full queue drops it: the next try goes */
 }
 
 /* ---- the heartbeat thread ---------------------------------------------------------------- */
@@ -217,6 +261,7 @@ int mq_node_recv(mq_node_t *n, mq_msg_t *msg)
         goto ignore;
     }
     n->last_heard = mq_now_s();
+    n->heard = true;
     if (n->finished || msg->type == MQ_MSG_HEARTBEAT)
         goto ignore;
     switch (msg->type) {
@@ -246,7 +291,12 @@ ignore:
 
 void mq_node_check_peer(mq_node_t *n)
 {
-    double silent = mq_now_s() - n->last_heard;
+    double now = mq_now_s(), silent = now - n->last_heard;
+    if (!n->finished && !n->heard && n->loop && n->msg.type == MQ_MSG_REGISTER &&
+        now - n->registered >= MQ_REGISTER_RETRY_S && silent <= n->peer_timeout) {
+        n->registered = now;
+        s_register_again(n, silent);
+    }
     if (!n->finished && silent > n->peer_timeout) {
         mq_err_set("no word from the scheduler at %s for %.0f s", n->endpoint, silent);
         mq_node_finish(n, 1, "scheduler gone");
