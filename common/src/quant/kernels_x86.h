@@ -650,8 +650,10 @@ S_AVX2 S_INLINE void s_unpack_avx2_k(const uint8_t *src, size_t n, size_t avail,
 S_AVX2 static void s_pack_avx2(const uint8_t *q, size_t n, uint8_t *dst, size_t avail,
                                int K){S_BY_K(s_pack_avx2_k, K, q, n, dst, avail)}
 
-S_AVX2 static void s_unpack_avx2(const uint8_t *src, size_t n, size_t avail, uint8_t *q,
-                                 int K){S_BY_K(s_unpack_avx2_k, K, src, n, avail, q)}
+S_PACK_AFTER(avx2) /* the AVX-512 error-feedback loops pack after themselves */
+
+    S_AVX2 static void s_unpack_avx2(const uint8_t *src, size_t n, size_t avail, uint8_t *q,
+                                     int K){S_BY_K(s_unpack_avx2_k, K, src, n, avail, q)}
 
 S_AVX2 S_INLINE __m256 s_deq8_avx2(const uint8_t *q, __m256 a, __m256 b, __m256 top, __m256i lev)
 {
@@ -1074,17 +1076,6 @@ S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512
     s_ef16_avx512(g + 48, r + 48, c, n3, q + 48);
 }
 
-/* Codes q[0..i) of an AVX-512 walk packed to PK (when given) after it: this set does not pack
- * as it goes. */
-S_AVX2 S_INLINE void s_ef_pack_after_avx2(const uint8_t *q, size_t i, const mq_quant_deq_t *d,
-                                          uint8_t *pk)
-{
-    if (pk && i) {
-        const int K = mq_quant_bits_of(d->levels);
-        s_pack_avx2(q, i, pk, i / 8 * (size_t)K, K);
-    }
-}
-
 S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,
                                           float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
                                           uint8_t *q, uint8_t *pk)
@@ -1102,7 +1093,7 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
     }
     s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
-    s_ef_pack_after_avx2(q, i, d, pk);
+    s_pack_after_avx2(q, i, (float)d->levels, pk);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
 }
@@ -1151,7 +1142,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
     }
     *nlo = l;
     *nhi = h;
-    s_ef_pack_after_avx2(q, i, d, pk);
+    s_pack_after_avx2(q, i, (float)d->levels, pk);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
     return ok && l - l == 0.0f && h - h == 0.0f;
