@@ -1028,14 +1028,22 @@ static const mq_quant_kernels_t s_kernels_avx2 = {
 #define S_AVX512 __attribute__((target("avx512f,avx512bw,avx2")))
 
 typedef struct {
-    __m512 lo, inv, top, a, b, dtop, half;
+    __m512 lo, inv, top, a, b, dtop, half, tbl;
     __m512i lev, zero, max8;
+    bool small; /* at most 16 codes: tbl holds their decoded values */
 } s_ef_avx512_t;
+
+/* The decoded values of codes K at scale -1, as s_deq8_avx2 computes them. */
+S_AVX512 S_INLINE __m512 s_deq16_avx512(const s_ef_avx512_t *c, __m512i k)
+{
+    __m512 x = _mm512_add_ps(c->a, _mm512_mul_ps(_mm512_cvtepi32_ps(k), c->b));
+    return _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(k, c->lev), x, c->dtop);
+}
 
 S_AVX512 S_INLINE s_ef_avx512_t s_ef_consts_avx512(float lo, float inv, float top,
                                                    const mq_quant_deq_t *d)
 {
-    return (s_ef_avx512_t){
+    s_ef_avx512_t c = {
         .lo = _mm512_set1_ps(lo),
         .inv = _mm512_set1_ps(inv),
         .top = _mm512_set1_ps(top),
@@ -1046,18 +1054,22 @@ S_AVX512 S_INLINE s_ef_avx512_t s_ef_consts_avx512(float lo, float inv, float to
         .lev = _mm512_set1_epi32((int)d->levels),
         .zero = _mm512_setzero_si512(),
         .max8 = _mm512_set1_epi32(255),
+        .small = d->levels < 16,
     };
+    c.tbl =
+        s_deq16_avx512(&c, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    return c;
 }
 
-/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, codes stored as bytes. */
+/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, codes stored as bytes. With
+ * at most 16 codes (SMALL) the decoded value is one permute from the table of them. */
 S_AVX512 S_INLINE void s_ef16_avx512(const float *g, float *r, const s_ef_avx512_t *c, __m512 rn,
-                                     uint8_t *q)
+                                     bool small, uint8_t *q)
 {
     __m512 v = _mm512_add_ps(_mm512_loadu_ps(r), _mm512_loadu_ps(g));
     __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, c->lo), c->inv), rn);
     __m512i k = _mm512_cvttps_epi32(_mm512_min_ps(y, c->top));
-    __m512 x = _mm512_add_ps(c->a, _mm512_mul_ps(_mm512_cvtepi32_ps(k), c->b));
-    x = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(k, c->lev), x, c->dtop);
+    __m512 x = small ? _mm512_permutexvar_ps(k, c->tbl) : s_deq16_avx512(c, k);
     _mm512_storeu_ps(r, _mm512_add_ps(v, x));
     k = _mm512_max_epi32(_mm512_min_epi32(k, c->max8), c->zero);
     _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(k));
@@ -1077,17 +1089,17 @@ S_AVX512 S_INLINE void s_noise32_avx512(__m256i s[4], __m512 *n0, __m512 *n1)
 
 /* Sixty-four values of error feedback. */
 S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512_t *c, bool gen,
-                                     __m256i s[4], uint8_t *q)
+                                     bool small, __m256i s[4], uint8_t *q)
 {
     __m512 n0 = c->half, n1 = c->half, n2 = c->half, n3 = c->half;
     if (gen) {
         s_noise32_avx512(s, &n0, &n1);
         s_noise32_avx512(s, &n2, &n3);
     }
-    s_ef16_avx512(g, r, c, n0, q);
-    s_ef16_avx512(g + 16, r + 16, c, n1, q + 16);
-    s_ef16_avx512(g + 32, r + 32, c, n2, q + 32);
-    s_ef16_avx512(g + 48, r + 48, c, n3, q + 48);
+    s_ef16_avx512(g, r, c, n0, small, q);
+    s_ef16_avx512(g + 16, r + 16, c, n1, small, q + 16);
+    s_ef16_avx512(g + 32, r + 32, c, n2, small, q + 32);
+    s_ef16_avx512(g + 48, r + 48, c, n3, small, q + 48);
 }
 
 S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,
@@ -1103,7 +1115,7 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
         s_prefetch_ahead_l2(r + i);
         s_prefetch_ahead_l2(g + i + 32);
         s_prefetch_ahead_l2(r + i + 32);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, s, q + i);
+        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i);
     }
     s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
@@ -1141,7 +1153,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
         mx0 = _mm512_max_ps(_mm512_max_ps(u, v), mx0);
         mx1 = _mm512_max_ps(_mm512_max_ps(w, z), mx1);
         bad |= _mm512_cmp_ps_mask(u, v, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(w, z, _CMP_UNORD_Q);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, s, q + i);
+        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i);
     }
     s_gen_store_avx2(gen, s);
     float l = _mm512_reduce_min_ps(_mm512_min_ps(mn0, mn1)),
