@@ -1022,14 +1022,16 @@ static const mq_quant_kernels_t s_kernels_avx2 = {
 /* Error feedback's walk with 16 values a vector. Bound by its instructions on CPUs with full
  * 512-bit units (about 2.5 vector operations a value at 8 a vector, measured in
  * bench/README.md), it halves them; every other loop is the AVX2 one. Bit for bit the AVX2
- * results: the same operations in the same order a value (no FMA), codes clamped to 0..255 as
- * AVX2's saturating packs do, and the noise from the same eight generators, two steps a 32
- * values in the same order. */
+ * results: the same operations in the same order a value (no FMA), and the noise from the same
+ * eight generators, two steps a 32 values in the same order. A code needs no clamp before it is
+ * narrowed to a byte: with v >= lo (the kernels' contract: lo is the least of the values) y is
+ * at least 0, min(y, top) is at most top, and a NaN's min with top is top, so every code is in
+ * 0..levels, where AVX2's saturating packs leave it as it is. */
 #define S_AVX512 __attribute__((target("avx512f,avx512bw,avx2")))
 
 typedef struct {
     __m512 lo, inv, top, a, b, dtop, half, tbl;
-    __m512i lev, zero, max8;
+    __m512i lev;
     bool small; /* at most 16 codes: tbl holds their decoded values */
 } s_ef_avx512_t;
 
@@ -1052,8 +1054,6 @@ S_AVX512 S_INLINE s_ef_avx512_t s_ef_consts_avx512(float lo, float inv, float to
         .dtop = _mm512_set1_ps(d->top),
         .half = _mm512_set1_ps(0.5f),
         .lev = _mm512_set1_epi32((int)d->levels),
-        .zero = _mm512_setzero_si512(),
-        .max8 = _mm512_set1_epi32(255),
         .small = d->levels < 16,
     };
     c.tbl =
@@ -1071,7 +1071,6 @@ S_AVX512 S_INLINE void s_ef16_avx512(const float *g, float *r, const s_ef_avx512
     __m512i k = _mm512_cvttps_epi32(_mm512_min_ps(y, c->top));
     __m512 x = small ? _mm512_permutexvar_ps(k, c->tbl) : s_deq16_avx512(c, k);
     _mm512_storeu_ps(r, _mm512_add_ps(v, x));
-    k = _mm512_max_epi32(_mm512_min_epi32(k, c->max8), c->zero);
     _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(k));
 }
 
