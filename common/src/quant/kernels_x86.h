@@ -1033,6 +1033,7 @@ typedef struct {
     __m512 lo, inv, top, a, b, dtop, half, tbl;
     __m512i lev;
     bool small; /* at most 16 codes: tbl holds their decoded values */
+    int pk16;   /* K where the loop packs codes as it goes (1, 2 or 4 bits), else 0 */
 } s_ef_avx512_t;
 
 /* The decoded values of codes K at scale -1, as s_deq8_avx2 computes them. */
@@ -1056,22 +1057,48 @@ S_AVX512 S_INLINE s_ef_avx512_t s_ef_consts_avx512(float lo, float inv, float to
         .lev = _mm512_set1_epi32((int)d->levels),
         .small = d->levels < 16,
     };
+    const int K = mq_quant_bits_of(d->levels);
+    c.pk16 = K == 1 || K == 2 || K == 4 ? K : 0;
     c.tbl =
         s_deq16_avx512(&c, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     return c;
 }
 
-/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, codes stored as bytes. With
- * at most 16 codes (SMALL) the decoded value is one permute from the table of them. */
+/* Sixteen codes B (bytes below 2^K, K 1, 2 or 4) packed as pack() lays them out: 2K bytes at
+ * DST, and nothing past them. Code i takes bits iK.. of the little-endian stream, so a byte
+ * holds 8/K codes: their sum weighted by 2^0, 2^K, ... . */
+S_AVX512 S_INLINE void s_pack16_avx512(__m128i b, uint8_t *dst, int K)
+{
+    if (K == 1) { /* each code's bit to its byte's top: the byte mask is the 16 codes */
+        uint16_t m = (uint16_t)_mm_movemask_epi8(_mm_slli_epi16(b, 7));
+        memcpy(dst, &m, sizeof m);
+    } else if (K == 2) {
+        __m128i w = _mm_maddubs_epi16(b, _mm_set1_epi16(1 | 4 << 8));
+        w = _mm_madd_epi16(w, _mm_set1_epi32(1 | 16 << 16));
+        w = _mm_packus_epi16(_mm_packs_epi32(w, w), w);
+        uint32_t x = (uint32_t)_mm_cvtsi128_si32(w);
+        memcpy(dst, &x, sizeof x);
+    } else {
+        __m128i w = _mm_maddubs_epi16(b, _mm_set1_epi16(1 | 16 << 8));
+        _mm_storel_epi64((__m128i *)dst, _mm_packus_epi16(w, w));
+    }
+}
+
+/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, codes stored as bytes, and
+ * packed to PK unless it is NULL (K c->pk16). With at most 16 codes (SMALL) the decoded value
+ * is one permute from the table of them. */
 S_AVX512 S_INLINE void s_ef16_avx512(const float *g, float *r, const s_ef_avx512_t *c, __m512 rn,
-                                     bool small, uint8_t *q)
+                                     bool small, uint8_t *q, uint8_t *pk)
 {
     __m512 v = _mm512_add_ps(_mm512_loadu_ps(r), _mm512_loadu_ps(g));
     __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, c->lo), c->inv), rn);
     __m512i k = _mm512_cvttps_epi32(_mm512_min_ps(y, c->top));
     __m512 x = small ? _mm512_permutexvar_ps(k, c->tbl) : s_deq16_avx512(c, k);
     _mm512_storeu_ps(r, _mm512_add_ps(v, x));
-    _mm_storeu_si128((__m128i *)q, _mm512_cvtepi32_epi8(k));
+    __m128i b = _mm512_cvtepi32_epi8(k);
+    _mm_storeu_si128((__m128i *)q, b);
+    if (pk)
+        s_pack16_avx512(b, pk, c->pk16);
 }
 
 /* Two generator steps' 32 uniforms as two vectors of 16: values 0-15 and 16-31. */
@@ -1086,19 +1113,27 @@ S_AVX512 S_INLINE void s_noise32_avx512(__m256i s[4], __m512 *n0, __m512 *n1)
         _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(r2)), _mm256_castps_pd(r3), 1));
 }
 
-/* Sixty-four values of error feedback. */
+/* Sixty-four values of error feedback, their codes packed to PK unless it is NULL. */
 S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512_t *c, bool gen,
-                                     bool small, __m256i s[4], uint8_t *q)
+                                     bool small, __m256i s[4], uint8_t *q, uint8_t *pk)
 {
     __m512 n0 = c->half, n1 = c->half, n2 = c->half, n3 = c->half;
     if (gen) {
         s_noise32_avx512(s, &n0, &n1);
         s_noise32_avx512(s, &n2, &n3);
     }
-    s_ef16_avx512(g, r, c, n0, small, q);
-    s_ef16_avx512(g + 16, r + 16, c, n1, small, q + 16);
-    s_ef16_avx512(g + 32, r + 32, c, n2, small, q + 32);
-    s_ef16_avx512(g + 48, r + 48, c, n3, small, q + 48);
+    const int step = 2 * c->pk16; /* packed bytes of 16 codes */
+    s_ef16_avx512(g, r, c, n0, small, q, pk);
+    s_ef16_avx512(g + 16, r + 16, c, n1, small, q + 16, pk ? pk + step : NULL);
+    s_ef16_avx512(g + 32, r + 32, c, n2, small, q + 32, pk ? pk + 2 * step : NULL);
+    s_ef16_avx512(g + 48, r + 48, c, n3, small, q + 48, pk ? pk + 3 * step : NULL);
+}
+
+/* Where the loop packs the codes of values [i, i + 64): PK past the first I values' packed
+ * codes if it packs them as it goes (c->pk16), else NULL. */
+S_AVX512 S_INLINE uint8_t *s_pk64_avx512(const s_ef_avx512_t *c, uint8_t *pk, size_t i)
+{
+    return pk && c->pk16 ? pk + i / 8 * (size_t)c->pk16 : NULL;
 }
 
 S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,
@@ -1114,11 +1149,12 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
         s_prefetch_ahead_l2(r + i);
         s_prefetch_ahead_l2(g + i + 32);
         s_prefetch_ahead_l2(r + i + 32);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i);
+        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk64_avx512(&c, pk, i));
     }
     s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
-    s_pack_after_avx2(q, i, (float)d->levels, pk);
+    if (!c.pk16) /* 3, 5, 6 or 7 bits */
+        s_pack_after_avx2(q, i, (float)d->levels, pk);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
 }
@@ -1152,7 +1188,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
         mx0 = _mm512_max_ps(_mm512_max_ps(u, v), mx0);
         mx1 = _mm512_max_ps(_mm512_max_ps(w, z), mx1);
         bad |= _mm512_cmp_ps_mask(u, v, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(w, z, _CMP_UNORD_Q);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i);
+        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk64_avx512(&c, pk, i));
     }
     s_gen_store_avx2(gen, s);
     float l = _mm512_reduce_min_ps(_mm512_min_ps(mn0, mn1)),
@@ -1167,7 +1203,8 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
     }
     *nlo = l;
     *nhi = h;
-    s_pack_after_avx2(q, i, (float)d->levels, pk);
+    if (!c.pk16) /* 3, 5, 6 or 7 bits */
+        s_pack_after_avx2(q, i, (float)d->levels, pk);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
     return ok && l - l == 0.0f && h - h == 0.0f;
