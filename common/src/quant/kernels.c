@@ -305,7 +305,7 @@ static bool s_have_avx512(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx2");
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2");
 }
 #endif
 

@@ -515,10 +515,11 @@ S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 
 }
 
 /* The codes of x[0..32) with the offsets r0..r3 (0.5: round to nearest; noise: stochastic),
- * stored as 32 bytes in order, and packed to K bits at PK as well unless it is NULL. */
-S_AVX2 S_INLINE void s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256 r0, __m256 r1,
-                                __m256 r2, __m256 r3, __m256 top, __m256i order, uint8_t *q,
-                                uint8_t *pk, int K)
+ * stored as 32 bytes in order, and packed to K bits at PK as well unless it is NULL; returns
+ * the 32 bytes. */
+S_AVX2 S_INLINE __m256i s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256 r0, __m256 r1,
+                                   __m256 r2, __m256 r3, __m256 top, __m256i order, uint8_t *q,
+                                   uint8_t *pk, int K)
 {
     __m256i k0 = s_q8_avx2(x, lo, inv, r0, top), k1 = s_q8_avx2(x + 8, lo, inv, r1, top);
     __m256i k2 = s_q8_avx2(x + 16, lo, inv, r2, top), k3 = s_q8_avx2(x + 24, lo, inv, r3, top);
@@ -528,6 +529,7 @@ S_AVX2 S_INLINE void s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256 r0
     _mm256_storeu_si256((__m256i *)q, b);
     if (pk)
         s_pack32_avx2(b, pk, K);
+    return b;
 }
 
 /* s_quantize_avx2's loop, specialized by inlining for NOISE and PACK (PK used). */
@@ -1027,7 +1029,22 @@ static const mq_quant_kernels_t s_kernels_avx2 = {
  * narrowed to a byte: with v >= lo (the kernels' contract: lo is the least of the values) y is
  * at least 0, min(y, top) is at most top, and a NaN's min with top is top, so every code is in
  * 0..levels, where AVX2's saturating packs leave it as it is. */
-#define S_AVX512 __attribute__((target("avx512f,avx512bw,avx2")))
+#define S_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2")))
+
+/* One step of the eight generators, as s_noise_step_avx2 (xoshiro128**): the state update
+ * s2 ^= s0, s3 ^= s1, s1 ^= s2, s0 ^= s3, s2 ^= t, s3 = rotl(s3, 11) written as three-way
+ * xors of the old words. */
+S_AVX512 S_INLINE __m256i s_noise_step_avx512(__m256i s[4])
+{
+    __m256i x = _mm256_rol_epi32(_mm256_add_epi32(_mm256_slli_epi32(s[1], 2), s[1]), 7);
+    __m256i r = _mm256_add_epi32(_mm256_slli_epi32(x, 3), x), t = _mm256_slli_epi32(s[1], 9);
+    const __m256i s0 = s[0], s1 = s[1], s2 = s[2], s3 = s[3];
+    s[0] = _mm256_ternarylogic_epi32(s0, s3, s1, 0x96); /* 0x96: a ^ b ^ c */
+    s[1] = _mm256_ternarylogic_epi32(s1, s2, s0, 0x96);
+    s[2] = _mm256_ternarylogic_epi32(s2, s0, t, 0x96);
+    s[3] = _mm256_rol_epi32(_mm256_xor_si256(s3, s1), 11);
+    return r;
+}
 
 typedef struct {
     __m512 lo, inv, top, a, b, dtop, half, tbl;
@@ -1105,8 +1122,8 @@ S_AVX512 S_INLINE void s_ef16_avx512(const float *g, float *r, const s_ef_avx512
 S_AVX512 S_INLINE void s_noise32_avx512(__m256i s[4], __m512 *n0, __m512 *n1)
 {
     __m256 r0, r1, r2, r3;
-    s_uniforms16_avx2(s_noise_step_avx2(s), &r0, &r1);
-    s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
+    s_uniforms16_avx2(s_noise_step_avx512(s), &r0, &r1);
+    s_uniforms16_avx2(s_noise_step_avx512(s), &r2, &r3);
     *n0 = _mm512_castpd_ps(
         _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(r0)), _mm256_castps_pd(r1), 1));
     *n1 = _mm512_castpd_ps(
@@ -1210,10 +1227,90 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
     return ok && l - l == 0.0f && h - h == 0.0f;
 }
 
+/* ---- AVX-512: the plain and stochastic encodes ---------------------------------------------
+ * The AVX2 loops on 256-bit registers, with three things AVX-512 adds to them (VL: its
+ * instructions on 256-bit registers, which run at full rate where 512-bit ones take two
+ * passes, as on Zen 4): the generator's rotates in one instruction and its xors three ways
+ * (s_noise_step_avx512, above), and codes of 1, 2 or 4 bits packed with a narrowing move
+ * (s_pack32_avx512). The same operations on the same values otherwise: the same codes. */
+
+/* Thirty-two codes W (bytes in order, each below 2^K, K < 8) packed as pack() lays them out at
+ * DST: 1, 2 and 4 bits with a weighted sum of neighbours and a narrowing move (exactly 4K
+ * bytes), other widths as s_pack32_avx2 (up to 8 - K bytes past them). */
+S_AVX512 S_INLINE void s_pack32_avx512(__m256i w, uint8_t *dst, int K)
+{
+    if (K == 1) { /* each code's bit to its byte's top: the byte mask is the 32 codes */
+        uint32_t m = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(w, 7));
+        memcpy(dst, &m, sizeof m);
+    } else if (K == 2) {
+        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16(1 | 4 << 8));
+        w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | 16 << 16));
+        _mm_storel_epi64((__m128i *)dst, _mm256_cvtepi32_epi8(w));
+    } else if (K == 4) {
+        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16(1 | 16 << 8));
+        _mm_storeu_si128((__m128i *)dst, _mm256_cvtepi16_epi8(w));
+    } else {
+        s_pack32_avx2(w, dst, K);
+    }
+}
+
+/* s_quantize_loop_avx2 with the noise drawn in the loop (NOISE) or 0.5, specialized by
+ * inlining; codes packed to PK as well unless it is NULL. Returns how many values it did. */
+S_AVX512 S_INLINE size_t s_quantize_loop_avx512(const float *x, size_t n, float lo, float inv,
+                                                float top, bool noise, __m256i s[4], uint8_t *q,
+                                                uint8_t *pk)
+{
+    const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
+    const __m256 half = _mm256_set1_ps(0.5f);
+    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const int K = mq_quant_bits_of((uint32_t)top);
+    size_t i = 0;
+    for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * K : NULL) {
+        s_prefetch_ahead(x + i);
+        __m256 r0 = half, r1 = half, r2 = half, r3 = half;
+        if (noise) {
+            s_uniforms16_avx2(s_noise_step_avx512(s), &r0, &r1);
+            s_uniforms16_avx2(s_noise_step_avx512(s), &r2, &r3);
+        }
+        __m256i w = s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i, NULL, K);
+        if (pk)
+            s_pack32_avx512(w, pk, K);
+    }
+    return i;
+}
+
+S_AVX512 static void s_quantize_avx512(const float *x, size_t n, float lo, float inv, float top,
+                                       const float *noise, uint8_t *q, uint8_t *pk)
+{
+    if (noise) { /* noise drawn beforehand, into an array: the AVX2 loop */
+        s_quantize_avx2(x, n, lo, inv, top, noise, q, pk);
+        return;
+    }
+    size_t i = pk ? s_quantize_loop_avx512(x, n, lo, inv, top, false, NULL, q, pk)
+                  : s_quantize_loop_avx512(x, n, lo, inv, top, false, NULL, q, NULL);
+    _mm256_zeroupper();
+    if (i < n) /* never with PK: n is then a multiple of 32 */
+        s_quantize_sse2(x + i, n - i, lo, inv, top, NULL, q + i, NULL);
+}
+
+S_AVX512 static void s_quantize_noise_avx512(const float *x, size_t n, float lo, float inv,
+                                             float top, mq_quant_noise_t *g, uint8_t *q,
+                                             uint8_t *pk)
+{
+    __m256i s[4];
+    s_gen_load_avx2(g, s);
+    size_t i = pk ? s_quantize_loop_avx512(x, n, lo, inv, top, true, s, q, pk)
+                  : s_quantize_loop_avx512(x, n, lo, inv, top, true, s, q, NULL);
+    s_gen_store_avx2(g, s);
+    _mm256_zeroupper();
+    if (i < n) /* never with PK */
+        s_quantize_noise_c(x + i, n - i, lo, inv, top, g, q + i, NULL);
+}
+
 static const mq_quant_kernels_t s_kernels_avx512 = {
-    "avx512",      s_minmax_avx2,        s_quantize_avx2,           s_noise_avx2,
+    "avx512",      s_minmax_avx2,        s_quantize_avx512,         s_noise_avx2,
     s_pack_avx2,   s_unpack_avx2,        s_dequantize_avx2,         s_dequantize_stream_avx2,
-    s_stream_avx2, s_code_sums_avx2,     s_quantize_noise_avx2,     s_minmax_sum_avx2,
+    s_stream_avx2, s_code_sums_avx2,     s_quantize_noise_avx512,   s_minmax_sum_avx2,
     s_add_avx2,    s_quantize_ef_avx512, s_quantize_ef_scan_avx512,
 };
 
