@@ -486,11 +486,30 @@ S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
 #define s_mm256_srli_epi64 _mm256_srli_epi64
 
 /* Thirty-two codes W (bytes, each below 2^K, K < 8) packed as pack() lays them out: 4K bytes
- * at dst, in four 8-byte stores K bytes apart, so up to 8 - K bytes past them are written too
- * (as zeros). The pack kernel's step, and the quantize kernels' where they pack as they go. */
+ * at dst; for K other than 1, 2 and 4 in four 8-byte stores K bytes apart, so up to 8 - K bytes
+ * past them are written too (as zeros). The pack kernel's step, and the quantize kernels' where
+ * they pack as they go. Code i takes bits iK.. of the little-endian stream: at 1, 2 and 4 bits
+ * a byte holds 8/K whole codes, their sum weighted 2^0, 2^K, ..., which multiply-adds form
+ * in place before the bytes are gathered. */
 S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
 {
     const __m256i l64 = _mm256_set1_epi64x(0xffffffffll);
+    if (K == 1) { /* each code's bit to its byte's top: the byte mask is the 32 codes */
+        uint32_t m = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(w, 7));
+        memcpy(dst, &m, sizeof m);
+        return;
+    }
+    if (K == 2 || K == 4) { /* the packed bytes are the low 4K / 2 of each 128-bit half */
+        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
+        if (K == 2)
+            w = _mm256_packs_epi32(_mm256_madd_epi16(w, _mm256_set1_epi32(1 | 16 << 16)), w);
+        w = _mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0x08); /* halves' low qwords */
+        if (K == 2)
+            _mm_storel_epi64((__m128i *)dst, _mm_shuffle_epi32(_mm256_castsi256_si128(w), 0x08));
+        else
+            _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(w));
+        return;
+    }
     if (K <= 6) { /* the first two merges as multiply-adds: q0 + q1 * 2^K, p0 + p1 * 2^2K */
         w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
         w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (1 << (16 + 2 * K))));
@@ -666,10 +685,8 @@ S_AVX2 S_INLINE void s_unpack_avx2_k(const uint8_t *src, size_t n, size_t avail,
 S_AVX2 static void s_pack_avx2(const uint8_t *q, size_t n, uint8_t *dst, size_t avail,
                                int K){S_BY_K(s_pack_avx2_k, K, q, n, dst, avail)}
 
-S_PACK_AFTER(avx2) /* the AVX-512 error-feedback loops pack after themselves */
-
-    S_AVX2 static void s_unpack_avx2(const uint8_t *src, size_t n, size_t avail, uint8_t *q,
-                                     int K){S_BY_K(s_unpack_avx2_k, K, src, n, avail, q)}
+S_AVX2 static void s_unpack_avx2(const uint8_t *src, size_t n, size_t avail, uint8_t *q,
+                                 int K){S_BY_K(s_unpack_avx2_k, K, src, n, avail, q)}
 
 S_AVX2 S_INLINE __m256 s_deq8_avx2(const uint8_t *q, __m256 a, __m256 b, __m256 top, __m256i lev)
 {
@@ -1046,11 +1063,25 @@ S_AVX512 S_INLINE __m256i s_noise_step_avx512(__m256i s[4])
     return r;
 }
 
+/* Thirty-two codes W (bytes in order, each below 2^K, K < 8) packed as pack() lays them out at
+ * DST: 2 bits with a narrowing move (one instruction, where AVX2 gathers the bytes with three),
+ * other widths as s_pack32_avx2. */
+S_AVX512 S_INLINE void s_pack32_avx512(__m256i w, uint8_t *dst, int K)
+{
+    if (K == 2) {
+        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16(1 | 4 << 8));
+        w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | 16 << 16));
+        _mm_storel_epi64((__m128i *)dst, _mm256_cvtepi32_epi8(w));
+    } else {
+        s_pack32_avx2(w, dst, K);
+    }
+}
+
 typedef struct {
     __m512 lo, inv, top, a, b, dtop, half, tbl;
     __m512i lev;
     bool small; /* at most 16 codes: tbl holds their decoded values */
-    int pk16;   /* K where the loop packs codes as it goes (1, 2 or 4 bits), else 0 */
+    int K;      /* bits a code */
 } s_ef_avx512_t;
 
 /* The decoded values of codes K at scale -1, as s_deq8_avx2 computes them. */
@@ -1074,38 +1105,17 @@ S_AVX512 S_INLINE s_ef_avx512_t s_ef_consts_avx512(float lo, float inv, float to
         .lev = _mm512_set1_epi32((int)d->levels),
         .small = d->levels < 16,
     };
-    const int K = mq_quant_bits_of(d->levels);
-    c.pk16 = K == 1 || K == 2 || K == 4 ? K : 0;
+    c.K = mq_quant_bits_of(d->levels);
     c.tbl =
         s_deq16_avx512(&c, _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
     return c;
 }
 
-/* Sixteen codes B (bytes below 2^K, K 1, 2 or 4) packed as pack() lays them out: 2K bytes at
- * DST, and nothing past them. Code i takes bits iK.. of the little-endian stream, so a byte
- * holds 8/K codes: their sum weighted by 2^0, 2^K, ... . */
-S_AVX512 S_INLINE void s_pack16_avx512(__m128i b, uint8_t *dst, int K)
-{
-    if (K == 1) { /* each code's bit to its byte's top: the byte mask is the 16 codes */
-        uint16_t m = (uint16_t)_mm_movemask_epi8(_mm_slli_epi16(b, 7));
-        memcpy(dst, &m, sizeof m);
-    } else if (K == 2) {
-        __m128i w = _mm_maddubs_epi16(b, _mm_set1_epi16(1 | 4 << 8));
-        w = _mm_madd_epi16(w, _mm_set1_epi32(1 | 16 << 16));
-        w = _mm_packus_epi16(_mm_packs_epi32(w, w), w);
-        uint32_t x = (uint32_t)_mm_cvtsi128_si32(w);
-        memcpy(dst, &x, sizeof x);
-    } else {
-        __m128i w = _mm_maddubs_epi16(b, _mm_set1_epi16(1 | 16 << 8));
-        _mm_storel_epi64((__m128i *)dst, _mm_packus_epi16(w, w));
-    }
-}
-
-/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, codes stored as bytes, and
- * packed to PK unless it is NULL (K c->pk16). With at most 16 codes (SMALL) the decoded value
- * is one permute from the table of them. */
-S_AVX512 S_INLINE void s_ef16_avx512(const float *g, float *r, const s_ef_avx512_t *c, __m512 rn,
-                                     bool small, uint8_t *q, uint8_t *pk)
+/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, codes stored as bytes and
+ * returned. With at most 16 codes (SMALL) the decoded value is one permute from the table of
+ * them. */
+S_AVX512 S_INLINE __m128i s_ef16_avx512(const float *g, float *r, const s_ef_avx512_t *c, __m512 rn,
+                                        bool small, uint8_t *q)
 {
     __m512 v = _mm512_add_ps(_mm512_loadu_ps(r), _mm512_loadu_ps(g));
     __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, c->lo), c->inv), rn);
@@ -1114,8 +1124,7 @@ S_AVX512 S_INLINE void s_ef16_avx512(const float *g, float *r, const s_ef_avx512
     _mm512_storeu_ps(r, _mm512_add_ps(v, x));
     __m128i b = _mm512_cvtepi32_epi8(k);
     _mm_storeu_si128((__m128i *)q, b);
-    if (pk)
-        s_pack16_avx512(b, pk, c->pk16);
+    return b;
 }
 
 /* Two generator steps' 32 uniforms as two vectors of 16: values 0-15 and 16-31. */
@@ -1139,18 +1148,22 @@ S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512
         s_noise32_avx512(s, &n0, &n1);
         s_noise32_avx512(s, &n2, &n3);
     }
-    const int step = 2 * c->pk16; /* packed bytes of 16 codes */
-    s_ef16_avx512(g, r, c, n0, small, q, pk);
-    s_ef16_avx512(g + 16, r + 16, c, n1, small, q + 16, pk ? pk + step : NULL);
-    s_ef16_avx512(g + 32, r + 32, c, n2, small, q + 32, pk ? pk + 2 * step : NULL);
-    s_ef16_avx512(g + 48, r + 48, c, n3, small, q + 48, pk ? pk + 3 * step : NULL);
+    __m128i b0 = s_ef16_avx512(g, r, c, n0, small, q);
+    __m128i b1 = s_ef16_avx512(g + 16, r + 16, c, n1, small, q + 16);
+    __m128i b2 = s_ef16_avx512(g + 32, r + 32, c, n2, small, q + 32);
+    __m128i b3 = s_ef16_avx512(g + 48, r + 48, c, n3, small, q + 48);
+    if (pk) {
+        s_pack32_avx512(_mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1), pk, c->K);
+        s_pack32_avx512(_mm256_inserti128_si256(_mm256_castsi128_si256(b2), b3, 1), pk + 4 * c->K,
+                        c->K);
+    }
 }
 
 /* Where the loop packs the codes of values [i, i + 64): PK past the first I values' packed
- * codes if it packs them as it goes (c->pk16), else NULL. */
+ * codes, or NULL. */
 S_AVX512 S_INLINE uint8_t *s_pk64_avx512(const s_ef_avx512_t *c, uint8_t *pk, size_t i)
 {
-    return pk && c->pk16 ? pk + i / 8 * (size_t)c->pk16 : NULL;
+    return pk ? pk + i / 8 * (size_t)c->K : NULL;
 }
 
 S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,
@@ -1170,8 +1183,6 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
     }
     s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
-    if (!c.pk16) /* 3, 5, 6 or 7 bits */
-        s_pack_after_avx2(q, i, (float)d->levels, pk);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
 }
@@ -1220,8 +1231,6 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
     }
     *nlo = l;
     *nhi = h;
-    if (!c.pk16) /* 3, 5, 6 or 7 bits */
-        s_pack_after_avx2(q, i, (float)d->levels, pk);
     if (i < n)
         s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
     return ok && l - l == 0.0f && h - h == 0.0f;
@@ -1233,26 +1242,6 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
  * passes, as on Zen 4): the generator's rotates in one instruction and its xors three ways
  * (s_noise_step_avx512, above), and codes of 1, 2 or 4 bits packed with a narrowing move
  * (s_pack32_avx512). The same operations on the same values otherwise: the same codes. */
-
-/* Thirty-two codes W (bytes in order, each below 2^K, K < 8) packed as pack() lays them out at
- * DST: 1, 2 and 4 bits with a weighted sum of neighbours and a narrowing move (exactly 4K
- * bytes), other widths as s_pack32_avx2 (up to 8 - K bytes past them). */
-S_AVX512 S_INLINE void s_pack32_avx512(__m256i w, uint8_t *dst, int K)
-{
-    if (K == 1) { /* each code's bit to its byte's top: the byte mask is the 32 codes */
-        uint32_t m = (uint32_t)_mm256_movemask_epi8(_mm256_slli_epi16(w, 7));
-        memcpy(dst, &m, sizeof m);
-    } else if (K == 2) {
-        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16(1 | 4 << 8));
-        w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | 16 << 16));
-        _mm_storel_epi64((__m128i *)dst, _mm256_cvtepi32_epi8(w));
-    } else if (K == 4) {
-        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16(1 | 16 << 8));
-        _mm_storeu_si128((__m128i *)dst, _mm256_cvtepi16_epi8(w));
-    } else {
-        s_pack32_avx2(w, dst, K);
-    }
-}
 
 /* s_quantize_loop_avx2 with the noise drawn in the loop (NOISE) or 0.5, specialized by
  * inlining; codes packed to PK as well unless it is NULL. Returns how many values it did. */
