@@ -1040,12 +1040,13 @@ static const mq_quant_kernels_t s_kernels_avx2 = {
 
 /* Error feedback's walk with 16 values a vector. Bound by its instructions on CPUs with full
  * 512-bit units (about 2.5 vector operations a value at 8 a vector, measured in
- * bench/README.md), it halves them; every other loop is the AVX2 one. Bit for bit the AVX2
- * results: the same operations in the same order a value (no FMA), and the noise from the same
- * eight generators, two steps a 32 values in the same order. A code needs no clamp before it is
- * narrowed to a byte: with v >= lo (the kernels' contract: lo is the least of the values) y is
- * at least 0, min(y, top) is at most top, and a NaN's min with top is top, so every code is in
- * 0..levels, where AVX2's saturating packs leave it as it is. */
+ * bench/README.md), it halves them; the plain and stochastic encodes follow below, and every
+ * other loop is the AVX2 one. Bit for bit the AVX2 results: the same operations in the same
+ * order a value (no FMA), and the noise from the same eight generators, two steps a 32 values
+ * in the same order. A code needs no clamp before it is narrowed to a byte: with v >= lo (the
+ * kernels' contract: lo is the least of the values) y is at least 0, min(y, top) is at most
+ * top, and a NaN's min with top is top, so every code is in 0..levels, where AVX2's saturating
+ * packs leave it as it is. */
 #define S_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2")))
 
 /* One step of the eight generators, as s_noise_step_avx2 (xoshiro128**): the state update
@@ -1240,7 +1241,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
  * The AVX2 loops on 256-bit registers, with three things AVX-512 adds to them (VL: its
  * instructions on 256-bit registers, which run at full rate where 512-bit ones take two
  * passes, as on Zen 4): the generator's rotates in one instruction and its xors three ways
- * (s_noise_step_avx512, above), and codes of 1, 2 or 4 bits packed with a narrowing move
+ * (s_noise_step_avx512, above), and 2-bit codes gathered with a narrowing move
  * (s_pack32_avx512). The same operations on the same values otherwise: the same codes. */
 
 /* s_quantize_loop_avx2 with the noise drawn in the loop (NOISE) or 0.5, specialized by
