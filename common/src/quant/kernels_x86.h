@@ -13,13 +13,12 @@
 #define S_INLINE static inline __attribute__((always_inline))
 
 /* Software prefetch 4 KB ahead of the loads of the streaming loops (range scan, quantize,
- * accumulating decode): the hardware prefetcher stops at each 4 KB page, and with buckets the
- * loads come in short bursts. Measured: about +10% for encode at bucket=512, +30% for
- * decode-and-accumulate. The address may lie past the tensor;
- * a prefetch never faults, and it is formed as an integer so no pointer leaves its array. */
+ * accumulating decode; MQ_QUANT_PREFETCH): the hardware prefetcher stops at each 4 KB page,
+ * and with buckets the loads come in short bursts. Measured: about +10% for encode at
+ * bucket=512, +30% for decode-and-accumulate. */
 S_INLINE void s_prefetch_line(const float *p)
 {
-    _mm_prefetch((const char *)((uintptr_t)p + 4096), _MM_HINT_T0);
+    MQ_QUANT_PREFETCH(p);
 }
 
 /* For loops that move 128 bytes a step. */
@@ -36,8 +35,8 @@ S_INLINE void s_prefetch_ahead(const float *p)
  * 10-15 % with T1 (encode with one range 1.02x -> 0.80x), so they keep T0. */
 S_INLINE void s_prefetch_ahead_l2(const float *p)
 {
-    _mm_prefetch((const char *)((uintptr_t)p + 4096), _MM_HINT_T1);
-    _mm_prefetch((const char *)((uintptr_t)p + 4096 + 64), _MM_HINT_T1);
+    MQ_QUANT_PREFETCH_TO(p, _MM_HINT_T1);
+    MQ_QUANT_PREFETCH_TO(p + 16, _MM_HINT_T1);
 }
 
 /* ---- SSE2 ----------------------------------------------------------------------------------*/
@@ -491,6 +490,19 @@ S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
  * they pack as they go. Code i takes bits iK.. of the little-endian stream: at 1, 2 and 4 bits
  * a byte holds 8/K whole codes, their sum weighted 2^0, 2^K, ..., which multiply-adds form
  * in place before the bytes are gathered. */
+/* The first merges of packing codes W (bytes below 2^K, K <= 6) as multiply-adds: pairs
+ * q0 + q1 * 2^K in each 16-bit lane, then those pairs' pairs p0 + p1 * 2^2K in each 32-bit
+ * lane. */
+S_AVX2 S_INLINE __m256i s_pairs_avx2(__m256i w, int K)
+{
+    return _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
+}
+
+S_AVX2 S_INLINE __m256i s_quads_avx2(__m256i p, int K)
+{
+    return _mm256_madd_epi16(p, _mm256_set1_epi32(1 | (1 << (16 + 2 * K))));
+}
+
 S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
 {
     const __m256i l64 = _mm256_set1_epi64x(0xffffffffll);
@@ -499,20 +511,20 @@ S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
         memcpy(dst, &m, sizeof m);
         return;
     }
-    if (K == 2 || K == 4) { /* the packed bytes are the low 4K / 2 of each 128-bit half */
-        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
-        if (K == 2)
-            w = _mm256_packs_epi32(_mm256_madd_epi16(w, _mm256_set1_epi32(1 | 16 << 16)), w);
-        w = _mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0x08); /* halves' low qwords */
-        if (K == 2)
-            _mm_storel_epi64((__m128i *)dst, _mm_shuffle_epi32(_mm256_castsi256_si128(w), 0x08));
-        else
+    if (K <= 6) {
+        w = s_pairs_avx2(w, K);
+        if (K == 4) { /* a pair is a byte: each 128-bit half's 8 low bytes, gathered */
+            w = _mm256_permute4x64_epi64(_mm256_packus_epi16(w, w), 0x08);
             _mm_storeu_si128((__m128i *)dst, _mm256_castsi256_si128(w));
-        return;
-    }
-    if (K <= 6) { /* the first two merges as multiply-adds: q0 + q1 * 2^K, p0 + p1 * 2^2K */
-        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16((short)(1 | (1 << (8 + K)))));
-        w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | (1 << (16 + 2 * K))));
+            return;
+        }
+        w = s_quads_avx2(w, K);
+        if (K == 2) { /* a quad is a byte: each 128-bit half's 4 low bytes, gathered */
+            w = _mm256_packus_epi16(_mm256_packs_epi32(w, w), w);
+            w = _mm256_permutevar8x32_epi32(w, _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4));
+            _mm_storel_epi64((__m128i *)dst, _mm256_castsi256_si128(w));
+            return;
+        }
         w = _mm256_or_si256(_mm256_and_si256(w, l64),
                             _mm256_slli_epi64(_mm256_srli_epi64(w, 32), 4 * K));
     } else {
@@ -551,44 +563,23 @@ S_AVX2 S_INLINE __m256i s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256
     return b;
 }
 
-/* s_quantize_avx2's loop, specialized by inlining for NOISE and PACK (PK used). */
-S_AVX2 S_INLINE size_t s_quantize_loop_avx2(const float *x, size_t n, float lo, float inv,
-                                            float top, const float *noise, uint8_t *q, uint8_t *pk,
-                                            bool with_noise, bool pack)
+/* s_quantize_avx2's loop with the noise drawn beforehand into NOISE, specialized by inlining
+ * for PACK (PK used); without noise, or with it drawn in the loop, see S_QUANTIZE_GEN. */
+S_AVX2 S_INLINE size_t s_quantize_array_loop_avx2(const float *x, size_t n, float lo, float inv,
+                                                  float top, const float *noise, uint8_t *q,
+                                                  uint8_t *pk, bool pack)
 {
     const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
-    const __m256 half = _mm256_set1_ps(0.5f);
     const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const int K = mq_quant_bits_of((uint32_t)top);
     size_t i = 0;
     for (; i + 32 <= n; i += 32) {
         s_prefetch_ahead(x + i);
-        __m256 r0 = half, r1 = half, r2 = half, r3 = half;
-        if (with_noise) {
-            r0 = _mm256_loadu_ps(noise + i);
-            r1 = _mm256_loadu_ps(noise + i + 8);
-            r2 = _mm256_loadu_ps(noise + i + 16);
-            r3 = _mm256_loadu_ps(noise + i + 24);
-        }
-        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i,
-                   pack ? pk + i / 8 * (size_t)K : NULL, K);
+        s_q32_avx2(x + i, vlo, vinv, _mm256_loadu_ps(noise + i), _mm256_loadu_ps(noise + i + 8),
+                   _mm256_loadu_ps(noise + i + 16), _mm256_loadu_ps(noise + i + 24), vtop, order,
+                   q + i, pack ? pk + i / 8 * (size_t)K : NULL, K);
     }
     return i;
-}
-
-S_AVX2 static void s_quantize_avx2(const float *x, size_t n, float lo, float inv, float top,
-                                   const float *noise, uint8_t *q, uint8_t *pk)
-{
-    size_t i;
-    if (noise)
-        i = pk ? s_quantize_loop_avx2(x, n, lo, inv, top, noise, q, pk, true, true)
-               : s_quantize_loop_avx2(x, n, lo, inv, top, noise, q, NULL, true, false);
-    else
-        i = pk ? s_quantize_loop_avx2(x, n, lo, inv, top, NULL, q, pk, false, true)
-               : s_quantize_loop_avx2(x, n, lo, inv, top, NULL, q, NULL, false, false);
-    _mm256_zeroupper();
-    if (i < n) /* never with PK: n is then a multiple of 32 */
-        s_quantize_sse2(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i, NULL);
 }
 
 S_AVX2 S_INLINE __m256i s_rotl_avx2(__m256i x, int k)
@@ -826,32 +817,69 @@ S_AVX2 static mq_quant_sums_t s_code_sums_avx2(const uint8_t *q, size_t n, int K
     return t;
 }
 
-/* Stochastic quantize with the noise in registers: two generator steps give the 32 uniforms
- * of a step of s_quantize_avx2 (low halves for values 0-7 and 16-23, high halves for 8-15
- * and 24-31, as s_noise_c orders them). Writing the noise to an array and reading it back
+/* Stochastic quantize with the noise in registers: two generator steps (STEP) give the 32
+ * uniforms of a step of s_quantize_avx2 (low halves for values 0-7 and 16-23, high halves for
+ * 8-15 and 24-31, as s_noise_c orders them). Writing the noise to an array and reading it back
  * cost about a fifth of a stochastic encode with buckets of 512 (measured: 1.09x memcpy
- * before, 1.3x with the noise in registers). */
-S_AVX2 static void s_quantize_noise_avx2(const float *x, size_t n, float lo, float inv, float top,
-                                         mq_quant_noise_t *g, uint8_t *q, uint8_t *pk)
-{
-    const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    const int K = mq_quant_bits_of((uint32_t)top);
-    __m256i s[4];
-    s_gen_load_avx2(g, s);
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * K : NULL) {
-        s_prefetch_ahead(x + i);
-        __m256 r0, r1, r2, r3;
-        s_uniforms16_avx2(s_noise_step_avx2(s), &r0, &r1);
-        s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
-        s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i, pk, K);
+ * before, 1.3x with the noise in registers). For a kernel set of target TARGET whose generator
+ * step and 32-code pack are STEP and PACK: s_quantize_gen_loop_<set>, the loop over whole
+ * steps of 32 values with the noise drawn (NOISE) or 0.5, specialized by inlining, codes packed
+ * to PK as well unless it is NULL, returning how many values it did; quantize_noise; and
+ * quantize (the noise, when drawn beforehand into an array, read by s_quantize_array_loop_avx2). */
+#define S_QUANTIZE_GEN(set, TARGET, STEP, PACK)                                                    \
+    TARGET S_INLINE size_t s_quantize_gen_loop_##set(const float *x, size_t n, float lo,           \
+                                                     float inv, float top, bool noise,             \
+                                                     __m256i s[4], uint8_t *q, uint8_t *pk)        \
+    {                                                                                              \
+        const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv),                         \
+                     vtop = _mm256_set1_ps(top), half = _mm256_set1_ps(0.5f);                      \
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);                           \
+        const int K = mq_quant_bits_of((uint32_t)top);                                             \
+        size_t i = 0;                                                                              \
+        for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * K : NULL) {                                \
+            s_prefetch_ahead(x + i);                                                               \
+            __m256 r0 = half, r1 = half, r2 = half, r3 = half;                                     \
+            if (noise) {                                                                           \
+                s_uniforms16_avx2(STEP(s), &r0, &r1);                                              \
+                s_uniforms16_avx2(STEP(s), &r2, &r3);                                              \
+            }                                                                                      \
+            __m256i w = s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i, NULL, K); \
+            if (pk)                                                                                \
+                PACK(w, pk, K);                                                                    \
+        }                                                                                          \
+        return i;                                                                                  \
+    }                                                                                              \
+                                                                                                   \
+    TARGET static void s_quantize_noise_##set(const float *x, size_t n, float lo, float inv,       \
+                                              float top, mq_quant_noise_t *g, uint8_t *q,          \
+                                              uint8_t *pk)                                         \
+    {                                                                                              \
+        __m256i s[4];                                                                              \
+        s_gen_load_avx2(g, s);                                                                     \
+        size_t i = pk ? s_quantize_gen_loop_##set(x, n, lo, inv, top, true, s, q, pk)              \
+                      : s_quantize_gen_loop_##set(x, n, lo, inv, top, true, s, q, NULL);           \
+        s_gen_store_avx2(g, s);                                                                    \
+        _mm256_zeroupper();                                                                        \
+        if (i < n) /* never with PK */                                                             \
+            s_quantize_noise_c(x + i, n - i, lo, inv, top, g, q + i, NULL);                        \
+    }                                                                                              \
+                                                                                                   \
+    TARGET static void s_quantize_##set(const float *x, size_t n, float lo, float inv, float top,  \
+                                        const float *noise, uint8_t *q, uint8_t *pk)               \
+    {                                                                                              \
+        size_t i;                                                                                  \
+        if (noise)                                                                                 \
+            i = pk ? s_quantize_array_loop_avx2(x, n, lo, inv, top, noise, q, pk, true)            \
+                   : s_quantize_array_loop_avx2(x, n, lo, inv, top, noise, q, NULL, false);        \
+        else                                                                                       \
+            i = pk ? s_quantize_gen_loop_##set(x, n, lo, inv, top, false, NULL, q, pk)             \
+                   : s_quantize_gen_loop_##set(x, n, lo, inv, top, false, NULL, q, NULL);          \
+        _mm256_zeroupper();                                                                        \
+        if (i < n) /* never with PK: n is then a multiple of 32 */                                 \
+            s_quantize_sse2(x + i, n - i, lo, inv, top, noise ? noise + i : NULL, q + i, NULL);    \
     }
-    s_gen_store_avx2(g, s);
-    _mm256_zeroupper();
-    if (i < n) /* never with PK */
-        s_quantize_noise_c(x + i, n - i, lo, inv, top, g, q + i, NULL);
-}
+
+S_QUANTIZE_GEN(avx2, S_AVX2, s_noise_step_avx2, s_pack32_avx2)
 
 /* As s_minmax_avx2, of the sums a[i] + b[i]. */
 S_AVX2 static bool s_minmax_sum_avx2(const float *a, const float *b, size_t n, float *lo,
@@ -1069,13 +1097,10 @@ S_AVX512 S_INLINE __m256i s_noise_step_avx512(__m256i s[4])
  * other widths as s_pack32_avx2. */
 S_AVX512 S_INLINE void s_pack32_avx512(__m256i w, uint8_t *dst, int K)
 {
-    if (K == 2) {
-        w = _mm256_maddubs_epi16(w, _mm256_set1_epi16(1 | 4 << 8));
-        w = _mm256_madd_epi16(w, _mm256_set1_epi32(1 | 16 << 16));
-        _mm_storel_epi64((__m128i *)dst, _mm256_cvtepi32_epi8(w));
-    } else {
+    if (K == 2)
+        _mm_storel_epi64((__m128i *)dst, _mm256_cvtepi32_epi8(s_quads_avx2(s_pairs_avx2(w, 2), 2)));
+    else
         s_pack32_avx2(w, dst, K);
-    }
 }
 
 typedef struct {
@@ -1160,13 +1185,6 @@ S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512
     }
 }
 
-/* Where the loop packs the codes of values [i, i + 64): PK past the first I values' packed
- * codes, or NULL. */
-S_AVX512 S_INLINE uint8_t *s_pk64_avx512(const s_ef_avx512_t *c, uint8_t *pk, size_t i)
-{
-    return pk ? pk + i / 8 * (size_t)c->K : NULL;
-}
-
 S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,
                                           float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
                                           uint8_t *q, uint8_t *pk)
@@ -1180,7 +1198,7 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
         s_prefetch_ahead_l2(r + i);
         s_prefetch_ahead_l2(g + i + 32);
         s_prefetch_ahead_l2(r + i + 32);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk64_avx512(&c, pk, i));
+        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk_at(pk, i, d));
     }
     s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
@@ -1217,7 +1235,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
         mx0 = _mm512_max_ps(_mm512_max_ps(u, v), mx0);
         mx1 = _mm512_max_ps(_mm512_max_ps(w, z), mx1);
         bad |= _mm512_cmp_ps_mask(u, v, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(w, z, _CMP_UNORD_Q);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk64_avx512(&c, pk, i));
+        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk_at(pk, i, d));
     }
     s_gen_store_avx2(gen, s);
     float l = _mm512_reduce_min_ps(_mm512_min_ps(mn0, mn1)),
@@ -1244,58 +1262,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
  * (s_noise_step_avx512, above), and 2-bit codes gathered with a narrowing move
  * (s_pack32_avx512). The same operations on the same values otherwise: the same codes. */
 
-/* s_quantize_loop_avx2 with the noise drawn in the loop (NOISE) or 0.5, specialized by
- * inlining; codes packed to PK as well unless it is NULL. Returns how many values it did. */
-S_AVX512 S_INLINE size_t s_quantize_loop_avx512(const float *x, size_t n, float lo, float inv,
-                                                float top, bool noise, __m256i s[4], uint8_t *q,
-                                                uint8_t *pk)
-{
-    const __m256 vlo = _mm256_set1_ps(lo), vinv = _mm256_set1_ps(inv), vtop = _mm256_set1_ps(top);
-    const __m256 half = _mm256_set1_ps(0.5f);
-    const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-    const int K = mq_quant_bits_of((uint32_t)top);
-    size_t i = 0;
-    for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * K : NULL) {
-        s_prefetch_ahead(x + i);
-        __m256 r0 = half, r1 = half, r2 = half, r3 = half;
-        if (noise) {
-            s_uniforms16_avx2(s_noise_step_avx512(s), &r0, &r1);
-            s_uniforms16_avx2(s_noise_step_avx512(s), &r2, &r3);
-        }
-        __m256i w = s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i, NULL, K);
-        if (pk)
-            s_pack32_avx512(w, pk, K);
-    }
-    return i;
-}
-
-S_AVX512 static void s_quantize_avx512(const float *x, size_t n, float lo, float inv, float top,
-                                       const float *noise, uint8_t *q, uint8_t *pk)
-{
-    if (noise) { /* noise drawn beforehand, into an array: the AVX2 loop */
-        s_quantize_avx2(x, n, lo, inv, top, noise, q, pk);
-        return;
-    }
-    size_t i = pk ? s_quantize_loop_avx512(x, n, lo, inv, top, false, NULL, q, pk)
-                  : s_quantize_loop_avx512(x, n, lo, inv, top, false, NULL, q, NULL);
-    _mm256_zeroupper();
-    if (i < n) /* never with PK: n is then a multiple of 32 */
-        s_quantize_sse2(x + i, n - i, lo, inv, top, NULL, q + i, NULL);
-}
-
-S_AVX512 static void s_quantize_noise_avx512(const float *x, size_t n, float lo, float inv,
-                                             float top, mq_quant_noise_t *g, uint8_t *q,
-                                             uint8_t *pk)
-{
-    __m256i s[4];
-    s_gen_load_avx2(g, s);
-    size_t i = pk ? s_quantize_loop_avx512(x, n, lo, inv, top, true, s, q, pk)
-                  : s_quantize_loop_avx512(x, n, lo, inv, top, true, s, q, NULL);
-    s_gen_store_avx2(g, s);
-    _mm256_zeroupper();
-    if (i < n) /* never with PK */
-        s_quantize_noise_c(x + i, n - i, lo, inv, top, g, q + i, NULL);
-}
+S_QUANTIZE_GEN(avx512, S_AVX512, s_noise_step_avx512, s_pack32_avx512)
 
 static const mq_quant_kernels_t s_kernels_avx512 = {
     "avx512",      s_minmax_avx2,        s_quantize_avx512,         s_noise_avx2,

@@ -52,7 +52,8 @@ typedef double mq_v2d_t __attribute__((vector_size(16)));
  * The address may lie past the tensor: a prefetch never faults, and it is formed as an
  * integer so that no pointer leaves its array. */
 #if defined(__SSE2__)
-#define MQ_QUANT_PREFETCH(p) _mm_prefetch((const char *)((uintptr_t)(p) + 4096), _MM_HINT_T0)
+#define MQ_QUANT_PREFETCH_TO(p, hint) _mm_prefetch((const char *)((uintptr_t)(p) + 4096), hint)
+#define MQ_QUANT_PREFETCH(p) MQ_QUANT_PREFETCH_TO(p, _MM_HINT_T0)
 #else
 #define MQ_QUANT_PREFETCH(p) ((void)(p))
 #endif
