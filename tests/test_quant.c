@@ -834,6 +834,7 @@ Test(quant, stats_of_none_are_the_sum_of_squares)
 }
 
 static size_t s_kernel_sets(const char **names);
+static unsigned s_code_at(const uint8_t *codes, size_t i, int K);
 
 /* The generic error feedback, spelled out: v = g + r, encode v, then r = v - decode (a decode
  * with scale -1 into v, as mq_codec_encode_ef does for a codec without encode_ef). Returns
@@ -912,6 +913,58 @@ Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
                     }
     free(g);
     free(g2);
+    free(r0);
+    free(r1);
+    free(p0);
+    free(p1);
+}
+
+/* Error feedback rounding to nearest may skip the clamp to the top code (quantize_ef's
+ * contract: every sum lies in its bucket's range); each bucket reaches its top code at its
+ * largest sum and must never pass it, at every bit-width and at range scales from near the
+ * smallest normal float to near the largest that still takes the float path. Every kernel
+ * set gives the generic path's payload and residual. */
+Test(quant, error_feedback_reaches_the_top_code_and_never_passes_it_at_any_scale)
+{
+    const char *names[4];
+    size_t nk = s_kernel_sets(names);
+    static const float scales[] = {1e-36f, 3e-21f, 1e-3f, 1.0f, 7e19f, 1e37f};
+    const size_t n = 8192; /* 128 buckets of 64: 128 ranges per scale */
+    float *unit = s_normal(n, 71, 1.0f), *g = malloc(n * sizeof *g);
+    float *r0 = malloc(n * sizeof *r0), *r1 = malloc(n * sizeof *r1);
+    uint8_t *p0 = malloc(n + 8 * n), *p1 = malloc(n + 8 * n);
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+        for (size_t i = 0; i < n; i++)
+            g[i] = unit[i] * scales[si];
+        for (size_t k = 0; k < nk; k++)
+            for (int bits = 1; bits <= 8; bits++) {
+                cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+                mq_codec_t c = mq_codec_uniform(bits, 64, false);
+                size_t cap = mq_codec_payload_size(&c, n), l0 = 0, l1 = 0;
+                memset(r0, 0, n * sizeof *r0);
+                memset(r1, 0, n * sizeof *r1);
+                cr_assert_eq(s_ef_reference(&c, g, r0, n, p0, cap, &l0, NULL, NULL), 0);
+                cr_assert_eq(mq_codec_encode_ef(&c, g, r1, n, p1, cap, &l1, NULL, NULL), 0, "%s",
+                             mq_err_last());
+                cr_assert_eq(l1, l0);
+                cr_assert_arr_eq(p1, p0, l0, "%s uniform:%d scale %g: payload differs", names[k],
+                                 bits, (double)scales[si]);
+                cr_assert_arr_eq(r1, r0, n * sizeof *r0, "%s uniform:%d scale %g: residual differs",
+                                 names[k], bits, (double)scales[si]);
+                const unsigned top = (1u << bits) - 1;
+                for (size_t b = 0; b < n / 64; b++) { /* the bucket's largest sum took the top */
+                    size_t at = b * 64;
+                    for (size_t i = b * 64; i < b * 64 + 64; i++)
+                        at = g[i] > g[at] ? i : at;
+                    cr_assert_eq(s_code_at(p1 + 8 * (n / 64), at, bits), top,
+                                 "%s uniform:%d scale %g: bucket %zu's largest is not the top",
+                                 names[k], bits, (double)scales[si], b);
+                }
+                mq_quant_use_kernels(NULL);
+            }
+    }
+    free(unit);
+    free(g);
     free(r0);
     free(r1);
     free(p0);

@@ -1137,20 +1137,50 @@ S_AVX512 S_INLINE s_ef_avx512_t s_ef_consts_avx512(float lo, float inv, float to
     return c;
 }
 
-/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, codes stored as bytes and
- * returned. With at most 16 codes (SMALL) the decoded value is one permute from the table of
- * them. */
-S_AVX512 S_INLINE __m128i s_ef16_avx512(const float *g, float *r, const s_ef_avx512_t *c, __m512 rn,
-                                        bool small, uint8_t *q)
+/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, the codes returned as 32-bit
+ * lanes. With at most 16 codes (SMALL) the decoded value is one permute from the table of them.
+ * Round to nearest (RN = 1/2, !GEN) needs no clamp to the top code: v lies in the bucket's
+ * [lo, hi], so (v - lo) * inv is at most levels * (1 + 3 * 2^-24) after its three roundings
+ * (v - lo, inv, the product), and with 1/2 added it truncates to at most levels. */
+S_AVX512 S_INLINE __m512i s_ef16_avx512(const float *g, float *r, const s_ef_avx512_t *c, __m512 rn,
+                                        bool gen, bool small)
 {
     __m512 v = _mm512_add_ps(_mm512_loadu_ps(r), _mm512_loadu_ps(g));
     __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, c->lo), c->inv), rn);
-    __m512i k = _mm512_cvttps_epi32(_mm512_min_ps(y, c->top));
+    __m512i k = _mm512_cvttps_epi32(gen ? _mm512_min_ps(y, c->top) : y);
     __m512 x = small ? _mm512_permutexvar_ps(k, c->tbl) : s_deq16_avx512(c, k);
     _mm512_storeu_ps(r, _mm512_add_ps(v, x));
-    __m128i b = _mm512_cvtepi32_epi8(k);
-    _mm_storeu_si128((__m128i *)q, b);
-    return b;
+    return k;
+}
+
+/* Four vectors of 16 codes (0-255 in 32-bit lanes) as 64 bytes in order: two packs leave
+ * each 128-bit lane holding four codes of each vector, which one permute of 32-bit groups
+ * puts back in order. */
+S_AVX512 S_INLINE __m512i s_codes64_avx512(__m512i k0, __m512i k1, __m512i k2, __m512i k3)
+{
+    __m512i b = _mm512_packus_epi16(_mm512_packs_epi32(k0, k1), _mm512_packs_epi32(k2, k3));
+    return _mm512_permutexvar_epi32(
+        _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
+}
+
+/* 64 byte codes of K < 8 bits packed to DST (8K bytes), as s_pack32_avx2 packs 32: at 1, 2
+ * and 4 bits on the whole vector, where a byte holds 8, 4 or 2 codes; else 32 at a time. */
+S_AVX512 S_INLINE void s_pack64_avx512(__m512i w, uint8_t *dst, int K)
+{
+    if (K == 1) {
+        uint64_t m = _mm512_movepi8_mask(_mm512_slli_epi16(w, 7));
+        memcpy(dst, &m, sizeof m);
+    } else if (K == 2) {
+        __m512i p = _mm512_maddubs_epi16(w, _mm512_set1_epi16((short)(1 | (1 << 10))));
+        p = _mm512_madd_epi16(p, _mm512_set1_epi32(1 | (1 << 20)));
+        _mm_storeu_si128((__m128i *)dst, _mm512_cvtepi32_epi8(p));
+    } else if (K == 4) {
+        __m512i p = _mm512_maddubs_epi16(w, _mm512_set1_epi16((short)(1 | (1 << 12))));
+        _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi16_epi8(p));
+    } else {
+        s_pack32_avx2(_mm512_castsi512_si256(w), dst, K);
+        s_pack32_avx2(_mm512_extracti64x4_epi64(w, 1), dst + 4 * K, K);
+    }
 }
 
 /* Two generator steps' 32 uniforms as two vectors of 16: values 0-15 and 16-31. */
@@ -1165,7 +1195,8 @@ S_AVX512 S_INLINE void s_noise32_avx512(__m256i s[4], __m512 *n0, __m512 *n1)
         _mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(r2)), _mm256_castps_pd(r3), 1));
 }
 
-/* Sixty-four values of error feedback, their codes packed to PK unless it is NULL. */
+/* Sixty-four values of error feedback, their codes stored to Q and packed to PK unless it is
+ * NULL. */
 S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512_t *c, bool gen,
                                      bool small, __m256i s[4], uint8_t *q, uint8_t *pk)
 {
@@ -1174,15 +1205,14 @@ S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512
         s_noise32_avx512(s, &n0, &n1);
         s_noise32_avx512(s, &n2, &n3);
     }
-    __m128i b0 = s_ef16_avx512(g, r, c, n0, small, q);
-    __m128i b1 = s_ef16_avx512(g + 16, r + 16, c, n1, small, q + 16);
-    __m128i b2 = s_ef16_avx512(g + 32, r + 32, c, n2, small, q + 32);
-    __m128i b3 = s_ef16_avx512(g + 48, r + 48, c, n3, small, q + 48);
-    if (pk) {
-        s_pack32_avx512(_mm256_inserti128_si256(_mm256_castsi128_si256(b0), b1, 1), pk, c->K);
-        s_pack32_avx512(_mm256_inserti128_si256(_mm256_castsi128_si256(b2), b3, 1), pk + 4 * c->K,
-                        c->K);
-    }
+    __m512i k0 = s_ef16_avx512(g, r, c, n0, gen, small);
+    __m512i k1 = s_ef16_avx512(g + 16, r + 16, c, n1, gen, small);
+    __m512i k2 = s_ef16_avx512(g + 32, r + 32, c, n2, gen, small);
+    __m512i k3 = s_ef16_avx512(g + 48, r + 48, c, n3, gen, small);
+    __m512i w = s_codes64_avx512(k0, k1, k2, k3);
+    _mm512_storeu_si512(q, w);
+    if (pk)
+        s_pack64_avx512(w, pk, c->K);
 }
 
 S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,

@@ -487,7 +487,9 @@ typedef struct {
      * quantize_noise when G is not NULL), then r[i] = v + the code's value decoded with D
      * (the bucket's dequantize constants at scale -1): add, quantize and an accumulating
      * dequantize bit for bit, in one walk over the values. PK as quantize's (K from D's
-     * levels). */
+     * levels). Every v[i] lies in [lo, hi] with INV = levels / (hi - lo) rounded to a float
+     * (the bucket's range): with G NULL the clamp to TOP then never acts, and kernels may
+     * skip it. */
     void (*quantize_ef)(const float *g, float *r, size_t n, float lo, float inv, float top,
                         const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk);
     /* quantize_ef(g, r, n, ...), then minmax_sum(na, nb, nn, nlo, nhi) of the next bucket
