@@ -1368,3 +1368,69 @@ Test(quant, every_kernel_set_refuses_nan_and_infinity)
     free(buf);
     free(x);
 }
+
+/* Stochastic rounding at 8 bits can take a bucket's largest value past the top code: with a
+ * range whose (hi - lo) * inv rounds to 255 + 2^-16, the largest noise (1 - 2^-16) makes y
+ * exactly 256, which a byte would wrap to code 0. Every kernel that draws or takes noise must
+ * clamp it to 255: here with a generator whose first step gives the largest noise in all
+ * lanes (its state solved from the output function, r = rotl(s1 * 5, 7) * 9), and a noise
+ * array of it. */
+Test(quant, the_largest_noise_never_takes_a_code_past_the_top)
+{
+    const char *names[4];
+    size_t nk = s_kernel_sets(names);
+    enum { N = 64 };
+    const float lo = 0.0f, top = 255.0f;
+    float hi = 1.0f, inv = 255.0f;
+    while (hi * inv <= top) { /* a range with hi * inv just above 255 after rounding */
+        hi = nextafterf(hi, 2.0f);
+        inv = (float)(255.0 / (double)hi);
+    }
+    cr_assert(hi < 1.01f && hi * inv + (1.0f - 0x1.0p-16f) >= 256.0f, "no such range found");
+    /* s1 with rotl(s1 * 5, 7) * 9 = 0xffffffff: the inverses of 9 and 5 modulo 2^32 */
+    uint32_t x9 = 0xffffffffu * 0x38e38e39u, s1 = ((x9 >> 7) | (x9 << 25)) * 0xcccccccdu;
+    cr_assert_eq(((s1 * 5) << 7 | (s1 * 5) >> 25) * 9u, 0xffffffffu);
+    const mq_quant_deq_t d = {-lo, -(hi - lo) / top, -hi, 255};
+    float x[N], g[N], r[N], u[N];
+    uint8_t q[N];
+    for (size_t i = 0; i < N; i++) {
+        x[i] = g[i] = hi;
+        u[i] = 1.0f - 0x1.0p-16f;
+    }
+    for (size_t k = 0; k < nk; k++) {
+        cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+        const mq_quant_kernels_t *kn = mq_quant_kernels();
+        for (int op = 0; op < 4; op++) {
+            mq_quant_noise_t gen;
+            for (int lane = 0; lane < 8; lane++) {
+                gen.s[0][lane] = gen.s[2][lane] = gen.s[3][lane] = 1u + (uint32_t)lane;
+                gen.s[1][lane] = s1;
+            }
+            memset(r, 0, sizeof r);
+            memset(q, 0x11, sizeof q);
+            float nlo, nhi;
+            switch (op) {
+            case 0:
+                kn->quantize(x, N, lo, inv, top, u, q, NULL);
+                break;
+            case 1:
+                kn->quantize_noise(x, N, lo, inv, top, &gen, q, NULL);
+                break;
+            case 2:
+                kn->quantize_ef(g, r, N, lo, inv, top, &d, &gen, q, NULL);
+                break;
+            default:
+                kn->quantize_ef_scan(g, r, N, lo, inv, top, &d, &gen, q, NULL, x, x, N, &nlo, &nhi);
+                break;
+            }
+            for (size_t i = 0; i < N; i++)
+                cr_assert_eq(q[i], 255, "%s op %d: value %zu (the top) got code %u", names[k], op,
+                             i, q[i]);
+            if (op >= 2)
+                for (size_t i = 0; i < N; i++)
+                    cr_assert_eq(r[i], 0.0f, "%s op %d: residual %zu is %g, not 0", names[k], op, i,
+                                 (double)r[i]);
+        }
+        mq_quant_use_kernels(NULL);
+    }
+}

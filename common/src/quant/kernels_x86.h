@@ -1138,10 +1138,8 @@ S_AVX512 S_INLINE s_ef_avx512_t s_ef_consts_avx512(float lo, float inv, float to
 }
 
 /* Sixteen values of error feedback with noise RN: as s_ef8_avx2, the codes returned as 32-bit
- * lanes. With at most 16 codes (SMALL) the decoded value is one permute from the table of them.
- * Round to nearest (RN = 1/2, !GEN) needs no clamp to the top code: v lies in the bucket's
- * [lo, hi], so (v - lo) * inv is at most levels * (1 + 3 * 2^-24) after its three roundings
- * (v - lo, inv, the product), and with 1/2 added it truncates to at most levels. */
+ * lanes, and no clamp when rounding to nearest. With at most 16 codes (SMALL) the decoded
+ * value is one permute from the table of them. */
 S_AVX512 S_INLINE __m512i s_ef16_avx512(const float *g, float *r, const s_ef_avx512_t *c, __m512 rn,
                                         bool gen, bool small)
 {

@@ -488,8 +488,10 @@ typedef struct {
      * (the bucket's dequantize constants at scale -1): add, quantize and an accumulating
      * dequantize bit for bit, in one walk over the values. PK as quantize's (K from D's
      * levels). Every v[i] lies in [lo, hi] with INV = levels / (hi - lo) rounded to a float
-     * (the bucket's range): with G NULL the clamp to TOP then never acts, and kernels may
-     * skip it. */
+     * (the bucket's range), so with G NULL kernels may skip the clamp to TOP: (v - lo) * inv
+     * is at most levels * (1 + 3 * 2^-24) after its three roundings, and with 1/2 added it
+     * truncates to at most levels. With noise the clamp acts (at 8 bits the largest noise can
+     * make y exactly 256). */
     void (*quantize_ef)(const float *g, float *r, size_t n, float lo, float inv, float top,
                         const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk);
     /* quantize_ef(g, r, n, ...), then minmax_sum(na, nb, nn, nlo, nhi) of the next bucket
