@@ -237,8 +237,9 @@ Test(cluster, agent_swaps_and_restarts_while_training, .timeout = 240)
 
 /* A REGISTER nothing answers (lost, or sent as the scheduler took the run back to its
  * checkpoint) goes again after MQ_REGISTER_RETRY_S, on a new connection, with the same
- * incarnation, so a scheduler that holds it already takes it as a repeat. Before, the node
- * waited out its whole peer timeout and left (a restarted server did, and the run failed). */
+ * incarnation, so a scheduler that holds it already moves the node there (the next test).
+ * Before, the node waited out its whole peer timeout and left (a restarted server did, and
+ * the run failed). */
 Test(cluster, an_unanswered_registration_goes_again_on_a_new_connection, .timeout = 60)
 {
     mq_log_set_level(MQ_LOG_ERROR);
@@ -275,6 +276,49 @@ Test(cluster, an_unanswered_registration_goes_again_on_a_new_connection, .timeou
     zactor_destroy(&server);
     zsock_destroy(&sched);
     mq_metrics_destroy(&metrics);
+}
+
+/* A REGISTER sent again on a new connection (a node that heard nothing on its first: the
+ * scheduler's answers there were lost) is answered on the new one: here the first connection
+ * registers a worker, completing the cluster, and is closed; the same incarnation on a second
+ * connection gets the WELCOME, then the heartbeats. Before, the scheduler took it as a repeat
+ * and went on answering the closed connection, so the node could never join. */
+Test(cluster, a_registration_sent_again_is_answered_on_its_new_connection, .timeout = 60)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--iterations", "5", "--eval-every", "0", NULL};
+    cluster_start_core(&c, 1, 1, "again", extra);
+    zsock_t *conn[2];
+    mq_msg_t m;
+    mq_drop_t drop;
+    for (int k = 0; k < 2; k++) {
+        conn[k] = zsock_new(ZMQ_DEALER);
+        cr_assert_not_null(conn[k]);
+        mq_wire_prepare(conn[k], 0, MQ_WIRE_MAX_MSG);
+        zsock_set_rcvtimeo(conn[k], 10000);
+        test_sec_client(conn[k], "worker", MQ_KEY_SCHEDULER);
+        cr_assert_eq(zsock_connect(conn[k], "%s", c.endpoint), 0);
+        memset(&m, 0, sizeof m);
+        mq_msg_init(&m, MQ_MSG_REGISTER);
+        m.role = MQ_ROLE_WORKER;
+        m.incarnation = 0x5eed;
+        cr_assert_eq(mq_wire_send(conn[k], &m, NULL, 0), 0);
+        if (k == 0) { /* the first WELCOME comes, and is left unread with its connection */
+            zclock_sleep(1000);
+            zsock_destroy(&conn[0]);
+        }
+    }
+    cr_assert_eq(mq_wire_recv(conn[1], &m, &drop), 0, "no answer on the new connection: %s",
+                 mq_err_last());
+    cr_expect_eq(m.type, MQ_MSG_WELCOME, "got %s", mq_msg_type_name(m.type));
+    cr_expect_eq(m.rank, 0);
+    mq_msg_reset(&m);
+    cr_assert_eq(mq_wire_recv(conn[1], &m, &drop), 0, "no heartbeat on the new connection");
+    cr_expect_eq(m.type, MQ_MSG_HEARTBEAT, "got %s", mq_msg_type_name(m.type));
+    mq_msg_reset(&m);
+    zsock_destroy(&conn[1]);
+    cluster_stop(&c);
 }
 
 /* Servers that ask for a shard (--shard: a StatefulSet's pod index, whose volume holds that

@@ -1201,6 +1201,26 @@ static void s_on_leave(s_sched_t *self, mq_msg_t *msg)
     s_lose_worker(self, msg->rank, "it left (stopped)");
 }
 
+/* A registration the scheduler holds, sent again: a node that heard nothing from it for
+ * MQ_REGISTER_RETRY_S sends its REGISTER again on a new connection (node.h). That connection
+ * is where the node listens now, so it is where the scheduler answers from here on: the
+ * heartbeats, and the WELCOME again if the node was welcomed and has not said it is ready
+ * (the first went to the connection the node gave up). On the same connection, a repeat
+ * changes nothing. */
+static void s_register_repeat(s_sched_t *self, s_node_t *node, uint32_t rank, const mq_msg_t *msg)
+{
+    if (node->peer_len == msg->peer_len && memcmp(node->peer, msg->peer, msg->peer_len) == 0)
+        return;
+    memcpy(node->peer, msg->peer, msg->peer_len);
+    node->peer_len = msg->peer_len;
+    bool server = node >= self->servers && node < self->servers + MQ_WIRE_MAX_SERVERS;
+    mq_warn("%s %u registered again from a new connection (it heard nothing on its first): "
+            "answering it there",
+            server ? "server" : "worker", rank);
+    if (self->phase != S_REGISTERING && node->state == N_SETUP)
+        s_welcome(self, node, rank);
+}
+
 static void s_on_register(s_sched_t *self, mq_msg_t *msg)
 {
     bool worker = msg->role == MQ_ROLE_WORKER;
@@ -1209,11 +1229,15 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
         return;
     }
     for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
-        if (self->workers[i].state != N_FREE && self->workers[i].incarnation == msg->incarnation)
-            return; /* a repeat of a registration we have */
-    for (uint32_t i = 0; i < self->nservers; i++)
-        if (self->servers[i].incarnation == msg->incarnation)
+        if (self->workers[i].state != N_FREE && self->workers[i].incarnation == msg->incarnation) {
+            s_register_repeat(self, &self->workers[i], i, msg);
             return;
+        }
+    for (uint32_t i = 0; i < self->nservers; i++)
+        if (self->servers[i].incarnation == msg->incarnation) {
+            s_register_repeat(self, &self->servers[i], i, msg);
+            return;
+        }
     if (self->phase == S_DONE) {
         s_refuse(self, msg, "the run is over", false);
         return;

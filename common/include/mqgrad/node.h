@@ -86,8 +86,8 @@ int mq_node_listen(mq_node_t *n, zloop_t *loop, zloop_reader_fn *fn, void *arg);
 
 /* Ends the node if the scheduler has been silent for longer than the peer timeout; before
  * then, sends a REGISTER nothing has answered again, on a new connection, every
- * MQ_REGISTER_RETRY_S (the same incarnation: the scheduler takes a repeat of a registration
- * it holds as nothing). Every second, from the service's tick. */
+ * MQ_REGISTER_RETRY_S (the same incarnation: a scheduler that holds the registration answers
+ * the node on its new connection from then on). Every second, from the service's tick. */
 void mq_node_check_peer(mq_node_t *n);
 
 /* zloop reader for the actor pipe (ARG is the mq_node_t): "PORT" → port, "DROPS" →

@@ -108,6 +108,10 @@ void mq_token_make(const uint8_t run_key[MQ_RUN_KEY_LEN], mq_role_t role, uint32
                    uint8_t token[MQ_TOKEN_LEN]);
 /* A fresh random run key. */
 void mq_run_key_new(uint8_t run_key[MQ_RUN_KEY_LEN]);
+/* A node's incarnation: 64 random bits (never 0), which only the node and the scheduler know
+ * (the REGISTER goes encrypted under CURVE), so that a REGISTER sent again with it may move the
+ * node to a new connection without letting another holder of its role's key take its rank. */
+uint64_t mq_incarnation_new(void);
 /* Constant-time comparison of two tokens. */
 bool mq_token_equal(const uint8_t *a, const uint8_t *b);
 

@@ -3,7 +3,6 @@
 
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "mqgrad/service.h"
 #include "mqgrad/util.h"
@@ -39,7 +38,7 @@ int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t ro
     n->last_heard = n->registered = mq_now_s();
     n->heard = false;
     n->loop = NULL;
-    n->incarnation = (uint64_t)zclock_time() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)n;
+    n->incarnation = mq_incarnation_new();
     snprintf(n->endpoint, sizeof n->endpoint, "%s", endpoint);
     n->sched = s_sched_socket(n);
     if (!n->sched)

@@ -611,6 +611,16 @@ void mq_run_key_new(uint8_t run_key[MQ_RUN_KEY_LEN])
     randombytes_buf(run_key, MQ_RUN_KEY_LEN);
 }
 
+uint64_t mq_incarnation_new(void)
+{
+    if (sodium_init() < 0)
+        mq_warn("libsodium did not initialise; random incarnation from its fallback");
+    uint64_t v = 0;
+    while (v == 0)
+        randombytes_buf(&v, sizeof v);
+    return v;
+}
+
 bool mq_token_equal(const uint8_t *a, const uint8_t *b)
 {
     return sodium_memcmp(a, b, MQ_TOKEN_LEN) == 0;
