@@ -43,6 +43,12 @@ typedef struct {
     int prefer; /* a server: the shard it asked for, -1 for any */
 } s_node_t;
 
+/* Whether MSG came from NODE's connection (its ZeroMQ peer). */
+static bool s_from_peer(const s_node_t *node, const mq_msg_t *msg)
+{
+    return node->peer_len == msg->peer_len && memcmp(node->peer, msg->peer, msg->peer_len) == 0;
+}
+
 typedef enum {
     S_REGISTERING,
     S_PREPARING,
@@ -511,6 +517,12 @@ static void s_on_saved(s_sched_t *self, const mq_msg_t *msg)
     s_event(self, "checkpoint", fields);
 }
 
+/* Whether NODE is one of the servers' places (else a worker's). */
+static bool s_is_server(const s_sched_t *self, const s_node_t *node)
+{
+    return node >= self->servers && node < self->servers + MQ_WIRE_MAX_SERVERS;
+}
+
 /* WELCOME for NODE, which holds rank RANK: the run, its id, the servers. */
 static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
 {
@@ -522,7 +534,7 @@ static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
     self->out.nservers = self->nservers;
     for (uint32_t s = 0; s < self->nservers; s++)
         memcpy(self->out.servers[s], self->servers[s].endpoint, sizeof self->out.servers[s]);
-    bool server = node >= self->servers && node < self->servers + MQ_WIRE_MAX_SERVERS;
+    bool server = s_is_server(self, node);
     self->out.has_token = true;
     mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, self->out.token);
     if (server) { /* servers check workers' tokens with it */
@@ -673,8 +685,7 @@ static void s_on_ready(s_sched_t *self, const mq_msg_t *msg)
     else if (!worker && msg->rank < self->nservers)
         node = &self->servers[msg->rank];
     if (!node || node->state != N_SETUP || node->incarnation != msg->incarnation ||
-        node->peer_len != msg->peer_len || memcmp(node->peer, msg->peer, msg->peer_len) != 0 ||
-        self->phase == S_REGISTERING || self->phase == S_DONE) {
+        !s_from_peer(node, msg) || self->phase == S_REGISTERING || self->phase == S_DONE) {
         mq_drops_note(&self->drops, MQ_DROP_RANK, msg->peer, msg->peer_len,
                       "ready from an unknown node, twice, or out of phase");
         return;
@@ -1209,11 +1220,11 @@ static void s_on_leave(s_sched_t *self, mq_msg_t *msg)
  * changes nothing. */
 static void s_register_repeat(s_sched_t *self, s_node_t *node, uint32_t rank, const mq_msg_t *msg)
 {
-    if (node->peer_len == msg->peer_len && memcmp(node->peer, msg->peer, msg->peer_len) == 0)
+    if (s_from_peer(node, msg))
         return;
     memcpy(node->peer, msg->peer, msg->peer_len);
     node->peer_len = msg->peer_len;
-    bool server = node >= self->servers && node < self->servers + MQ_WIRE_MAX_SERVERS;
+    bool server = s_is_server(self, node);
     mq_warn("%s %u registered again from a new connection (it heard nothing on its first): "
             "answering it there",
             server ? "server" : "worker", rank);
@@ -1298,8 +1309,7 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
     const char *why = NULL;
     mq_drop_t d = MQ_DROP_NONE;
     const s_node_t *w = msg->rank < MQ_MAX_WORKERS ? &self->workers[msg->rank] : NULL;
-    if (!w || w->state != N_ACTIVE || w->incarnation != msg->incarnation ||
-        w->peer_len != msg->peer_len || memcmp(w->peer, msg->peer, msg->peer_len) != 0)
+    if (!w || w->state != N_ACTIVE || w->incarnation != msg->incarnation || !s_from_peer(w, msg))
         d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
     else if (msg->iter < self->iter)
         d = MQ_DROP_LATE, why = "report for a round that closed without it";
@@ -1452,7 +1462,7 @@ static void s_on_progress(s_sched_t *self, const mq_msg_t *msg)
 static void s_on_have(s_sched_t *self, const mq_msg_t *msg)
 {
     const s_node_t *sv = msg->shard < self->nservers ? &self->servers[msg->shard] : NULL;
-    if (!sv || sv->peer_len != msg->peer_len || memcmp(sv->peer, msg->peer, msg->peer_len) != 0) {
+    if (!sv || !s_from_peer(sv, msg)) {
         mq_drops_note(&self->drops, MQ_DROP_SHARD, msg->peer, msg->peer_len,
                       "have from a peer that is not that server");
         return;

@@ -1071,10 +1071,10 @@ static const mq_quant_kernels_t s_kernels_avx2 = {
  * bench/README.md), it halves them; the plain and stochastic encodes follow below, and every
  * other loop is the AVX2 one. Bit for bit the AVX2 results: the same operations in the same
  * order a value (no FMA), and the noise from the same eight generators, two steps a 32 values
- * in the same order. A code needs no clamp before it is narrowed to a byte: with v >= lo (the
- * kernels' contract: lo is the least of the values) y is at least 0, min(y, top) is at most
- * top, and a NaN's min with top is top, so every code is in 0..levels, where AVX2's saturating
- * packs leave it as it is. */
+ * in the same order. Codes become bytes by AVX2's saturating packs; each is in 0..levels
+ * already: with v >= lo (lo is the least of the values) y is at least 0, and y stays below
+ * levels + 1 by the clamp with noise, by quantize_ef's contract without (a NaN, which fails
+ * the encode, packs to 0). */
 #define S_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2")))
 
 /* One step of the eight generators, as s_noise_step_avx2 (xoshiro128**): the state update
@@ -1161,6 +1161,17 @@ S_AVX512 S_INLINE __m512i s_codes64_avx512(__m512i k0, __m512i k1, __m512i k2, _
         _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), b);
 }
 
+/* s_pairs_avx2 and s_quads_avx2 on 64 codes. */
+S_AVX512 S_INLINE __m512i s_pairs_avx512(__m512i w, int K)
+{
+    return _mm512_maddubs_epi16(w, _mm512_set1_epi16((short)(1 | (1 << (8 + K)))));
+}
+
+S_AVX512 S_INLINE __m512i s_quads_avx512(__m512i p, int K)
+{
+    return _mm512_madd_epi16(p, _mm512_set1_epi32(1 | (1 << (16 + 2 * K))));
+}
+
 /* 64 byte codes of K < 8 bits packed to DST (8K bytes), as s_pack32_avx2 packs 32: at 1, 2
  * and 4 bits on the whole vector, where a byte holds 8, 4 or 2 codes; else 32 at a time. */
 S_AVX512 S_INLINE void s_pack64_avx512(__m512i w, uint8_t *dst, int K)
@@ -1169,12 +1180,10 @@ S_AVX512 S_INLINE void s_pack64_avx512(__m512i w, uint8_t *dst, int K)
         uint64_t m = _mm512_movepi8_mask(_mm512_slli_epi16(w, 7));
         memcpy(dst, &m, sizeof m);
     } else if (K == 2) {
-        __m512i p = _mm512_maddubs_epi16(w, _mm512_set1_epi16((short)(1 | (1 << 10))));
-        p = _mm512_madd_epi16(p, _mm512_set1_epi32(1 | (1 << 20)));
-        _mm_storeu_si128((__m128i *)dst, _mm512_cvtepi32_epi8(p));
+        _mm_storeu_si128((__m128i *)dst,
+                         _mm512_cvtepi32_epi8(s_quads_avx512(s_pairs_avx512(w, 2), 2)));
     } else if (K == 4) {
-        __m512i p = _mm512_maddubs_epi16(w, _mm512_set1_epi16((short)(1 | (1 << 12))));
-        _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi16_epi8(p));
+        _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi16_epi8(s_pairs_avx512(w, 4)));
     } else {
         s_pack32_avx2(_mm512_castsi512_si256(w), dst, K);
         s_pack32_avx2(_mm512_extracti64x4_epi64(w, 1), dst + 4 * K, K);

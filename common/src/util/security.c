@@ -604,20 +604,24 @@ void mq_token_make(const uint8_t run_key[MQ_RUN_KEY_LEN], mq_role_t role, uint32
     crypto_generichash(token, MQ_TOKEN_LEN, in, sizeof in, run_key, MQ_RUN_KEY_LEN);
 }
 
-void mq_run_key_new(uint8_t run_key[MQ_RUN_KEY_LEN])
+/* LEN random bytes (WHAT names them should libsodium fail to start). */
+static void s_random(void *buf, size_t len, const char *what)
 {
     if (sodium_init() < 0)
-        mq_warn("libsodium did not initialise; random run key from its fallback");
-    randombytes_buf(run_key, MQ_RUN_KEY_LEN);
+        mq_warn("libsodium did not initialise; random %s from its fallback", what);
+    randombytes_buf(buf, len);
+}
+
+void mq_run_key_new(uint8_t run_key[MQ_RUN_KEY_LEN])
+{
+    s_random(run_key, MQ_RUN_KEY_LEN, "run key");
 }
 
 uint64_t mq_incarnation_new(void)
 {
-    if (sodium_init() < 0)
-        mq_warn("libsodium did not initialise; random incarnation from its fallback");
     uint64_t v = 0;
     while (v == 0)
-        randombytes_buf(&v, sizeof v);
+        s_random(&v, sizeof v, "incarnation");
     return v;
 }
 
