@@ -1336,6 +1336,56 @@ Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
     free(out);
 }
 
+/* Error feedback on 16 MB and more streams its 8-bit codes to the payload: payload, residual
+ * and stats must be the generic path's at any alignment of the payload, with every kernel set,
+ * for bucket sizes that put the codes on and off a cache line's start, over two steps. */
+Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .timeout = 120)
+{
+    const char *names[4];
+    size_t nk = s_kernel_sets(names);
+    const size_t n = (16u << 20) / sizeof(float) + 1001;
+    float *g = s_normal(n, 31, 0.05f), *r0 = malloc(n * sizeof *r0), *r1 = malloc(n * sizeof *r1);
+    static const char *specs[] = {"uniform:8:bucket=512", "uniform:8:bucket=100",
+                                  "uniform:8:bucket=512:stochastic", "uniform:4:bucket=512"};
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+        mq_codec_t c;
+        cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
+        size_t cap = mq_codec_payload_size(&c, n);
+        uint8_t *p0 = malloc(cap), *buf = malloc(cap + 64);
+        for (size_t k = 0; k < nk; k++)
+            for (size_t off = 0; off < 64; off += 37) {
+                uint8_t *p1 = buf + off;
+                for (size_t i = 0; i < n; i++)
+                    r0[i] = r1[i] = (float)((int)(i % 13) - 6) * 1e-3f;
+                mq_rng_t rng0, rng1;
+                mq_rng_seed(&rng0, 9);
+                mq_rng_seed(&rng1, 9);
+                for (int t = 0; t < 2; t++) {
+                    size_t l0 = 0, l1 = 0;
+                    mq_codec_stats_t s0 = {-1}, s1 = {-2};
+                    cr_assert_eq(mq_quant_use_kernels("c"), 0);
+                    cr_assert_eq(s_ef_reference(&c, g, r0, n, p0, cap, &l0, &rng0, &s0), 0);
+                    cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+                    memset(p1, 0x5a, cap);
+                    cr_assert_eq(mq_codec_encode_ef(&c, g, r1, n, p1, cap, &l1, &rng1, &s1), 0);
+                    cr_assert_eq(l1, l0);
+                    cr_assert_arr_eq(p1, p0, l0, "%s %s payload+%zu step %d: payload differs",
+                                     specs[s], names[k], off, t);
+                    cr_assert_arr_eq(r1, r0, n * sizeof *r0, "%s %s step %d: residual differs",
+                                     specs[s], names[k], t);
+                    cr_assert(s1.sq == s0.sq, "%s %s step %d: stats %.17g vs %.17g", specs[s],
+                              names[k], t, s1.sq, s0.sq);
+                }
+            }
+        mq_quant_use_kernels(NULL);
+        free(p0);
+        free(buf);
+    }
+    free(g);
+    free(r0);
+    free(r1);
+}
+
 Test(quant, every_kernel_set_refuses_nan_and_infinity)
 {
     const char *names[4];
