@@ -238,7 +238,9 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
         mq_quant_noise_seed(&gen, rng);
 
     /* The codes are stored with ordinary stores: streaming them (staged per chunk) was
-     * measured no faster, and the payload is read again soon, to be sent. */
+     * measured no faster. This walk is bound by its arithmetic (from memory it runs at the
+     * rate it runs at on a cached tensor), where error feedback, bound by its traffic,
+     * streams its 8-bit codes (s_encode_ef). */
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         uint8_t *out = K == 8 ? codes + start : q; /* 8-bit codes need no packing */
