@@ -858,6 +858,41 @@ static int s_ef_reference(const mq_codec_t *c, const float *g, float *r, size_t 
     return rc;
 }
 
+/* STEPS encodes with error feedback of XS[0], XS[1], ... from the same residual (R_SCALE times
+ * a small pattern) and generator seed, the generic path's into P0 and R0 under kernel set
+ * REF, the codec's own into P1 and R1 under kernel set KS: rc, residual, payload and stats must
+ * be the same bit for bit at every step. WHAT names the case in a failure. */
+static void s_ef_steps_match(const mq_codec_t *c, const float *const *xs, int steps, size_t n,
+                             float r_scale, uint64_t seed, const char *ref, const char *ks,
+                             float *r0, float *r1, uint8_t *p0, uint8_t *p1, const char *what)
+{
+    size_t cap = mq_codec_payload_size(c, n);
+    for (size_t i = 0; i < n; i++)
+        r0[i] = r1[i] = (float)((int)(i % 13) - 6) * r_scale;
+    mq_rng_t rng0, rng1;
+    mq_rng_seed(&rng0, seed);
+    mq_rng_seed(&rng1, seed);
+    for (int t = 0; t < steps; t++) {
+        size_t l0 = 0, l1 = 0;
+        mq_codec_stats_t s0 = {-1}, s1 = {-2};
+        memset(p0, 0xa5, cap);
+        memset(p1, 0x5a, cap);
+        cr_assert_eq(mq_quant_use_kernels(ref), 0);
+        int rc0 = s_ef_reference(c, xs[t], r0, n, p0, cap, &l0, &rng0, &s0);
+        cr_assert_eq(mq_quant_use_kernels(ks), 0);
+        int rc1 = mq_codec_encode_ef(c, xs[t], r1, n, p1, cap, &l1, &rng1, &s1);
+        cr_assert_eq(rc1, rc0, "%s step %d: rc %d, generic %d (%s)", what, t, rc1, rc0,
+                     mq_err_last());
+        cr_assert_arr_eq(r1, r0, n * sizeof *r0, "%s step %d: residual differs", what, t);
+        if (rc0 < 0)
+            break;
+        cr_assert_eq(l1, l0);
+        cr_assert_arr_eq(p1, p0, l0, "%s step %d: payload differs", what, t);
+        cr_assert(s1.sq == s0.sq, "%s step %d: stats %.17g vs %.17g", what, t, s1.sq, s0.sq);
+    }
+    mq_quant_use_kernels(NULL);
+}
+
 /* uniform's fused encode_ef gives the generic path's payload, residual and stats bit for bit,
  * over a few steps, with every kernel set: one range per tensor and buckets (a multiple of 16,
  * where stochastic noise is drawn inside the quantize kernel, and others; smaller and larger
@@ -873,43 +908,18 @@ Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
     float *g = s_awkward(nmax, 41), *g2 = s_normal(nmax, 42, 0.02f);
     float *r0 = malloc(nmax * sizeof *r0), *r1 = malloc(nmax * sizeof *r1);
     uint8_t *p0 = malloc(3 * nmax + 64), *p1 = malloc(3 * nmax + 64);
+    const float *xs[] = {g, g2, g};
     for (size_t k = 0; k < nk; k++)
         for (int bits = 1; bits <= 8; bits++)
             for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
                 for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++)
                     for (int st = 0; st < 2; st++) {
-                        cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
                         mq_codec_t c = mq_codec_uniform(bits, buckets[b], st);
-                        size_t n = ns[a], cap = mq_codec_payload_size(&c, n);
-                        char spec[64];
+                        char spec[64], what[128];
                         mq_codec_format(&c, spec, sizeof spec);
-                        for (size_t i = 0; i < n; i++)
-                            r0[i] = r1[i] = (float)((int)(i % 13) - 6) * 1e-4f;
-                        mq_rng_t rng0, rng1;
-                        mq_rng_seed(&rng0, 5);
-                        mq_rng_seed(&rng1, 5);
-                        for (int t = 0; t < 3; t++) {
-                            const float *x = t == 1 ? g2 : g;
-                            size_t l0 = 0, l1 = 0;
-                            mq_codec_stats_t s0 = {-1}, s1 = {-2};
-                            memset(p0, 0xa5, cap);
-                            memset(p1, 0x5a, cap);
-                            int rc0 = s_ef_reference(&c, x, r0, n, p0, cap, &l0, &rng0, &s0);
-                            int rc1 = mq_codec_encode_ef(&c, x, r1, n, p1, cap, &l1, &rng1, &s1);
-                            cr_assert_eq(rc1, rc0, "%s %s n=%zu step %d: rc %d, generic %d (%s)",
-                                         names[k], spec, n, t, rc1, rc0, mq_err_last());
-                            cr_assert_arr_eq(r1, r0, n * sizeof *r0,
-                                             "%s %s n=%zu step %d: residual differs", names[k],
-                                             spec, n, t);
-                            if (rc0 < 0)
-                                break;
-                            cr_assert_eq(l1, l0);
-                            cr_assert_arr_eq(p1, p0, l0, "%s %s n=%zu step %d: payload differs",
-                                             names[k], spec, n, t);
-                            cr_assert(s1.sq == s0.sq, "%s %s n=%zu step %d: stats %.17g vs %.17g",
-                                      names[k], spec, n, t, s1.sq, s0.sq);
-                        }
-                        mq_quant_use_kernels(NULL);
+                        snprintf(what, sizeof what, "%s %s n=%zu", names[k], spec, ns[a]);
+                        s_ef_steps_match(&c, xs, 3, ns[a], 1e-4f, 5, names[k], names[k], r0, r1, p0,
+                                         p1, what);
                     }
     free(g);
     free(g2);
@@ -1347,6 +1357,7 @@ Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .t
     float *g = s_normal(n, 31, 0.05f), *r0 = malloc(n * sizeof *r0), *r1 = malloc(n * sizeof *r1);
     static const char *specs[] = {"uniform:8:bucket=512", "uniform:8:bucket=100",
                                   "uniform:8:bucket=512:stochastic", "uniform:4:bucket=512"};
+    const float *xs[] = {g, g};
     for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
         mq_codec_t c;
         cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
@@ -1354,30 +1365,11 @@ Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .t
         uint8_t *p0 = malloc(cap), *buf = malloc(cap + 64);
         for (size_t k = 0; k < nk; k++)
             for (size_t off = 0; off < 64; off += 37) {
-                uint8_t *p1 = buf + off;
-                for (size_t i = 0; i < n; i++)
-                    r0[i] = r1[i] = (float)((int)(i % 13) - 6) * 1e-3f;
-                mq_rng_t rng0, rng1;
-                mq_rng_seed(&rng0, 9);
-                mq_rng_seed(&rng1, 9);
-                for (int t = 0; t < 2; t++) {
-                    size_t l0 = 0, l1 = 0;
-                    mq_codec_stats_t s0 = {-1}, s1 = {-2};
-                    cr_assert_eq(mq_quant_use_kernels("c"), 0);
-                    cr_assert_eq(s_ef_reference(&c, g, r0, n, p0, cap, &l0, &rng0, &s0), 0);
-                    cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
-                    memset(p1, 0x5a, cap);
-                    cr_assert_eq(mq_codec_encode_ef(&c, g, r1, n, p1, cap, &l1, &rng1, &s1), 0);
-                    cr_assert_eq(l1, l0);
-                    cr_assert_arr_eq(p1, p0, l0, "%s %s payload+%zu step %d: payload differs",
-                                     specs[s], names[k], off, t);
-                    cr_assert_arr_eq(r1, r0, n * sizeof *r0, "%s %s step %d: residual differs",
-                                     specs[s], names[k], t);
-                    cr_assert(s1.sq == s0.sq, "%s %s step %d: stats %.17g vs %.17g", specs[s],
-                              names[k], t, s1.sq, s0.sq);
-                }
+                char what[128];
+                snprintf(what, sizeof what, "%s %s payload+%zu", specs[s], names[k], off);
+                s_ef_steps_match(&c, xs, 2, n, 1e-3f, 9, "c", names[k], r0, r1, p0, buf + off,
+                                 what);
             }
-        mq_quant_use_kernels(NULL);
         free(p0);
         free(buf);
     }
