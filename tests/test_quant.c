@@ -1348,7 +1348,8 @@ Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
 
 /* Error feedback on 16 MB and more streams its 8-bit codes to the payload: payload, residual
  * and stats must be the generic path's at any alignment of the payload, with every kernel set,
- * for bucket sizes that put the codes on and off a cache line's start, over two steps. */
+ * for bucket sizes that put the codes on and off a cache line's start, over two steps; and a
+ * sum that is not finite near the end fails the encode as on a small tensor. */
 Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .timeout = 120)
 {
     const char *names[4];
@@ -1370,6 +1371,26 @@ Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .t
                 s_ef_steps_match(&c, xs, 2, n, 1e-3f, 9, "c", names[k], r0, r1, p0, buf + off,
                                  what);
             }
+        /* a sum that is not finite near the end, after most codes are streamed, still fails
+         * the encode, naming the value, and resets the residual */
+        const size_t bad = n - 5;
+        for (size_t k = 0; k < nk; k++) {
+            for (size_t i = 0; i < n; i++)
+                r1[i] = 1e-3f;
+            r1[bad] = INFINITY;
+            mq_rng_t rng;
+            mq_rng_seed(&rng, 9);
+            size_t len;
+            cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+            cr_assert_eq(mq_codec_encode_ef(&c, g, r1, n, buf, cap, &len, &rng, NULL), -1,
+                         "%s %s: a sum of infinity accepted", specs[s], names[k]);
+            mq_quant_use_kernels(NULL);
+            char idx[64];
+            snprintf(idx, sizeof idx, "value %zu of", bad);
+            cr_assert(strstr(mq_err_last(), idx), "%s %s: '%s'", specs[s], names[k], mq_err_last());
+            for (size_t i = 0; i < n; i++)
+                cr_assert_eq(r1[i], 0.0f, "%s %s: residual %zu not reset", specs[s], names[k], i);
+        }
         free(p0);
         free(buf);
     }

@@ -310,9 +310,11 @@ static void s_dequantize(const mq_quant_kernels_t *kn, const s_deq_t *p, const u
 }
 
 /* A sum src + residual that is not finite: the generic path's error (mq_codec_encode_ef
- * then resets the residual). */
-static int s_ef_failed(const float *src, const float *res, size_t n, int K)
+ * then resets the residual), after the fence that codes STREAMed so far need. */
+static int s_ef_failed(const float *src, const float *res, size_t n, int K, bool stream)
 {
+    if (stream)
+        mq_quant_stream_fence();
     if (mq_quant_check_finite_sum("codec encode", src, res, n) == 0)
         mq_err_set("uniform:%d encode: a sum is not finite", K); /* not reached */
     return -1;
@@ -357,8 +359,8 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
     /* A large tensor's 8-bit codes are staged in q per chunk and streamed to the payload:
      * the walk's own 12 bytes a value push the payload's first lines out of the cache long
      * before it is sent, and the codes' read for ownership is a byte a value of the 14 it
-     * moves (measured: bench/README.md). Below 8 bits the codes are a quarter of that or
-     * less, and staging them measured no faster. */
+     * moves (measured: bench/README.md). Codes below 8 bits are packed as they go; staging
+     * them to stream measured no faster at 2 and 4 bits. */
     const bool stream = K == 8 && n >= MQ_QUANT_STREAM_BYTES / sizeof(float);
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
@@ -376,7 +378,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
                 size_t b0 = b * B, d = b + 1 < nb ? B : n - b0;
                 float lo = next_lo, hi = next_hi;
                 if (!scanned && !kn->minmax_sum(src + b0, res + b0, d, &lo, &hi))
-                    return s_ef_failed(src, res, n, K);
+                    return s_ef_failed(src, res, n, K, stream);
                 scanned = false;
                 lo += 0.0f; /* +0 whichever zero the scan met (s_bucket_range) */
                 hi += 0.0f;
@@ -396,7 +398,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
                     if (!kn->quantize_ef_scan(src + i, res + i, m, p.lo, p.inv, (float)levels,
                                               &dp.d, gi, qi, pki, src + next, res + next, d,
                                               &next_lo, &next_hi))
-                        return s_ef_failed(src, res, n, K);
+                        return s_ef_failed(src, res, n, K, stream);
                     scanned = true;
                 } else {
                     kn->quantize_ef(src + i, res + i, m, p.lo, p.inv, (float)levels, &dp.d, gi, qi,

@@ -221,7 +221,8 @@ static inline size_t mq_quant_first_bad_scale(const uint8_t *src, size_t nb)
 /* Past this many bytes of decoded output, a plain decode stores with streaming stores: the
  * output cannot stay in a core's cache anyway, and skipping the read-for-ownership of every
  * line saves a third of the memory traffic. Accumulating decode reads dst: it never
- * streams. */
+ * streams. Past this many bytes of gradient, error feedback streams its 8-bit codes
+ * (c_uniform.c). */
 #define MQ_QUANT_STREAM_BYTES ((size_t)16 << 20)
 
 /* ---- specs -------------------------------------------------------------------------- */
