@@ -1346,10 +1346,11 @@ Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
     free(out);
 }
 
-/* Error feedback on 16 MB and more streams its 8-bit codes to the payload: payload, residual
- * and stats must be the generic path's at any alignment of the payload, with every kernel set,
- * for bucket sizes that put the codes on and off a cache line's start, over two steps; and a
- * sum that is not finite near the end fails the encode as on a small tensor. */
+/* Error feedback on 16 MB and more streams its 8-bit codes to the payload when it rounds to
+ * nearest (stochastic rounding and 4 bits store theirs as they come, beside it): payload,
+ * residual and stats must be the generic path's at any alignment of the payload, with every
+ * kernel set, for bucket sizes that put the codes on and off a cache line's start, over two
+ * steps; and a sum that is not finite near the end fails the encode as on a small tensor. */
 Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .timeout = 120)
 {
     const char *names[4];

@@ -310,11 +310,10 @@ static void s_dequantize(const mq_quant_kernels_t *kn, const s_deq_t *p, const u
 }
 
 /* A sum src + residual that is not finite: the generic path's error (mq_codec_encode_ef
- * then resets the residual), after the fence that codes STREAMed so far need. */
-static int s_ef_failed(const float *src, const float *res, size_t n, int K, bool stream)
+ * then resets the residual), after the fence that any codes streamed so far need. */
+static int s_ef_failed(const float *src, const float *res, size_t n, int K)
 {
-    if (stream)
-        mq_quant_stream_fence();
+    mq_quant_stream_fence();
     if (mq_quant_check_finite_sum("codec encode", src, res, n) == 0)
         mq_err_set("uniform:%d encode: a sum is not finite", K); /* not reached */
     return -1;
@@ -362,7 +361,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
      * moves (measured: bench/README.md). Codes below 8 bits are packed as they go; staging
      * them to stream measured no faster at 2 and 4 bits. Stochastic rounding is bound by its
      * noise, not its traffic: staging cost it 2-5 %, so it stores its codes as they come. */
-    const bool stream = K == 8 && !S_STOCHASTIC(c) && n >= MQ_QUANT_STREAM_BYTES / sizeof(float);
+    const bool stream = K == 8 && !S_STOCHASTIC(c) && mq_quant_streams(n);
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;
         uint8_t *out = K == 8 && !stream ? codes + start : q;
@@ -379,7 +378,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
                 size_t b0 = b * B, d = b + 1 < nb ? B : n - b0;
                 float lo = next_lo, hi = next_hi;
                 if (!scanned && !kn->minmax_sum(src + b0, res + b0, d, &lo, &hi))
-                    return s_ef_failed(src, res, n, K, stream);
+                    return s_ef_failed(src, res, n, K);
                 scanned = false;
                 lo += 0.0f; /* +0 whichever zero the scan met (s_bucket_range) */
                 hi += 0.0f;
@@ -399,7 +398,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
                     if (!kn->quantize_ef_scan(src + i, res + i, m, p.lo, p.inv, (float)levels,
                                               &dp.d, gi, qi, pki, src + next, res + next, d,
                                               &next_lo, &next_hi))
-                        return s_ef_failed(src, res, n, K, stream);
+                        return s_ef_failed(src, res, n, K);
                     scanned = true;
                 } else {
                     kn->quantize_ef(src + i, res + i, m, p.lo, p.inv, (float)levels, &dp.d, gi, qi,
@@ -477,7 +476,7 @@ static void s_decode(const mq_codec_t *c, const uint8_t *src, size_t len, float 
     double sq = 0.0;
     const uint8_t *codes = src + 8 * mq_quant_nbuckets(S_BUCKET(c), n);
     const size_t code_bytes = mq_quant_code_bytes(n, K);
-    const bool stream = !accumulate && n >= MQ_QUANT_STREAM_BYTES / sizeof(float);
+    const bool stream = !accumulate && mq_quant_streams(n);
     uint8_t buf[S_CHUNK];
     float out[S_CHUNK]; /* when streaming, a chunk is decoded here, then stored in one go */
     for (size_t start = 0; start < n; start += S_CHUNK) {

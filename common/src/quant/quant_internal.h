@@ -221,9 +221,15 @@ static inline size_t mq_quant_first_bad_scale(const uint8_t *src, size_t nb)
 /* Past this many bytes of decoded output, a plain decode stores with streaming stores: the
  * output cannot stay in a core's cache anyway, and skipping the read-for-ownership of every
  * line saves a third of the memory traffic. Accumulating decode reads dst: it never
- * streams. Past this many bytes of gradient, error feedback streams its 8-bit codes
- * (c_uniform.c). */
+ * streams. Past this many bytes of gradient, error feedback rounding to nearest streams its
+ * 8-bit codes (c_uniform.c). */
 #define MQ_QUANT_STREAM_BYTES ((size_t)16 << 20)
+
+/* Whether N floats are past MQ_QUANT_STREAM_BYTES. */
+static inline bool mq_quant_streams(size_t n)
+{
+    return n >= MQ_QUANT_STREAM_BYTES / sizeof(float);
+}
 
 /* ---- specs -------------------------------------------------------------------------- */
 
@@ -601,7 +607,7 @@ MQ_QUANT_INLINE void mq_quant_scaled_decode(const mq_codec_t *c, uint32_t bucket
     const size_t B = mq_quant_bucket_len(bucket, n);
     const size_t nb = mq_quant_nbuckets(bucket, n), code_bytes = mq_quant_code_bytes(n, K);
     const uint8_t *codes = src + 4 * nb;
-    const bool stream = !acc && n >= MQ_QUANT_STREAM_BYTES / sizeof(float);
+    const bool stream = !acc && mq_quant_streams(n);
     uint8_t buf[MQ_QUANT_CHUNK];
     float out[MQ_QUANT_CHUNK]; /* when streaming, a chunk is decoded here, then stored */
     double sq = 0.0;
