@@ -16,10 +16,12 @@
  * mostly measures the scheduler.
  *
  *   bench_quant [--n VALUES] [--reps R] [--codec SPEC]... [--kernels c|sse2|avx2|avx512] [--torch
- * 0|1] (defaults: 16777216 values, the MQGrad paper's FC layer; 7 reps; the fastest kernels; torch
- * on). The stats table has the --codec rows when given, else s_stats_codecs; its differences are a
- * few percent, so give it more reps (31) on a busy machine. A row whose codec fails prints the
- * error and the run exits 1 after the table. */
+ * 0|1] [--rounds N] (defaults: 16777216 values, the MQGrad paper's FC layer; 7 reps; the fastest
+ * kernels; torch on; 1 round). With N rounds the floors and the codec table are measured N times
+ * and a last table gives each ratio's median and range over the rounds. The stats table has the
+ * --codec rows when given, else s_stats_codecs; its differences are a few percent, so give it
+ * more reps (31) on a busy machine. A row whose codec fails prints the error and the run exits 1
+ * after the tables. */
 
 #include <math.h>
 #include <stdio.h>
@@ -60,6 +62,8 @@ static const char *s_default_codecs[] = {
     "uniform:4:stochastic:bucket=512",
     "uniform:8:stochastic:bucket=512",
 };
+
+#define S_MAX_ROUNDS 1000 /* --rounds */
 
 /* One row a registered codec, plus its bucketed form: room for every registry. */
 #define S_MAX_ROWS 96
@@ -216,12 +220,21 @@ static int s_stats_table(s_bench_t *b, const char **codecs, size_t ncodecs)
     return failed;
 }
 
-/* One table row: payload, compression, distortion, and speeds as multiples of memcpy's.
- * A codec that fails gets its error in the row and 1 back; -1 is for the run's own errors. */
-static int s_codec_row(s_bench_t *b, const char *spec)
+/* A row's speeds in one round, as multiples of memcpy's (ef: NAN for a codec that keeps its
+ * own state; ef_add: enc_ef over the add pass timed in the same round). */
+enum { S_COL_ENC, S_COL_DEC, S_COL_ACC, S_COL_EF, S_COL_EF_ADD, S_NCOLS };
+/* A round's floors: the read-only pass and the add pass, as multiples of memcpy's. */
+enum { S_FLOOR_READ, S_FLOOR_ADD, S_NFLOORS };
+
+/* One table row: payload, compression, distortion, and speeds as multiples of memcpy's,
+ * which go to SPEED (S_NCOLS values; the add pass's ratio ADD gives the last). A codec that
+ * fails gets its error in the row and 1 back; -1 is for the run's own errors. */
+static int s_codec_row(s_bench_t *b, const char *spec, double add, double *speed)
 {
     mq_codec_t c;
     double t_enc, t_dec, t_acc, t_ef = 0, c_enc, c_dec, c_acc, c_ef = 0;
+    for (int k = 0; k < S_NCOLS; k++)
+        speed[k] = NAN; /* a row that fails has no speeds */
     if (mq_codec_parse(spec, &c) == 0 && s_reserve(b, &c) < 0) {
         fprintf(stderr, "bench_quant: %s: out of memory\n", spec);
         return -1;
@@ -255,6 +268,11 @@ static int s_codec_row(s_bench_t *b, const char *spec)
     if (ef)
         snprintf(ef_col, sizeof ef_col, "%9.3f", c_ef / t_ef);
     double t_copy = fmin(fmin(c_enc, c_dec), ef ? fmin(c_acc, c_ef) : c_acc);
+    speed[S_COL_ENC] = c_enc / t_enc;
+    speed[S_COL_DEC] = c_dec / t_dec;
+    speed[S_COL_ACC] = c_acc / t_acc;
+    speed[S_COL_EF] = ef ? c_ef / t_ef : NAN;
+    speed[S_COL_EF_ADD] = speed[S_COL_EF] / add;
     printf("%-32s %12zu %7.1fx %10.3e %9.3f %9.3f %9.3f %s %9.2f\n", spec, len,
            4.0 * (double)b->n / (double)len, err / norm, c_enc / t_enc, c_dec / t_dec,
            c_acc / t_acc, ef_col, 4e-9 * (double)b->n / t_copy);
@@ -355,18 +373,112 @@ static int s_torch_rows(s_bench_t *b)
     return 0;
 }
 
+/* One round: the floors (the read-only and add passes) and the codec table. Its ratios go
+ * to OUT: the S_NFLOORS floors, then S_NCOLS speeds a row. The number of rows that failed
+ * back, or -1 on the run's own errors. */
+static int s_round(s_bench_t *b, const char **codecs, size_t ncodecs, double *out)
+{
+    double *floors = out;
+    /* The floor under a bucket=0 encode: its range needs a read of the whole tensor before
+     * any code can be written, then quantizing reads it again (it no longer fits a cache). */
+    double t_read, c_read, t_add, c_add;
+    if (s_run(b, NULL, S_SCAN, &t_read, &c_read) < 0)
+        return -1;
+    printf("bench_quant: %zu values (%.1f MB fp32), best of %d (thread CPU time), %s kernels; "
+           "speeds are multiples of memcpy of the fp32 buffer, each run right after one "
+           "(%.2f GB/s at the start)\n",
+           b->n, 4e-6 * (double)b->n, b->reps, mq_quant_kernels()->name,
+           4e-9 * (double)b->n / c_read);
+    printf("read-only pass (the range scan) %.2f GB/s = %.3fx memcpy: an encode with bucket=0 "
+           "reads the tensor twice, which past the caches keeps it under about %.2fx here\n",
+           4e-9 * (double)b->n / t_read, c_read / t_read, c_read / (2 * t_read));
+    /* The floor under any enc_ef with an fp32 residual: the gradient and the residual are
+     * read and the residual written, 12 bytes a value where memcpy moves 8. */
+    if (s_run(b, NULL, S_ADD, &t_add, &c_add) < 0)
+        return -1;
+    memset(b->residual, 0, b->n * sizeof *b->residual);
+    printf("add pass (residual += gradient: error feedback's traffic) %.3fx memcpy: enc_ef "
+           "cannot pass it, nor, with bucket=0, about %.2fx (a read-only range pass first)\n",
+           c_add / t_add, 1.0 / (2 * t_read / c_read + t_add / c_add));
+    printf("%-32s %12s %8s %10s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller",
+           "distortion", "encode", "decode", "dec+acc", "enc_ef", "cpy_GB/s");
+    floors[S_FLOOR_READ] = c_read / t_read;
+    floors[S_FLOOR_ADD] = c_add / t_add;
+    int failed = 0;
+    for (size_t k = 0; k < ncodecs; k++) {
+        int rc = s_codec_row(b, codecs[k], floors[S_FLOOR_ADD], floors + S_NFLOORS + k * S_NCOLS);
+        if (rc < 0)
+            return -1;
+        failed += rc;
+    }
+    return failed;
+}
+
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* "median (min-max)" of the N values at V with stride STRIDE, NaNs left out ("-" if all are),
+ * into OUT. */
+static void s_spread(const double *v, size_t n, size_t stride, char *out, size_t len)
+{
+    double w[S_MAX_ROUNDS];
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isnan(v[i * stride]))
+            w[m++] = v[i * stride];
+    if (m == 0) {
+        snprintf(out, len, "-");
+        return;
+    }
+    qsort(w, m, sizeof *w, s_cmp_double);
+    double med = m % 2 ? w[m / 2] : 0.5 * (w[m / 2 - 1] + w[m / 2]);
+    snprintf(out, len, "%.3f (%.3f-%.3f)", med, w[0], w[m - 1]);
+}
+
+/* The rounds' ratios (laid out as s_round leaves them) as medians and ranges: on a machine
+ * whose memory bandwidth drifts by 10-20 % from one minute to the next, the median of many
+ * paired rounds is the figure to compare, and enc_ef / add pass (both timed in the same
+ * round) drifts less than either. */
+static void s_summary(const char **codecs, size_t ncodecs, const double *speed, size_t nrounds)
+{
+    const size_t stride = ncodecs * S_NCOLS + S_NFLOORS;
+    char cell[S_NCOLS][48];
+    s_spread(speed + S_FLOOR_READ, nrounds, stride, cell[0], sizeof cell[0]);
+    s_spread(speed + S_FLOOR_ADD, nrounds, stride, cell[1], sizeof cell[1]);
+    printf("\nover %zu rounds, medians (min-max) of each round's ratio: read-only pass %s, "
+           "add pass %s\n",
+           nrounds, cell[0], cell[1]);
+    printf("%-32s %-20s %-20s %-20s %-20s %-20s\n", "codec", "encode", "decode", "dec+acc",
+           "enc_ef", "enc_ef/add_pass");
+    for (size_t k = 0; k < ncodecs; k++) {
+        for (int col = 0; col < S_NCOLS; col++)
+            s_spread(speed + S_NFLOORS + k * S_NCOLS + col, nrounds, stride, cell[col],
+                     sizeof cell[col]);
+        if (strcmp(cell[S_COL_ENC], "-") == 0) { /* every row that runs has an encode */
+            printf("%-32s failed\n", codecs[k]);
+            continue;
+        }
+        printf("%-32s %-20s %-20s %-20s %-20s %-20s\n", codecs[k], cell[S_COL_ENC], cell[S_COL_DEC],
+               cell[S_COL_ACC], cell[S_COL_EF], cell[S_COL_EF_ADD]);
+    }
+    fflush(stdout);
+}
+
 static int s_usage(const char *msg)
 {
     fprintf(stderr,
             "bench_quant: %s\nusage: bench_quant [--n VALUES] [--reps R] [--codec SPEC]... "
-            "[--kernels c|sse2|avx2|avx512] [--torch 0|1]\n",
+            "[--kernels c|sse2|avx2|avx512] [--torch 0|1] [--rounds N]\n",
             msg);
     return 2;
 }
 
 int main(int argc, char **argv)
 {
-    long n = 16777216, reps = 7, torch = 1;
+    long n = 16777216, reps = 7, torch = 1, rounds = 1;
     const char *given[64], *rows[S_MAX_ROWS + 32];
     static char store[S_MAX_ROWS][MQ_CODEC_MAX_SPEC];
     const char **codecs = given;
@@ -382,6 +494,9 @@ int main(int argc, char **argv)
                 return s_usage(mq_err_last());
         } else if (strcmp(argv[i], "--kernels") == 0) {
             if (mq_quant_use_kernels(argv[++i]) < 0)
+                return s_usage(mq_err_last());
+        } else if (strcmp(argv[i], "--rounds") == 0) {
+            if (mq_parse_long("--rounds", argv[++i], 1, S_MAX_ROUNDS, &rounds) < 0)
                 return s_usage(mq_err_last());
         } else if (strcmp(argv[i], "--torch") == 0) {
             if (mq_parse_long("--torch", argv[++i], 0, 1, &torch) < 0)
@@ -415,33 +530,23 @@ int main(int argc, char **argv)
         b.x[i] = (float)(1e-3 * mq_rng_normal(&b.rng));
     memset(b.y, 0, b.n * sizeof *b.y);
 
-    /* The floor under a bucket=0 encode: its range needs a read of the whole tensor before
-     * any code can be written, then quantizing reads it again (it no longer fits a cache). */
-    double t_read, c_read, t_add, c_add;
-    if (s_run(&b, NULL, S_SCAN, &t_read, &c_read) < 0)
+    const size_t nrounds = (size_t)rounds;
+    double *speed = malloc(nrounds * (ncodecs * S_NCOLS + S_NFLOORS) * sizeof *speed);
+    if (!speed) {
+        fprintf(stderr, "bench_quant: out of memory for %zu rounds\n", nrounds);
         return 1;
-    printf("bench_quant: %zu values (%.1f MB fp32), best of %d (thread CPU time), %s kernels; "
-           "speeds are multiples of memcpy of the fp32 buffer, each run right after one "
-           "(%.2f GB/s at the start)\n",
-           b.n, 4e-6 * (double)b.n, b.reps, mq_quant_kernels()->name, 4e-9 * (double)b.n / c_read);
-    printf("read-only pass (the range scan) %.2f GB/s = %.3fx memcpy: an encode with bucket=0 "
-           "reads the tensor twice, which past the caches keeps it under about %.2fx here\n",
-           4e-9 * (double)b.n / t_read, c_read / t_read, c_read / (2 * t_read));
-    /* The floor under any enc_ef with an fp32 residual: the gradient and the residual are
-     * read and the residual written, 12 bytes a value where memcpy moves 8. */
-    if (s_run(&b, NULL, S_ADD, &t_add, &c_add) < 0)
-        return 1;
-    memset(b.residual, 0, b.n * sizeof *b.residual);
-    printf("add pass (residual += gradient: error feedback's traffic) %.3fx memcpy: enc_ef "
-           "cannot pass it, nor, with bucket=0, about %.2fx (a read-only range pass first)\n",
-           c_add / t_add, 1.0 / (2 * t_read / c_read + t_add / c_add));
-    printf("%-32s %12s %8s %10s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller",
-           "distortion", "encode", "decode", "dec+acc", "enc_ef", "cpy_GB/s");
-    int rc = 0, failed = 0;
-    for (size_t k = 0; k < ncodecs && rc >= 0; k++) {
-        rc = s_codec_row(&b, codecs[k]);
-        failed += rc > 0;
     }
+    int rc = 0, failed = 0;
+    for (size_t r = 0; r < nrounds && rc >= 0; r++) {
+        if (nrounds > 1)
+            printf("%sround %zu of %zu\n", r ? "\n" : "", r + 1, nrounds);
+        rc = s_round(&b, codecs, ncodecs, speed + r * (ncodecs * S_NCOLS + S_NFLOORS));
+        if (r == 0 && rc > 0) /* a codec that fails, fails every round */
+            failed = rc;
+    }
+    if (rc >= 0 && nrounds > 1)
+        s_summary(codecs, ncodecs, speed, nrounds);
+    free(speed);
     if (rc >= 0)
         failed += defaults ? s_stats_table(&b, s_stats_codecs,
                                            sizeof s_stats_codecs / sizeof *s_stats_codecs)
