@@ -95,40 +95,76 @@ static double s_torch(const char *script, int threads, int steps)
     return ips;
 }
 
-/* --layers: STEPS profiled steps at each thread count; ms per step and share of each stage,
- * the SGD update (what a server does, timed here for scale) as the last row. */
+static int s_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The median and the least of the N values at V (sorted in place). */
+static void s_median_min(double *v, int n, double *median, double *least)
+{
+    qsort(v, (size_t)n, sizeof *v, s_cmp_double);
+    *median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+    *least = v[0];
+}
+
+/* --layers: STEPS profiled steps at each thread count, each stage timed on its own in every
+ * step; per stage the median and the least over the steps, in ms, and the median's share of
+ * the median step, the SGD update (what a server does, timed here for scale) as the last row.
+ * On a shared machine a stage's mean carries every step some neighbour slowed; the median
+ * and the least of each stage compare across builds far better (bench/README.md). */
 static void s_layers(mq_model_t *m, int steps)
 {
     float *x = malloc(sizeof(float) * BATCH * 784);
     uint8_t y[BATCH];
+    /* per step: the stages, then the update, then the whole step */
+    const int cols = MQ_NN_NSTAGES + 2;
+    double *t = malloc(sizeof(double) * (size_t)steps * cols),
+           *col = malloc(sizeof(double) * steps);
+    if (!x || !t || !col) {
+        fprintf(stderr, "bench_nn: out of memory for %d steps\n", steps);
+        exit(1);
+    }
     for (int i = 0; i < BATCH * 784; i++)
         x[i] = (float)(i % 17) / 17 - 0.5f;
     for (int i = 0; i < BATCH; i++)
         y[i] = (uint8_t)(i % 10);
-    for (int t = 1; t <= 2; t++) {
-        mq_nn_set_threads(t);
-        double st[MQ_NN_NSTAGES] = {0}, upd = 0;
+    for (int th = 1; th <= 2; th++) {
+        mq_nn_set_threads(th);
         mq_model_grad(m, x, y, BATCH); /* warm-up */
-        mq_model_profile(m, st);
-        double t0 = mq_now_s();
         for (int s = 0; s < steps; s++) {
+            double *row = t + (size_t)s * cols;
+            memset(row, 0, sizeof(double) * cols);
+            mq_model_profile(m, row);
+            double t0 = mq_now_s();
             mq_model_grad(m, x, y, BATCH);
+            mq_model_profile(m, NULL);
             double u0 = mq_now_s();
             mq_sgd_update(mq_model_params(m), mq_model_grads(m), mq_model_nparams(m), 1e-4f);
-            upd += mq_now_s() - u0;
+            double t1 = mq_now_s();
+            row[MQ_NN_NSTAGES] = t1 - u0;
+            row[MQ_NN_NSTAGES + 1] = t1 - t0;
         }
-        double total = mq_now_s() - t0;
-        mq_model_profile(m, NULL);
-        printf("threads %d: %.1f ms per step (%d steps), of which:\n", t, total * 1e3 / steps,
-               steps);
-        for (int i = 0; i < MQ_NN_NSTAGES; i++)
-            if (st[i] > 0)
-                printf("  %-22s %7.2f ms  %5.1f %%\n", mq_nn_stage_name(i), st[i] * 1e3 / steps,
-                       100 * st[i] / total);
-        printf("  %-22s %7.2f ms  %5.1f %%\n", "sgd update", upd * 1e3 / steps,
-               100 * upd / total);
+        double med[MQ_NN_NSTAGES + 2], least[MQ_NN_NSTAGES + 2];
+        for (int c = 0; c < cols; c++) {
+            for (int s = 0; s < steps; s++)
+                col[s] = t[(size_t)s * cols + c];
+            s_median_min(col, steps, &med[c], &least[c]);
+        }
+        const double step = med[MQ_NN_NSTAGES + 1];
+        printf("threads %d: a step %.1f ms (median of %d; least %.1f), of which (ms, median and "
+               "least; median's share of the median step):\n",
+               th, step * 1e3, steps, least[MQ_NN_NSTAGES + 1] * 1e3);
+        for (int i = 0; i <= MQ_NN_NSTAGES; i++)
+            if (med[i] > 0 || least[i] > 0)
+                printf("  %-22s %7.2f %7.2f  %5.1f %%\n",
+                       i < MQ_NN_NSTAGES ? mq_nn_stage_name(i) : "sgd update", med[i] * 1e3,
+                       least[i] * 1e3, 100 * med[i] / step);
     }
     free(x);
+    free(t);
+    free(col);
 }
 
 static int s_usage(const char *why)
@@ -138,7 +174,8 @@ static int s_usage(const char *why)
     fprintf(why ? stderr : stdout,
             "usage: bench_nn [--layers] [--torch 0|1] [STEPS]\n"
             "  STEPS     training steps per timed round (default 5; --layers: 20)\n"
-            "  --layers  the step profiled stage by stage at 1 and 2 threads\n"
+            "  --layers  the step profiled stage by stage at 1 and 2 threads (each stage's\n"
+            "            median and least over the steps, ms)\n"
             "  --torch   0 skips the PyTorch comparison (default 1)\n");
     return why ? 2 : 0;
 }
