@@ -534,12 +534,6 @@ static int s_send_main(const char *ep, size_t size, int messages, double mbps)
     return rc ? 2 : 0;
 }
 
-static int s_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* CURVE's cost on the per-iteration path: one flow of fp32 pushes of the whole paper model
  * (one server), no link emulation, REPS runs with and REPS without CURVE interleaved, so
  * both see the same machine. Prints the median per-push time of each and their ratio. */
@@ -576,8 +570,7 @@ static int s_curve_cost(int reps)
     s_curve = false;
     double med[2];
     for (int c = 0; c < 2; c++) {
-        qsort(ms[c], (size_t)reps, sizeof(double), s_cmp_double);
-        med[c] = ms[c][reps / 2];
+        med[c] = mq_median(ms[c], (size_t)reps);
         printf("%-6s %8.2f ms per push (min %.2f, max %.2f), %7.0f Mbit/s\n",
                c ? "CURVE" : "plain", med[c], ms[c][0], ms[c][reps - 1],
                (double)size * 8 / (med[c] / 1e3) / 1e6);

@@ -95,20 +95,6 @@ static double s_torch(const char *script, int threads, int steps)
     return ips;
 }
 
-static int s_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* The median and the least of the N values at V (sorted in place). */
-static void s_median_min(double *v, int n, double *median, double *least)
-{
-    qsort(v, (size_t)n, sizeof *v, s_cmp_double);
-    *median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-    *least = v[0];
-}
-
 /* --layers: STEPS profiled steps at each thread count, each stage timed on its own in every
  * step; per stage the median and the least over the steps, in ms, and the median's share of
  * the median step, the SGD update (what a server does, timed here for scale) as the last row.
@@ -150,7 +136,8 @@ static void s_layers(mq_model_t *m, int steps)
         for (int c = 0; c < cols; c++) {
             for (int s = 0; s < steps; s++)
                 col[s] = t[(size_t)s * cols + c];
-            s_median_min(col, steps, &med[c], &least[c]);
+            med[c] = mq_median(col, (size_t)steps);
+            least[c] = col[0];
         }
         const double step = med[MQ_NN_NSTAGES + 1];
         printf("threads %d: a step %.1f ms (median of %d; least %.1f), of which (ms, median and "

@@ -414,12 +414,6 @@ static int s_round(s_bench_t *b, const char **codecs, size_t ncodecs, double *ou
     return failed;
 }
 
-static int s_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* "median (min-max)" of the N values at V with stride STRIDE, NaNs left out ("-" if all are),
  * into OUT. */
 static void s_spread(const double *v, size_t n, size_t stride, char *out, size_t len)
@@ -433,8 +427,7 @@ static void s_spread(const double *v, size_t n, size_t stride, char *out, size_t
         snprintf(out, len, "-");
         return;
     }
-    qsort(w, m, sizeof *w, s_cmp_double);
-    double med = m % 2 ? w[m / 2] : 0.5 * (w[m / 2 - 1] + w[m / 2]);
+    double med = mq_median(w, m);
     snprintf(out, len, "%.3f (%.3f-%.3f)", med, w[0], w[m - 1]);
 }
 

@@ -64,6 +64,12 @@ uint64_t mq_rng_below(mq_rng_t *rng, uint64_t n);
 /* Standard normal (Box-Muller). */
 double mq_rng_normal(mq_rng_t *rng);
 
+/* ---- statistics ---------------------------------------------------------------------
+ * Sorts the N values at V ascending, in place, and returns their median (the mean of the
+ * middle two when N is even; NaN when N is 0): v[0] and v[n - 1] are then the least and the
+ * greatest. */
+double mq_median(double *v, size_t n);
+
 /* ---- files --------------------------------------------------------------------------
  * Writes LEN bytes to PATH atomically: a temporary file beside it, fsync, rename, fsync of
  * the directory. Either the old or the new content survives a crash. */
