@@ -428,7 +428,8 @@ static void s_fill_mod(float *v, size_t n, unsigned mul, unsigned m)
 }
 
 /* Split over threads, each product gives the bits it gives on one. (The split needs
- * OpenBLAS's idle threads asleep, which mq_nn_pick_blas_core arranges for the programs.) */
+ * OpenBLAS's idle threads asleep, which mq_nn_pick_blas_core arranges for the programs and,
+ * through the constructor above, for these tests.) */
 static void s_fc_threads_check(const char *set)
 {
     const int n = 32, in = 301, out = 500;
