@@ -144,7 +144,7 @@ static void s_layers(mq_model_t *m, int steps)
                "least; median's share of the median step):\n",
                th, step * 1e3, steps, least[MQ_NN_NSTAGES + 1] * 1e3);
         for (int i = 0; i <= MQ_NN_NSTAGES; i++)
-            if (med[i] > 0 || least[i] > 0)
+            if (med[i] > 0) /* a stage the model has not: zero in every step */
                 printf("  %-22s %7.2f %7.2f  %5.1f %%\n",
                        i < MQ_NN_NSTAGES ? mq_nn_stage_name(i) : "sgd update", med[i] * 1e3,
                        least[i] * 1e3, 100 * med[i] / step);

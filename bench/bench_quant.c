@@ -264,18 +264,18 @@ static int s_codec_row(s_bench_t *b, const char *spec, double add, double *speed
             return 1;
         }
     }
-    char ef_col[16] = "        -";
-    if (ef)
-        snprintf(ef_col, sizeof ef_col, "%9.3f", c_ef / t_ef);
-    double t_copy = fmin(fmin(c_enc, c_dec), ef ? fmin(c_acc, c_ef) : c_acc);
     speed[S_COL_ENC] = c_enc / t_enc;
     speed[S_COL_DEC] = c_dec / t_dec;
     speed[S_COL_ACC] = c_acc / t_acc;
     speed[S_COL_EF] = ef ? c_ef / t_ef : NAN;
     speed[S_COL_EF_ADD] = speed[S_COL_EF] / add;
+    char ef_col[16] = "        -";
+    if (ef)
+        snprintf(ef_col, sizeof ef_col, "%9.3f", speed[S_COL_EF]);
+    double t_copy = fmin(fmin(c_enc, c_dec), ef ? fmin(c_acc, c_ef) : c_acc);
     printf("%-32s %12zu %7.1fx %10.3e %9.3f %9.3f %9.3f %s %9.2f\n", spec, len,
-           4.0 * (double)b->n / (double)len, err / norm, c_enc / t_enc, c_dec / t_dec,
-           c_acc / t_acc, ef_col, 4e-9 * (double)b->n / t_copy);
+           4.0 * (double)b->n / (double)len, err / norm, speed[S_COL_ENC], speed[S_COL_DEC],
+           speed[S_COL_ACC], ef_col, 4e-9 * (double)b->n / t_copy);
     fflush(stdout);
     return 0;
 }

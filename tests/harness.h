@@ -9,10 +9,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blas_as_programs.h"
 #include "local_run.h"
 #include "mqgrad/util.h"
-#include "sec_test.h"
 #include "scheduler.h"
+#include "sec_test.h"
 #include "server.h"
 #include "worker.h"
 

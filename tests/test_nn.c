@@ -12,22 +12,10 @@
 #include <criterion/criterion.h>
 
 #include "../common/src/nn/nn_internal.h"
+#include "blas_as_programs.h"
 #include "mqgrad/data.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/util.h"
-
-/* These tests run OpenBLAS as the programs do (mq_nn_pick_blas_core, which runs the program
- * again with its settings): with the kernels the CPU's features allow and its idle threads
- * asleep, set before Criterion starts (a constructor gets argv from glibc). On a CPU that
- * OpenBLAS 0.3.21 does not know (an Intel Xeon of family 6 model 207) it loads its generic
- * Prescott kernels otherwise, whose products give other bits on two threads than on one for
- * most of the paper model's shapes: the model's bits across thread counts were then tested on
- * kernels no program runs. */
-__attribute__((constructor)) static void s_blas_as_the_programs(int argc, char **argv)
-{
-    (void)argc;
-    mq_nn_pick_blas_core(argv);
-}
 
 /* Central differences with steps 10*EPS, EPS and EPS/10; an entry passes when
  * |fd - g| <= TOL * (|fd| + |g|) for one of them, the sum floored at 1e-3 of the array's
@@ -429,7 +417,7 @@ static void s_fill_mod(float *v, size_t n, unsigned mul, unsigned m)
 
 /* Split over threads, each product gives the bits it gives on one. (The split needs
  * OpenBLAS's idle threads asleep, which mq_nn_pick_blas_core arranges for the programs and,
- * through the constructor above, for these tests.) */
+ * through blas_as_programs.h, for these tests.) */
 static void s_fc_threads_check(const char *set)
 {
     const int n = 32, in = 301, out = 500;
