@@ -539,21 +539,26 @@ S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
     _mm_storel_epi64((__m128i *)(dst + 3 * K), _mm_unpackhi_epi64(hi, hi));
 }
 
-S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 r, __m256 top)
+/* Eight codes with the offsets R; CLAMP to TOP unless rounding to nearest, where quantize's
+ * contract keeps y below levels + 1 (quant_internal.h). */
+S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 r, __m256 top,
+                                  bool clamp)
 {
     __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x), lo), inv), r);
-    return _mm256_cvttps_epi32(_mm256_min_ps(y, top));
+    return _mm256_cvttps_epi32(clamp ? _mm256_min_ps(y, top) : y);
 }
 
-/* The codes of x[0..32) with the offsets r0..r3 (0.5: round to nearest; noise: stochastic),
- * stored as 32 bytes in order, and packed to K bits at PK as well unless it is NULL; returns
- * the 32 bytes. */
+/* The codes of x[0..32) with the offsets r0..r3 (0.5: round to nearest; noise: stochastic,
+ * CLAMP true), stored as 32 bytes in order, and packed to K bits at PK as well unless it is
+ * NULL; returns the 32 bytes. */
 S_AVX2 S_INLINE __m256i s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256 r0, __m256 r1,
-                                   __m256 r2, __m256 r3, __m256 top, __m256i order, uint8_t *q,
-                                   uint8_t *pk, int K)
+                                   __m256 r2, __m256 r3, __m256 top, bool clamp, __m256i order,
+                                   uint8_t *q, uint8_t *pk, int K)
 {
-    __m256i k0 = s_q8_avx2(x, lo, inv, r0, top), k1 = s_q8_avx2(x + 8, lo, inv, r1, top);
-    __m256i k2 = s_q8_avx2(x + 16, lo, inv, r2, top), k3 = s_q8_avx2(x + 24, lo, inv, r3, top);
+    __m256i k0 = s_q8_avx2(x, lo, inv, r0, top, clamp),
+            k1 = s_q8_avx2(x + 8, lo, inv, r1, top, clamp);
+    __m256i k2 = s_q8_avx2(x + 16, lo, inv, r2, top, clamp),
+            k3 = s_q8_avx2(x + 24, lo, inv, r3, top, clamp);
     /* packs work within 128-bit halves: the dwords come out as 0,2,4,6,1,3,5,7 */
     __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
     b = _mm256_permutevar8x32_epi32(b, order);
@@ -576,8 +581,8 @@ S_AVX2 S_INLINE size_t s_quantize_array_loop_avx2(const float *x, size_t n, floa
     for (; i + 32 <= n; i += 32) {
         s_prefetch_ahead(x + i);
         s_q32_avx2(x + i, vlo, vinv, _mm256_loadu_ps(noise + i), _mm256_loadu_ps(noise + i + 8),
-                   _mm256_loadu_ps(noise + i + 16), _mm256_loadu_ps(noise + i + 24), vtop, order,
-                   q + i, pack ? pk + i / 8 * (size_t)K : NULL, K);
+                   _mm256_loadu_ps(noise + i + 16), _mm256_loadu_ps(noise + i + 24), vtop, true,
+                   order, q + i, pack ? pk + i / 8 * (size_t)K : NULL, K);
     }
     return i;
 }
@@ -843,7 +848,8 @@ S_AVX2 static mq_quant_sums_t s_code_sums_avx2(const uint8_t *q, size_t n, int K
                 s_uniforms16_avx2(STEP(s), &r0, &r1);                                              \
                 s_uniforms16_avx2(STEP(s), &r2, &r3);                                              \
             }                                                                                      \
-            __m256i w = s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, order, q + i, NULL, K); \
+            __m256i w =                                                                            \
+                s_q32_avx2(x + i, vlo, vinv, r0, r1, r2, r3, vtop, noise, order, q + i, NULL, K);  \
             if (pk)                                                                                \
                 PACK(w, pk, K);                                                                    \
         }                                                                                          \

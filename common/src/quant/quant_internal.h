@@ -458,7 +458,9 @@ typedef struct {
     /* Min and max of x[0..n), n > 0; false if a value is NaN or infinite. */
     bool (*minmax)(const float *x, size_t n, float *lo, float *hi);
     /* q[i] = trunc(min((x[i] - lo) * inv + r_i, top)), r_i = noise[i] or 0.5 if noise is
-     * NULL; x[i] >= lo, and inv and the result finite. With PK not NULL (top = 2^K - 1 with
+     * NULL; x[i] in [lo, hi] with INV = levels / (hi - lo) rounded to a float (the bucket's
+     * range), and inv and the result finite: with NOISE NULL kernels may skip the clamp to
+     * TOP, as quantize_ef's may (below). With PK not NULL (top = 2^K - 1 with
      * K < 8; n a multiple of 32) the codes are also packed to PK as pack() lays them out,
      * writing up to 8 bytes past them: a separate pack pass is a burst of arithmetic with no
      * loads, which leaves the memory idle while it runs. */
