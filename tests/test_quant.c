@@ -929,12 +929,28 @@ Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
     free(p1);
 }
 
-/* Error feedback rounding to nearest may skip the clamp to the top code (quantize_ef's
- * contract: every sum lies in its bucket's range); each bucket reaches its top code at its
- * largest sum and must never pass it, at every bit-width and at range scales from near the
- * smallest normal float to near the largest that still takes the float path. Every kernel
- * set gives the generic path's payload and residual. */
-Test(quant, error_feedback_reaches_the_top_code_and_never_passes_it_at_any_scale)
+/* Each bucket of 64 of the payload P (uniform, BITS bits) gave its largest value of V (a
+ * gradient: with a zero residual, also the largest sum) the top code. */
+static void s_assert_tops(const uint8_t *p, const float *v, size_t n, int bits, const char *set,
+                          const char *what, float scale)
+{
+    for (size_t b = 0; b < n / 64; b++) {
+        size_t at = b * 64;
+        for (size_t i = b * 64; i < b * 64 + 64; i++)
+            at = v[i] > v[at] ? i : at;
+        cr_assert_eq(s_code_at(p + 8 * (n / 64), at, bits), (1u << bits) - 1,
+                     "%s uniform:%d scale %g: %s: bucket %zu's largest is not the top", set, bits,
+                     (double)scale, what, b);
+    }
+}
+
+/* Rounding to nearest, the encode and error feedback may skip the clamp to the top code
+ * (quantize's and quantize_ef's contracts: every value, or sum, lies in its bucket's range);
+ * each bucket reaches its top code at its largest value and must never pass it, at every
+ * bit-width and at range scales from near the smallest normal float to near the largest that
+ * still takes the float path. Every kernel set gives the portable kernels' payload (encode)
+ * and the generic path's payload and residual (error feedback). */
+Test(quant, encode_and_error_feedback_reach_the_top_code_and_never_pass_it_at_any_scale)
 {
     const char *names[4];
     size_t nk = s_kernel_sets(names);
@@ -942,15 +958,25 @@ Test(quant, error_feedback_reaches_the_top_code_and_never_passes_it_at_any_scale
     const size_t n = 8192; /* 128 buckets of 64: 128 ranges per scale */
     float *unit = s_normal(n, 71, 1.0f), *g = malloc(n * sizeof *g);
     float *r0 = malloc(n * sizeof *r0), *r1 = malloc(n * sizeof *r1);
-    uint8_t *p0 = malloc(n + 8 * n), *p1 = malloc(n + 8 * n);
+    uint8_t *p0 = malloc(n + 8 * n), *p1 = malloc(n + 8 * n), *pc = malloc(n + 8 * n);
     for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
         for (size_t i = 0; i < n; i++)
             g[i] = unit[i] * scales[si];
         for (size_t k = 0; k < nk; k++)
             for (int bits = 1; bits <= 8; bits++) {
-                cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
                 mq_codec_t c = mq_codec_uniform(bits, 64, false);
                 size_t cap = mq_codec_payload_size(&c, n), l0 = 0, l1 = 0;
+                /* the plain encode: the portable kernels' payload, each bucket's top taken */
+                cr_assert_eq(mq_quant_use_kernels("c"), 0);
+                cr_assert_eq(mq_codec_encode(&c, g, n, pc, cap, &l0, NULL, NULL), 0, "%s",
+                             mq_err_last());
+                cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+                cr_assert_eq(mq_codec_encode(&c, g, n, p1, cap, &l1, NULL, NULL), 0, "%s",
+                             mq_err_last());
+                cr_assert_eq(l1, l0);
+                cr_assert_arr_eq(p1, pc, l0, "%s uniform:%d scale %g: encode differs from c",
+                                 names[k], bits, (double)scales[si]);
+                s_assert_tops(p1, g, n, bits, names[k], "encode", scales[si]);
                 memset(r0, 0, n * sizeof *r0);
                 memset(r1, 0, n * sizeof *r1);
                 cr_assert_eq(s_ef_reference(&c, g, r0, n, p0, cap, &l0, NULL, NULL), 0);
@@ -961,15 +987,7 @@ Test(quant, error_feedback_reaches_the_top_code_and_never_passes_it_at_any_scale
                                  bits, (double)scales[si]);
                 cr_assert_arr_eq(r1, r0, n * sizeof *r0, "%s uniform:%d scale %g: residual differs",
                                  names[k], bits, (double)scales[si]);
-                const unsigned top = (1u << bits) - 1;
-                for (size_t b = 0; b < n / 64; b++) { /* the bucket's largest sum took the top */
-                    size_t at = b * 64;
-                    for (size_t i = b * 64; i < b * 64 + 64; i++)
-                        at = g[i] > g[at] ? i : at;
-                    cr_assert_eq(s_code_at(p1 + 8 * (n / 64), at, bits), top,
-                                 "%s uniform:%d scale %g: bucket %zu's largest is not the top",
-                                 names[k], bits, (double)scales[si], b);
-                }
+                s_assert_tops(p1, g, n, bits, names[k], "error feedback", scales[si]);
                 mq_quant_use_kernels(NULL);
             }
     }
@@ -979,6 +997,7 @@ Test(quant, error_feedback_reaches_the_top_code_and_never_passes_it_at_any_scale
     free(r1);
     free(p0);
     free(p1);
+    free(pc);
 }
 
 /* A sum that is not finite, wherever it is (in the first bucket, past earlier buckets' stores,
