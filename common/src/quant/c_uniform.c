@@ -129,7 +129,9 @@ static s_qparams_t s_qparams(float lo, float hi, unsigned levels)
  * [0, 1) on a grid of 2^-16: floor(y + u) rounds y up with probability frac(y) to within
  * 2^-16, so the decoded value is unbiased up to 2^-16 of a step (plus the float rounding of
  * y + u: at 8 bits y < 256 keeps 16 bits of u, the same order). y >= 0 because x >= lo, so
- * truncation is floor; the clamp catches y a hair above levels from rounding in (x - lo) * inv. */
+ * truncation is floor; the clamp catches y + u at levels + 1 when rounding in (x - lo) * inv
+ * leaves y a hair above levels (rounding to nearest it cannot act, and the kernels may skip it:
+ * quantize's contract, quant_internal.h). */
 static void s_quantize(const mq_quant_kernels_t *kn, const float *x, size_t n, const s_qparams_t *p,
                        unsigned levels, const float *noise, uint8_t *q, uint8_t *pk)
 {
