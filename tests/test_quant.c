@@ -833,6 +833,8 @@ Test(quant, stats_of_none_are_the_sum_of_squares)
     free(p);
 }
 
+/* Kernel sets this build and CPU can run, at most S_NSETS; "c" (portable) first. */
+#define S_NSETS 5
 static size_t s_kernel_sets(const char **names);
 static unsigned s_code_at(const uint8_t *codes, size_t i, int K);
 
@@ -900,7 +902,7 @@ static void s_ef_steps_match(const mq_codec_t *c, const float *const *xs, int st
  * short and odd lengths. */
 Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     static const size_t ns[] = {1, 5, 7, 8, 33, 511, 513, 2047, 2049, 5003, 8195};
     static const uint32_t buckets[] = {0, 512, 100, 7, 3000}; /* 3000: across chunks */
@@ -952,7 +954,7 @@ static void s_assert_tops(const uint8_t *p, const float *v, size_t n, int bits, 
  * and the generic path's payload and residual (error feedback). */
 Test(quant, encode_and_error_feedback_reach_the_top_code_and_never_pass_it_at_any_scale)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     static const float scales[] = {1e-36f, 3e-21f, 1e-3f, 1.0f, 7e19f, 1e37f};
     const size_t n = 8192; /* 128 buckets of 64: 128 ranges per scale */
@@ -1007,7 +1009,7 @@ Test(quant, encode_and_error_feedback_reach_the_top_code_and_never_pass_it_at_an
  * every kernel set) or generic (qsgd). */
 Test(quant, error_feedback_refuses_non_finite_sums_and_resets_the_residual)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     const size_t n = 5003;
     float *g = s_normal(n, 43, 0.01f), *r = malloc(n * sizeof *r);
@@ -1101,7 +1103,7 @@ Test(quant, stats_are_untouched_on_error_and_zero_when_empty)
 /* Kernel sets this build and CPU can run; "c" (portable) first, the reference. */
 static size_t s_kernel_sets(const char **names)
 {
-    static const char *all[] = {"c", "sse2", "avx2", "avx512"};
+    static const char *all[S_NSETS] = {"c", "sse2", "avx2", "avx512", "avx512w"};
     size_t k = 0;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (mq_quant_use_kernels(all[i]) == 0)
@@ -1135,7 +1137,7 @@ static void s_codec_run(const char *name, const mq_codec_t *c, const float *x, s
 
 Test(quant, every_kernel_set_writes_and_decodes_the_same_bits)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     static const size_t ns[] = {1, 31, 33, 100, 2047, 5003, 20011};
     static const uint32_t buckets[] = {0, 1, 7, 64, 100, 512, 3000};
@@ -1207,7 +1209,7 @@ static unsigned s_code_at(const uint8_t *codes, size_t i, int K)
  * for the chunk before it to be packed in the kernels (they may write 8 bytes past). */
 Test(quant, codes_packed_while_quantizing_are_the_documented_stream, .timeout = 120)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     static const size_t ns[] = {4097, 6144, 8195, 8232};
     static const uint32_t buckets[] = {0, 64, 96, 512, 100};
@@ -1269,7 +1271,7 @@ Test(quant, codes_packed_while_quantizing_are_the_documented_stream, .timeout = 
  * kernels of every set, at each K below 8. */
 Test(quant, kernels_pack_as_they_go_as_pack_does)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     static const size_t ns[] = {32, 96, 512, 2048};
     const size_t nmax = 2048;
@@ -1338,7 +1340,7 @@ Test(quant, kernels_pack_as_they_go_as_pack_does)
  * alignment of dst, and the same as the portable code's. */
 Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     const size_t n = (16u << 20) / sizeof(float) + 1001;
     float *x = s_normal(n, 29, 1.0f);
@@ -1374,7 +1376,7 @@ Test(quant, large_decodes_match_at_every_alignment, .timeout = 60)
  * steps; and a sum that is not finite near the end fails the encode as on a small tensor. */
 Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .timeout = 120)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     const size_t n = (16u << 20) / sizeof(float) + 1001;
     float *g = s_normal(n, 31, 0.05f), *r0 = malloc(n * sizeof *r0), *r1 = malloc(n * sizeof *r1);
@@ -1423,7 +1425,7 @@ Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .t
 
 Test(quant, every_kernel_set_refuses_nan_and_infinity)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     const size_t n = 3001;
     float *x = s_normal(n, 31, 1.0f);
@@ -1462,7 +1464,7 @@ Test(quant, every_kernel_set_refuses_nan_and_infinity)
  * array of it. */
 Test(quant, the_largest_noise_never_takes_a_code_past_the_top)
 {
-    const char *names[4];
+    const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
     enum { N = 64 };
     const float lo = 0.0f, top = 255.0f;

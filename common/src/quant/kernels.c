@@ -1,8 +1,9 @@
-/* The uniform codec's inner loops, in three builds chosen once at run time: portable C (the
- * reference), SSE2 (the x86-64 baseline) and AVX2 (when the CPU has it). Every path does the
- * same IEEE single-precision operations in the same order per value, with no FMA, so a payload
- * and its decode are bit-identical whichever path ran; test_quant checks that. The vector
- * loops do the bulk and hand leftovers to the portable code. */
+/* The uniform codec's inner loops, in kernel sets chosen once at run time: portable C (the
+ * reference), SSE2 (the x86-64 baseline), AVX2, and two AVX-512 sets, on 256-bit and on
+ * 512-bit registers (kernels_x86.h), when the CPU has them. Every path does the same IEEE
+ * single-precision operations in the same order per value, with no FMA, so a payload and its
+ * decode are bit-identical whichever path ran; test_quant checks that. The vector loops do the
+ * bulk and hand leftovers to the portable code. */
 
 #include <string.h>
 
@@ -10,6 +11,7 @@
 
 #if defined(__x86_64__) && defined(__SSE2__)
 #define S_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define S_X86 0
@@ -307,6 +309,21 @@ static bool s_have_avx512(void)
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2");
 }
+
+/* Whether the CPU runs 512-bit operations at full width, where the avx512w set's loops on
+ * 512-bit registers pay: AMD's family 26 (Zen 5) and later. Zen 4 (family 25) runs them in two
+ * halves; Intel's cores measured no faster with them (kernels_x86.h). */
+static bool s_full_width_avx512(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541 || d != 0x69746e65 || c != 0x444d4163)
+        return false; /* not "AuthenticAMD" */
+    __get_cpuid(1, &a, &b, &c, &d);
+    unsigned family = (a >> 8) & 0xf;
+    if (family == 0xf)
+        family += (a >> 20) & 0xff;
+    return family >= 26;
+}
 #endif
 
 static const mq_quant_kernels_t *s_best(void)
@@ -314,7 +331,7 @@ static const mq_quant_kernels_t *s_best(void)
 #if S_X86
     __builtin_cpu_init();
     if (s_have_avx512())
-        return &s_kernels_avx512;
+        return s_full_width_avx512() ? &s_kernels_avx512w : &s_kernels_avx512;
     if (__builtin_cpu_supports("avx2"))
         return &s_kernels_avx2;
     return &s_kernels_sse2;
@@ -347,9 +364,12 @@ int mq_quant_use_kernels(const char *name)
         k = &s_kernels_avx2;
     else if (strcmp(name, "avx512") == 0 && s_have_avx512())
         k = &s_kernels_avx512;
+    else if (strcmp(name, "avx512w") == 0 && s_have_avx512())
+        k = &s_kernels_avx512w;
 #endif
     if (!k) {
-        mq_err_set("quant: kernels '%s' are not available here (expected c, sse2, avx2 or avx512)",
+        mq_err_set("quant: kernels '%s' are not available here (expected c, sse2, avx2, avx512 "
+                   "or avx512w)",
                    name);
         return -1;
     }

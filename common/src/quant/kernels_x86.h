@@ -983,10 +983,11 @@ S_AVX2 S_INLINE void s_ef32_avx2(const float *g, float *r, const s_ef_avx2_t *c,
         s_pack32_avx2(w, pk, c->K);
 }
 
-/* PK past the first I values' packed codes (I a multiple of 8), or NULL. */
-static inline uint8_t *s_pk_at(uint8_t *pk, size_t i, const mq_quant_deq_t *d)
+/* PK past the first I values' codes packed to the bits of LEVELS (I a multiple of 8), or
+ * NULL. */
+static inline uint8_t *s_pk_at(uint8_t *pk, size_t i, uint32_t levels)
 {
-    return pk ? pk + i / 8 * (size_t)mq_quant_bits_of(d->levels) : NULL;
+    return pk ? pk + i / 8 * (size_t)mq_quant_bits_of(levels) : NULL;
 }
 
 /* The error-feedback loop over whole steps of 32 values, specialized by inlining for GEN (noise
@@ -1059,7 +1060,8 @@ S_AVX2 static bool s_quantize_ef_scan_avx2(const float *g, float *r, size_t n, f
     size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, pk, &t, na, nb, nn);
     bool ok = s_scan_end_avx2(&t, na, nb, i, nn, nlo, nhi);
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
+        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i,
+                           s_pk_at(pk, i, d->levels));
     return ok;
 }
 
@@ -1241,12 +1243,13 @@ S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, fl
         s_prefetch_ahead_l2(r + i);
         s_prefetch_ahead_l2(g + i + 32);
         s_prefetch_ahead_l2(r + i + 32);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk_at(pk, i, d));
+        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk_at(pk, i, d->levels));
     }
     s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
+        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i,
+                           s_pk_at(pk, i, d->levels));
 }
 
 /* As s_quantize_ef_scan_avx2: the next bucket's range (the extremes of na + nb, and whether a
@@ -1278,7 +1281,7 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
         mx0 = _mm512_max_ps(_mm512_max_ps(u, v), mx0);
         mx1 = _mm512_max_ps(_mm512_max_ps(w, z), mx1);
         bad |= _mm512_cmp_ps_mask(u, v, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(w, z, _CMP_UNORD_Q);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk_at(pk, i, d));
+        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk_at(pk, i, d->levels));
     }
     s_gen_store_avx2(gen, s);
     float l = _mm512_reduce_min_ps(_mm512_min_ps(mn0, mn1)),
@@ -1294,7 +1297,8 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
     *nlo = l;
     *nhi = h;
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, s_pk_at(pk, i, d));
+        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i,
+                           s_pk_at(pk, i, d->levels));
     return ok && l - l == 0.0f && h - h == 0.0f;
 }
 
@@ -1312,6 +1316,129 @@ static const mq_quant_kernels_t s_kernels_avx512 = {
     s_pack_avx2,   s_unpack_avx2,        s_dequantize_avx2,         s_dequantize_stream_avx2,
     s_stream_avx2, s_code_sums_avx2,     s_quantize_noise_avx512,   s_minmax_sum_avx2,
     s_add_avx2,    s_quantize_ef_avx512, s_quantize_ef_scan_avx512,
+};
+
+/* ---- AVX-512 on 512-bit registers: the avx512w set -----------------------------------------
+ * For CPUs that run 512-bit operations at full width (kernels.c chooses it on AMD's Zen 5,
+ * whose vector pipes are 512 bits wide): the plain and stochastic encodes take 64 values a
+ * step on 512-bit registers, with half the quantize, conversion and gather operations a value
+ * of the 256-bit loops above (the generator's steps stay eight lanes wide). Zen 4 runs a
+ * 512-bit operation in two halves, and on an Intel Xeon with full-width units (family 6 model
+ * 207) a 512-bit quantize measured no faster, likely because its 512-bit operations take two
+ * of the three ports 256-bit ones use (bench/README.md); so the avx512 set keeps the 256-bit
+ * loops. Error feedback rounding to nearest walks with the AVX2 loop, which measured faster
+ * than the 512-bit one on Zen 5 from memory; with noise, with the 512-bit one above. The same
+ * operations a value as the AVX2 loops and the noise of the same generator steps in the same
+ * order: the same codes. */
+
+/* The 64 uniforms of four generator steps (two steps' 32 as s_quantize_gen_loop draws them,
+ * twice) as four vectors in value order: a step's outputs give values 0-7 in their low halves
+ * and 8-15 in their high halves (s_noise_c), so two steps side by side give [0-7 | 16-23] and
+ * [8-15 | 24-31], and two 128-bit-lane shuffles put them in order. */
+S_AVX512 S_INLINE void s_uniforms64_avx512(__m256i s[4], __m512 u[4])
+{
+    const __m512 unit = _mm512_set1_ps(0x1.0p-16f);
+    const __m512i low16 = _mm512_set1_epi32(0xffff);
+    for (int h = 0; h < 2; h++) {
+        __m256i a = s_noise_step_avx512(s), b = s_noise_step_avx512(s);
+        __m512i r = _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
+        __m512 lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_and_si512(r, low16)), unit);
+        __m512 hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 16)), unit);
+        u[2 * h] = _mm512_shuffle_f32x4(lo, hi, 0x44);     /* lanes 0, 1 of each: values 0-15 */
+        u[2 * h + 1] = _mm512_shuffle_f32x4(lo, hi, 0xee); /* lanes 2, 3: values 16-31 */
+    }
+}
+
+/* Sixteen codes with the offsets R, as s_q8_avx2: CLAMP to TOP with noise only. */
+S_AVX512 S_INLINE __m512i s_q16_avx512(const float *x, __m512 lo, __m512 inv, __m512 r, __m512 top,
+                                       bool clamp)
+{
+    __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x), lo), inv), r);
+    return _mm512_cvttps_epi32(clamp ? _mm512_min_ps(y, top) : y);
+}
+
+/* The quantize loop over whole steps of 64 values, with the noise drawn from S (NOISE) or 0.5,
+ * codes stored to Q and packed to PK unless it is NULL; returns how many values it did. */
+S_AVX512 S_INLINE size_t s_quantize_loop_avx512w(const float *x, size_t n, float lo, float inv,
+                                                 float top, bool noise, __m256i s[4], uint8_t *q,
+                                                 uint8_t *pk)
+{
+    const __m512 vlo = _mm512_set1_ps(lo), vinv = _mm512_set1_ps(inv), vtop = _mm512_set1_ps(top);
+    const int K = mq_quant_bits_of((uint32_t)top);
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64, pk = pk ? pk + 8 * K : NULL) {
+        s_prefetch_ahead(x + i);
+        s_prefetch_ahead(x + i + 32);
+        __m512 u[4];
+        if (noise)
+            s_uniforms64_avx512(s, u);
+        else
+            u[0] = u[1] = u[2] = u[3] = _mm512_set1_ps(0.5f);
+        __m512i k0 = s_q16_avx512(x + i, vlo, vinv, u[0], vtop, noise);
+        __m512i k1 = s_q16_avx512(x + i + 16, vlo, vinv, u[1], vtop, noise);
+        __m512i k2 = s_q16_avx512(x + i + 32, vlo, vinv, u[2], vtop, noise);
+        __m512i k3 = s_q16_avx512(x + i + 48, vlo, vinv, u[3], vtop, noise);
+        __m512i w = s_codes64_avx512(k0, k1, k2, k3);
+        _mm512_storeu_si512(q + i, w);
+        if (pk)
+            s_pack64_avx512(w, pk, K);
+    }
+    return i;
+}
+
+/* A 32-value rest (n is a multiple of 32 when PK is given) goes to the 256-bit loop, whose
+ * generator steps follow on. */
+S_AVX512 static void s_quantize_noise_avx512w(const float *x, size_t n, float lo, float inv,
+                                              float top, mq_quant_noise_t *g, uint8_t *q,
+                                              uint8_t *pk)
+{
+    __m256i s[4];
+    s_gen_load_avx2(g, s);
+    size_t i = pk ? s_quantize_loop_avx512w(x, n, lo, inv, top, true, s, q, pk)
+                  : s_quantize_loop_avx512w(x, n, lo, inv, top, true, s, q, NULL);
+    i += s_quantize_gen_loop_avx512(x + i, n - i, lo, inv, top, true, s, q + i,
+                                    s_pk_at(pk, i, (uint32_t)top));
+    s_gen_store_avx2(g, s);
+    _mm256_zeroupper();
+    if (i < n) /* never with PK */
+        s_quantize_noise_c(x + i, n - i, lo, inv, top, g, q + i, NULL);
+}
+
+/* Noise drawn beforehand (NOISE) goes to the avx512 set's loop. */
+S_AVX512 static void s_quantize_avx512w(const float *x, size_t n, float lo, float inv, float top,
+                                        const float *noise, uint8_t *q, uint8_t *pk)
+{
+    size_t i = 0;
+    if (!noise) {
+        i = pk ? s_quantize_loop_avx512w(x, n, lo, inv, top, false, NULL, q, pk)
+               : s_quantize_loop_avx512w(x, n, lo, inv, top, false, NULL, q, NULL);
+        _mm256_zeroupper();
+    }
+    if (i < n)
+        s_quantize_avx512(x + i, n - i, lo, inv, top, noise, q + i, s_pk_at(pk, i, (uint32_t)top));
+}
+
+static void s_quantize_ef_avx512w(const float *g, float *r, size_t n, float lo, float inv,
+                                  float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
+                                  uint8_t *q, uint8_t *pk)
+{
+    (gen ? s_quantize_ef_avx512 : s_quantize_ef_avx2)(g, r, n, lo, inv, top, d, gen, q, pk);
+}
+
+static bool s_quantize_ef_scan_avx512w(const float *g, float *r, size_t n, float lo, float inv,
+                                       float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
+                                       uint8_t *q, uint8_t *pk, const float *na, const float *nb,
+                                       size_t nn, float *nlo, float *nhi)
+{
+    return (gen ? s_quantize_ef_scan_avx512 : s_quantize_ef_scan_avx2)(
+        g, r, n, lo, inv, top, d, gen, q, pk, na, nb, nn, nlo, nhi);
+}
+
+static const mq_quant_kernels_t s_kernels_avx512w = {
+    "avx512w",     s_minmax_avx2,         s_quantize_avx512w,         s_noise_avx2,
+    s_pack_avx2,   s_unpack_avx2,         s_dequantize_avx2,          s_dequantize_stream_avx2,
+    s_stream_avx2, s_code_sums_avx2,      s_quantize_noise_avx512w,   s_minmax_sum_avx2,
+    s_add_avx2,    s_quantize_ef_avx512w, s_quantize_ef_scan_avx512w,
 };
 
 #endif

@@ -523,9 +523,9 @@ void mq_quant_stream_fence(void);
 /* The kernels in use: the fastest this CPU runs, unless mq_quant_use_kernels chose others. */
 const mq_quant_kernels_t *mq_quant_kernels(void);
 
-/* For tests and benchmarks: "c", "sse2", "avx2" or NULL (the fastest available). Returns -1
- * with an error if this build or CPU lacks them. Not meant to be called while another thread
- * encodes or decodes. */
+/* For tests and benchmarks: "c", "sse2", "avx2", "avx512", "avx512w" (kernels_x86.h) or NULL
+ * (the fastest available). Returns -1 with an error if this build or CPU lacks them. Not meant
+ * to be called while another thread encodes or decodes. */
 int mq_quant_use_kernels(const char *name);
 
 /* ---- a float32 scale per bucket, then stochastic codes (qsgd, terngrad) ---------------
