@@ -909,16 +909,17 @@ S_AVX2 static void s_add_avx2(float *dst, const float *src, size_t n)
 }
 
 /* Eight values of error feedback: v = r + g stored back into r after the code k is taken
- * (noise R), then r = v + the decoded value, as s_deq8_avx2 computes it at scale -1. With at
- * most eight codes (SMALL) the decoded value is looked up in TBL, which holds s_deq8_avx2's
- * value of each code: one permute in place of five operations. */
+ * (noise R; the clamp to TOP with noise only, as in s_q8_avx2), then r = v + the decoded
+ * value, as s_deq8_avx2 computes it at scale -1. With at most eight codes (SMALL) the decoded
+ * value is looked up in TBL, which holds s_deq8_avx2's value of each code: one permute in
+ * place of five operations. */
 S_AVX2 S_INLINE __m256i s_ef8_avx2(const float *g, float *r, __m256 lo, __m256 inv, __m256 rn,
-                                   __m256 top, __m256 a, __m256 b, __m256 dtop, __m256i lev,
-                                   bool small, __m256 tbl)
+                                   bool gen, __m256 top, __m256 a, __m256 b, __m256 dtop,
+                                   __m256i lev, bool small, __m256 tbl)
 {
     __m256 v = _mm256_add_ps(_mm256_loadu_ps(r), _mm256_loadu_ps(g));
     __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v, lo), inv), rn);
-    __m256i k = _mm256_cvttps_epi32(_mm256_min_ps(y, top));
+    __m256i k = _mm256_cvttps_epi32(gen ? _mm256_min_ps(y, top) : y);
     __m256 x;
     if (small) {
         x = _mm256_permutevar8x32_ps(tbl, k);
@@ -972,8 +973,8 @@ S_AVX2 S_INLINE void s_ef32_avx2(const float *g, float *r, const s_ef_avx2_t *c,
         s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
     }
 #define S_EF8(o, rn)                                                                               \
-    s_ef8_avx2(g + (o), r + (o), c->lo, c->inv, rn, c->top, c->a, c->b, c->dtop, c->lev, small,    \
-               c->tbl)
+    s_ef8_avx2(g + (o), r + (o), c->lo, c->inv, rn, gen, c->top, c->a, c->b, c->dtop, c->lev,      \
+               small, c->tbl)
     __m256i k0 = S_EF8(0, r0), k1 = S_EF8(8, r1), k2 = S_EF8(16, r2), k3 = S_EF8(24, r3);
 #undef S_EF8
     __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
