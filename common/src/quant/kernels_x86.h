@@ -1,10 +1,11 @@
-/* SSE2 and AVX2 builds of the uniform codec's loops; included by kernels.c only, after the
- * portable versions, which finish every loop's leftovers. The AVX2 functions carry a target
- * attribute (the library is built for baseline x86-64) and run only when the CPU has AVX2.
- * Neither build uses FMA: a fused multiply-add rounds once where the portable code rounds
- * twice, which would change codes and decoded values between machines. An AVX2 function
- * clears the upper register halves before calling SSE code (GCC leaves that out on tail
- * calls), which otherwise stalls every SSE instruction that follows. */
+/* SSE2, AVX2 and AVX-512 builds of the uniform codec's loops (the kernel sets sse2, avx2,
+ * avx512 and avx512w); included by kernels.c only, after the portable versions, which finish
+ * every loop's leftovers. The AVX2 and AVX-512 functions carry target attributes (the library
+ * is built for baseline x86-64) and run only when the CPU has those instructions. No build uses
+ * FMA: a fused multiply-add rounds once where the portable code rounds twice, which would
+ * change codes and decoded values between machines. An AVX2 function clears the upper register
+ * halves before calling SSE code (GCC leaves that out on tail calls), which otherwise stalls
+ * every SSE instruction that follows. */
 
 #ifndef MQGRAD_QUANT_KERNELS_X86_H
 #define MQGRAD_QUANT_KERNELS_X86_H
