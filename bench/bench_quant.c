@@ -15,13 +15,14 @@
  * Times are this thread's CPU time, best of R: on a box shared with other jobs, wall time
  * mostly measures the scheduler.
  *
- *   bench_quant [--n VALUES] [--reps R] [--codec SPEC]... [--kernels c|sse2|avx2|avx512|avx512w]
- * [--torch 0|1] [--rounds N] (defaults: 16777216 values, the MQGrad paper's FC layer; 7 reps; the
- * fastest kernels; torch on; 1 round). With N rounds the floors and the codec table are measured N
- * times and a last table gives each ratio's median and range over the rounds. The stats table has
- * the
- * --codec rows when given, else s_stats_codecs; its differences are a few percent, so give it
- * more reps (31) on a busy machine. A row whose codec fails prints the error and the run exits 1
+ *   bench_quant [--n VALUES] [--reps R] [--codec SPEC]...
+ *               [--kernels c|sse2|avx2|avx512|avx512w] [--torch 0|1] [--rounds N]
+ *
+ * (defaults: 16777216 values, the MQGrad paper's FC layer; 7 reps; the fastest kernels; torch
+ * on; 1 round). With N rounds the floors and the codec table are measured N times and a last
+ * table gives each ratio's median and range over the rounds. The stats table has the --codec
+ * rows when given, else s_stats_codecs; its differences are a few percent, so give it more
+ * reps (31) on a busy machine. A row whose codec fails prints the error and the run exits 1
  * after the tables. */
 
 #include <math.h>
