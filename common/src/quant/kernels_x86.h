@@ -540,12 +540,12 @@ S_AVX2 S_INLINE void s_pack32_avx2(__m256i w, uint8_t *dst, const int K)
     _mm_storel_epi64((__m128i *)(dst + 3 * K), _mm_unpackhi_epi64(hi, hi));
 }
 
-/* Eight codes with the offsets R; CLAMP to TOP unless rounding to nearest, where quantize's
- * contract keeps y below levels + 1 (quant_internal.h). */
-S_AVX2 S_INLINE __m256i s_q8_avx2(const float *x, __m256 lo, __m256 inv, __m256 r, __m256 top,
-                                  bool clamp)
+/* The codes of the eight values V with the offsets R; CLAMP to TOP unless rounding to nearest,
+ * where quantize's contract keeps y below levels + 1 (quant_internal.h). The encodes and error
+ * feedback's walk take their codes here. */
+S_AVX2 S_INLINE __m256i s_q8_avx2(__m256 v, __m256 lo, __m256 inv, __m256 r, __m256 top, bool clamp)
 {
-    __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x), lo), inv), r);
+    __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v, lo), inv), r);
     return _mm256_cvttps_epi32(clamp ? _mm256_min_ps(y, top) : y);
 }
 
@@ -556,10 +556,10 @@ S_AVX2 S_INLINE __m256i s_q32_avx2(const float *x, __m256 lo, __m256 inv, __m256
                                    __m256 r2, __m256 r3, __m256 top, bool clamp, __m256i order,
                                    uint8_t *q, uint8_t *pk, int K)
 {
-    __m256i k0 = s_q8_avx2(x, lo, inv, r0, top, clamp),
-            k1 = s_q8_avx2(x + 8, lo, inv, r1, top, clamp);
-    __m256i k2 = s_q8_avx2(x + 16, lo, inv, r2, top, clamp),
-            k3 = s_q8_avx2(x + 24, lo, inv, r3, top, clamp);
+    __m256i k0 = s_q8_avx2(_mm256_loadu_ps(x), lo, inv, r0, top, clamp),
+            k1 = s_q8_avx2(_mm256_loadu_ps(x + 8), lo, inv, r1, top, clamp);
+    __m256i k2 = s_q8_avx2(_mm256_loadu_ps(x + 16), lo, inv, r2, top, clamp),
+            k3 = s_q8_avx2(_mm256_loadu_ps(x + 24), lo, inv, r3, top, clamp);
     /* packs work within 128-bit halves: the dwords come out as 0,2,4,6,1,3,5,7 */
     __m256i b = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
     b = _mm256_permutevar8x32_epi32(b, order);
@@ -909,18 +909,16 @@ S_AVX2 static void s_add_avx2(float *dst, const float *src, size_t n)
     s_add_sse2(dst + i, src + i, n - i);
 }
 
-/* Eight values of error feedback: v = r + g stored back into r after the code k is taken
- * (noise R; the clamp to TOP with noise only, as in s_q8_avx2), then r = v + the decoded
- * value, as s_deq8_avx2 computes it at scale -1. With at most eight codes (SMALL) the decoded
- * value is looked up in TBL, which holds s_deq8_avx2's value of each code: one permute in
- * place of five operations. */
+/* Eight values of error feedback: v = r + g stored back into r after its code k is taken
+ * (s_q8_avx2 with noise R, clamped with noise only), then r = v + the decoded value, as s_deq8_avx2
+ * computes it at scale -1. With at most eight codes (SMALL) the decoded value is looked up in TBL,
+ * which holds s_deq8_avx2's value of each code: one permute in place of five operations. */
 S_AVX2 S_INLINE __m256i s_ef8_avx2(const float *g, float *r, __m256 lo, __m256 inv, __m256 rn,
                                    bool gen, __m256 top, __m256 a, __m256 b, __m256 dtop,
                                    __m256i lev, bool small, __m256 tbl)
 {
     __m256 v = _mm256_add_ps(_mm256_loadu_ps(r), _mm256_loadu_ps(g));
-    __m256 y = _mm256_add_ps(_mm256_mul_ps(_mm256_sub_ps(v, lo), inv), rn);
-    __m256i k = _mm256_cvttps_epi32(gen ? _mm256_min_ps(y, top) : y);
+    __m256i k = s_q8_avx2(v, lo, inv, rn, top, gen);
     __m256 x;
     if (small) {
         x = _mm256_permutevar8x32_ps(tbl, k);
@@ -1147,6 +1145,15 @@ S_AVX512 S_INLINE s_ef_avx512_t s_ef_consts_avx512(float lo, float inv, float to
     return c;
 }
 
+/* The codes of the sixteen values V with the offsets R, as s_q8_avx2: CLAMP to TOP with noise
+ * only. */
+S_AVX512 S_INLINE __m512i s_q16_avx512(__m512 v, __m512 lo, __m512 inv, __m512 r, __m512 top,
+                                       bool clamp)
+{
+    __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, lo), inv), r);
+    return _mm512_cvttps_epi32(clamp ? _mm512_min_ps(y, top) : y);
+}
+
 /* Sixteen values of error feedback with noise RN: as s_ef8_avx2, the codes returned as 32-bit
  * lanes, and no clamp when rounding to nearest. With at most 16 codes (SMALL) the decoded
  * value is one permute from the table of them. */
@@ -1154,8 +1161,7 @@ S_AVX512 S_INLINE __m512i s_ef16_avx512(const float *g, float *r, const s_ef_avx
                                         bool gen, bool small)
 {
     __m512 v = _mm512_add_ps(_mm512_loadu_ps(r), _mm512_loadu_ps(g));
-    __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(v, c->lo), c->inv), rn);
-    __m512i k = _mm512_cvttps_epi32(gen ? _mm512_min_ps(y, c->top) : y);
+    __m512i k = s_q16_avx512(v, c->lo, c->inv, rn, c->top, gen);
     __m512 x = small ? _mm512_permutexvar_ps(k, c->tbl) : s_deq16_avx512(c, k);
     _mm512_storeu_ps(r, _mm512_add_ps(v, x));
     return k;
@@ -1351,14 +1357,6 @@ S_AVX512 S_INLINE void s_uniforms64_avx512(__m256i s[4], __m512 u[4])
     }
 }
 
-/* Sixteen codes with the offsets R, as s_q8_avx2: CLAMP to TOP with noise only. */
-S_AVX512 S_INLINE __m512i s_q16_avx512(const float *x, __m512 lo, __m512 inv, __m512 r, __m512 top,
-                                       bool clamp)
-{
-    __m512 y = _mm512_add_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x), lo), inv), r);
-    return _mm512_cvttps_epi32(clamp ? _mm512_min_ps(y, top) : y);
-}
-
 /* The quantize loop over whole steps of 64 values, with the noise drawn from S (NOISE) or 0.5,
  * codes stored to Q and packed to PK unless it is NULL; returns how many values it did. */
 S_AVX512 S_INLINE size_t s_quantize_loop_avx512w(const float *x, size_t n, float lo, float inv,
@@ -1376,10 +1374,10 @@ S_AVX512 S_INLINE size_t s_quantize_loop_avx512w(const float *x, size_t n, float
             s_uniforms64_avx512(s, u);
         else
             u[0] = u[1] = u[2] = u[3] = _mm512_set1_ps(0.5f);
-        __m512i k0 = s_q16_avx512(x + i, vlo, vinv, u[0], vtop, noise);
-        __m512i k1 = s_q16_avx512(x + i + 16, vlo, vinv, u[1], vtop, noise);
-        __m512i k2 = s_q16_avx512(x + i + 32, vlo, vinv, u[2], vtop, noise);
-        __m512i k3 = s_q16_avx512(x + i + 48, vlo, vinv, u[3], vtop, noise);
+        __m512i k0 = s_q16_avx512(_mm512_loadu_ps(x + i), vlo, vinv, u[0], vtop, noise);
+        __m512i k1 = s_q16_avx512(_mm512_loadu_ps(x + i + 16), vlo, vinv, u[1], vtop, noise);
+        __m512i k2 = s_q16_avx512(_mm512_loadu_ps(x + i + 32), vlo, vinv, u[2], vtop, noise);
+        __m512i k3 = s_q16_avx512(_mm512_loadu_ps(x + i + 48), vlo, vinv, u[3], vtop, noise);
         __m512i w = s_codes64_avx512(k0, k1, k2, k3);
         _mm512_storeu_si512(q + i, w);
         if (pk)
