@@ -1,5 +1,6 @@
-/* Gradient codec micro-benchmark: for each codec, how fast encode, decode and the server's
- * decode-and-accumulate run compared with memcpy of the same fp32 buffer in the same run
+/* Gradient codec micro-benchmark: for each codec, how fast encode, decode, the server's
+ * decode-and-accumulate and error feedback (from a residual array of its own, and in place as
+ * a worker runs it) run compared with memcpy of the same fp32 buffer in the same run
  * (machines here are shared and noisy, so only ratios are results; every timed run follows
  * a memcpy, and each ratio is the best of those memcpys over the best of the runs), what
  * the payload weighs, and how much it distorts a Gaussian gradient:
@@ -108,7 +109,16 @@ static double s_cpu_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-typedef enum { S_MEMCPY, S_ENCODE, S_DECODE, S_DECODE_ACC, S_ENCODE_EF, S_SCAN, S_ADD } s_op_t;
+typedef enum {
+    S_MEMCPY,
+    S_ENCODE,
+    S_DECODE,
+    S_DECODE_ACC,
+    S_ENCODE_EF,
+    S_ENCODE_EF_INPLACE,
+    S_SCAN,
+    S_ADD
+} s_op_t;
 
 /* One run of one operation, in CPU seconds (-1 on error); STATS as the codec calls take.
  * An encode writes b->buf (b->cap bytes) and leaves its size in b->len, which the decodes
@@ -137,6 +147,9 @@ static double s_once(s_bench_t *b, const mq_codec_t *c, s_op_t op, mq_codec_stat
     case S_ENCODE_EF:
         rc = mq_codec_encode_ef(c, b->x, b->residual, b->n, b->buf, b->cap, &out, &b->rng, stats);
         break;
+    case S_ENCODE_EF_INPLACE: /* the residual holds the sums (s_run put the gradient there) */
+        rc = mq_codec_encode_ef_inplace(c, b->residual, b->n, b->buf, b->cap, &out, &b->rng, stats);
+        break;
     case S_SCAN: { /* the range pass of an encode with bucket=0 */
         float lo, hi;
         mq_quant_kernels()->minmax(b->x, b->n, &lo, &hi);
@@ -149,7 +162,7 @@ static double s_once(s_bench_t *b, const mq_codec_t *c, s_op_t op, mq_codec_stat
     double t = s_cpu_s() - t0;
     if (rc < 0)
         return -1;
-    if (op == S_ENCODE || op == S_ENCODE_EF)
+    if (op == S_ENCODE || op == S_ENCODE_EF || op == S_ENCODE_EF_INPLACE)
         b->len = out;
     return t;
 }
@@ -157,11 +170,15 @@ static double s_once(s_bench_t *b, const mq_codec_t *c, s_op_t op, mq_codec_stat
 /* Best of REPS runs of one operation, in CPU seconds (the least disturbed run), each run
  * right after a memcpy of the buffer, whose best time goes to *COPY: the memory bandwidth
  * this machine's neighbours leave drifts over seconds, and a ratio of runs taken side by side
- * drifts far less than one of runs taken a second apart. */
+ * drifts far less than one of runs taken a second apart. In place, the residual is given the
+ * gradient's values before that memcpy (which then pushes them out of the caches): what a
+ * worker's model leaves there, with no residual of residuals shrinking run after run. */
 static int s_run(s_bench_t *b, const mq_codec_t *c, s_op_t op, double *best, double *copy)
 {
     *best = *copy = INFINITY;
     for (int r = 0; r < b->reps; r++) {
+        if (op == S_ENCODE_EF_INPLACE)
+            memcpy(b->residual, b->x, b->n * sizeof *b->x);
         double tc = s_once(b, NULL, S_MEMCPY, NULL), t = s_once(b, c, op, NULL);
         if (t < 0)
             return -1;
@@ -222,9 +239,10 @@ static int s_stats_table(s_bench_t *b, const char **codecs, size_t ncodecs)
     return failed;
 }
 
-/* A row's speeds in one round, as multiples of memcpy's (ef: NAN for a codec that keeps its
- * own state; ef_add: enc_ef over the add pass timed in the same round). */
-enum { S_COL_ENC, S_COL_DEC, S_COL_ACC, S_COL_EF, S_COL_EF_ADD, S_NCOLS };
+/* A row's speeds in one round, as multiples of memcpy's (ef, ef_in: NAN for a codec that keeps
+ * its own state; ef_add: enc_ef over the add pass timed in the same round; ef_in: error
+ * feedback in place, mq_codec_encode_ef_inplace, as a worker runs it). */
+enum { S_COL_ENC, S_COL_DEC, S_COL_ACC, S_COL_EF, S_COL_EF_ADD, S_COL_EF_IN, S_NCOLS };
 /* A round's floors: the read-only pass and the add pass, as multiples of memcpy's. */
 enum { S_FLOOR_READ, S_FLOOR_ADD, S_NFLOORS };
 
@@ -234,7 +252,7 @@ enum { S_FLOOR_READ, S_FLOOR_ADD, S_NFLOORS };
 static int s_codec_row(s_bench_t *b, const char *spec, double add, double *speed)
 {
     mq_codec_t c;
-    double t_enc, t_dec, t_acc, t_ef = 0, c_enc, c_dec, c_acc, c_ef = 0;
+    double t_enc, t_dec, t_acc, t_ef = 0, t_in = 0, c_enc, c_dec, c_acc, c_ef = 0, c_in = 0;
     for (int k = 0; k < S_NCOLS; k++)
         speed[k] = NAN; /* a row that fails has no speeds */
     if (mq_codec_parse(spec, &c) == 0 && s_reserve(b, &c) < 0) {
@@ -261,7 +279,8 @@ static int s_codec_row(s_bench_t *b, const char *spec, double add, double *speed
     bool ef = mq_codec_state_floats(&c, b->n) == 0;
     if (ef) {
         memset(b->residual, 0, b->n * sizeof *b->residual);
-        if (s_run(b, &c, S_ENCODE_EF, &t_ef, &c_ef) < 0) {
+        if (s_run(b, &c, S_ENCODE_EF, &t_ef, &c_ef) < 0 ||
+            s_run(b, &c, S_ENCODE_EF_INPLACE, &t_in, &c_in) < 0) {
             printf("%-32s failed: %s\n", spec, mq_err_last());
             return 1;
         }
@@ -271,10 +290,11 @@ static int s_codec_row(s_bench_t *b, const char *spec, double add, double *speed
     speed[S_COL_ACC] = c_acc / t_acc;
     speed[S_COL_EF] = ef ? c_ef / t_ef : NAN;
     speed[S_COL_EF_ADD] = speed[S_COL_EF] / add;
-    char ef_col[16] = "        -";
+    speed[S_COL_EF_IN] = ef ? c_in / t_in : NAN;
+    char ef_col[32] = "        -         -";
     if (ef)
-        snprintf(ef_col, sizeof ef_col, "%9.3f", speed[S_COL_EF]);
-    double t_copy = fmin(fmin(c_enc, c_dec), ef ? fmin(c_acc, c_ef) : c_acc);
+        snprintf(ef_col, sizeof ef_col, "%9.3f %9.3f", speed[S_COL_EF], speed[S_COL_EF_IN]);
+    double t_copy = fmin(fmin(c_enc, c_dec), ef ? fmin(fmin(c_acc, c_ef), c_in) : c_acc);
     printf("%-32s %12zu %7.1fx %10.3e %9.3f %9.3f %9.3f %s %9.2f\n", spec, len,
            4.0 * (double)b->n / (double)len, err / norm, speed[S_COL_ENC], speed[S_COL_DEC],
            speed[S_COL_ACC], ef_col, 4e-9 * (double)b->n / t_copy);
@@ -402,8 +422,8 @@ static int s_round(s_bench_t *b, const char **codecs, size_t ncodecs, double *ou
     printf("add pass (residual += gradient: error feedback's traffic) %.3fx memcpy: enc_ef "
            "cannot pass it, nor, with bucket=0, about %.2fx (a read-only range pass first)\n",
            c_add / t_add, 1.0 / (2 * t_read / c_read + t_add / c_add));
-    printf("%-32s %12s %8s %10s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller",
-           "distortion", "encode", "decode", "dec+acc", "enc_ef", "cpy_GB/s");
+    printf("%-32s %12s %8s %10s %9s %9s %9s %9s %9s %9s\n", "codec", "payload_B", "smaller",
+           "distortion", "encode", "decode", "dec+acc", "enc_ef", "ef_inpl", "cpy_GB/s");
     floors[S_FLOOR_READ] = c_read / t_read;
     floors[S_FLOOR_ADD] = c_add / t_add;
     int failed = 0;
@@ -446,8 +466,8 @@ static void s_summary(const char **codecs, size_t ncodecs, const double *speed, 
     printf("\nover %zu rounds, medians (min-max) of each round's ratio: read-only pass %s, "
            "add pass %s\n",
            nrounds, cell[0], cell[1]);
-    printf("%-32s %-20s %-20s %-20s %-20s %-20s\n", "codec", "encode", "decode", "dec+acc",
-           "enc_ef", "enc_ef/add_pass");
+    printf("%-32s %-20s %-20s %-20s %-20s %-20s %-20s\n", "codec", "encode", "decode", "dec+acc",
+           "enc_ef", "enc_ef/add_pass", "ef_inpl");
     for (size_t k = 0; k < ncodecs; k++) {
         for (int col = 0; col < S_NCOLS; col++)
             s_spread(speed + S_NFLOORS + k * S_NCOLS + col, nrounds, stride, cell[col],
@@ -456,8 +476,9 @@ static void s_summary(const char **codecs, size_t ncodecs, const double *speed, 
             printf("%-32s failed\n", codecs[k]);
             continue;
         }
-        printf("%-32s %-20s %-20s %-20s %-20s %-20s\n", codecs[k], cell[S_COL_ENC], cell[S_COL_DEC],
-               cell[S_COL_ACC], cell[S_COL_EF], cell[S_COL_EF_ADD]);
+        printf("%-32s %-20s %-20s %-20s %-20s %-20s %-20s\n", codecs[k], cell[S_COL_ENC],
+               cell[S_COL_DEC], cell[S_COL_ACC], cell[S_COL_EF], cell[S_COL_EF_ADD],
+               cell[S_COL_EF_IN]);
     }
     fflush(stdout);
 }

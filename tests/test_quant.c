@@ -862,11 +862,14 @@ static int s_ef_reference(const mq_codec_t *c, const float *g, float *r, size_t 
 
 /* STEPS encodes with error feedback of XS[0], XS[1], ... from the same residual (R_SCALE times
  * a small pattern) and generator seed, the generic path's into P0 and R0 under kernel set
- * REF, the codec's own into P1 and R1 under kernel set KS: rc, residual, payload and stats must
- * be the same bit for bit at every step. WHAT names the case in a failure. */
+ * REF, the codec's own into P1 and R1 under kernel set KS (in place when INPLACE: each
+ * gradient added to R1 first, as a worker's model does, then mq_codec_encode_ef_inplace): rc,
+ * residual, payload and stats must be the same bit for bit at every step. WHAT names the case
+ * in a failure. */
 static void s_ef_steps_match(const mq_codec_t *c, const float *const *xs, int steps, size_t n,
                              float r_scale, uint64_t seed, const char *ref, const char *ks,
-                             float *r0, float *r1, uint8_t *p0, uint8_t *p1, const char *what)
+                             bool inplace, float *r0, float *r1, uint8_t *p0, uint8_t *p1,
+                             const char *what)
 {
     size_t cap = mq_codec_payload_size(c, n);
     for (size_t i = 0; i < n; i++)
@@ -882,7 +885,14 @@ static void s_ef_steps_match(const mq_codec_t *c, const float *const *xs, int st
         cr_assert_eq(mq_quant_use_kernels(ref), 0);
         int rc0 = s_ef_reference(c, xs[t], r0, n, p0, cap, &l0, &rng0, &s0);
         cr_assert_eq(mq_quant_use_kernels(ks), 0);
-        int rc1 = mq_codec_encode_ef(c, xs[t], r1, n, p1, cap, &l1, &rng1, &s1);
+        int rc1;
+        if (inplace) {
+            for (size_t i = 0; i < n; i++)
+                r1[i] += xs[t][i];
+            rc1 = mq_codec_encode_ef_inplace(c, r1, n, p1, cap, &l1, &rng1, &s1);
+        } else {
+            rc1 = mq_codec_encode_ef(c, xs[t], r1, n, p1, cap, &l1, &rng1, &s1);
+        }
         cr_assert_eq(rc1, rc0, "%s step %d: rc %d, generic %d (%s)", what, t, rc1, rc0,
                      mq_err_last());
         cr_assert_arr_eq(r1, r0, n * sizeof *r0, "%s step %d: residual differs", what, t);
@@ -896,10 +906,10 @@ static void s_ef_steps_match(const mq_codec_t *c, const float *const *xs, int st
 }
 
 /* uniform's fused encode_ef gives the generic path's payload, residual and stats bit for bit,
- * over a few steps, with every kernel set: one range per tensor and buckets (a multiple of 16,
- * where stochastic noise is drawn inside the quantize kernel, and others; smaller and larger
- * than the walk's chunks, whose last run scans the next bucket's range), both roundings,
- * short and odd lengths. */
+ * over a few steps, with every kernel set, from two arrays and in place: one range per tensor
+ * and buckets (a multiple of 16, where stochastic noise is drawn inside the quantize kernel,
+ * and others; smaller and larger than the walk's chunks, whose last run scans the next
+ * bucket's range), both roundings, short and odd lengths. */
 Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
 {
     const char *names[S_NSETS];
@@ -915,13 +925,14 @@ Test(quant, fused_error_feedback_matches_the_generic_path, .timeout = 120)
         for (int bits = 1; bits <= 8; bits++)
             for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
                 for (size_t b = 0; b < sizeof buckets / sizeof buckets[0]; b++)
-                    for (int st = 0; st < 2; st++) {
-                        mq_codec_t c = mq_codec_uniform(bits, buckets[b], st);
+                    for (int st = 0; st < 4; st++) {
+                        mq_codec_t c = mq_codec_uniform(bits, buckets[b], st & 1);
                         char spec[64], what[128];
                         mq_codec_format(&c, spec, sizeof spec);
-                        snprintf(what, sizeof what, "%s %s n=%zu", names[k], spec, ns[a]);
-                        s_ef_steps_match(&c, xs, 3, ns[a], 1e-4f, 5, names[k], names[k], r0, r1, p0,
-                                         p1, what);
+                        snprintf(what, sizeof what, "%s %s n=%zu%s", names[k], spec, ns[a],
+                                 st & 2 ? " in place" : "");
+                        s_ef_steps_match(&c, xs, 3, ns[a], 1e-4f, 5, names[k], names[k], st & 2, r0,
+                                         r1, p0, p1, what);
                     }
     free(g);
     free(g2);
@@ -1006,7 +1017,7 @@ Test(quant, encode_and_error_feedback_reach_the_top_code_and_never_pass_it_at_an
 
 /* A sum that is not finite, wherever it is (in the first bucket, past earlier buckets' stores,
  * in the last value), fails the encode naming it and resets the residual, fused (uniform,
- * every kernel set) or generic (qsgd). */
+ * every kernel set) or generic (qsgd), from two arrays or in place (kind 3). */
 Test(quant, error_feedback_refuses_non_finite_sums_and_resets_the_residual)
 {
     const char *names[S_NSETS];
@@ -1020,7 +1031,7 @@ Test(quant, error_feedback_refuses_non_finite_sums_and_resets_the_residual)
     for (size_t k = 0; k < nk; k++)
         for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++)
             for (size_t w = 0; w < sizeof where / sizeof where[0]; w++)
-                for (int kind = 0; kind < 3; kind++) {
+                for (int kind = 0; kind < 4; kind++) {
                     mq_codec_t c;
                     cr_assert_eq(mq_codec_parse(specs[s], &c), 0);
                     cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
@@ -1031,12 +1042,17 @@ Test(quant, error_feedback_refuses_non_finite_sums_and_resets_the_residual)
                         r[where[w]] = NAN;
                     else if (kind == 1)
                         g[where[w]] = -INFINITY;
-                    else /* both finite, the sum is not */
+                    else if (kind == 2) /* both finite, the sum is not */
                         g[where[w]] = 3e38f, r[where[w]] = 3e38f;
+                    else
+                        r[where[w]] = INFINITY;
                     mq_rng_t rng;
                     mq_rng_seed(&rng, 1);
                     size_t len;
-                    int rc = mq_codec_encode_ef(&c, g, r, n, p, n + 8 * n, &len, &rng, NULL);
+                    int rc =
+                        kind == 3
+                            ? mq_codec_encode_ef_inplace(&c, r, n, p, n + 8 * n, &len, &rng, NULL)
+                            : mq_codec_encode_ef(&c, g, r, n, p, n + 8 * n, &len, &rng, NULL);
                     g[where[w]] = gi;
                     mq_quant_use_kernels(NULL);
                     cr_assert_eq(rc, -1, "%s %s kind %d at %zu accepted", names[k], specs[s], kind,
@@ -1391,9 +1407,10 @@ Test(quant, large_error_feedback_matches_the_generic_path_at_every_alignment, .t
         for (size_t k = 0; k < nk; k++)
             for (size_t off = 0; off < 64; off += 37) {
                 char what[128];
-                snprintf(what, sizeof what, "%s %s payload+%zu", specs[s], names[k], off);
-                s_ef_steps_match(&c, xs, 2, n, 1e-3f, 9, "c", names[k], r0, r1, p0, buf + off,
-                                 what);
+                snprintf(what, sizeof what, "%s %s payload+%zu%s", specs[s], names[k], off,
+                         off & 1 ? " in place" : "");
+                s_ef_steps_match(&c, xs, 2, n, 1e-3f, 9, "c", names[k], off & 1, r0, r1, p0,
+                                 buf + off, what);
             }
         /* a sum that is not finite near the end, after most codes are streamed, still fails
          * the encode, naming the value, and resets the residual */

@@ -25,13 +25,13 @@ check "three rounds exit 0" $?
 check "each round is announced" $?
 grep -q '^over 3 rounds, medians (min-max) of each round.s ratio: read-only pass [0-9.]* ([0-9.]*-[0-9.]*), add pass [0-9.]* ([0-9.]*-[0-9.]*)$' "$out"
 check "the floors' summary line" $?
-# The summary rows: uniform has five cells (enc_ef and enc_ef/add_pass included), dgc keeps
-# its own state, so its error-feedback cells are "-". Every median lies within its range.
+# The summary rows: uniform has six cells (enc_ef, enc_ef/add_pass and ef_inpl included), dgc
+# keeps its own state, so its error-feedback cells are "-". Every median lies within its range.
 awk '
     /^over 3 rounds/ { s = 1; next }
     NF == 0 { s = 0 } # the summary ends at a blank line (the stats table follows)
     s && $1 == "uniform:8:bucket=512" { u = NF }
-    s && $1 == "dgc" { q = ($(NF - 1) == "-" && $NF == "-" && NF == 9) }
+    s && $1 == "dgc" { q = ($(NF - 2) == "-" && $(NF - 1) == "-" && $NF == "-" && NF == 10) }
     s && ($1 == "uniform:8:bucket=512" || $1 == "dgc") {
         for (i = 2; i < NF; i++) if ($(i + 1) ~ /^\(/) {
             split(substr($(i + 1), 2, length($(i + 1)) - 2), r, "-")
@@ -39,7 +39,7 @@ awk '
             cells++
         }
     }
-    END { exit !(u == 11 && q && cells == 8 && !bad) }' "$out"
+    END { exit !(u == 13 && q && cells == 9 && !bad) }' "$out"
 check "summary rows: median (min-max) in range, '-' where there is no error feedback" $?
 
 timeout 120 "$bq" --torch 0 --n 4096 --reps 1 --rounds 2 --codec uniform:4 --codec bogus:3 \
@@ -48,7 +48,7 @@ rc=$?
 [[ $rc == 1 ]]
 check "a codec that fails exits 1 (got $rc)" $?
 awk '/^over 2 rounds/ { s = 1 } NF == 0 { s = 0 } s && $1 == "bogus:3" && $2 == "failed" { f = 1 }
-     s && $1 == "uniform:4" && NF == 11 { u = 1 } END { exit !(f && u) }' "$out"
+     s && $1 == "uniform:4" && NF == 13 { u = 1 } END { exit !(f && u) }' "$out"
 check "the failed codec is named in the summary, the other row is whole" $?
 
 timeout 30 "$bq" --rounds 0 >"$out" 2>&1

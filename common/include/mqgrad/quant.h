@@ -100,8 +100,9 @@ typedef struct mq_codec_ops {
      * adds, encodes and decodes with scale -1 into the residual, one pass each): encodes
      * v = src + residual, n > 0, into dst and leaves residual = v - decode(dst), bit for bit
      * what that generic path leaves; a v that is not finite fails it with the generic path's
-     * error, residual in any state (mq_codec_encode_ef then sets it to zero). The arguments
-     * are checked as for encode. */
+     * error, residual in any state (mq_codec_encode_ef then sets it to zero). SRC NULL: in
+     * place, residual holds v already (mq_codec_encode_ef_inplace). The arguments are checked
+     * as for encode. */
     int (*encode_ef)(const mq_codec_t *c, const float *src, float *residual, size_t n,
                      const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *len,
                      mq_codec_stats_t *stats);
@@ -184,6 +185,13 @@ int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *ds
 int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats);
+/* The same where the producer of the gradient has already added it to the residual: V holds
+ * gradient + residual, and is left holding the new residual, v - decode(encode(v)) (the same
+ * codes and residual as mq_codec_encode_ef with those sums). One read and one write a value,
+ * where the two arrays take two reads and a write; a worker's model adds its gradient onto
+ * the residual as it computes it (mq_model_set_accumulate). Failures as above. */
+int mq_codec_encode_ef_inplace(const mq_codec_t *c, float *v, size_t n, uint8_t *dst, size_t cap,
+                               size_t *out_len, mq_rng_t *rng, mq_codec_stats_t *stats);
 
 /* Whether LEN bytes is a size C's payloads for n values can have (exactly its size for the
  * exact-size codecs, at most its bound for the others); the first check of the next. */

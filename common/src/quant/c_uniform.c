@@ -39,6 +39,7 @@
 #define S_BUCKET(c) ((c)->param[0])
 #define S_STOCHASTIC(c) ((c)->param[1] != 0)
 
+#define S_AT(p, i) ((p) ? (p) + (i) : NULL) /* an array that may be absent, from I on */
 #define S_CHUNK 2048 /* values per pass: codes and noise stay in L1 */
 _Static_assert(S_CHUNK <= MQ_QUANT_SUMS_MAX, "a chunk's code sums must fit code_sums' lanes");
 
@@ -311,12 +312,14 @@ static void s_dequantize(const mq_quant_kernels_t *kn, const s_deq_t *p, const u
     }
 }
 
-/* A sum src + residual that is not finite: the generic path's error (mq_codec_encode_ef
- * then resets the residual), after the fence that any codes streamed so far need. */
+/* A sum src + residual (residual alone with SRC NULL) that is not finite: the generic path's
+ * error (mq_codec_encode_ef then resets the residual), after the fence that any codes streamed
+ * so far need. */
 static int s_ef_failed(const float *src, const float *res, size_t n, int K)
 {
     mq_quant_stream_fence();
-    if (mq_quant_check_finite_sum("codec encode", src, res, n) == 0)
+    if ((src ? mq_quant_check_finite_sum("codec encode", src, res, n)
+             : mq_quant_check_finite("codec encode", res, n)) == 0)
         mq_err_set("uniform:%d encode: a sum is not finite", K); /* not reached */
     return -1;
 }
@@ -332,7 +335,7 @@ static int s_ef_failed(const float *src, const float *res, size_t n, int K)
  * tensor that range is a pass of its own. A sum that is not finite may be met after earlier
  * buckets' residuals are stored: the encode fails and mq_codec_encode_ef resets the residual
  * (quant.h), which keeping it as it was would have cost a read-only pass over both arrays on every
- * encode. */
+ * encode. With SRC NULL (in place) residual holds v: one array is read and written. */
 static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t n,
                        const mq_codec_ctx_t *ctx, uint8_t *dst, size_t *out_len,
                        mq_codec_stats_t *stats)
@@ -379,7 +382,8 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
             if (b != cur) {
                 size_t b0 = b * B, d = b + 1 < nb ? B : n - b0;
                 float lo = next_lo, hi = next_hi;
-                if (!scanned && !kn->minmax_sum(src + b0, res + b0, d, &lo, &hi))
+                if (!scanned && !(src ? kn->minmax_sum(src + b0, res + b0, d, &lo, &hi)
+                                      : kn->minmax(res + b0, d, &lo, &hi)))
                     return s_ef_failed(src, res, n, K);
                 scanned = false;
                 lo += 0.0f; /* +0 whichever zero the scan met (s_bucket_range) */
@@ -397,17 +401,19 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
             if (!p.constant && !p.wide && !dp.wide && (inline_noise || !S_STOCHASTIC(c))) {
                 if (seg_end == next && b + 1 < nb) { /* the bucket's last run: scan the next */
                     size_t d = b + 2 < nb ? B : n - next;
-                    if (!kn->quantize_ef_scan(src + i, res + i, m, p.lo, p.inv, (float)levels,
-                                              &dp.d, gi, qi, pki, src + next, res + next, d,
-                                              &next_lo, &next_hi))
+                    const float *na = src ? src + next : res + next;
+                    const float *nb = src ? res + next : NULL;
+                    if (!kn->quantize_ef_scan(S_AT(src, i), res + i, m, p.lo, p.inv, (float)levels,
+                                              &dp.d, gi, qi, pki, na, nb, d, &next_lo, &next_hi))
                         return s_ef_failed(src, res, n, K);
                     scanned = true;
                 } else {
-                    kn->quantize_ef(src + i, res + i, m, p.lo, p.inv, (float)levels, &dp.d, gi, qi,
-                                    pki);
+                    kn->quantize_ef(S_AT(src, i), res + i, m, p.lo, p.inv, (float)levels, &dp.d, gi,
+                                    qi, pki);
                 }
             } else { /* the same three steps one after the other */
-                kn->add(res + i, src + i, m);
+                if (src)
+                    kn->add(res + i, src + i, m);
                 if (inline_noise)
                     s_quantize_gen(kn, res + i, m, &p, levels, &gen, noise, qi, pki);
                 else

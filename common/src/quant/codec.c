@@ -554,19 +554,19 @@ static int s_ef_reset(float *residual, size_t n)
     return -1;
 }
 
-/* mq_codec_encode_ef: a codec with its own encode_ef (uniform) does it in one walk; for the
- * others this computes v = src + residual in place in residual, encodes it, then subtracts
- * the decoded payload (a decode with scale -1 into the residual), so no temporary array is
- * needed. The arguments are checked before residual changes; a sum that is not finite
- * resets it (quant.h). */
-int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
+/* mq_codec_encode_ef and mq_codec_encode_ef_inplace (SRC NULL: residual holds the sums): a
+ * codec with its own encode_ef (uniform) does it in one walk; for the others this computes
+ * v = src + residual in place in residual, encodes it, then subtracts the decoded payload (a
+ * decode with scale -1 into the residual), so no temporary array is needed. The arguments are
+ * checked before residual changes; a sum that is not finite resets it (quant.h). */
+static int s_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats)
 {
     const mq_codec_ops_t *ops;
     size_t need;
     mq_codec_ctx_t ctx = {.rng = rng};
-    if (s_check_encode(c, src, n, &ctx, dst, cap, out_len, &ops, &need) < 0)
+    if (s_check_encode(c, src ? src : residual, n, &ctx, dst, cap, out_len, &ops, &need) < 0)
         return -1;
     if (ops->state_floats && ops->state_floats(c, n)) {
         mq_err_set("codec %s keeps its own residual: error feedback does not apply", ops->name);
@@ -600,18 +600,19 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
             *stats = st;
         return 0;
     }
-    if (mq_quant_check_finite_sum("codec encode", src, residual, n) < 0)
+    if (src ? mq_quant_check_finite_sum("codec encode", src, residual, n) < 0
+            : mq_quant_check_finite("codec encode", residual, n) < 0)
         return s_ef_reset(residual, n);
     size_t i = 0;
-    for (; i + 4 <= n; i += 4) {
+    for (; src && i + 4 <= n; i += 4) {
         mq_v4f_t v = mq_v4f_load(residual + i) + mq_v4f_load(src + i);
         memcpy(residual + i, &v, sizeof v);
     }
-    for (; i < n; i++)
+    for (; src && i < n; i++)
         residual[i] += src[i];
     mq_codec_stats_t st = {0};
     if (mq_codec_encode_ctx(c, residual, n, &ctx, dst, cap, out_len, stats ? &st : NULL) < 0) {
-        for (size_t k = 0; k < n; k++) /* cannot happen after the checks above */
+        for (size_t k = 0; src && k < n; k++) /* cannot happen after the checks above */
             residual[k] -= src[k];
         return -1;
     }
@@ -620,6 +621,23 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
     if (stats)
         *stats = st;
     return 0;
+}
+
+int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
+                       uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
+                       mq_codec_stats_t *stats)
+{
+    if (n && !src) {
+        mq_err_set("codec encode: NULL argument");
+        return -1;
+    }
+    return s_encode_ef(c, src, residual, n, dst, cap, out_len, rng, stats);
+}
+
+int mq_codec_encode_ef_inplace(const mq_codec_t *c, float *v, size_t n, uint8_t *dst, size_t cap,
+                               size_t *out_len, mq_rng_t *rng, mq_codec_stats_t *stats)
+{
+    return s_encode_ef(c, NULL, v, n, dst, cap, out_len, rng, stats);
 }
 
 /* ---- decode ------------------------------------------------------------------------- */

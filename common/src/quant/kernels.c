@@ -148,7 +148,8 @@ static void s_dequantize_c(const uint8_t *q, size_t n, const mq_quant_deq_t *d, 
     {                                                                                              \
         for (size_t i = 0; i < n; i += S_NOISE_BLOCK) {                                            \
             size_t m = n - i < S_NOISE_BLOCK ? n - i : S_NOISE_BLOCK;                              \
-            s_add_##suffix(r + i, g + i, m);                                                       \
+            if (g)                                                                                 \
+                s_add_##suffix(r + i, g + i, m);                                                   \
             if (gen)                                                                               \
                 s_quantize_noise_##suffix(r + i, m, lo, inv, top, gen, q + i, NULL);               \
             else                                                                                   \
@@ -169,7 +170,8 @@ S_QUANTIZE_EF(c)
         const float *nb, size_t nn, float *nlo, float *nhi)                                        \
     {                                                                                              \
         s_quantize_ef_##suffix(g, r, n, lo, inv, top, d, gen, q, pk);                              \
-        return s_minmax_sum_##suffix(na, nb, nn, nlo, nhi);                                        \
+        return nb ? s_minmax_sum_##suffix(na, nb, nn, nlo, nhi)                                    \
+                  : s_minmax_##suffix(na, nn, nlo, nhi);                                           \
     }
 
 S_QUANTIZE_EF_SCAN(c)

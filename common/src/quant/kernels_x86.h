@@ -909,15 +909,16 @@ S_AVX2 static void s_add_avx2(float *dst, const float *src, size_t n)
     s_add_sse2(dst + i, src + i, n - i);
 }
 
-/* Eight values of error feedback: v = r + g stored back into r after its code k is taken
- * (s_q8_avx2 with noise R, clamped with noise only), then r = v + the decoded value, as s_deq8_avx2
- * computes it at scale -1. With at most eight codes (SMALL) the decoded value is looked up in TBL,
- * which holds s_deq8_avx2's value of each code: one permute in place of five operations. */
+/* Eight values of error feedback: v = r + g (r itself when G is NULL) stored back into r after its
+ * code k is taken (s_q8_avx2 with noise R, clamped with noise only), then r = v + the decoded
+ * value, as s_deq8_avx2 computes it at scale -1. With at most eight codes (SMALL) the decoded value
+ * is looked up in TBL, which holds s_deq8_avx2's value of each code: one permute in place of five
+ * operations. */
 S_AVX2 S_INLINE __m256i s_ef8_avx2(const float *g, float *r, __m256 lo, __m256 inv, __m256 rn,
                                    bool gen, __m256 top, __m256 a, __m256 b, __m256 dtop,
                                    __m256i lev, bool small, __m256 tbl)
 {
-    __m256 v = _mm256_add_ps(_mm256_loadu_ps(r), _mm256_loadu_ps(g));
+    __m256 v = g ? _mm256_add_ps(_mm256_loadu_ps(r), _mm256_loadu_ps(g)) : _mm256_loadu_ps(r);
     __m256i k = s_q8_avx2(v, lo, inv, rn, top, gen);
     __m256 x;
     if (small) {
@@ -972,8 +973,8 @@ S_AVX2 S_INLINE void s_ef32_avx2(const float *g, float *r, const s_ef_avx2_t *c,
         s_uniforms16_avx2(s_noise_step_avx2(s), &r2, &r3);
     }
 #define S_EF8(o, rn)                                                                               \
-    s_ef8_avx2(g + (o), r + (o), c->lo, c->inv, rn, gen, c->top, c->a, c->b, c->dtop, c->lev,      \
-               small, c->tbl)
+    s_ef8_avx2(g ? g + (o) : NULL, r + (o), c->lo, c->inv, rn, gen, c->top, c->a, c->b, c->dtop,   \
+               c->lev, small, c->tbl)
     __m256i k0 = S_EF8(0, r0), k1 = S_EF8(8, r1), k2 = S_EF8(16, r2), k3 = S_EF8(24, r3);
 #undef S_EF8
     __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(k0, k1), _mm256_packs_epi32(k2, k3));
@@ -991,9 +992,10 @@ static inline uint8_t *s_pk_at(uint8_t *pk, size_t i, uint32_t levels)
 }
 
 /* The error-feedback loop over whole steps of 32 values, specialized by inlining for GEN (noise
- * drawn), SMALL (codes looked up) and T (the next bucket's range scanned beside, over
- * na/nb[0..nn)); codes packed to PK too unless it is NULL (a branch every 32 values that
- * always goes the same way); returns how many values it did. */
+ * drawn), SMALL (codes looked up), T (the next bucket's range scanned beside, over
+ * na/nb[0..nn)) and G NULL (in place: r holds the sums, and nb is NULL too); codes packed to PK
+ * too unless it is NULL (a branch every 32 values that always goes the same way); returns how
+ * many values it did. */
 S_AVX2 S_INLINE size_t s_ef_loop_avx2(const float *g, float *r, size_t n, const s_ef_avx2_t *c,
                                       bool gen, bool small, __m256i s[4], uint8_t *q, uint8_t *pk,
                                       s_scan_avx2_t *t, const float *na, const float *nb, size_t nn)
@@ -1001,21 +1003,22 @@ S_AVX2 S_INLINE size_t s_ef_loop_avx2(const float *g, float *r, size_t n, const 
     size_t i = 0;
     if (t) {
         for (; i + 32 <= n && i + 32 <= nn; i += 32, pk = pk ? pk + 4 * c->K : NULL) {
-            s_scan32_avx2(t, na + i, nb + i);
-            s_ef32_avx2(g + i, r + i, c, gen, small, s, q + i, pk);
+            s_scan32_avx2(t, na + i, nb ? nb + i : NULL);
+            s_ef32_avx2(g ? g + i : NULL, r + i, c, gen, small, s, q + i, pk);
         }
     } else {
         for (; i + 32 <= n; i += 32, pk = pk ? pk + 4 * c->K : NULL) {
-            s_prefetch_ahead_l2(g + i);
+            if (g)
+                s_prefetch_ahead_l2(g + i);
             s_prefetch_ahead_l2(r + i);
-            s_ef32_avx2(g + i, r + i, c, gen, small, s, q + i, pk);
+            s_ef32_avx2(g ? g + i : NULL, r + i, c, gen, small, s, q + i, pk);
         }
     }
     return i;
 }
 
 /* The generator's state is loaded into registers only when noise is drawn. */
-S_AVX2 S_INLINE size_t s_ef_any_avx2(const float *g, float *r, size_t n, const s_ef_avx2_t *c,
+S_AVX2 S_INLINE size_t s_ef_gen_avx2(const float *g, float *r, size_t n, const s_ef_avx2_t *c,
                                      mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk,
                                      s_scan_avx2_t *t, const float *na, const float *nb, size_t nn)
 {
@@ -1033,6 +1036,15 @@ S_AVX2 S_INLINE size_t s_ef_any_avx2(const float *g, float *r, size_t n, const s
     return i;
 }
 
+/* In place (G NULL) gets loops of its own, with no gradient to load and no sum to form. */
+S_AVX2 S_INLINE size_t s_ef_any_avx2(const float *g, float *r, size_t n, const s_ef_avx2_t *c,
+                                     mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk,
+                                     s_scan_avx2_t *t, const float *na, const float *nb, size_t nn)
+{
+    return g ? s_ef_gen_avx2(g, r, n, c, gen, q, pk, t, na, nb, nn)
+             : s_ef_gen_avx2(NULL, r, n, c, gen, q, pk, t, na, NULL, nn);
+}
+
 /* The fused error-feedback kernel: each value is loaded once and stored once, its code
  * packed to a byte as s_quantize_avx2 does (and to K bits when PK is given). */
 S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float lo, float inv,
@@ -1043,7 +1055,7 @@ S_AVX2 static void s_quantize_ef_avx2(const float *g, float *r, size_t n, float 
     size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, pk, NULL, NULL, NULL, 0);
     _mm256_zeroupper();
     if (i < n) /* never with PK: n is then a multiple of 32 */
-        s_quantize_ef_c(g + i, r + i, n - i, lo, inv, top, d, gen, q + i, NULL);
+        s_quantize_ef_c(g ? g + i : NULL, r + i, n - i, lo, inv, top, d, gen, q + i, NULL);
 }
 
 /* quantize_ef over this bucket's run while the next bucket's range is scanned in the same
@@ -1060,7 +1072,7 @@ S_AVX2 static bool s_quantize_ef_scan_avx2(const float *g, float *r, size_t n, f
     size_t i = s_ef_any_avx2(g, r, n, &c, gen, q, pk, &t, na, nb, nn);
     bool ok = s_scan_end_avx2(&t, na, nb, i, nn, nlo, nhi);
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i,
+        s_quantize_ef_avx2(g ? g + i : NULL, r + i, n - i, lo, inv, top, d, gen, q + i,
                            s_pk_at(pk, i, d->levels));
     return ok;
 }
@@ -1154,13 +1166,13 @@ S_AVX512 S_INLINE __m512i s_q16_avx512(__m512 v, __m512 lo, __m512 inv, __m512 r
     return _mm512_cvttps_epi32(clamp ? _mm512_min_ps(y, top) : y);
 }
 
-/* Sixteen values of error feedback with noise RN: as s_ef8_avx2, the codes returned as 32-bit
- * lanes, and no clamp when rounding to nearest. With at most 16 codes (SMALL) the decoded
- * value is one permute from the table of them. */
+/* Sixteen values of error feedback with noise RN: as s_ef8_avx2 (G NULL: in place), the codes
+ * returned as 32-bit lanes, and no clamp when rounding to nearest. With at most 16 codes (SMALL)
+ * the decoded value is one permute from the table of them. */
 S_AVX512 S_INLINE __m512i s_ef16_avx512(const float *g, float *r, const s_ef_avx512_t *c, __m512 rn,
                                         bool gen, bool small)
 {
-    __m512 v = _mm512_add_ps(_mm512_loadu_ps(r), _mm512_loadu_ps(g));
+    __m512 v = g ? _mm512_add_ps(_mm512_loadu_ps(r), _mm512_loadu_ps(g)) : _mm512_loadu_ps(r);
     __m512i k = s_q16_avx512(v, c->lo, c->inv, rn, c->top, gen);
     __m512 x = small ? _mm512_permutexvar_ps(k, c->tbl) : s_deq16_avx512(c, k);
     _mm512_storeu_ps(r, _mm512_add_ps(v, x));
@@ -1229,67 +1241,88 @@ S_AVX512 S_INLINE void s_ef64_avx512(const float *g, float *r, const s_ef_avx512
         s_noise32_avx512(s, &n2, &n3);
     }
     __m512i k0 = s_ef16_avx512(g, r, c, n0, gen, small);
-    __m512i k1 = s_ef16_avx512(g + 16, r + 16, c, n1, gen, small);
-    __m512i k2 = s_ef16_avx512(g + 32, r + 32, c, n2, gen, small);
-    __m512i k3 = s_ef16_avx512(g + 48, r + 48, c, n3, gen, small);
+    __m512i k1 = s_ef16_avx512(g ? g + 16 : NULL, r + 16, c, n1, gen, small);
+    __m512i k2 = s_ef16_avx512(g ? g + 32 : NULL, r + 32, c, n2, gen, small);
+    __m512i k3 = s_ef16_avx512(g ? g + 48 : NULL, r + 48, c, n3, gen, small);
     __m512i w = s_codes64_avx512(k0, k1, k2, k3);
     _mm512_storeu_si512(q, w);
     if (pk)
         s_pack64_avx512(w, pk, c->K);
 }
 
-S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,
-                                          float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
-                                          uint8_t *q, uint8_t *pk)
+/* The walk, inlined twice: with a gradient G to add, and in place (G NULL). */
+S_AVX512 S_INLINE void s_ef_walk_avx512(const float *g, float *r, size_t n, float lo, float inv,
+                                        float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
+                                        uint8_t *q, uint8_t *pk)
 {
     const s_ef_avx512_t c = s_ef_consts_avx512(lo, inv, top, d);
     __m256i s[4];
     s_gen_load_avx2(gen, s);
     size_t i = 0;
     for (; i + 64 <= n; i += 64) {
-        s_prefetch_ahead_l2(g + i);
+        if (g) {
+            s_prefetch_ahead_l2(g + i);
+            s_prefetch_ahead_l2(g + i + 32);
+        }
         s_prefetch_ahead_l2(r + i);
-        s_prefetch_ahead_l2(g + i + 32);
         s_prefetch_ahead_l2(r + i + 32);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk_at(pk, i, d->levels));
+        s_ef64_avx512(g ? g + i : NULL, r + i, &c, gen != NULL, c.small, s, q + i,
+                      s_pk_at(pk, i, d->levels));
     }
     s_gen_store_avx2(gen, s);
     _mm256_zeroupper();
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i,
+        s_quantize_ef_avx2(g ? g + i : NULL, r + i, n - i, lo, inv, top, d, gen, q + i,
                            s_pk_at(pk, i, d->levels));
 }
 
-/* As s_quantize_ef_scan_avx2: the next bucket's range (the extremes of na + nb, and whether a
- * sum is NaN) taken 64 values a step in the same loop. */
-S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t n, float lo,
-                                               float inv, float top, const mq_quant_deq_t *d,
-                                               mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk,
-                                               const float *na, const float *nb, size_t nn,
-                                               float *nlo, float *nhi)
+S_AVX512 static void s_quantize_ef_avx512(const float *g, float *r, size_t n, float lo, float inv,
+                                          float top, const mq_quant_deq_t *d, mq_quant_noise_t *gen,
+                                          uint8_t *q, uint8_t *pk)
+{
+    if (g)
+        s_ef_walk_avx512(g, r, n, lo, inv, top, d, gen, q, pk);
+    else
+        s_ef_walk_avx512(NULL, r, n, lo, inv, top, d, gen, q, pk);
+}
+
+/* Sixteen values of a range scan: na[i] + nb[i], or na[i] alone (NB NULL). */
+S_AVX512 S_INLINE __m512 s_scan_load_avx512(const float *na, const float *nb, size_t i)
+{
+    __m512 u = _mm512_loadu_ps(na + i);
+    return nb ? _mm512_add_ps(u, _mm512_loadu_ps(nb + i)) : u;
+}
+
+/* The walk and scan, inlined twice: with a gradient G to add, and in place (G and NB NULL). */
+S_AVX512 S_INLINE bool s_ef_scan_walk_avx512(const float *g, float *r, size_t n, float lo,
+                                             float inv, float top, const mq_quant_deq_t *d,
+                                             mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk,
+                                             const float *na, const float *nb, size_t nn,
+                                             float *nlo, float *nhi)
 {
     const s_ef_avx512_t c = s_ef_consts_avx512(lo, inv, top, d);
     __m256i s[4];
     s_gen_load_avx2(gen, s);
-    const __m512 f = _mm512_set1_ps(na[0] + nb[0]);
+    const __m512 f = _mm512_set1_ps(nb ? na[0] + nb[0] : na[0]);
     __m512 mn0 = f, mn1 = f, mx0 = f, mx1 = f;
     __mmask16 bad = 0;
     size_t i = 0;
     for (; i + 64 <= n && i + 64 <= nn; i += 64) {
         s_prefetch_ahead_l2(na + i);
-        s_prefetch_ahead_l2(nb + i);
         s_prefetch_ahead_l2(na + i + 32);
-        s_prefetch_ahead_l2(nb + i + 32);
-        __m512 u = _mm512_add_ps(_mm512_loadu_ps(na + i), _mm512_loadu_ps(nb + i));
-        __m512 v = _mm512_add_ps(_mm512_loadu_ps(na + i + 16), _mm512_loadu_ps(nb + i + 16));
-        __m512 w = _mm512_add_ps(_mm512_loadu_ps(na + i + 32), _mm512_loadu_ps(nb + i + 32));
-        __m512 z = _mm512_add_ps(_mm512_loadu_ps(na + i + 48), _mm512_loadu_ps(nb + i + 48));
+        if (nb) {
+            s_prefetch_ahead_l2(nb + i);
+            s_prefetch_ahead_l2(nb + i + 32);
+        }
+        __m512 u = s_scan_load_avx512(na, nb, i), v = s_scan_load_avx512(na, nb, i + 16);
+        __m512 w = s_scan_load_avx512(na, nb, i + 32), z = s_scan_load_avx512(na, nb, i + 48);
         mn0 = _mm512_min_ps(_mm512_min_ps(u, v), mn0);
         mn1 = _mm512_min_ps(_mm512_min_ps(w, z), mn1);
         mx0 = _mm512_max_ps(_mm512_max_ps(u, v), mx0);
         mx1 = _mm512_max_ps(_mm512_max_ps(w, z), mx1);
         bad |= _mm512_cmp_ps_mask(u, v, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(w, z, _CMP_UNORD_Q);
-        s_ef64_avx512(g + i, r + i, &c, gen != NULL, c.small, s, q + i, s_pk_at(pk, i, d->levels));
+        s_ef64_avx512(g ? g + i : NULL, r + i, &c, gen != NULL, c.small, s, q + i,
+                      s_pk_at(pk, i, d->levels));
     }
     s_gen_store_avx2(gen, s);
     float l = _mm512_reduce_min_ps(_mm512_min_ps(mn0, mn1)),
@@ -1298,16 +1331,31 @@ S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t 
     bool ok = !bad;
     if (i < nn) { /* the rest of the next bucket's range */
         float rl, rh;
-        ok = s_minmax_sum_avx2(na + i, nb + i, nn - i, &rl, &rh) && ok;
+        ok = (nb ? s_minmax_sum_avx2(na + i, nb + i, nn - i, &rl, &rh)
+                 : s_minmax_avx2(na + i, nn - i, &rl, &rh)) &&
+             ok;
         l = rl < l ? rl : l;
         h = rh > h ? rh : h;
     }
     *nlo = l;
     *nhi = h;
     if (i < n)
-        s_quantize_ef_avx2(g + i, r + i, n - i, lo, inv, top, d, gen, q + i,
+        s_quantize_ef_avx2(g ? g + i : NULL, r + i, n - i, lo, inv, top, d, gen, q + i,
                            s_pk_at(pk, i, d->levels));
     return ok && l - l == 0.0f && h - h == 0.0f;
+}
+
+/* As s_quantize_ef_scan_avx2: the next bucket's range (the extremes of na + nb, or of na alone
+ * in place, and whether one is NaN) taken 64 values a step in the same loop. */
+S_AVX512 static bool s_quantize_ef_scan_avx512(const float *g, float *r, size_t n, float lo,
+                                               float inv, float top, const mq_quant_deq_t *d,
+                                               mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk,
+                                               const float *na, const float *nb, size_t nn,
+                                               float *nlo, float *nhi)
+{
+    return g ? s_ef_scan_walk_avx512(g, r, n, lo, inv, top, d, gen, q, pk, na, nb, nn, nlo, nhi)
+             : s_ef_scan_walk_avx512(NULL, r, n, lo, inv, top, d, gen, q, pk, na, NULL, nn, nlo,
+                                     nhi);
 }
 
 /* ---- AVX-512: the plain and stochastic encodes ---------------------------------------------

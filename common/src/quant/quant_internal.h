@@ -492,7 +492,8 @@ typedef struct {
     bool (*minmax_sum)(const float *a, const float *b, size_t n, float *lo, float *hi);
     /* dst[i] += src[i]. */
     void (*add)(float *dst, const float *src, size_t n);
-    /* One bucket run of error feedback: v = r[i] + g[i], q[i] its code (as quantize, or as
+    /* One bucket run of error feedback: v = r[i] + g[i] (r[i] itself when G is NULL: in place,
+     * the sums formed by the caller), q[i] its code (as quantize, or as
      * quantize_noise when G is not NULL), then r[i] = v + the code's value decoded with D
      * (the bucket's dequantize constants at scale -1): add, quantize and an accumulating
      * dequantize bit for bit, in one walk over the values. PK as quantize's (K from D's
@@ -504,8 +505,9 @@ typedef struct {
     void (*quantize_ef)(const float *g, float *r, size_t n, float lo, float inv, float top,
                         const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q, uint8_t *pk);
     /* quantize_ef(g, r, n, ...), then minmax_sum(na, nb, nn, nlo, nhi) of the next bucket
-     * (nn > 0), with the same results: error feedback's walk with buckets, where the next
-     * bucket's range is scanned while this one is quantized. */
+     * (nn > 0; minmax(na, nn, ...) when NB is NULL, as it is when G is), with the same results:
+     * error feedback's walk with buckets, where the next bucket's range is scanned while this
+     * one is quantized. */
     bool (*quantize_ef_scan)(const float *g, float *r, size_t n, float lo, float inv, float top,
                              const mq_quant_deq_t *d, mq_quant_noise_t *gen, uint8_t *q,
                              uint8_t *pk, const float *na, const float *nb, size_t nn, float *nlo,
