@@ -226,7 +226,7 @@ static void s_fc_fast_check(int n, int in, int out)
         s_fill(v, 1, seed++, 1), dy[i] = (float)v[0], y[i] = (float)(i % 5);
     const float l2 = 0.01f;
     mq_fc_fast_forward(x, n, in, out, w, y);
-    double loss = mq_fc_fast_backward_l2(x, dy, n, in, out, w, l2, dw, dx);
+    double loss = mq_fc_fast_backward_l2(x, dy, n, in, out, w, l2, dw, dx, false);
     cr_assert_geq(loss, 0, "%dx%dx%d: the backward did not run", n, in, out);
     double worst = 0, ss = 0;
     for (int m = 0; m < n; m++)
@@ -265,9 +265,21 @@ static void s_fc_fast_check(int n, int in, int out)
     cr_expect_float_eq(loss, 0.5 * l2 * ss, 1e-5 * loss, "%dx%dx%d: L2 term %g, not %g", n, in, out,
                        loss, 0.5 * l2 * ss);
     /* Without dx: the same dw, bit for bit. */
-    cr_expect_float_eq(mq_fc_fast_backward_l2(x, dy, n, in, out, w, l2, dw2, NULL), loss, 0);
+    cr_expect_float_eq(mq_fc_fast_backward_l2(x, dy, n, in, out, w, l2, dw2, NULL, false), loss, 0);
     cr_expect(memcmp(dw, dw2, sizeof(float) * in * out) == 0, "%dx%dx%d: dw depends on dx", n, in,
               out);
+    /* Accumulating: what dw2 held plus the gradient, each value to float rounding of its
+     * terms (the old value one of them). */
+    for (int i = 0; i < in * out; i++)
+        dw2[i] = (float)(i % 7 - 3) * 0.25f;
+    double acc_loss = mq_fc_fast_backward_l2(x, dy, n, in, out, w, l2, dw2, dx, true);
+    cr_expect_float_eq(acc_loss, loss, 0); /* (a macro that may evaluate its arguments twice) */
+    worst = 0;
+    for (int i = 0; i < in * out; i++) {
+        double old = (i % 7 - 3) * 0.25, mag = fabs(old) + fabs((double)dw[i]) + 1e-30;
+        worst = fmax(worst, fabs(dw2[i] - (old + dw[i])) / mag);
+    }
+    cr_expect_lt(worst, 1e-5, "%dx%dx%d: accumulated dw off by %g", n, in, out, worst);
     free(x), free(w), free(dy), free(y), free(dw), free(dx), free(dw2);
 }
 
@@ -434,7 +446,7 @@ static void s_fc_threads_check(const char *set)
         r[t][1] = malloc(sizeof(float) * in * out);
         r[t][2] = malloc(sizeof(float) * n * in);
         mq_fc_fast_forward(x, n, in, out, w, r[t][0]);
-        loss[t] = mq_fc_fast_backward_l2(x, dy, n, in, out, w, 0.01f, r[t][1], r[t][2]);
+        loss[t] = mq_fc_fast_backward_l2(x, dy, n, in, out, w, 0.01f, r[t][1], r[t][2], false);
     }
     for (int t = 1; t < 4; t++) {
         cr_expect(memcmp(r[0][0], r[t][0], sizeof(float) * n * out) == 0,
@@ -727,6 +739,62 @@ Test(nn, ready_callback_sees_the_final_fc_gradients_before_the_convolutions, .ti
     cr_expect_eq(r.calls, 1, "not called once cleared");
     free(r.seen);
     mq_model_destroy(&m);
+}
+
+/* With accumulation set on some tensors, a step adds their gradient to what they hold (error
+ * feedback's residual), to float rounding of the two, and writes the others bit for bit as a
+ * step without it does; on the small and the paper model, with the fully connected kernels
+ * and with sgemm (which take the fully connected layers' in different ways). */
+Test(nn, accumulating_tensors_add_their_gradient_and_the_others_are_written_over, .timeout = 60)
+{
+    enum { N = 8 };
+    float x[N * 784];
+    uint8_t y[N];
+    for (int i = 0; i < N * 784; i++)
+        x[i] = (float)((i * 37) % 101) / 101 - 0.5f;
+    for (int i = 0; i < N; i++)
+        y[i] = (uint8_t)(i % 10);
+    static const char *models[] = {"small", "paper"};
+    static const mq_fc_kind_t kinds[] = {MQ_FC_AVX512, MQ_FC_AVX2, MQ_FC_BLAS};
+    for (size_t mi = 0; mi < 2; mi++)
+        for (size_t ki = 0; ki < 3; ki++) {
+            if (!mq_fc_use(kinds[ki]))
+                continue;
+            mq_model_t *m = mq_model_new(models[mi], 1, N, 1e-3f);
+            cr_assert_not_null(m);
+            mq_model_init(m, 3);
+            const size_t np = mq_model_nparams(m), nt = mq_model_ntensors(m);
+            float *g = mq_model_grads(m), *want = malloc(np * sizeof *want);
+            mq_model_grad(m, x, y, N);
+            memcpy(want, g, np * sizeof *want);
+            for (unsigned mask = 1; mask <= 2; mask++) { /* 1: every tensor; 2: the weights */
+                for (size_t i = 0; i < np; i++)
+                    g[i] = (float)((int)(i * 7 % 13) - 6) * 1e-3f;
+                for (size_t t = 0; t < nt; t++)
+                    mq_model_set_accumulate(m, t, mask == 1 || t % 2 == 0);
+                mq_model_grad(m, x, y, N);
+                for (size_t t = 0; t < nt; t++) {
+                    const mq_tensor_view_t *v = mq_model_tensor(m, t);
+                    bool acc = mask == 1 || t % 2 == 0;
+                    double worst = 0;
+                    for (size_t i = v->offset; i < v->offset + v->count; i++) {
+                        double old = (double)((int)(i * 7 % 13) - 6) * 1e-3;
+                        if (acc)
+                            worst = fmax(worst, fabs(g[i] - (old + want[i])) /
+                                                    (fabs(old) + fabs((double)want[i])));
+                        else
+                            worst = fmax(worst, memcmp(&g[i], &want[i], sizeof *g) != 0);
+                    }
+                    cr_expect_lt(worst, acc ? 1e-4 : 0.5, "%s, fc kind %zu, mask %u: %s %s (%g)",
+                                 models[mi], ki, mask, v->name,
+                                 acc ? "did not add its gradient" : "was not written over", worst);
+                }
+                for (size_t t = 0; t < nt; t++)
+                    mq_model_set_accumulate(m, t, false);
+            }
+            free(want);
+            mq_model_destroy(&m);
+        }
 }
 
 Test(nn, eval_in_chunks_equals_eval_of_each_example)

@@ -40,8 +40,15 @@ float *mq_model_grads(mq_model_t *m);
 void mq_model_init(mq_model_t *m, uint64_t seed);
 
 /* Forward and backward on a batch: x is batch x C x 28 x 28, y holds labels 0..9. Writes the
- * gradient of (mean cross-entropy + L2 term) into mq_model_grads and returns that loss. */
+ * gradient of (mean cross-entropy + L2 term) into mq_model_grads (adds it, for the tensors set
+ * to accumulate) and returns that loss. */
 float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch);
+
+/* From the next mq_model_grad on, tensor TENSOR's gradient is added to what mq_model_grads
+ * holds there (ON), or written over it (off, the default): error feedback keeps its residual
+ * there, and the backward adds the gradient to it as it computes it (in the same pass, for
+ * the fully connected weights, that adds the L2 term), so the encode reads one array. */
+void mq_model_set_accumulate(mq_model_t *m, size_t tensor, bool on);
 
 /* Forward only, in chunks of at most max_batch: adds the summed loss and the number of
  * correct predictions of the n examples to *loss_sum and *correct. */
@@ -51,7 +58,8 @@ void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, doubl
 /* Called during mq_model_grad once the gradient from flat index FROM to the end is final
  * (the fully connected layers come first in the backward pass; the convolutions' gradients,
  * before FROM, are still being computed): the caller may read, encode and send that part
- * while the rest of the backward runs, and must not write it. Not called for a model whose
+ * while the rest of the backward runs (and write it: the backward does not read it again,
+ * and error feedback in place leaves its residual there). Not called for a model whose
  * last tensors are not final early; the whole gradient is final when mq_model_grad returns. */
 typedef void(mq_grad_ready_fn)(void *arg, size_t from);
 void mq_model_on_grad_ready(mq_model_t *m, mq_grad_ready_fn *fn, void *arg);

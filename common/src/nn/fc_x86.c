@@ -90,6 +90,7 @@ typedef struct {
     double *ss; /* each block's sum of w^2 */
     int n, in, out, mp;
     float l2;
+    bool acc; /* dw += the gradient (mq_fc_fast_backward_l2) */
 } s_bwd_t;
 
 /* AVX-512: tiles of 8 x 48 forward, 4 x 48 backward. */
@@ -238,18 +239,19 @@ void mq_fc_fast_forward(const float *x, int n, int in, int out, const float *wt,
 }
 
 double mq_fc_fast_backward_l2(const float *x, const float *dy, int n, int in, int out,
-                              const float *wt, float l2, float *dw, float *dx)
+                              const float *wt, float l2, float *dw, float *dx, bool acc)
 {
 #if MQ_FC_X86
     switch (mq_fc_kind()) {
     case MQ_FC_AVX512:
-        return s_backward_l2_avx512(x, dy, n, in, out, wt, l2, dw, dx);
+        return s_backward_l2_avx512(x, dy, n, in, out, wt, l2, dw, dx, acc);
     case MQ_FC_AVX2:
-        return s_backward_l2_avx2(x, dy, n, in, out, wt, l2, dw, dx);
+        return s_backward_l2_avx2(x, dy, n, in, out, wt, l2, dw, dx, acc);
     case MQ_FC_BLAS:
         break;
     }
 #endif
     (void)x, (void)dy, (void)n, (void)in, (void)out, (void)wt, (void)l2, (void)dw, (void)dx;
+    (void)acc;
     return -1;
 }

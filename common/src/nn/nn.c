@@ -235,6 +235,12 @@ float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch)
     return loss;
 }
 
+void mq_model_set_accumulate(mq_model_t *m, size_t tensor, bool on)
+{
+    if (tensor < MQ_NTENSORS)
+        mq_net_accumulate_f(m->net, tensor, on);
+}
+
 void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, double *loss_sum,
                    long *correct)
 {

@@ -121,6 +121,9 @@ int mq_pool_out(int h);
     double mq_net_grad_##sfx(mq_net_##sfx##_t *net, const real *params, real *grads,          \
                              const real *x, const uint8_t *y, int n, mq_grad_ready_fn *ready, \
                              void *ready_arg);                                                \
+    /* From the next mq_net_grad on, TENSOR's gradient is added to what grads holds there     \
+     * (ON) or written over it (off, the default). */                                         \
+    void mq_net_accumulate_##sfx(mq_net_##sfx##_t *net, size_t tensor, bool on);              \
     /* Forward only; adds summed CE and correct predictions. */                               \
     void mq_net_eval_##sfx(mq_net_##sfx##_t *net, const real *params, const real *x,          \
                            const uint8_t *y, int n, double *loss_sum, long *correct);
@@ -159,9 +162,9 @@ void mq_nn_share(int count, int part, int parts, int *lo, int *hi);
  * mq_nn_parts_for() threads.
  * mq_fc_fast_forward: y += x w (sgemm where the kernels cannot run, or out narrower than a
  * tile: 48 columns with AVX-512, 24 with AVX2).
- * mq_fc_fast_backward_l2: dw = x^T dy + l2 w, dx = dy w^T (dx may be NULL); returns
- * l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or without
- * scratch memory. */
+ * mq_fc_fast_backward_l2: dw = x^T dy + l2 w (added to dw with ACC), dx = dy w^T (dx may be
+ * NULL); returns l2 * 0.5 * sum(w^2), or -1 (nothing written) where the kernels cannot run or
+ * without scratch memory. */
 typedef enum { MQ_FC_BLAS, MQ_FC_AVX2, MQ_FC_AVX512 } mq_fc_kind_t;
 mq_fc_kind_t mq_fc_kind(void);
 bool mq_fc_use(mq_fc_kind_t kind);
@@ -182,7 +185,7 @@ void mq_conv_fast_col2im(const float *col, size_t ld, int n, int c, int h, int w
 bool mq_conv_fast_pool(const float *x, int planes, int h, int w, float *y, int32_t *arg);
 void mq_fc_fast_forward(const float *x, int n, int in, int out, const float *wt, float *y);
 double mq_fc_fast_backward_l2(const float *x, const float *dy, int n, int in, int out,
-                              const float *wt, float l2, float *dw, float *dx);
+                              const float *wt, float l2, float *dw, float *dx, bool acc);
 MQ_NN_DECLARE(double, d)
 
 #endif
