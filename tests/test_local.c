@@ -197,6 +197,35 @@ Test(local, default_paper_cluster_learns, .timeout = 600)
     test_rmtree(ckpt);
 }
 
+/* Error feedback, its residual kept in the workers' gradient buffers (the model adds each
+ * quantized tensor's gradient onto it, the convolution's and the fully connected layers'
+ * alike at this threshold), trains: 2 bits with a range per 512 values. */
+Test(local, error_feedback_run_learns, .timeout = 240)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-ef-%d", (int)getpid());
+    const char *args[] = {"--model",          "small",   "--iterations",       "300",
+                          "--eval-every",     "0",       "--final-eval-limit", "2000",
+                          "--policy",         "fixed:2", "--threshold",        "1000",
+                          "--error-feedback", NULL};
+    int code = test_wait(test_spawn_args(dir, args), 200);
+    char *summary = test_slurp(dir, "summary.json");
+    cr_assert_eq(code, 0, "mqgrad local exited with %d: %s", code, summary);
+    cr_expect(strstr(summary, "\"status\": \"completed\""), "%s", summary);
+    double acc = test_json_num(summary, "final_test_acc");
+    cr_log_info("error feedback at 2 bits, small model, 300 iterations: test accuracy %.2f%%",
+                acc * 100);
+    cr_expect(acc >= 0.65,
+              "test accuracy %.2f%% after 300 iterations (measured 76.8%% and "
+              "77.2%%; chance is 10%%)",
+              acc * 100);
+    free(summary);
+    char *config = test_slurp(dir, "config.json");
+    cr_expect(strstr(config, "\"error_feedback\":true"), "%s", config);
+    free(config);
+    test_rmtree(dir);
+}
+
 /* An absurd learning rate blows the loss up at once: the run is declared diverged, says why,
  * and mqgrad local exits with the documented code instead of "completed". */
 Test(local, absurd_learning_rate_is_declared_diverged, .timeout = 240)

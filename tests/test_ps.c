@@ -240,6 +240,13 @@ Test(ps, an_fp32_segment_is_sent_from_the_callers_floats_without_a_copy)
     cr_assert_eq(st.sq, 0.0);
     out.free_fn((void *)out.data, out.hint);
     cr_assert_eq(atomic_load(&ref.refs), 0, "ZeroMQ's release drops the reference");
+    /* error feedback runs in place: a residual array apart from the values is refused */
+    float other[300] = {0};
+    cr_assert_eq(
+        mq_ps_encode_segment(&seg, &none, values, &coder, &ref, other, NULL, S_LR, &h, &out, NULL),
+        -1);
+    cr_assert(strstr(mq_err_last(), "in place"), "%s", mq_err_last());
+    cr_assert_eq(atomic_load(&ref.refs), 0, "nothing was sent");
     mq_seg_coder_release(&coder);
     mq_sendbuf_release(&ref);
 }
@@ -949,7 +956,8 @@ Test(ps, kv_slicer_can_be_replaced_and_a_bad_plan_is_refused)
 typedef struct {
     mq_model_t *model;
     mq_kv_worker_t *kw;
-    float *g;
+    float *g;     /* the model's gradient buffer, where the module finds it */
+    float *fresh; /* this iteration's gradient, put there as the model would */
     mq_tensor_hdr_t hdrs[S_SERVERS][MQ_WIRE_MAX_TENSORS];
     mq_payload_t out[S_SERVERS][MQ_WIRE_MAX_TENSORS];
     const uint8_t *data[S_SERVERS][MQ_WIRE_MAX_TENSORS];
@@ -959,6 +967,7 @@ typedef struct {
 /* P workers and S_SERVERS servers, each server with its own master copy; no sockets. */
 typedef struct {
     uint32_t P;
+    bool ef;
     s_replica_t w[S_P];
     mq_model_t *master[S_SERVERS];
     mq_kv_t *kv[S_SERVERS];
@@ -987,6 +996,7 @@ static void s_cluster_init(s_cluster_t *c, uint32_t P, const char *codec, const 
 {
     memset(c, 0, sizeof *c);
     c->P = P;
+    c->ef = ef;
     for (uint32_t s = 0; s < S_SERVERS; s++) {
         c->master[s] = s_model();
         mq_kv_config_t cfg = {.servers = S_SERVERS, .rank = s, .workers = P,
@@ -998,8 +1008,9 @@ static void s_cluster_init(s_cluster_t *c, uint32_t P, const char *codec, const 
     for (uint32_t r = 0; r < P; r++) {
         s_replica_t *w = &c->w[r];
         w->model = s_model();
-        w->g = malloc(mq_model_nparams(w->model) * sizeof(float));
-        cr_assert(w->g);
+        w->g = mq_model_grads(w->model);
+        w->fresh = malloc(mq_model_nparams(w->model) * sizeof(float));
+        cr_assert(w->fresh);
         mq_kv_worker_config_t cfg = s_worker_cfg(r, P, codec, optim);
         cfg.error_feedback = ef;
         cfg.slicer = slicer;
@@ -1013,13 +1024,25 @@ static void s_cluster_fini(s_cluster_t *c)
     for (uint32_t r = 0; r < c->P; r++) {
         mq_kv_worker_destroy(&c->w[r].kw);
         mq_kv_worker_destroy(&c->w[r].kw);
-        free(c->w[r].g);
+        free(c->w[r].fresh);
         mq_model_destroy(&c->w[r].model);
     }
     for (uint32_t s = 0; s < S_SERVERS; s++) {
         mq_kv_destroy(&c->kv[s]);
         mq_model_destroy(&c->master[s]);
     }
+}
+
+/* GRAD into the gradient buffer G as the model of a worker with error feedback (EF) puts it
+ * there: added onto the residual of the quantized segments, over the rest. */
+static void s_put_gradient(const mq_kv_worker_t *kw, const float *grad, float *g, bool ef)
+{
+    for (uint32_t s = 0; s < S_SERVERS; s++)
+        for (uint32_t i = 0; i < mq_kv_worker_shard(kw, s)->nsegs; i++) {
+            const mq_segment_t *seg = &mq_kv_worker_shard(kw, s)->segs[i];
+            for (size_t j = seg->flat; j < seg->flat + seg->count; j++)
+                g[j] = ef && seg->quantized ? g[j] + grad[j] : grad[j];
+        }
 }
 
 static void s_drop(mq_payload_t *out, uint32_t n)
@@ -1036,7 +1059,8 @@ static void s_cluster_iter(s_cluster_t *c, uint64_t it, int bits)
     for (uint32_t r = 0; r < c->P; r++) {
         s_replica_t *w = &c->w[r];
         cr_assert_eq(mq_kv_worker_wait(w->kw, 1000), 0, "%s", mq_err_last());
-        s_normal(w->g, n, 1000 * it + r + 7);
+        s_normal(w->fresh, n, 1000 * it + r + 7);
+        s_put_gradient(w->kw, w->fresh, w->g, c->ef);
         for (uint32_t s = 0; s < S_SERVERS; s++) {
             cr_assert_eq(mq_kv_worker_encode(w->kw, s, w->g, bits, S_LR, w->hdrs[s], w->out[s],
                                              NULL),
@@ -1163,28 +1187,46 @@ Test(ps, kv_worker_sends_fp32_segments_from_the_gradient_without_a_copy)
 }
 
 /* Error feedback by hand: v = g + r, the push is Q(v), and r becomes v - Q(v) (the decoded
- * push subtracted from v); fp32 segments leave their residual at zero. */
+ * push subtracted from v), kept in place in the model's gradient buffer, which the module has
+ * zeroed there and set to accumulate; fp32 segments are written over. A level of 32 bits
+ * sends the sums whole, and their residual is zero for the next gradient. */
 Test(ps, kv_worker_error_feedback_carries_what_the_push_left_out)
 {
     mq_model_t *m = s_model();
     size_t n = mq_model_nparams(m);
     float *g = malloc(n * sizeof *g), *r = calloc(n, sizeof *r), *t = malloc(n * sizeof *t);
+    float *buf = mq_model_grads(m);
     cr_assert(g && r && t);
+    for (size_t j = 0; j < n; j++)
+        buf[j] = 1.0f; /* an earlier gradient */
     mq_kv_worker_config_t cfg = s_worker_cfg(0, 2, "uniform", "sgd");
     cfg.error_feedback = true;
     mq_kv_worker_t *kw = mq_kv_worker_new(m, &cfg);
     cr_assert(kw, "%s", mq_err_last());
     const float *res = mq_kv_worker_residual(kw);
-    cr_assert(res && s_same_floats(res, r, n), "the residual starts at zero");
+    cr_assert_eq(res, buf, "the residual is in the model's gradient buffer");
     mq_tensor_hdr_t hdrs[MQ_WIRE_MAX_TENSORS];
     mq_payload_t out[MQ_WIRE_MAX_TENSORS];
-    for (uint64_t it = 0; it < 3; it++) {
+    cr_assert_eq(mq_kv_worker_encode(kw, 0, g, 3, S_LR, hdrs, out, NULL), -1,
+                 "another array than the model's gradient");
+    for (uint64_t it = 0; it < 4; it++) {
+        int bits = it == 2 ? 32 : 3;
         cr_assert_eq(mq_kv_worker_wait(kw, 1000), 0, "%s", mq_err_last());
+        for (uint32_t s = 0; s < S_SERVERS; s++)
+            for (uint32_t i = 0; i < mq_kv_worker_shard(kw, s)->nsegs; i++) {
+                const mq_segment_t *seg = &mq_kv_worker_shard(kw, s)->segs[i];
+                for (size_t j = seg->flat; j < seg->flat + seg->count; j++)
+                    cr_assert(!seg->quantized || res[j] == r[j],
+                              "iteration %llu, %s: the residual before the gradient is not the "
+                              "last v - Q(v)",
+                              (unsigned long long)it, seg->name);
+            }
         s_normal(g, n, 50 + it);
+        s_put_gradient(kw, g, buf, true);
         double sq = 0, hand_sq = 0;
         for (uint32_t s = 0; s < S_SERVERS; s++) {
             const mq_shard_t *sh = mq_kv_worker_shard(kw, s);
-            cr_assert_eq(mq_kv_worker_encode(kw, s, g, 3, S_LR, hdrs, out, &sq), 0, "%s",
+            cr_assert_eq(mq_kv_worker_encode(kw, s, buf, bits, S_LR, hdrs, out, &sq), 0, "%s",
                          mq_err_last());
             for (uint32_t i = 0; i < sh->nsegs; i++) {
                 const mq_segment_t *seg = &sh->segs[i];
@@ -1193,6 +1235,11 @@ Test(ps, kv_worker_error_feedback_carries_what_the_push_left_out)
                 float *v = r + seg->flat;
                 for (size_t j = 0; j < seg->count; j++)
                     v[j] = g[seg->flat + j] + v[j];
+                if (bits == 32) { /* sent whole: nothing left out */
+                    cr_assert_eq(hdrs[i].codec.id, MQ_CODEC_ID_none);
+                    memset(v, 0, seg->count * sizeof *v);
+                    continue;
+                }
                 cr_assert_eq(mq_codec_decode(&hdrs[i].codec, out[i].data, out[i].len, v,
                                              seg->count, -1.0f, true, NULL),
                              0, "%s", mq_err_last());
@@ -1201,12 +1248,14 @@ Test(ps, kv_worker_error_feedback_carries_what_the_push_left_out)
                              0);
                 for (size_t j = 0; j < seg->count; j++)
                     hand_sq += (double)t[seg->flat + j] * t[seg->flat + j];
+                for (size_t j = 0; j < seg->count; j++)
+                    cr_assert(res[seg->flat + j] == v[j],
+                              "iteration %llu, %s: the residual is not v - Q(v)",
+                              (unsigned long long)it, seg->name);
             }
             s_drop(out, sh->nsegs);
         }
-        cr_assert(s_same_floats(res, r, n), "iteration %llu: the residual is not v - Q(v)",
-                  (unsigned long long)it);
-        cr_assert_float_eq(sq, hand_sq, 1e-6 * hand_sq, "sent norm %g, by hand %g", sq,
+        cr_assert_float_eq(sq, hand_sq, 1e-6 * hand_sq + 1e-300, "sent norm %g, by hand %g", sq,
                            hand_sq);
     }
     bool moved = false;
@@ -1215,6 +1264,49 @@ Test(ps, kv_worker_error_feedback_carries_what_the_push_left_out)
     cr_assert(moved, "a 3-bit push left nothing out");
     mq_kv_worker_destroy(&kw);
     free(g), free(r), free(t);
+    mq_model_destroy(&m);
+}
+
+/* The module sets the model to add exactly the quantized tensors' gradients onto their
+ * residual (a real step, twice on the same batch: those tensors hold about twice the
+ * gradient, the others the gradient bit for bit), and back to writing them over when it is
+ * destroyed. */
+Test(ps, kv_worker_error_feedback_makes_the_model_accumulate_its_quantized_tensors)
+{
+    mq_model_t *m = s_model();
+    size_t n = mq_model_nparams(m);
+    float x[784], *once = malloc(n * sizeof *once);
+    uint8_t y[1] = {3};
+    for (int i = 0; i < 784; i++)
+        x[i] = (float)((i * 37) % 101) / 101 - 0.5f;
+    mq_model_grad(m, x, y, 1);
+    memcpy(once, mq_model_grads(m), n * sizeof *once);
+    mq_kv_worker_config_t cfg = s_worker_cfg(0, 2, "uniform", "sgd");
+    cfg.error_feedback = true;
+    mq_kv_worker_t *kw = mq_kv_worker_new(m, &cfg);
+    cr_assert(kw, "%s", mq_err_last());
+    mq_model_grad(m, x, y, 1);
+    mq_model_grad(m, x, y, 1);
+    const float *g = mq_model_grads(m);
+    size_t nq = 0;
+    for (uint32_t s = 0; s < S_SERVERS; s++)
+        for (uint32_t i = 0; i < mq_kv_worker_shard(kw, s)->nsegs; i++) {
+            const mq_segment_t *seg = &mq_kv_worker_shard(kw, s)->segs[i];
+            nq += seg->quantized;
+            for (size_t j = seg->flat; j < seg->flat + seg->count; j++)
+                if (seg->quantized)
+                    cr_assert_float_eq(g[j], 2 * once[j], 1e-5 * fabsf(once[j]) + 1e-12,
+                                       "%s: %g is not twice %g", seg->name, g[j], once[j]);
+                else
+                    cr_assert(memcmp(&g[j], &once[j], sizeof *g) == 0, "%s was not written over",
+                              seg->name);
+        }
+    cr_assert_gt(nq, 0, "the plan quantizes something");
+    mq_kv_worker_destroy(&kw);
+    mq_model_grad(m, x, y, 1);
+    cr_assert(memcmp(mq_model_grads(m), once, n * sizeof *once) == 0,
+              "once the module is gone the model writes its gradients over again");
+    free(once);
     mq_model_destroy(&m);
 }
 

@@ -316,7 +316,8 @@ static uint64_t s_sanitize(float *g, size_t n)
 
 /* One pass over shard S of the gradient: sum of g^2 (*SQ), count (*N) and range over its
  * quantized part, and a finite check of its fp32 part (the whole shard in an fp32 run) at
- * memory speed. False if a value is not finite. */
+ * memory speed. False if a value is not finite. With error feedback the quantized part holds
+ * gradient + residual (kv_worker.c), and these are its statistics: what is quantized. */
 static bool s_scan(const s_worker_t *self, const float *g, uint32_t s, double *sq, uint64_t *n,
                    float *lo, float *hi)
 {

@@ -156,7 +156,7 @@ typedef struct {
     bool fp32;
     mq_codec_t codec;       /* the run's codec for quantized segments, level set per push */
     mq_optim_t optim;       /* the update rule the parameters take */
-    bool error_feedback;    /* generic error feedback (one residual per parameter) */
+    bool error_feedback;    /* generic error feedback, its residual in the model's gradient */
     uint64_t rng_seed;      /* the push encoder's generator */
     mq_kv_slicer_fn *slicer; /* NULL: mq_shard_plan; must be the servers' */
 } mq_kv_worker_config_t;
@@ -165,31 +165,38 @@ typedef struct mq_kv_worker_t mq_kv_worker_t;
 
 /* A worker's key/value state for MODEL, whose parameters take the aggregates (borrowed: MODEL
  * must outlive the module). Plans every shard with the slicer and allocates what the
- * iterations use: a segment coder per (shard, segment), the update rule's state and scratch,
- * the residual. NULL with an error on a bad configuration or plan, or out of memory. */
+ * iterations use: a segment coder per (shard, segment), the update rule's state and scratch.
+ * With error feedback the residual lives in MODEL's gradient buffer: the quantized tensors'
+ * part of it is zeroed and MODEL set to add their gradients onto it (mq_model_set_accumulate;
+ * set back on destroy). NULL with an error on a bad configuration or plan (error feedback
+ * with a codec that keeps its own residual among them), or out of memory. */
 mq_kv_worker_t *mq_kv_worker_new(mq_model_t *model, const mq_kv_worker_config_t *cfg);
 /* Frees SELF (waiting, bounded, until ZeroMQ holds no push) and NULLs *SELF_P; safe twice. */
 void mq_kv_worker_destroy(mq_kv_worker_t **self_p);
 
 /* Shard S of the plan, S < cfg.servers. */
 const mq_shard_t *mq_kv_worker_shard(const mq_kv_worker_t *self, uint32_t s);
-/* The error-feedback residual over the flat vector, or NULL without error feedback. */
+/* With error feedback, the model's gradient buffer, whose quantized segments hold their
+ * residual after an encode (and gradient + residual after the next mq_model_grad); NULL
+ * without error feedback. */
 const float *mq_kv_worker_residual(const mq_kv_worker_t *self);
 
 /* Waits at most TIMEOUT_MS until no push still points into the gradient (fp32 segments go
- * out straight from it), so it may be overwritten. Returns 0, or -1 with an error. */
+ * out straight from it), so it may be overwritten; then zeroes the residual of a segment
+ * whose sums went out whole in fp32. Returns 0, or -1 with an error. */
 int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms);
 
 /* Encodes shard S's push from GRADS (the flat gradient, which must stay put until the
- * messages are sent and mq_kv_worker_wait says so) at level BITS and learning rate LR: per
- * segment, in order, HDRS[i] and PAYLOADS[i], i < the shard's segment count. fp32 segments
- * point into GRADS (no copy), quantized ones into the module's buffers, encoded with the
- * module's generator, the codec's state or the residual. Each payload holds a reference the
- * caller drops with free_fn(data, hint) once sent. Adds |Q(g)|^2 of each quantized segment
- * to *SENT_SQ (may be NULL). Returns 0, or -1 with an error and no reference left. */
-int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, const float *grads, int bits,
-                        float lr, mq_tensor_hdr_t *hdrs, mq_payload_t *payloads,
-                        double *sent_sq);
+ * messages are sent and mq_kv_worker_wait says so; with error feedback the model's own
+ * buffer, mq_model_grads, whose quantized segments it leaves holding their residual) at level
+ * BITS and learning rate LR: per segment, in order, HDRS[i] and PAYLOADS[i], i < the shard's
+ * segment count. fp32 segments point into GRADS (no copy), quantized ones into the module's
+ * buffers, encoded with the module's generator, the codec's state or error feedback. Each
+ * payload holds a reference the caller drops with free_fn(data, hint) once sent. Adds
+ * |Q(v)|^2 of each quantized segment's push to *SENT_SQ (may be NULL). Returns 0, or -1 with
+ * an error and no reference left. */
+int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, int bits, float lr,
+                        mq_tensor_hdr_t *hdrs, mq_payload_t *payloads, double *sent_sq);
 
 /* Applies shard S's aggregate of iteration ITER to the parameters under the update rule at
  * learning rate LR, update number ITER + 1: DATA[i], LEN[i] is segment i's payload in

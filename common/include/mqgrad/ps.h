@@ -85,8 +85,9 @@ typedef struct {
 
 /* Encodes VALUES (seg->count floats) with codec C for sending and fills header H and payload
  * OUT. fp32 goes out without a copy, its payload counted on REF; the other codecs encode into
- * CODER's buffer with CODER's state, or with generic error feedback through RESIDUAL
- * (seg->count floats) when it is not NULL. RNG and LR as mq_codec_ctx_t. STATS as
+ * CODER's buffer with CODER's state, or with generic error feedback in place when RESIDUAL is
+ * VALUES (not NULL; any other array is refused): VALUES hold gradient + residual and are left
+ * holding the new residual (mq_codec_encode_ef_inplace). RNG and LR as mq_codec_ctx_t. STATS as
  * mq_codec_encode (may be NULL). Returns 0, or -1 with an error. */
 int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const float *values,
                          mq_seg_coder_t *coder, mq_sendbuf_t *ref, float *residual,

@@ -1,7 +1,13 @@
 /* A worker's key/value layer: every shard's push encoded from the gradient (fp32 segments
  * straight from it, the others into per-segment buffers) and every shard's aggregate applied
  * to the parameters under the update rule. Everything an iteration touches is allocated by
- * mq_kv_worker_new; an iteration itself allocates nothing (coders grow with the level). */
+ * mq_kv_worker_new; an iteration itself allocates nothing (coders grow with the level).
+ *
+ * Error feedback keeps its residual in the model's gradient buffer: the model adds each
+ * quantized tensor's gradient onto it (mq_model_set_accumulate, folded into a pass the
+ * backward makes anyway), and the encode reads the sums and leaves the new residual in the
+ * same place (mq_codec_encode_ef_inplace): one read and one write a value, where a residual
+ * of its own took the encode two reads and a write. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,12 +20,31 @@ struct mq_kv_worker_t {
     mq_shard_t *shards;     /* [servers] */
     mq_seg_coder_t *coders; /* [servers x MQ_WIRE_MAX_TENSORS] */
     mq_sendbuf_t grads_ref; /* counts pushes that still point into the gradient */
-    float *residual;        /* error feedback, one per parameter */
+    /* error feedback: segments whose sums went out whole in fp32 (a level of 32 bits), whose
+     * residual is zero once no push points into them [servers x MQ_WIRE_MAX_TENSORS] */
+    bool *spent;
     float *opt_state;       /* the update rule's state over the flat vector */
     size_t opt_per;         /* its floats per element */
     float *scratch;         /* one decoded segment, for rules other than plain SGD */
     mq_rng_t rng;
 };
+
+/* With error feedback (ON), the model adds the gradients of the quantized tensors onto what
+ * their gradient buffer holds, their residual, which starts at zero; off, it writes them over
+ * again. */
+static void s_accumulate(mq_kv_worker_t *self, bool on)
+{
+    float *g = mq_model_grads(self->model);
+    for (uint32_t s = 0; s < self->cfg.servers; s++)
+        for (uint32_t i = 0; i < self->shards[s].nsegs; i++) {
+            const mq_segment_t *seg = &self->shards[s].segs[i];
+            if (!seg->quantized)
+                continue;
+            mq_model_set_accumulate(self->model, seg->tensor, on);
+            if (on)
+                memset(g + seg->flat, 0, seg->count * sizeof(float));
+        }
+}
 
 static int s_alloc(mq_kv_worker_t *self)
 {
@@ -35,9 +60,11 @@ static int s_alloc(mq_kv_worker_t *self)
     self->coders = calloc((size_t)c->servers * MQ_WIRE_MAX_TENSORS, sizeof *self->coders);
     self->opt_state = nstate ? calloc(nstate, sizeof(float)) : NULL;
     self->scratch = sgd ? NULL : malloc(sizeof(float) * (maxseg + 1));
-    self->residual = c->error_feedback ? calloc(np, sizeof(float)) : NULL;
+    self->spent = c->error_feedback
+                      ? calloc((size_t)c->servers * MQ_WIRE_MAX_TENSORS, sizeof *self->spent)
+                      : NULL;
     if (!self->coders || (nstate && !self->opt_state) || (!sgd && !self->scratch) ||
-        (c->error_feedback && !self->residual)) {
+        (c->error_feedback && !self->spent)) {
         mq_err_set("out of memory for a worker of %zu parameters", np);
         return -1;
     }
@@ -72,6 +99,12 @@ mq_kv_worker_t *mq_kv_worker_new(mq_model_t *model, const mq_kv_worker_config_t 
             0 ||
         s_alloc(self) != 0)
         goto err;
+    if (cfg->error_feedback && mq_codec_state_floats(&cfg->codec, 1024) > 0) {
+        mq_err_set("codec %s keeps its own residual: error feedback does not apply",
+                   mq_codec_ops(&cfg->codec)->name);
+        goto err;
+    }
+    s_accumulate(self, cfg->error_feedback);
     mq_rng_seed(&self->rng, cfg->rng_seed);
     return self;
 err:
@@ -85,12 +118,14 @@ void mq_kv_worker_destroy(mq_kv_worker_t **self_p)
         return;
     mq_kv_worker_t *self = *self_p;
     mq_sendbuf_release(&self->grads_ref);
+    if (self->spent) /* the model's gradients are written over again */
+        s_accumulate(self, false);
     if (self->coders)
         for (size_t i = 0; i < (size_t)self->cfg.servers * MQ_WIRE_MAX_TENSORS; i++)
             mq_seg_coder_release(&self->coders[i]);
     free(self->coders);
     free(self->shards);
-    free(self->residual);
+    free(self->spent);
     free(self->opt_state);
     free(self->scratch);
     free(self);
@@ -104,31 +139,46 @@ const mq_shard_t *mq_kv_worker_shard(const mq_kv_worker_t *self, uint32_t s)
 
 const float *mq_kv_worker_residual(const mq_kv_worker_t *self)
 {
-    return self->residual;
+    return self->spent ? mq_model_grads(self->model) : NULL;
 }
 
 int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms)
 {
-    return mq_sendbuf_acquire(&self->grads_ref, 0, timeout_ms);
+    if (mq_sendbuf_acquire(&self->grads_ref, 0, timeout_ms) != 0)
+        return -1;
+    for (size_t k = 0; self->spent && k < (size_t)self->cfg.servers * MQ_WIRE_MAX_TENSORS; k++)
+        if (self->spent[k]) {
+            const mq_segment_t *seg =
+                &self->shards[k / MQ_WIRE_MAX_TENSORS].segs[k % MQ_WIRE_MAX_TENSORS];
+            memset(mq_model_grads(self->model) + seg->flat, 0, seg->count * sizeof(float));
+            self->spent[k] = false;
+        }
+    return 0;
 }
 
-int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, const float *grads, int bits,
-                        float lr, mq_tensor_hdr_t *hdrs, mq_payload_t *payloads,
-                        double *sent_sq)
+int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, int bits, float lr,
+                        mq_tensor_hdr_t *hdrs, mq_payload_t *payloads, double *sent_sq)
 {
     const mq_shard_t *sh = &self->shards[s];
     mq_seg_coder_t *coders = self->coders + (size_t)s * MQ_WIRE_MAX_TENSORS;
+    if (self->spent && grads != mq_model_grads(self->model)) {
+        mq_err_set("error feedback encodes the model's own gradient buffer, where its "
+                   "residual is");
+        return -1;
+    }
     for (uint32_t i = 0; i < sh->nsegs; i++) {
         const mq_segment_t *seg = &sh->segs[i];
         mq_codec_t codec = mq_segment_codec(seg, bits, &self->cfg.codec);
         mq_codec_stats_t st; /* |Q(g)|^2, counted from the codes while they are in cache */
-        if (mq_ps_encode_segment(seg, &codec, grads + seg->flat, &coders[i], &self->grads_ref,
-                                 self->residual ? self->residual + seg->flat : NULL, &self->rng,
-                                 lr, &hdrs[i], &payloads[i], &st) != 0) {
+        float *v = grads + seg->flat, *res = self->spent && seg->quantized ? v : NULL;
+        if (mq_ps_encode_segment(seg, &codec, v, &coders[i], &self->grads_ref, res, &self->rng, lr,
+                                 &hdrs[i], &payloads[i], &st) != 0) {
             for (uint32_t k = 0; k < i; k++)
                 payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
             return -1;
         }
+        if (res && codec.id == MQ_CODEC_ID_none) /* the sums went out whole */
+            self->spent[(size_t)s * MQ_WIRE_MAX_TENSORS + i] = true;
         if (seg->quantized && sent_sq)
             *sent_sq += st.sq;
     }

@@ -105,6 +105,10 @@ int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const flo
                          mq_rng_t *rng, float lr, mq_tensor_hdr_t *h, mq_payload_t *out,
                          mq_codec_stats_t *stats)
 {
+    if (residual && residual != values) {
+        mq_err_set("%s: error feedback runs in place (the residual must be the values)", seg->name);
+        return -1;
+    }
     snprintf(h->name, sizeof h->name, "%s", seg->name);
     h->offset = seg->offset;
     h->count = seg->count;
@@ -131,8 +135,8 @@ int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const flo
     }
     int rc;
     if (residual && nstate == 0) {
-        rc = mq_codec_encode_ef(c, values, residual, seg->count, coder->buf.data, coder->buf.cap,
-                                &len, rng, stats);
+        rc = mq_codec_encode_ef_inplace(c, residual, seg->count, coder->buf.data, coder->buf.cap,
+                                        &len, rng, stats);
     } else {
         mq_codec_ctx_t ctx = {.rng = rng, .state = coder->state, .lr = lr};
         rc = mq_codec_encode_ctx(c, values, seg->count, &ctx, coder->buf.data, coder->buf.cap,
