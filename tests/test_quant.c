@@ -1069,6 +1069,57 @@ Test(quant, error_feedback_refuses_non_finite_sums_and_resets_the_residual)
     free(p);
 }
 
+/* Error feedback in place gives what it gives from two arrays, payload, residual and stats
+ * bit for bit, for every registered codec without a residual of its own (the generic path's
+ * codecs among them), at 4 bits or the nearest level each takes, over three steps. */
+Test(quant, error_feedback_in_place_matches_two_arrays_for_every_stateless_codec)
+{
+    const size_t n = 3001;
+    float *g = s_normal(n, 23, 0.01f), *r2 = calloc(n, sizeof *r2), *r1 = calloc(n, sizeof *r1);
+    size_t ncodecs, tried = 0;
+    const mq_codec_ops_t *const *all = mq_codec_all(&ncodecs);
+    for (size_t k = 0; k < ncodecs; k++) {
+        const mq_codec_ops_t *ops = all[k];
+        char spec[MQ_CODEC_MAX_SPEC];
+        int bits = 4 < ops->min_bits ? ops->min_bits : 4 > ops->max_bits ? ops->max_bits : 4;
+        if (ops->max_bits > 0)
+            snprintf(spec, sizeof spec, "%s:%d", ops->name, bits);
+        else
+            snprintf(spec, sizeof spec, "%s", ops->name);
+        mq_codec_t c;
+        cr_assert_eq(mq_codec_parse(spec, &c), 0, "%s: %s", spec, mq_err_last());
+        if (mq_codec_state_floats(&c, n) > 0 || c.id == MQ_CODEC_ID_none)
+            continue;
+        tried++;
+        size_t cap = mq_codec_payload_size(&c, n), l1 = 0, l2 = 0;
+        uint8_t *p1 = malloc(cap), *p2 = malloc(cap);
+        memset(r1, 0, n * sizeof *r1);
+        memset(r2, 0, n * sizeof *r2);
+        mq_rng_t rng1, rng2;
+        mq_rng_seed(&rng1, 4);
+        mq_rng_seed(&rng2, 4);
+        for (int t = 0; t < 3; t++) {
+            mq_codec_stats_t s1 = {-1}, s2 = {-2};
+            cr_assert_eq(mq_codec_encode_ef(&c, g, r2, n, p2, cap, &l2, &rng2, &s2), 0, "%s: %s",
+                         spec, mq_err_last());
+            for (size_t i = 0; i < n; i++)
+                r1[i] += g[i];
+            cr_assert_eq(mq_codec_encode_ef_inplace(&c, r1, n, p1, cap, &l1, &rng1, &s1), 0,
+                         "%s: %s", spec, mq_err_last());
+            cr_assert_eq(l1, l2, "%s step %d", spec, t);
+            cr_assert_arr_eq(p1, p2, l1, "%s step %d: payload differs", spec, t);
+            cr_assert_arr_eq(r1, r2, n * sizeof *r1, "%s step %d: residual differs", spec, t);
+            cr_assert(s1.sq == s2.sq, "%s step %d: stats differ", spec, t);
+        }
+        free(p1);
+        free(p2);
+    }
+    cr_assert_geq(tried, 3, "only %zu stateless codecs", tried);
+    free(g);
+    free(r1);
+    free(r2);
+}
+
 Test(quant, stats_of_error_feedback_are_those_of_the_payload_sent)
 {
     const size_t n = 3001;
