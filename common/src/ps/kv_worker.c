@@ -118,7 +118,7 @@ void mq_kv_worker_destroy(mq_kv_worker_t **self_p)
         return;
     mq_kv_worker_t *self = *self_p;
     mq_sendbuf_release(&self->grads_ref);
-    if (self->spent) /* the model's gradients are written over again */
+    if (self->spent) /* error feedback, set up: the model's gradients are written over again */
         s_accumulate(self, false);
     if (self->coders)
         for (size_t i = 0; i < (size_t)self->cfg.servers * MQ_WIRE_MAX_TENSORS; i++)
@@ -139,7 +139,7 @@ const mq_shard_t *mq_kv_worker_shard(const mq_kv_worker_t *self, uint32_t s)
 
 const float *mq_kv_worker_residual(const mq_kv_worker_t *self)
 {
-    return self->spent ? mq_model_grads(self->model) : NULL;
+    return self->cfg.error_feedback ? mq_model_grads(self->model) : NULL;
 }
 
 int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms)
@@ -161,7 +161,8 @@ int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, int bits
 {
     const mq_shard_t *sh = &self->shards[s];
     mq_seg_coder_t *coders = self->coders + (size_t)s * MQ_WIRE_MAX_TENSORS;
-    if (self->spent && grads != mq_model_grads(self->model)) {
+    const bool ef = self->cfg.error_feedback;
+    if (ef && grads != mq_model_grads(self->model)) {
         mq_err_set("error feedback encodes the model's own gradient buffer, where its "
                    "residual is");
         return -1;
@@ -170,7 +171,7 @@ int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, int bits
         const mq_segment_t *seg = &sh->segs[i];
         mq_codec_t codec = mq_segment_codec(seg, bits, &self->cfg.codec);
         mq_codec_stats_t st; /* |Q(g)|^2, counted from the codes while they are in cache */
-        float *v = grads + seg->flat, *res = self->spent && seg->quantized ? v : NULL;
+        float *v = grads + seg->flat, *res = ef && seg->quantized ? v : NULL;
         if (mq_ps_encode_segment(seg, &codec, v, &coders[i], &self->grads_ref, res, &self->rng, lr,
                                  &hdrs[i], &payloads[i], &st) != 0) {
             for (uint32_t k = 0; k < i; k++)
