@@ -744,7 +744,7 @@ Test(nn, ready_callback_sees_the_final_fc_gradients_before_the_convolutions, .ti
 /* With accumulation set on some tensors, a step adds their gradient to what they hold (error
  * feedback's residual), to float rounding of the two, and writes the others bit for bit as a
  * step without it does; on the small and the paper model, with the fully connected kernels
- * and with sgemm (which take the fully connected layers' in different ways). */
+ * and with sgemm (two ways of adding the fully connected layers' gradients onto dw). */
 Test(nn, accumulating_tensors_add_their_gradient_and_the_others_are_written_over, .timeout = 60)
 {
     enum { N = 8 };
