@@ -358,3 +358,60 @@ Test(security, the_command_line_sets_the_policy_with_an_operator_key_only, .time
     cr_expect_eq(s_run(cmd, out, sizeof out), 1, "%s", out);
     cr_expect(strstr(out, "never overwritten"), "%s", out);
 }
+
+/* A served socket taken down must not take the process's I/O with it. Once its watch is
+ * gone, a refused handshake on the socket (a closed socket lingers, and its handshakes fail
+ * when the ZAP handler goes) would be an event that libzmq's I/O thread sends to a monitor
+ * no one reads: it blocks there, and every socket of the process stops (seen as a restarted
+ * server whose registrations reached the scheduler only when it gave up, 60 s later).
+ * mq_sec_unserve stops the monitor first: refused peers afterwards are neither counted nor
+ * stall anything, and a plain TCP pair of the same process still talks. */
+Test(security, a_socket_unserved_leaves_the_process_io_free, .timeout = 60)
+{
+    mq_sec_config_t c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.keys, sizeof c.keys, "%s", test_keys());
+    mq_sec_t *sec = mq_sec_open(&c, MQ_KEY_SCHEDULER);
+    cr_assert_not_null(sec, "%s", mq_err_last());
+    zsock_t *served = zsock_new(ZMQ_ROUTER);
+    cr_assert_not_null(served);
+    mq_wire_prepare(served, 2000, MQ_WIRE_MAX_CONTROL_MSG);
+    cr_assert_eq(mq_sec_serve(sec, served, "the test's socket"), 0, "%s", mq_err_last());
+    int port = zsock_bind(served, "tcp://127.0.0.1:*");
+    cr_assert_gt(port, 0);
+    char ep[64];
+    snprintf(ep, sizeof ep, "tcp://127.0.0.1:%d", port);
+    mq_msg_t m;
+    zsock_t *bad = s_bad_dealer(ep, S_NO_KEY, MQ_KEY_SCHEDULER);
+    cr_expect_not(s_send_recv(bad, MQ_MSG_PING, MQ_ROLE_WORKER, NULL, &m));
+    zsock_destroy(&bad);
+    long before = 0;
+    for (int i = 0; i < 50 && (before = (long)mq_sec_refused(sec)) < 1; i++)
+        zclock_sleep(100);
+    cr_assert_eq(before, 1, "the watch counts a refused peer while the socket is served");
+
+    mq_sec_unserve(sec, served);
+    for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
+        bad = s_bad_dealer(ep, (s_bad_t)how, MQ_KEY_SCHEDULER);
+        cr_expect_not(s_send_recv(bad, MQ_MSG_PING, MQ_ROLE_WORKER, NULL, &m));
+        zsock_destroy(&bad);
+    }
+    /* The I/O thread is free: a fresh TCP pair of this process exchanges a message. */
+    zsock_t *a = zsock_new(ZMQ_PAIR), *b = zsock_new(ZMQ_PAIR);
+    cr_assert(a && b);
+    int pport = zsock_bind(a, "tcp://127.0.0.1:*");
+    cr_assert_gt(pport, 0);
+    cr_assert_eq(zsock_connect(b, "tcp://127.0.0.1:%d", pport), 0);
+    zsock_set_sndtimeo(b, 3000);
+    zsock_set_rcvtimeo(a, 3000);
+    cr_assert_eq(zstr_send(b, "still here"), 0);
+    char *got = zstr_recv(a);
+    cr_expect(got && strcmp(got, "still here") == 0,
+              "a TCP pair of the process is stuck after the served socket was unserved");
+    zstr_free(&got);
+    cr_expect_eq((long)mq_sec_refused(sec), before, "refused peers counted after unserve");
+    zsock_destroy(&a);
+    zsock_destroy(&b);
+    zsock_destroy(&served);
+    mq_sec_close(&sec);
+}

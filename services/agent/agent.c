@@ -503,6 +503,7 @@ static void s_destroy(s_agent_t **self_p)
     zactor_destroy(&self->saver); /* writes what is pending first */
     mq_agent_http_destroy(&self->http);
     zloop_destroy(&self->loop);
+    mq_sec_unserve(self->sec, self->router);
     zsock_destroy(&self->router);
     mq_sec_close(&self->sec); /* after its socket */
     mq_policy_destroy(&self->policy);

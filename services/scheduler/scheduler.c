@@ -1846,6 +1846,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     zloop_start(self->loop);
     mq_runlog_destroy(&self->log);
     zsock_destroy(&self->agent);
+    mq_sec_unserve(self->sec, self->router);
     zsock_destroy(&self->router);
     mq_sec_close(&self->sec); /* after its sockets */
     mq_msg_reset(&self->in);

@@ -763,6 +763,7 @@ void mq_server_actor(zsock_t *pipe, void *args)
     if (self->slots)
         s_release_slots(self);
     s_drop_kept(self);
+    mq_sec_unserve(self->sec, self->data);
     zsock_destroy(&self->data);
     mq_node_close(&self->node);
     mq_sec_close(&self->sec); /* after its sockets */

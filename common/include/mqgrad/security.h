@@ -82,6 +82,12 @@ bool mq_sec_enabled(const mq_sec_t *s);
  * unknown key, a client that expects another server key) are counted and logged, WHAT
  * naming the socket. 0, or -1 with an error. */
 int mq_sec_serve(mq_sec_t *s, zsock_t *sock, const char *what);
+/* Before destroying a socket given to mq_sec_serve: stops its monitor, then its watch. A
+ * closed socket lingers, and a handshake that fails meanwhile (its ZAP handler gone with
+ * mq_sec_close, say) is an event libzmq's I/O thread sends to the monitor, blocking until
+ * someone reads it: with the watch gone first, that thread, and every socket of the process,
+ * would wait forever. A socket not served (or S NULL) is left alone. */
+void mq_sec_unserve(mq_sec_t *s, zsock_t *sock);
 /* Before connecting SOCK to a service of role SERVER: CURVE client with this program's key. */
 int mq_sec_client(mq_sec_t *s, zsock_t *sock, mq_key_role_t server);
 

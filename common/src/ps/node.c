@@ -59,10 +59,11 @@ int mq_node_listen(mq_node_t *n, zloop_t *loop, zloop_reader_fn *fn, void *arg)
     return zloop_reader(loop, n->sched, fn, arg);
 }
 
-/* The REGISTER again, on a new connection (see mq_node_check_peer). Seen in a test where a
- * restarted server registered just as the scheduler took the run back to its checkpoint: the
- * REGISTER was never answered, the node waited out the whole peer timeout and left, and the
- * run failed for want of a server. */
+/* The REGISTER again, on a new connection (see mq_node_check_peer): a guard against a
+ * registration lost on the way. The case that prompted it, a restarted server whose
+ * REGISTER went unanswered for the whole peer timeout, was this process's own I/O thread
+ * blocked on a security monitor no one read (mq_sec_unserve), which no new connection
+ * could get past. */
 static void s_register_again(mq_node_t *n, double silent)
 {
     zsock_t *s = s_sched_socket(n);

@@ -49,6 +49,7 @@ struct mq_sec {
     int nkeys;
     zcert_t *cert; /* this program's */
     zactor_t *watch[S_MAX_WATCH];
+    zsock_t *served[S_MAX_WATCH]; /* the socket each watch reads the monitor of */
     int nwatch;
     bool open;    /* serve any key (services check roles) */
     bool joined;  /* holds a share of the process's ZAP handler */
@@ -486,11 +487,27 @@ int mq_sec_serve(mq_sec_t *s, zsock_t *sock, const char *what)
         return -1;
     }
     if (!(s->watch[s->nwatch] = zactor_new(s_watch_actor, a))) {
+        zmq_socket_monitor(zsock_resolve(sock), NULL, 0);
+        free(a);
         mq_err_set("cannot start the watch of %s", what);
         return -1;
     }
-    s->nwatch++;
+    s->served[s->nwatch++] = sock;
     return 0;
+}
+
+void mq_sec_unserve(mq_sec_t *s, zsock_t *sock)
+{
+    for (int i = 0; s && sock && i < s->nwatch; i++)
+        if (s->served[i] == sock) {
+            /* The monitor first: its events go nowhere once it is stopped. */
+            zmq_socket_monitor(zsock_resolve(sock), NULL, 0);
+            zactor_destroy(&s->watch[i]);
+            s->nwatch--;
+            s->watch[i] = s->watch[s->nwatch];
+            s->served[i] = s->served[s->nwatch];
+            return;
+        }
 }
 
 int mq_sec_client(mq_sec_t *s, zsock_t *sock, mq_key_role_t server)
