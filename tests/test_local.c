@@ -251,6 +251,50 @@ Test(local, absurd_learning_rate_is_declared_diverged, .timeout = 240)
     free(events);
 }
 
+/* A run that ends at chance did not learn, even when nothing blew up: a learning rate of 1e-6
+ * leaves seed 4's network where it started (6.7 % of the test set), and a run of the default
+ * 50 iterations that the chance rule judges must end diverged, not "completed". */
+Test(local, a_run_that_does_not_learn_is_declared_diverged, .timeout = 240)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-nolearn-%d", (int)getpid());
+    const char *args[] = {"--model", "small", "--iterations", "50", "--eval-every", "0",
+                          "--final-eval-limit", "0", "--policy", "fixed:8", "--lr", "1e-6",
+                          "--seed", "4", NULL};
+    int code = test_wait(test_spawn_args(dir, args), 200);
+    cr_expect_eq(code, MQ_EXIT_DIVERGED, "exit code %d, expected %d (diverged)", code,
+                 MQ_EXIT_DIVERGED);
+    char *summary = test_slurp(dir, "summary.json");
+    cr_expect(strstr(summary, "\"status\": \"diverged\""), "%s", summary);
+    cr_expect(strstr(summary, "\"divergence_rule\": \"chance\""), "%s", summary);
+    double acc = test_json_num(summary, "final_test_acc");
+    cr_expect(acc <= 0.15, "final accuracy %g: the network was to stay at chance", acc);
+    cr_expect_eq(test_json_num(summary, "iterations"), 50);
+    cr_expect_eq(test_json_num(summary, "divergence_iter"), 49);
+    free(summary);
+    char *events = test_slurp(dir, "events.jsonl");
+    cr_expect(strstr(events, "\"event\":\"diverged\",\"rule\":\"chance\""), "%s", events);
+    cr_expect(strstr(events, "\"action\":\"end\""), "%s", events);
+    free(events);
+    test_rmtree(dir);
+
+    /* The one-process trainer judges its end the same way. */
+    pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        freopen("/dev/null", "w", stderr);
+        execl(MQGRAD, "mqgrad", "train", "--model", "small", "--iterations", "50", "--lr", "1e-6",
+              "--seed", "4", "--threads", "1", "--quiet", "--run-dir", dir, (char *)NULL);
+        _exit(127);
+    }
+    code = test_wait(pid, 200);
+    cr_expect_eq(code, MQ_EXIT_DIVERGED, "mqgrad train: exit code %d", code);
+    summary = test_slurp(dir, "summary.json");
+    cr_expect(strstr(summary, "\"divergence_rule\": \"chance\""), "%s", summary);
+    free(summary);
+    test_rmtree(dir);
+}
+
 /* The guard outside the policy: with the paper-exact codec (one range per tensor, nearest
  * rounding) 2-bit training spikes within ~70 iterations; the scheduler must raise the bits
  * for the next iterations and record why. */

@@ -126,6 +126,35 @@ Test(watch, loss_rule_is_configurable_and_can_be_off)
         cr_assert(!mq_watch_loss(&w, m, 50.0, 0, 2, NULL), "rule off");
 }
 
+/* The chance rule judges the end of a run: at most 1.5 / classes after learn_within
+ * iterations did not learn; a shorter run, a run above it, or no evaluation is not judged. */
+Test(watch, a_run_that_ends_at_chance_did_not_learn)
+{
+    mq_watch_t w;
+    mq_watch_init(&w, NULL);
+    cr_assert_eq(w.o.learn_within, 50);
+    cr_assert(!mq_watch_final(&w, 49, 0.10), "too short to judge");
+    cr_assert(!mq_watch_final(&w, 50, 0.151), "above 1.5 x chance");
+    cr_assert(!mq_watch_final(&w, 50, NAN), "no evaluation");
+    cr_assert(!w.diverged);
+    cr_assert(mq_watch_final(&w, 50, 0.15));
+    cr_assert_str_eq(w.rule, "chance");
+    cr_assert_eq(w.div_iter, 49, "the last iteration's index");
+    cr_assert(strstr(w.detail, "15.00%") && strstr(w.detail, "50 iterations"), "detail: %s",
+              w.detail);
+    cr_assert(!mq_watch_final(&w, 60, 0.05), "once");
+
+    mq_watch_opts_t o;
+    mq_watch_opts_default(&o);
+    o.learn_within = 0;
+    mq_watch_init(&w, &o);
+    cr_assert(!mq_watch_final(&w, 1000, 0.1), "rule off");
+    mq_watch_init(&w, NULL);
+    cr_assert(mq_watch_loss(&w, 0, NAN, 0, 2, NULL));
+    cr_assert(!mq_watch_final(&w, 100, 0.1), "already diverged: the first rule stands");
+    cr_assert_str_eq(w.rule, "nonfinite");
+}
+
 Test(watch, accuracy_to_chance_after_learning_diverges)
 {
     mq_watch_t w;

@@ -51,6 +51,7 @@ static void s_defaults(mq_scheduler_config_t *c)
     mq_watch_opts_default(&w);
     c->diverge_factor = w.loss_factor;
     c->diverge_patience = w.patience;
+    c->learn_within = w.learn_within;
     strcpy(c->on_divergence, "stop");
     strcpy(c->clock, "real");
     c->guard_spike = w.spike_factor;
@@ -233,6 +234,10 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          "diverged when the smoothed loss stays above this x its best (0 = rule off)"},
         {"diverge-patience", "MQGRAD_DIVERGE_PATIENCE", MQ_FLAG_LONG, &c->diverge_patience, 0, 1,
          1000000000L, "... for this many iterations"},
+        {"learn-within", "MQGRAD_LEARN_WITHIN", MQ_FLAG_LONG, &c->learn_within, 0, 0,
+         1000000000L,
+         "a run of at least this many iterations that ends at chance accuracy did not learn: "
+         "it ends diverged (0 = rule off)"},
         {"on-divergence", "MQGRAD_ON_DIVERGENCE", MQ_FLAG_STR, c->on_divergence,
          sizeof c->on_divergence, 0, 0, "stop | continue (the status stays diverged)"},
         {"guard-spike", "MQGRAD_GUARD_SPIKE", MQ_FLAG_DOUBLE, &c->guard_spike, 0, 0, 1e6,
@@ -322,7 +327,7 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
         "\"codec\":\"%s\",\"codec_spec\":\"%s\",\"optimizer\":\"%s\",\"bucket\":%ld,"
         "\"stochastic\":%s,\"error_feedback\":%s,"
         "\"quant_threshold\":%ld,\"link_mbps\":%g,\"clock\":\"%s\",\"seed\":%ld,\"final_eval_limit\":%ld,"
-        "\"diverge_factor\":%g,\"diverge_patience\":%ld,\"on_divergence\":\"%s\","
+        "\"diverge_factor\":%g,\"diverge_patience\":%ld,\"learn_within\":%ld,\"on_divergence\":\"%s\","
         "\"guard_spike\":%g,\"guard_iters\":%ld,\"guard_bits\":%ld,\"stragglers\":\"%s\","
         "\"checkpoint_every\":%ld}",
         c->model, c->dataset, c->workers, c->min_workers, c->max_workers, c->heartbeat_timeout,
@@ -332,7 +337,7 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
         uniform && k.param[1] ? "true" : "false",
         c->error_feedback ? "true" : "false", c->threshold, c->link_mbps, c->clock, c->seed,
         c->final_eval_limit < 0 ? c->eval_limit : c->final_eval_limit, c->diverge_factor,
-        c->diverge_patience, c->on_divergence, c->guard_spike, c->guard_iters, c->guard_bits,
+        c->diverge_patience, c->learn_within, c->on_divergence, c->guard_spike, c->guard_iters, c->guard_bits,
         c->stragglers, c->checkpoint_every);
     return n > 0 && (size_t)n < len ? 0 : -1;
 }

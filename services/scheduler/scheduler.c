@@ -818,6 +818,8 @@ static bool s_over(const s_sched_t *self)
            (c->time_budget > 0 && self->train_time >= c->time_budget);
 }
 
+static void s_diverged(s_sched_t *self);
+
 /* Moves to iteration iter (already advanced): stop, or issue it. */
 static void s_next(s_sched_t *self)
 {
@@ -830,6 +832,10 @@ static void s_next(s_sched_t *self)
     }
     if (s_over(self) || self->final_pending) {
         s_progress(self, true);
+        /* The last iteration is evaluated (s_issue): a run that ends at chance did not learn. */
+        if (self->acc_iter == (double)(self->iter - 1) &&
+            mq_watch_final(&self->watch, self->iter, self->last_acc))
+            s_diverged(self);
         if (self->watch.diverged)
             s_finish(self, "diverged", MQ_EXIT_DIVERGED);
         else
@@ -864,20 +870,31 @@ static void s_norms_json(const s_sched_t *self, char *buf, size_t len)
 static void s_diverged(s_sched_t *self)
 {
     const mq_watch_t *w = &self->watch;
+    bool end = strcmp(w->rule, "chance") == 0; /* judged as the run ends */
     bool stop = strcmp(self->cfg->on_divergence, "stop") == 0;
+    const char *action = end ? "end" : stop ? "stop" : "continue";
     char rule[64], detail[600], norms[160], fields[1000];
     mq_json_escape(w->rule, rule, sizeof rule);
     mq_json_escape(w->detail, detail, sizeof detail);
-    s_norms_json(self, norms, sizeof norms);
+    /* The gradient's norms are the iteration's that diverged; the chance rule judges the
+     * run as a whole. */
+    if (end)
+        snprintf(norms, sizeof norms, "\"iterations\":%llu", (unsigned long long)self->iter);
+    else
+        s_norms_json(self, norms, sizeof norms);
     snprintf(fields, sizeof fields,
              "\"rule\":\"%s\",\"detail\":\"%s\",\"bits\":%d,\"action\":\"%s\",%s", rule,
-             detail, self->used_bits, stop ? "stop" : "continue", norms);
+             detail, self->used_bits, action, norms);
     s_event(self, "diverged", fields);
-    mq_error("run diverged at iteration %llu (%s rule): %s", (unsigned long long)self->iter,
+    mq_error("run diverged at iteration %llu (%s rule): %s", (unsigned long long)w->div_iter,
              w->rule, w->detail);
-    printf("DIVERGED at iteration %llu: %s; %s (--on-divergence %s)\n",
-           (unsigned long long)self->iter, w->detail,
-           stop ? "stopping the run" : "training goes on", self->cfg->on_divergence);
+    if (end)
+        printf("DIVERGED at iteration %llu: it did not learn: %s\n",
+               (unsigned long long)w->div_iter, w->detail);
+    else
+        printf("DIVERGED at iteration %llu: %s; %s (--on-divergence %s)\n",
+               (unsigned long long)w->div_iter, w->detail,
+               stop ? "stopping the run" : "training goes on", self->cfg->on_divergence);
     fflush(stdout);
 }
 
@@ -1808,6 +1825,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     wo.guard_iters = self->cfg->guard_iters;
     wo.guard_bits = (int)self->cfg->guard_bits;
     wo.max_bits = MQ_QUANT_MAX_BITS;
+    wo.learn_within = self->cfg->learn_within;
     mq_watch_init(&self->watch, &wo);
     /* Until an agent names its policy, the run is what it does: fixed bits, or, for a codec
      * that takes no bit-width, the codec itself (and its update rule when not plain SGD). */

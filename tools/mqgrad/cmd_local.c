@@ -177,7 +177,10 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
         {"diverge-factor", NULL, MQ_FLAG_STR, o->diverge_factor, sizeof o->diverge_factor, 0, 0,
          "diverged when the smoothed loss stays above this x its best (2; 0 = off)"},
         {"diverge-patience", NULL, MQ_FLAG_STR, o->diverge_patience, sizeof o->diverge_patience, 0,
-         0, "... for this many iterations (20)"},
+         0, "... for this many iterations (15)"},
+        {"learn-within", NULL, MQ_FLAG_STR, o->learn_within, sizeof o->learn_within, 0, 0,
+         "a run this long (iterations) that ends at chance accuracy did not learn: diverged "
+         "(50; 0 = off)"},
         {"on-divergence", NULL, MQ_FLAG_STR, o->on_divergence, sizeof o->on_divergence, 0, 0,
          "stop | continue (stop)"},
         {"guard-spike", NULL, MQ_FLAG_STR, o->guard_spike, sizeof o->guard_spike, 0, 0,
@@ -444,7 +447,7 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     bool fp32 = strcmp(o->policy, "none") == 0;
     if (strncmp(o->policy, "fixed:", 6) == 0) /* start at K, not at the agent's n_0 */
         snprintf(bits, sizeof bits, "%.2s", o->policy + 6);
-    char *argv[80] = {exe, "--bind", bind, "--workers", w, "--servers", s,
+    char *argv[96] = {exe, "--bind", bind, "--workers", w, "--servers", s,
                       "--run-dir", (char *)o->run_dir, "--bits", bits};
     int n = 11;
     if (fp32)
@@ -460,6 +463,7 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     s_fwd(argv, &n, "--final-eval-limit", o->final_eval_limit);
     s_fwd(argv, &n, "--diverge-factor", o->diverge_factor);
     s_fwd(argv, &n, "--diverge-patience", o->diverge_patience);
+    s_fwd(argv, &n, "--learn-within", o->learn_within);
     s_fwd(argv, &n, "--on-divergence", o->on_divergence);
     s_fwd(argv, &n, "--guard-spike", o->guard_spike);
     s_fwd(argv, &n, "--guard-iters", o->guard_iters);

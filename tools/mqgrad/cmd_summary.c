@@ -397,6 +397,8 @@ static const char *s_rule_words(const char *rule)
         return "the training loss blew up";
     if (strcmp(rule, "accuracy") == 0)
         return "test accuracy fell back to chance";
+    if (strcmp(rule, "chance") == 0)
+        return "it did not learn";
     return rule[0] ? rule : "no rule recorded";
 }
 
@@ -435,7 +437,8 @@ static void s_print_outcome(FILE *out, const s_run_t *r)
     }
     const char *when = !diverged || !r->evaluated  ? ""
                        : r->acc_iter < r->div_iter ? ", before it diverged"
-                                                   : ", after it diverged";
+                       : r->acc_iter > r->div_iter ? ", after it diverged"
+                                                   : "";
     fprintf(out, "%llu iterations, %s of training; %s%s%s\n", it, t,
             r->evaluated ? "last " : "", acc, when);
 }

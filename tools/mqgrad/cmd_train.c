@@ -324,7 +324,8 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
         if (!diverged && ((o->eval_every && it % o->eval_every == 0) || last)) {
             s_evaluate(r, &row);
             acc = row.test_acc;
-            diverged = mq_watch_accuracy(watch, it, acc);
+            diverged = mq_watch_accuracy(watch, it, acc) ||
+                       (last && !s_stop && mq_watch_final(watch, it, acc));
         }
         if (mq_runlog_row(r->log, &row) < 0) {
             fprintf(stderr, "mqgrad train: %s\n", mq_err_last());
@@ -344,8 +345,10 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
                               .wall_time_s = train_s,
                               .status = "running"};
         if (diverged) {
-            fprintf(stderr, "mqgrad train: DIVERGED at iteration %llu: %s; lower --lr\n",
-                    (unsigned long long)it, watch->detail);
+            bool chance = strcmp(watch->rule, "chance") == 0;
+            fprintf(stderr, "mqgrad train: DIVERGED at iteration %llu: %s%s%s\n",
+                    (unsigned long long)it, chance ? "it did not learn: " : "", watch->detail,
+                    chance ? "" : "; lower --lr");
             char fields[600], detail[512];
             mq_json_escape(watch->detail, detail, sizeof detail);
             snprintf(fields, sizeof fields, "\"rule\":\"%s\",\"detail\":\"%s\"", watch->rule,

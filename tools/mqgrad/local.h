@@ -13,7 +13,7 @@ typedef struct {
     /* forwarded to the scheduler when non-empty */
     char model[16], dataset[16], iterations[24], time_budget[24], eval_every[24],
         eval_limit[24], batch[24], lr[24], seed[24], link_mbps[24], bucket[24], threshold[24],
-        agent_args[256], final_eval_limit[24], diverge_factor[24], diverge_patience[24],
+        agent_args[256], final_eval_limit[24], diverge_factor[24], diverge_patience[24], learn_within[24],
         on_divergence[16], guard_spike[24], guard_iters[24], guard_bits[8], progress_every[24],
         lr_decay[24], codec[128], optimizer[64], clock[16], min_workers[24],
         heartbeat_timeout[24];

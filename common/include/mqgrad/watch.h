@@ -9,7 +9,9 @@
  *              `patience` consecutive iterations (from the first iteration on: a learning rate
  *              that is far too high blows the loss up in the first few);
  *   accuracy   an evaluation fell to chance (at most 1.5 / classes) after an earlier one had
- *              been clearly above it (at least 2.5 / classes).
+ *              been clearly above it (at least 2.5 / classes);
+ *   chance     the run ended with its final evaluation at chance (at most 1.5 / classes)
+ *              after at least `learn_within` iterations: it did not learn (mq_watch_final).
  * A spike is one iteration whose loss exceeds spike_factor x the smoothed loss before it. */
 #ifndef MQGRAD_WATCH_H
 #define MQGRAD_WATCH_H
@@ -38,6 +40,7 @@ typedef struct {
     long guard_iters;    /* guard: iterations a raised floor lasts (10: two MDP windows) */
     int guard_bits;      /* guard: bits added above those that spiked (2) */
     int max_bits;        /* guard: the floor never exceeds this (8) */
+    long learn_within;   /* chance rule: runs this long must end above chance (50; 0 = off) */
 } mq_watch_opts_t;
 
 void mq_watch_opts_default(mq_watch_opts_t *o);
@@ -54,7 +57,7 @@ typedef struct {
     uint64_t spikes;    /* how often the guard fired */
     bool diverged;
     uint64_t div_iter;
-    char rule[16];      /* "nonfinite", "loss", "accuracy" */
+    char rule[16];      /* "nonfinite", "loss", "accuracy", "chance" */
     char detail[256];   /* the evidence, in words */
 } mq_watch_t;
 
@@ -72,6 +75,11 @@ bool mq_watch_loss(mq_watch_t *w, uint64_t iter, double loss, uint64_t nonfinite
 /* Feeds an evaluated test accuracy (0..1) of iteration ITER; true when it makes the run
  * diverged (the accuracy rule). */
 bool mq_watch_accuracy(mq_watch_t *w, uint64_t iter, double acc);
+
+/* Judges the end of a run of ITERS iterations whose last evaluation gave ACC (NaN: none was
+ * made, nothing is judged): true when it makes the run diverged by the chance rule. Call it
+ * once, after the last iteration's mq_watch_accuracy. */
+bool mq_watch_final(mq_watch_t *w, uint64_t iters, double acc);
 
 /* The bits iteration ITER should use given the policy's choice: raised to the guard's floor
  * while it holds. */
