@@ -226,6 +226,25 @@ Test(local, error_feedback_run_learns, .timeout = 240)
     test_rmtree(dir);
 }
 
+/* Runs `mqgrad local ARGS` into DIR, which must end diverged by RULE: the documented exit
+ * code, the summary's status and rule, the event. Returns summary.json's text. */
+static char *s_run_diverged(const char *dir, const char *const *args, const char *rule)
+{
+    int code = test_wait(test_spawn_args(dir, args), 200);
+    cr_expect_eq(code, MQ_EXIT_DIVERGED, "exit code %d, expected %d (diverged)", code,
+                 MQ_EXIT_DIVERGED);
+    char *summary = test_slurp(dir, "summary.json");
+    char want[80];
+    snprintf(want, sizeof want, "\"divergence_rule\": \"%s\"", rule);
+    cr_expect(strstr(summary, "\"status\": \"diverged\"") && strstr(summary, want), "%s",
+              summary);
+    char *events = test_slurp(dir, "events.jsonl");
+    snprintf(want, sizeof want, "\"event\":\"diverged\",\"rule\":\"%s\"", rule);
+    cr_expect(strstr(events, want) && strstr(events, "\"status\":\"diverged\""), "%s", events);
+    free(events);
+    return summary;
+}
+
 /* An absurd learning rate blows the loss up at once: the run is declared diverged, says why,
  * and mqgrad local exits with the documented code instead of "completed". */
 Test(local, absurd_learning_rate_is_declared_diverged, .timeout = 240)
@@ -234,21 +253,12 @@ Test(local, absurd_learning_rate_is_declared_diverged, .timeout = 240)
     snprintf(dir, sizeof dir, "/tmp/mqgrad-diverge-%d", (int)getpid());
     const char *args[] = {"--model", "small", "--iterations", "500", "--eval-every", "50",
                           "--eval-limit", "200", "--policy", "fixed:4", "--lr", "30", NULL};
-    int code = test_wait(test_spawn_args(dir, args), 200);
-    cr_expect_eq(code, MQ_EXIT_DIVERGED, "exit code %d, expected %d (diverged)", code,
-                 MQ_EXIT_DIVERGED);
-    char *summary = test_slurp(dir, "summary.json");
-    cr_expect(strstr(summary, "\"status\": \"diverged\""), "%s", summary);
-    cr_expect(strstr(summary, "\"divergence_rule\": \"loss\""), "%s", summary);
+    char *summary = s_run_diverged(dir, args, "loss");
     cr_expect(strstr(summary, "stayed above 2 x its best"), "%s", summary);
     double at = test_json_num(summary, "divergence_iter"), iters = test_json_num(summary, "iterations");
     cr_expect(at >= 14 && at <= 40, "declared at iteration %g: the loss explodes at once", at);
     cr_expect(iters <= at + 1, "the run stopped at %g iterations, not 500", iters);
     free(summary);
-    char *events = test_slurp(dir, "events.jsonl");
-    cr_expect(strstr(events, "\"event\":\"diverged\",\"rule\":\"loss\""), "%s", events);
-    cr_expect(strstr(events, "\"status\":\"diverged\""), "%s", events);
-    free(events);
 }
 
 /* A run that ends at chance did not learn, even when nothing blew up: a learning rate of 1e-6
@@ -261,19 +271,13 @@ Test(local, a_run_that_does_not_learn_is_declared_diverged, .timeout = 240)
     const char *args[] = {"--model", "small", "--iterations", "50", "--eval-every", "0",
                           "--final-eval-limit", "0", "--policy", "fixed:8", "--lr", "1e-6",
                           "--seed", "4", NULL};
-    int code = test_wait(test_spawn_args(dir, args), 200);
-    cr_expect_eq(code, MQ_EXIT_DIVERGED, "exit code %d, expected %d (diverged)", code,
-                 MQ_EXIT_DIVERGED);
-    char *summary = test_slurp(dir, "summary.json");
-    cr_expect(strstr(summary, "\"status\": \"diverged\""), "%s", summary);
-    cr_expect(strstr(summary, "\"divergence_rule\": \"chance\""), "%s", summary);
+    char *summary = s_run_diverged(dir, args, "chance");
     double acc = test_json_num(summary, "final_test_acc");
     cr_expect(acc <= 0.15, "final accuracy %g: the network was to stay at chance", acc);
     cr_expect_eq(test_json_num(summary, "iterations"), 50);
     cr_expect_eq(test_json_num(summary, "divergence_iter"), 49);
     free(summary);
     char *events = test_slurp(dir, "events.jsonl");
-    cr_expect(strstr(events, "\"event\":\"diverged\",\"rule\":\"chance\""), "%s", events);
     cr_expect(strstr(events, "\"action\":\"end\""), "%s", events);
     free(events);
     test_rmtree(dir);
@@ -287,7 +291,7 @@ Test(local, a_run_that_does_not_learn_is_declared_diverged, .timeout = 240)
               "--seed", "4", "--threads", "1", "--quiet", "--run-dir", dir, (char *)NULL);
         _exit(127);
     }
-    code = test_wait(pid, 200);
+    int code = test_wait(pid, 200);
     cr_expect_eq(code, MQ_EXIT_DIVERGED, "mqgrad train: exit code %d", code);
     summary = test_slurp(dir, "summary.json");
     cr_expect(strstr(summary, "\"divergence_rule\": \"chance\""), "%s", summary);
