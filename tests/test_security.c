@@ -385,12 +385,13 @@ Test(security, a_socket_unserved_leaves_the_process_io_free, .timeout = 60)
     zsock_t *bad = s_bad_dealer(ep, S_NO_KEY, MQ_KEY_SCHEDULER);
     cr_expect_not(s_send_recv(bad, MQ_MSG_PING, MQ_ROLE_WORKER, NULL, &m));
     zsock_destroy(&bad);
-    long before = 0;
-    for (int i = 0; i < 50 && (before = (long)mq_sec_refused(sec)) < 1; i++)
+    long n = 0; /* a refused DEALER retries: one or more */
+    for (int i = 0; i < 50 && (n = (long)mq_sec_refused(sec)) < 1; i++)
         zclock_sleep(100);
-    cr_assert_eq(before, 1, "the watch counts a refused peer while the socket is served");
+    cr_assert_geq(n, 1, "the watch counts a refused peer while the socket is served");
 
     mq_sec_unserve(sec, served);
+    long before = (long)mq_sec_refused(sec);
     for (int how = S_NO_KEY; how <= S_WRONG_SERVER_KEY; how++) {
         bad = s_bad_dealer(ep, (s_bad_t)how, MQ_KEY_SCHEDULER);
         cr_expect_not(s_send_recv(bad, MQ_MSG_PING, MQ_ROLE_WORKER, NULL, &m));

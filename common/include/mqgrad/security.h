@@ -75,6 +75,8 @@ typedef struct mq_sec mq_sec_t;
  * starts the process's ZAP handler; with insecure, logs a warning and applies nothing.
  * NULL with an error (no keys given, a file that does not parse, no key of this role). */
 mq_sec_t *mq_sec_open(const mq_sec_config_t *c, mq_key_role_t self);
+/* Call it after mq_sec_unserve of every served socket: a watch ended while its socket's
+ * monitor is on can block the process's I/O (see mq_sec_unserve). */
 void mq_sec_close(mq_sec_t **s);
 bool mq_sec_enabled(const mq_sec_t *s);
 
