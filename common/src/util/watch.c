@@ -125,7 +125,7 @@ bool mq_watch_final(mq_watch_t *w, uint64_t iters, double acc)
 {
     double chance = 1.0 / w->o.classes;
     if (w->diverged || !isfinite(acc) || w->o.learn_within <= 0 ||
-        iters < (uint64_t)w->o.learn_within || iters == 0 || acc > 1.5 * chance)
+        iters < (uint64_t)w->o.learn_within || acc > 1.5 * chance)
         return false;
     snprintf(w->detail, sizeof w->detail,
              "after %llu iterations the test accuracy is %.2f%%, at chance (%.0f%%)",
