@@ -873,24 +873,23 @@ static void s_diverged(s_sched_t *self)
     bool end = strcmp(w->rule, "chance") == 0; /* judged as the run ends */
     bool stop = strcmp(self->cfg->on_divergence, "stop") == 0;
     const char *action = end ? "end" : stop ? "stop" : "continue";
-    char rule[64], detail[600], norms[160], fields[1000];
+    char rule[64], detail[600], norms[160] = "", fields[1000];
     mq_json_escape(w->rule, rule, sizeof rule);
     mq_json_escape(w->detail, detail, sizeof detail);
     /* The gradient's norms are the iteration's that diverged; the chance rule judges the
      * run as a whole. */
-    if (end)
-        snprintf(norms, sizeof norms, "\"iterations\":%llu", (unsigned long long)self->iter);
-    else
-        s_norms_json(self, norms, sizeof norms);
+    if (!end) {
+        norms[0] = ',';
+        s_norms_json(self, norms + 1, sizeof norms - 1);
+    }
     snprintf(fields, sizeof fields,
-             "\"rule\":\"%s\",\"detail\":\"%s\",\"bits\":%d,\"action\":\"%s\",%s", rule,
-             detail, self->used_bits, action, norms);
+             "\"rule\":\"%s\",\"detail\":\"%s\",\"bits\":%d,\"action\":\"%s\"%s", rule, detail,
+             self->used_bits, action, norms);
     s_event(self, "diverged", fields);
     mq_error("run diverged at iteration %llu (%s rule): %s", (unsigned long long)w->div_iter,
              w->rule, w->detail);
     if (end)
-        printf("DIVERGED at iteration %llu: it did not learn: %s\n",
-               (unsigned long long)w->div_iter, w->detail);
+        printf("DIVERGED at iteration %llu: %s\n", (unsigned long long)w->div_iter, w->detail);
     else
         printf("DIVERGED at iteration %llu: %s; %s (--on-divergence %s)\n",
                (unsigned long long)w->div_iter, w->detail,

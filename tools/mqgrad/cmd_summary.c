@@ -398,7 +398,7 @@ static const char *s_rule_words(const char *rule)
     if (strcmp(rule, "accuracy") == 0)
         return "test accuracy fell back to chance";
     if (strcmp(rule, "chance") == 0)
-        return "it did not learn";
+        return "the run ended at chance";
     return rule[0] ? rule : "no rule recorded";
 }
 

@@ -345,10 +345,9 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
                               .wall_time_s = train_s,
                               .status = "running"};
         if (diverged) {
-            bool chance = strcmp(watch->rule, "chance") == 0;
-            fprintf(stderr, "mqgrad train: DIVERGED at iteration %llu: %s%s%s\n",
-                    (unsigned long long)it, chance ? "it did not learn: " : "", watch->detail,
-                    chance ? "" : "; lower --lr");
+            fprintf(stderr, "mqgrad train: DIVERGED at iteration %llu: %s%s\n",
+                    (unsigned long long)it, watch->detail,
+                    strcmp(watch->rule, "chance") == 0 ? "" : "; lower --lr");
             char fields[600], detail[512];
             mq_json_escape(watch->detail, detail, sizeof detail);
             snprintf(fields, sizeof fields, "\"rule\":\"%s\",\"detail\":\"%s\"", watch->rule,

@@ -128,7 +128,8 @@ bool mq_watch_final(mq_watch_t *w, uint64_t iters, double acc)
         iters < (uint64_t)w->o.learn_within || acc > 1.5 * chance)
         return false;
     snprintf(w->detail, sizeof w->detail,
-             "after %llu iterations the test accuracy is %.2f%%, at chance (%.0f%%)",
+             "it did not learn: after %llu iterations the test accuracy is %.2f%%, at chance "
+             "(%.0f%%)",
              (unsigned long long)iters, acc * 100, chance * 100);
     return s_diverge(w, iters - 1, "chance");
 }
