@@ -23,14 +23,7 @@
 #define SQRT sqrtf
 #define MARK(stage) mq_nn_mark(stage)
 #define POW powf
-/* The library targets baseline x86-64 (SSE2: 4 floats a step); the element-wise kernels get an
- * AVX2 clone as well (8 a step), chosen when the library loads. AVX2 without FMA: no product
- * is contracted, and no loop here reduces across lanes, so both clones give the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define WIDE __attribute__((target_clones("avx2", "default")))
-#else
-#define WIDE
-#endif
+#define WIDE MQ_NN_WIDE
 
 #include "nn_layers.inc"
 #include "nn_net.inc"
