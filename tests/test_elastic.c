@@ -604,6 +604,13 @@ Test(elastic, everything_killed_then_local_resume, .timeout = 600)
     cr_expect_eq(s_summary_num(&j, "iterations"), 400);
     cr_expect_geq(s_events(&j, "restart"), 1);
     cr_expect_gt(s_summary_num(&j, "final_test_acc"), 0.6);
+    /* The resumed scheduler kept the watch's first loss (the flat rule's reference) and
+     * checkpoints it again. */
+    char *ck = s_slurp(run, "checkpoint.json", NULL);
+    cr_assert_not_null(ck, "no checkpoint.json in %s", run);
+    char *first = strstr(ck, "\"first_loss\": ");
+    cr_expect(first && atof(first + 14) > 1.0, "the first loss was lost on resume:\n%s", ck);
+    free(ck);
     cr_log_info("killed at row %d, resumed from iteration %lu: %.2f%%", rows_before, best,
                 s_summary_num(&j, "final_test_acc") * 100);
     s_done(dir);

@@ -263,7 +263,8 @@ Test(local, absurd_learning_rate_is_declared_diverged, .timeout = 240)
 
 /* A run that ends at chance did not learn, even when nothing blew up: a learning rate of 1e-6
  * leaves seed 4's network where it started (6.7 % of the test set), and a run of the default
- * 50 iterations that the chance rule judges must end diverged, not "completed". */
+ * 50 iterations that the chance rule judges must end diverged, not "completed". So must one
+ * that ends a little above chance with its loss where it began (the flat rule). */
 Test(local, a_run_that_does_not_learn_is_declared_diverged, .timeout = 240)
 {
     char dir[128];
@@ -295,6 +296,18 @@ Test(local, a_run_that_does_not_learn_is_declared_diverged, .timeout = 240)
     cr_expect_eq(code, MQ_EXIT_DIVERGED, "mqgrad train: exit code %d", code);
     summary = test_slurp(dir, "summary.json");
     cr_expect(strstr(summary, "\"divergence_rule\": \"chance\""), "%s", summary);
+    free(summary);
+    test_rmtree(dir);
+
+    /* Seed 1's network starts a little above chance (17 %) and stays there, its loss where it
+     * began: the flat rule's case. */
+    const char *flat[] = {"--model", "small", "--iterations", "50", "--eval-every", "0",
+                          "--final-eval-limit", "0", "--policy", "fixed:8", "--lr", "1e-6",
+                          "--seed", "1", NULL};
+    summary = s_run_diverged(dir, flat, "flat");
+    acc = test_json_num(summary, "final_test_acc");
+    cr_expect(acc > 0.15 && acc < 0.2, "final accuracy %g: above chance, under twice it", acc);
+    cr_expect(strstr(summary, "not 5% below its first"), "%s", summary);
     free(summary);
     test_rmtree(dir);
 }

@@ -1,6 +1,13 @@
-/* The scheduler's own rules that need no cluster: its flags and the learning-rate schedule it
- * sends with every ITERATE. */
+/* The scheduler's own rules that need no cluster: its flags, the learning-rate schedule it
+ * sends with every ITERATE, and its checkpoint file. */
 #include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "mqgrad/util.h"
 
 #include "scheduler.h"
 #include "scheduler_internal.h"
@@ -69,4 +76,65 @@ Test(scheduler, clock_flag)
     cr_expect(r.simulated_clock);
     char *argv[] = {"scheduler", "--clock", "sundial", NULL};
     cr_expect_eq(mq_scheduler_config_parse(&c, 3, argv), 2);
+}
+
+/* The checkpoint keeps the watch's state, the first loss (the flat rule's reference) included,
+ * and still reads a file written before that key existed: its run resumes without the rule
+ * (first loss NaN). A key that is there must be a number. */
+Test(scheduler, checkpoint_keeps_the_first_loss_and_reads_older_files)
+{
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-ckpt-%d", (int)getpid());
+    cr_assert_eq(mq_mkdirs(dir), 0);
+    mq_sched_ckpt_t c = {.iter = 120,
+                         .cursor = 3840,
+                         .lineage = 0x1234,
+                         .servers = 2,
+                         .model = "small",
+                         .bits = 4,
+                         .last_acc = NAN,
+                         .acc_iter = NAN,
+                         .last_loss = 1.5,
+                         .last_sparsity = NAN,
+                         .smoothed = 1.6,
+                         .best = 1.4,
+                         .best_acc = 0.7,
+                         .first_loss = 2.334,
+                         .seen = 120,
+                         .policy = "fixed:4"};
+    cr_assert_eq(mq_sched_ckpt_write(dir, &c), 0, "%s", mq_err_last());
+    mq_sched_ckpt_t r;
+    cr_assert_eq(mq_sched_ckpt_read(dir, &r), 0, "%s", mq_err_last());
+    cr_expect_float_eq(r.first_loss, 2.334, 1e-15);
+    cr_expect_float_eq(r.smoothed, 1.6, 1e-15);
+    cr_expect_eq(r.seen, 120);
+
+    char path[128], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/checkpoint.json", dir);
+    cr_assert_eq(mq_read_file(path, &text, &len), 0);
+    char *line = strstr(text, "  \"first_loss\"");
+    cr_assert_not_null(line, "%s", text);
+    char *next = strchr(line, '\n') + 1;
+    memmove(line, next, strlen(next) + 1); /* the file as written before the key */
+    cr_assert_eq(mq_write_file_atomic(path, text, strlen(text)), 0);
+    cr_assert_eq(mq_sched_ckpt_read(dir, &r), 0, "%s", mq_err_last());
+    cr_expect(isnan(r.first_loss), "a file without the key: %g", r.first_loss);
+    cr_expect_eq(r.iter, 120);
+
+    c.first_loss = NAN; /* written as null: a run that saw no finite loss yet */
+    cr_assert_eq(mq_sched_ckpt_write(dir, &c), 0);
+    cr_assert_eq(mq_sched_ckpt_read(dir, &r), 0, "%s", mq_err_last());
+    cr_expect(isnan(r.first_loss));
+    free(text);
+    cr_assert_eq(mq_read_file(path, &text, &len), 0);
+    line = strstr(text, "\"first_loss\": null");
+    cr_assert_not_null(line, "%s", text);
+    memcpy(line + 14, "\"no\"", 4);
+    cr_assert_eq(mq_write_file_atomic(path, text, strlen(text)), 0);
+    cr_expect_eq(mq_sched_ckpt_read(dir, &r), -1, "\"first_loss\": \"no\" read as a number");
+    cr_expect(strstr(mq_err_last(), "first_loss"), "%s", mq_err_last());
+    free(text);
+    unlink(path);
+    rmdir(dir);
 }

@@ -155,6 +155,49 @@ Test(watch, a_run_that_ends_at_chance_did_not_learn)
     cr_assert_str_eq(w.rule, "nonfinite");
 }
 
+/* Feeds ITERS iterations whose loss goes from FIRST to LAST in a straight line. */
+static void s_losses(mq_watch_t *w, uint64_t iters, double first, double last)
+{
+    for (uint64_t m = 0; m < iters; m++)
+        mq_watch_loss(w, m, first + (last - first) * (double)m / (double)(iters - 1), 0, 8, NULL);
+}
+
+/* The flat rule: a run that ends above chance but under 2 / classes, with its smoothed loss
+ * not 5 % below its first, did not learn; a loss 5 % down, an accuracy at 2 / classes, a
+ * short run, or no loss fed is not judged; at chance the chance rule is the one that fires. */
+Test(watch, a_run_whose_loss_stays_where_it_began_did_not_learn)
+{
+    mq_watch_t w;
+    mq_watch_init(&w, NULL);
+    s_losses(&w, 50, 2.30, 2.29);
+    cr_assert(!mq_watch_final(&w, 50, 0.20), "at 2 x chance: it learned something");
+    cr_assert(!w.diverged);
+    cr_assert(mq_watch_final(&w, 50, 0.172));
+    cr_assert_str_eq(w.rule, "flat");
+    cr_assert(w.at_end, "judged as the run ends");
+    cr_assert_eq(w.div_iter, 49);
+    cr_assert(strstr(w.detail, "17.20%") && strstr(w.detail, "first (2.3)"), "detail: %s",
+              w.detail);
+
+    mq_watch_init(&w, NULL);
+    s_losses(&w, 50, 2.30, 2.05); /* the smoothed loss lags: about 2.13, 7 % down */
+    cr_assert(!mq_watch_final(&w, 50, 0.172), "the loss fell: a slow run that learns");
+    mq_watch_init(&w, NULL);
+    s_losses(&w, 49, 2.30, 2.30);
+    cr_assert(!mq_watch_final(&w, 49, 0.172), "too short to judge");
+    mq_watch_init(&w, NULL);
+    cr_assert(!mq_watch_final(&w, 50, 0.172), "no loss fed (a resumed run without one)");
+    mq_watch_init(&w, NULL);
+    s_losses(&w, 50, 2.30, 2.30);
+    cr_assert(mq_watch_final(&w, 50, 0.12));
+    cr_assert_str_eq(w.rule, "chance", "at chance, the chance rule");
+    cr_assert(w.at_end);
+    mq_watch_init(&w, NULL);
+    s_losses(&w, 50, 2.30, 2.30);
+    cr_assert(mq_watch_loss(&w, 50, NAN, 0, 8, NULL));
+    cr_assert(!w.at_end, "the nonfinite rule judges an iteration, not the run");
+}
+
 Test(watch, accuracy_to_chance_after_learning_diverges)
 {
     mq_watch_t w;

@@ -236,8 +236,8 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          1000000000L, "... for this many iterations"},
         {"learn-within", "MQGRAD_LEARN_WITHIN", MQ_FLAG_LONG, &c->learn_within, 0, 0,
          1000000000L,
-         "a run of at least this many iterations that ends at chance accuracy did not learn: "
-         "it ends diverged (0 = rule off)"},
+         "a run of at least this many iterations that ends at chance accuracy, or under 2x "
+         "chance with its loss not 5% down, did not learn: it ends diverged (0 = rules off)"},
         {"on-divergence", "MQGRAD_ON_DIVERGENCE", MQ_FLAG_STR, c->on_divergence,
          sizeof c->on_divergence, 0, 0, "stop | continue (the status stays diverged)"},
         {"guard-spike", "MQGRAD_GUARD_SPIKE", MQ_FLAG_DOUBLE, &c->guard_spike, 0, 0, 1e6,

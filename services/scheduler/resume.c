@@ -1,6 +1,6 @@
 /* The scheduler's checkpoint file and the run directory questions of a resume. The file is
- * JSON for people; it is read back by key, and every key must be there and be a number (null
- * stands for NaN). */
+ * JSON for people; it is read back by key, and every key must be there (but first_loss, which
+ * older files lack) and be a number (null stands for NaN). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +22,8 @@ static void s_num(char *buf, size_t len, double v)
 
 int mq_sched_ckpt_write(const char *run_dir, const mq_sched_ckpt_t *c)
 {
-    char acc[32], acc_iter[32], loss[32], sparsity[32], smoothed[32], best[32], best_acc[32];
+    char acc[32], acc_iter[32], loss[32], sparsity[32], smoothed[32], best[32], best_acc[32],
+        first[32];
     s_num(acc, sizeof acc, c->last_acc);
     s_num(acc_iter, sizeof acc_iter, c->acc_iter);
     s_num(loss, sizeof loss, c->last_loss);
@@ -30,6 +31,7 @@ int mq_sched_ckpt_write(const char *run_dir, const mq_sched_ckpt_t *c)
     s_num(smoothed, sizeof smoothed, c->smoothed);
     s_num(best, sizeof best, c->best);
     s_num(best_acc, sizeof best_acc, c->best_acc);
+    s_num(first, sizeof first, c->first_loss);
     char policy[160], model[40];
     mq_json_escape(c->policy, policy, sizeof policy);
     mq_json_escape(c->model, model, sizeof model);
@@ -41,11 +43,11 @@ int mq_sched_ckpt_write(const char *run_dir, const mq_sched_ckpt_t *c)
         "  \"train_time_s\": %.17g,\n  \"wall_time_s\": %.17g,\n  \"bytes_up\": %" PRIu64
         ",\n  \"bytes_down\": %" PRIu64 ",\n  \"fallbacks\": %" PRIu64 ",\n"
         "  \"last_acc\": %s,\n  \"acc_iter\": %s,\n  \"last_loss\": %s,\n  \"last_sparsity\": %s,\n"
-        "  \"smoothed_loss\": %s,\n  \"best_loss\": %s,\n  \"best_acc\": %s,\n  \"seen\": %" PRIu64
-        ",\n  \"policy\": \"%s\"\n}\n",
-        c->iter, c->cursor, c->lineage, c->servers, model, c->bits, c->train_time_s,
-        c->wall_time_s, c->bytes_up, c->bytes_down, c->fallbacks, acc, acc_iter, loss, sparsity,
-        smoothed, best, best_acc, c->seen, policy);
+        "  \"smoothed_loss\": %s,\n  \"best_loss\": %s,\n  \"best_acc\": %s,\n"
+        "  \"first_loss\": %s,\n  \"seen\": %" PRIu64 ",\n  \"policy\": \"%s\"\n}\n",
+        c->iter, c->cursor, c->lineage, c->servers, model, c->bits, c->train_time_s, c->wall_time_s,
+        c->bytes_up, c->bytes_down, c->fallbacks, acc, acc_iter, loss, sparsity, smoothed, best,
+        best_acc, first, c->seen, policy);
     if (n < 0 || (size_t)n >= sizeof text ||
         (size_t)snprintf(path, sizeof path, "%s/checkpoint.json", run_dir) >= sizeof path) {
         mq_err_set("checkpoint.json: too long");
@@ -128,6 +130,12 @@ int mq_sched_ckpt_read(const char *run_dir, mq_sched_ckpt_t *c)
         s_get_str(text, "lineage", lineage, sizeof lineage) ||
         s_get_str(text, "model", c->model, sizeof c->model) ||
         s_get_str(text, "policy", c->policy, sizeof c->policy))
+        goto out;
+    /* Written since 2026-11-29 (the flat rule): a checkpoint from before has none, and its run
+     * goes on without that rule. */
+    if (!strstr(text, "\"first_loss\":"))
+        c->first_loss = NAN;
+    else if (s_get(text, "first_loss", &c->first_loss))
         goto out;
     if (!(iter >= 1) || !s_count(iter, 0x1p64) || !s_count(cursor, 0x1p64) ||
         !(servers >= 1) || !s_count(servers, 0x1p32) || !(bits >= 1) || !(bits <= 32) ||

@@ -474,6 +474,7 @@ static bool s_checkpoint_due(s_sched_t *self)
         .smoothed = self->watch.smoothed,
         .best = isinf(self->watch.best) ? NAN : self->watch.best,
         .best_acc = self->watch.best_acc < 0 ? NAN : self->watch.best_acc,
+        .first_loss = self->watch.first,
         .seen = self->watch.seen,
     };
     snprintf(self->ckpt.model, sizeof self->ckpt.model, "%s", self->cfg->model);
@@ -564,6 +565,7 @@ static void s_restore(s_sched_t *self, const mq_sched_ckpt_t *c)
     self->watch.smoothed = c->smoothed;
     self->watch.best = isnan(c->best) ? INFINITY : c->best;
     self->watch.best_acc = isnan(c->best_acc) ? -1 : c->best_acc;
+    self->watch.first = c->first_loss;
     self->watch.seen = c->seen;
     if (c->policy[0] && !self->policy[0])
         snprintf(self->policy, sizeof self->policy, "%s", c->policy);
@@ -870,14 +872,14 @@ static void s_norms_json(const s_sched_t *self, char *buf, size_t len)
 static void s_diverged(s_sched_t *self)
 {
     const mq_watch_t *w = &self->watch;
-    bool end = strcmp(w->rule, "chance") == 0; /* judged as the run ends */
+    bool end = w->at_end; /* judged as the run ends */
     bool stop = strcmp(self->cfg->on_divergence, "stop") == 0;
     const char *action = end ? "end" : stop ? "stop" : "continue";
     char rule[64], detail[600], norms[160] = "", fields[1000];
     mq_json_escape(w->rule, rule, sizeof rule);
     mq_json_escape(w->detail, detail, sizeof detail);
-    /* The gradient's norms are the iteration's that diverged; the chance rule judges the
-     * run as a whole. */
+    /* The gradient's norms are the iteration's that diverged; the rules judged at the end
+     * (chance, flat) judge the run as a whole. */
     if (!end) {
         norms[0] = ',';
         s_norms_json(self, norms + 1, sizeof norms - 1);

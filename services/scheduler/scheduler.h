@@ -57,7 +57,7 @@ typedef struct {
     /* the run's health (mqgrad/watch.h) */
     double diverge_factor; /* loss rule: multiple of the best smoothed loss, 0 = off */
     long diverge_patience; /* loss rule: iterations above it */
-    long learn_within;     /* chance rule: a run this long must end above chance, 0 = off */
+    long learn_within;     /* chance, flat rules: a run this long must have learned, 0 = off */
     char on_divergence[16]; /* stop | continue */
     double guard_spike;    /* spike guard: loss / smoothed loss that fires it, 0 = off */
     long guard_iters, guard_bits;

@@ -27,7 +27,7 @@ typedef struct {
     double train_time_s, wall_time_s;
     uint64_t bytes_up, bytes_down, fallbacks;
     double last_acc, acc_iter, last_loss, last_sparsity; /* NaN: none yet */
-    double smoothed, best, best_acc;                     /* the divergence watch */
+    double smoothed, best, best_acc, first_loss;         /* the divergence watch */
     uint64_t seen;
     char policy[64];
 } mq_sched_ckpt_t;

@@ -179,8 +179,8 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
         {"diverge-patience", NULL, MQ_FLAG_STR, o->diverge_patience, sizeof o->diverge_patience, 0,
          0, "... for this many iterations (15)"},
         {"learn-within", NULL, MQ_FLAG_STR, o->learn_within, sizeof o->learn_within, 0, 0,
-         "a run this long (iterations) that ends at chance accuracy did not learn: diverged "
-         "(50; 0 = off)"},
+         "a run this long (iterations) that ends at chance accuracy, or under 2x chance with "
+         "its loss not 5% down, did not learn: diverged (50; 0 = off)"},
         {"on-divergence", NULL, MQ_FLAG_STR, o->on_divergence, sizeof o->on_divergence, 0, 0,
          "stop | continue (stop)"},
         {"guard-spike", NULL, MQ_FLAG_STR, o->guard_spike, sizeof o->guard_spike, 0, 0,

@@ -399,6 +399,8 @@ static const char *s_rule_words(const char *rule)
         return "test accuracy fell back to chance";
     if (strcmp(rule, "chance") == 0)
         return "the run ended at chance";
+    if (strcmp(rule, "flat") == 0)
+        return "the training loss stayed where it began";
     return rule[0] ? rule : "no rule recorded";
 }
 

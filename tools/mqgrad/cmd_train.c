@@ -346,8 +346,7 @@ static int s_loop(s_run_t *r, mq_summary_t *sum)
                               .status = "running"};
         if (diverged) {
             fprintf(stderr, "mqgrad train: DIVERGED at iteration %llu: %s%s\n",
-                    (unsigned long long)it, watch->detail,
-                    strcmp(watch->rule, "chance") == 0 ? "" : "; lower --lr");
+                    (unsigned long long)it, watch->detail, watch->at_end ? "" : "; lower --lr");
             char fields[600], detail[512];
             mq_json_escape(watch->detail, detail, sizeof detail);
             snprintf(fields, sizeof fields, "\"rule\":\"%s\",\"detail\":\"%s\"", watch->rule,

@@ -11,7 +11,10 @@
  *   accuracy   an evaluation fell to chance (at most 1.5 / classes) after an earlier one had
  *              been clearly above it (at least 2.5 / classes);
  *   chance     the run ended with its final evaluation at chance (at most 1.5 / classes)
- *              after at least `learn_within` iterations: it did not learn (mq_watch_final).
+ *              after at least `learn_within` iterations: it did not learn (mq_watch_final);
+ *   flat       the same, its final evaluation above chance but under 2 / classes and its
+ *              smoothed loss not 5 % below its first loss: it did not learn either, it started
+ *              a little above chance (mq_watch_final).
  * A spike is one iteration whose loss exceeds spike_factor x the smoothed loss before it. */
 #ifndef MQGRAD_WATCH_H
 #define MQGRAD_WATCH_H
@@ -40,7 +43,7 @@ typedef struct {
     long guard_iters;    /* guard: iterations a raised floor lasts (10: two MDP windows) */
     int guard_bits;      /* guard: bits added above those that spiked (2) */
     int max_bits;        /* guard: the floor never exceeds this (8) */
-    long learn_within;   /* chance rule: runs this long must end above chance (50; 0 = off) */
+    long learn_within;   /* chance, flat rules: runs this long must have learned (50; 0 = off) */
 } mq_watch_opts_t;
 
 void mq_watch_opts_default(mq_watch_opts_t *o);
@@ -52,12 +55,14 @@ typedef struct {
     double best;        /* lowest smoothed loss (INFINITY before the first) */
     long above;         /* consecutive iterations above loss_factor x best */
     double best_acc;    /* highest evaluated accuracy (-1 before any) */
+    double first;       /* the first finite loss (NAN before it) */
     uint64_t guard_until; /* the floor holds for iterations < guard_until */
     int guard_floor;
     uint64_t spikes;    /* how often the guard fired */
     bool diverged;
     uint64_t div_iter;
-    char rule[16];      /* "nonfinite", "loss", "accuracy", "chance" */
+    bool at_end;        /* the rule judged the run as a whole, as it ended (chance, flat) */
+    char rule[16];      /* "nonfinite", "loss", "accuracy", "chance", "flat" */
     char detail[256];   /* the evidence, in words */
 } mq_watch_t;
 
@@ -77,8 +82,8 @@ bool mq_watch_loss(mq_watch_t *w, uint64_t iter, double loss, uint64_t nonfinite
 bool mq_watch_accuracy(mq_watch_t *w, uint64_t iter, double acc);
 
 /* Judges the end of a run of ITERS iterations whose last evaluation gave ACC (NaN: none was
- * made, nothing is judged): true when it makes the run diverged by the chance rule. Call it
- * once, after the last iteration's mq_watch_accuracy. */
+ * made, nothing is judged): true when it makes the run diverged by the chance or the flat
+ * rule (w->at_end is then set). Call it once, after the last iteration's mq_watch_accuracy. */
 bool mq_watch_final(mq_watch_t *w, uint64_t iters, double acc);
 
 /* The bits iteration ITER should use given the policy's choice: raised to the guard's floor
