@@ -608,8 +608,9 @@ Test(elastic, everything_killed_then_local_resume, .timeout = 600)
      * checkpoints it again. */
     char *ck = s_slurp(run, "checkpoint.json", NULL);
     cr_assert_not_null(ck, "no checkpoint.json in %s", run);
-    char *first = strstr(ck, "\"first_loss\": ");
-    cr_expect(first && atof(first + 14) > 1.0, "the first loss was lost on resume:\n%s", ck);
+    const char *key = "\"first_loss\": ", *first = strstr(ck, key);
+    cr_expect(first && atof(first + strlen(key)) > 1.0, "the first loss was lost on resume:\n%s",
+              ck);
     free(ck);
     cr_log_info("killed at row %d, resumed from iteration %lu: %.2f%%", rows_before, best,
                 s_summary_num(&j, "final_test_acc") * 100);

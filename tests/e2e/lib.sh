@@ -80,12 +80,14 @@ compose() {
 }
 
 # Registers a command to run at cleanup, before the project is taken down (last first).
+# Runs "$*" as the test exits, the last registered first; E2E_STATUS is then its exit status.
 e2e_on_cleanup() { E2E_CLEANUPS+=("$*"); }
 
 e2e_cleanup() {
     local rc=$?
     trap - EXIT TERM INT
     set +e
+    E2E_STATUS=$rc # the hooks' to read: non-zero when the test failed
     local _e2e_k
     for ((_e2e_k = ${#E2E_CLEANUPS[@]} - 1; _e2e_k >= 0; _e2e_k--)); do
         eval "${E2E_CLEANUPS[$_e2e_k]}"

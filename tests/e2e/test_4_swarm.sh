@@ -34,10 +34,9 @@ remove_stack() {
 # Registered after the swarm's, so it runs before leaving.
 e2e_on_cleanup remove_stack
 # On a failure, what the swarm made of each service, before the stack goes: a task that never
-# started has no container for lib.sh's dump to show, only a state and an error here. (rc is
-# e2e_cleanup's exit status, seen by the hooks it runs.)
+# started has no container for lib.sh's dump to show, only a state and an error here.
 show_tasks() {
-    [ "${rc:-0}" != 0 ] || return 0
+    [ "${E2E_STATUS:-0}" != 0 ] || return 0
     local s
     e2e_log "tasks of $stack (desired, current state, error) and their last logs:"
     for s in $(docker service ls -q --filter "label=com.docker.stack.namespace=$stack"); do

@@ -38,16 +38,19 @@ static void s_zero_planes(float *x, int n, int c, int hw, size_t sn, size_t sc)
             memset(x + ni * sn + ci * sc, 0, sizeof(float) * hw);
 }
 
-/* For tap (ki, kj) of an h x w plane: which of the plane's positions read a pixel inside it,
- * 16 positions a mask. */
-static int s_masks(int h, int w, int ki, int kj, __mmask16 *m)
+/* For tap (ki, kj) of h x w planes laid one after another: which of positions 0..LEN read a
+ * pixel inside their plane (position i is position i mod h*w of a plane), 16 positions a mask;
+ * positions from LEN on read none. LEN = h*w: one plane (col2im); a multiple of both h*w and 16:
+ * the masks of a whole batch, which repeat with that period (im2col). Returns the masks'
+ * count. */
+static int s_masks(int h, int w, int ki, int kj, int len, __mmask16 *m)
 {
-    const int hw = h * w, chunks = (hw + 15) / 16;
+    const int chunks = (len + 15) / 16;
     if (chunks > MAX_CHUNKS)
         return -1;
     memset(m, 0, sizeof(__mmask16) * chunks);
-    for (int i = 0; i < hw; i++)
-        if (s_reads_pixel(h, w, ki, kj, i))
+    for (int i = 0; i < len; i++)
+        if (s_reads_pixel(h, w, ki, kj, i % (h * w)))
             m[i / 16] |= (__mmask16)(1u << (i % 16));
     return chunks;
 }
@@ -66,7 +69,7 @@ AVX512 static void s_col2im(const float *col, size_t ld, int n, int c, int h, in
     __mmask16 m[MQ_KSIZE * MQ_KSIZE][MAX_CHUNKS];
     int chunks = 0;
     for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++)
-        chunks = s_masks(h, w, t / MQ_KSIZE, t % MQ_KSIZE, m[t]);
+        chunks = s_masks(h, w, t / MQ_KSIZE, t % MQ_KSIZE, h * w, m[t]);
     s_zero_planes(x, n, c, hw, sn, sc);
     for (int ci = 0; ci < c; ci++)
         for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++) {
@@ -106,12 +109,7 @@ AVX512 static void s_im2col(const float *x, int n, int c, int h, int w, size_t s
     const bool stream = (uintptr_t)col % 64 == 0 && ld % 16 == 0;
     __mmask16 m[MQ_KSIZE * MQ_KSIZE][MAX_CHUNKS];
     for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++)
-        for (int k = 0; k < period; k++) {
-            m[t][k] = 0;
-            for (int l = 0; l < 16; l++)
-                if (s_reads_pixel(h, w, t / MQ_KSIZE, t % MQ_KSIZE, (16 * k + l) % hw))
-                    m[t][k] |= (__mmask16)(1u << l);
-        }
+        s_masks(h, w, t / MQ_KSIZE, t % MQ_KSIZE, 16 * period, m[t]);
     for (int ci = 0; ci < c; ci++)
         for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++) {
             const long off = (long)(t / MQ_KSIZE - PAD) * w + (t % MQ_KSIZE - PAD);

@@ -22,8 +22,8 @@
  * (common/CMakeLists.txt: -ffp-contract=off) and no such loop reduces across lanes, so every
  * clone gives the same bits. On an Intel Xeon (family 6, model 207) the AVX-512 clones take
  * each LRN forward pass from 0.9-1.1 to 0.7-0.8 ms and the SGD update of the paper model from
- * 10.9-11.2 to 8.7-9.0; on an AMD EPYC (Zen 4) such clones measured 2 % slower over the
- * whole step (bench/README.md). */
+ * 10.9-11.2 to 8.7-9.0; on a 2-core AMD EPYC with AVX-512 such clones measured 2 % slower
+ * over the whole step (bench/README.md, 2026-11-26). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MQ_NN_WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
 #else

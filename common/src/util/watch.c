@@ -139,7 +139,8 @@ bool mq_watch_final(mq_watch_t *w, uint64_t iters, double acc)
     if (w->diverged || !isfinite(acc) || w->o.learn_within <= 0 ||
         iters < (uint64_t)w->o.learn_within || acc >= 2 * chance)
         return false;
-    if (acc <= 1.5 * chance) {
+    const bool at_chance = acc <= 1.5 * chance;
+    if (at_chance) {
         snprintf(w->detail, sizeof w->detail,
                  "it did not learn: after %llu iterations the test accuracy is %.2f%%, at "
                  "chance (%.0f%%)",
@@ -155,7 +156,7 @@ bool mq_watch_final(mq_watch_t *w, uint64_t iters, double acc)
                  chance * 100);
     }
     w->at_end = true;
-    return s_diverge(w, iters - 1, acc <= 1.5 * chance ? "chance" : "flat");
+    return s_diverge(w, iters - 1, at_chance ? "chance" : "flat");
 }
 
 int mq_watch_bits(const mq_watch_t *w, uint64_t iter, int policy_bits)
