@@ -1245,6 +1245,59 @@ Test(quant, every_kernel_set_writes_and_decodes_the_same_bits)
     free(s1);
 }
 
+/* A long tensor's range scan (one range per tensor) may walk parts of it side by side: an
+ * extreme or a NaN is found wherever it lies, at the first, middle or last value of each
+ * quarter, in the steps of the rest after them and in the last few values, with every
+ * kernel set. */
+Test(quant, a_long_tensors_range_is_found_wherever_its_extremes_lie, .timeout = 120)
+{
+    const char *names[S_NSETS];
+    size_t nk = s_kernel_sets(names);
+    const size_t n = 4 * 65536 + 101, q = 65536;
+    float *x = s_normal(n, 31, 0.01f);
+    size_t where[16], nw = 0;
+    for (size_t k = 0; k < 4; k++) {
+        where[nw++] = k * q;
+        where[nw++] = k * q + q / 2 + 7;
+        where[nw++] = k * q + q - 1;
+    }
+    where[nw++] = 4 * q;      /* the rest: a step of 32 */
+    where[nw++] = 4 * q + 97; /* the rest's rest */
+    where[nw++] = n - 1;
+    mq_codec_t c = mq_codec_uniform(8, 0, false);
+    const size_t cap = mq_codec_payload_size(&c, n);
+    uint8_t *p = malloc(cap);
+    for (size_t k = 0; k < nk; k++) {
+        cr_assert_eq(mq_quant_use_kernels(names[k]), 0);
+        for (size_t w = 0; w < nw; w++) {
+            const float keep = x[where[w]];
+            const float probe[] = {5.0f, -5.0f, NAN};
+            for (int v = 0; v < 3; v++) {
+                x[where[w]] = probe[v];
+                size_t len = 0;
+                int rc = mq_codec_encode(&c, x, n, p, cap, &len, NULL, NULL);
+                if (v == 2) {
+                    char idx[32];
+                    snprintf(idx, sizeof idx, "value %zu ", where[w]);
+                    cr_assert(rc == -1 && strstr(mq_err_last(), idx),
+                              "%s: a NaN at %zu: rc %d, '%s'", names[k], where[w], rc,
+                              mq_err_last());
+                } else {
+                    cr_assert_eq(rc, 0, "%s", mq_err_last());
+                    float lo = mq_get_f32(p), hi = mq_get_f32(p + 4);
+                    cr_assert(v == 0 ? hi == 5.0f && lo > -1.0f : lo == -5.0f && hi < 1.0f,
+                              "%s: %g at %zu gave the range [%g, %g]", names[k], probe[v], where[w],
+                              lo, hi);
+                }
+            }
+            x[where[w]] = keep;
+        }
+    }
+    mq_quant_use_kernels(NULL);
+    free(p);
+    free(x);
+}
+
 /* Codes q[0..n) of K bits packed least significant bit first, one bit at a time. */
 static void s_pack_reference(const uint8_t *q, size_t n, int K, uint8_t *dst)
 {
