@@ -1,5 +1,5 @@
-/* The float model's convolution loops for x86: col2im and max-pooling's forward, with
- * AVX-512 or AVX2 as mq_fc_kind() says, and im2col with AVX-512.
+/* The float model's convolution loops for x86: col2im, im2col and max-pooling's forward, with
+ * AVX-512 or AVX2 as mq_fc_kind() says.
  *
  * col2im: a plane of an image shifted by one tap of the 5x5 kernel is the plane at an offset,
  * with the positions whose pixel falls outside it left out. The portable loop adds a row of
@@ -9,8 +9,8 @@
  * image). Measured (bench/README.md): conv2's col2im 6.7 -> 4.9 ms on one thread with
  * AVX-512. im2col, a copy, done the same way plane by plane, was no faster than the portable
  * loop's memcpy of each row (7.5 against 6.3-7.3 ms); what made it faster is taking a tap's row
- * over the whole batch at once, with streaming stores (s_im2col). mq_conv_fast() says whether
- * the col2im loops are used. */
+ * over the whole batch at once, with streaming stores (s_im2col, s_im2col_avx2). mq_conv_fast()
+ * says whether the col2im loops are used. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -130,6 +130,68 @@ AVX512 static void s_im2col(const float *x, int n, int c, int h, int w, size_t s
                     _mm512_maskz_loadu_ps(m[t][v % period] & tail, s_at(src, off + 16 * (long)v)));
         }
     _mm_sfence(); /* the streamed columns are seen before whatever the caller signals next */
+}
+
+/* im2col as s_im2col with AVX2, eight positions a vector, each stored whole. A vector that
+ * lies inside the channel's n planes is a plain load with its lanes whose pixel is outside
+ * their plane cleared (AND with the lane mask: +0.0); one that starts before them or ends past
+ * them (the first and last few of a tap) is a masked load (VMASKMOVPS), which reads only the
+ * lanes it keeps. Taps outermost, so that a tap's lane masks, widened from s_masks' bits once
+ * (2 * PERIOD vectors of 8, at most 4 KB), serve every channel. On a Zen 3, conv2's im2col
+ * took 7.3-8.1 ms a step with the memcpy loop, 4.2-4.7 with masked loads throughout, 2.8-3.3
+ * as here. */
+MQ_AVX2 static inline void s_put8(float *p, __m256 a, bool stream)
+{
+    if (stream)
+        _mm256_stream_ps(p, a);
+    else
+        _mm256_storeu_ps(p, a);
+}
+
+MQ_AVX2 static void s_im2col_avx2(const float *x, int n, int c, int h, int w, size_t sc, float *col,
+                                  size_t ld, int period)
+{
+    const size_t total = (size_t)n * h * w, full = total / 8;
+    const int rest = (int)(total % 8), vecs = 2 * period;
+    const bool stream = (uintptr_t)col % 32 == 0 && ld % 8 == 0;
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __mmask16 m[MAX_CHUNKS];
+    __m256i lanes[2 * MAX_CHUNKS];
+    for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++) {
+        const long off = (long)(t / MQ_KSIZE - PAD) * w + (t % MQ_KSIZE - PAD);
+        s_masks(h, w, t / MQ_KSIZE, t % MQ_KSIZE, 16 * period, m);
+        for (int k = 0; k < vecs; k++) {
+            const __m256i b = _mm256_set1_epi32((m[k / 2] >> (8 * (k % 2))) & 0xff);
+            lanes[k] = _mm256_cmpeq_epi32(_mm256_and_si256(b, bit), bit);
+        }
+        /* vectors [v0, v1) lie inside: 8v + off >= 0 and 8v + off + 8 <= total */
+        const long lo = off < 0 ? (-off + 7) / 8 : 0, hi = ((long)total - off) / 8;
+        const size_t v0 = (size_t)lo < full ? (size_t)lo : full, v1 = hi < (long)v0 ? v0
+                                                                      : (size_t)hi < full
+                                                                          ? (size_t)hi
+                                                                          : full;
+        for (int ci = 0; ci < c; ci++) {
+            const float *src = x + ci * sc;
+            float *row = col + (size_t)(ci * MQ_KSIZE * MQ_KSIZE + t) * ld;
+            size_t v = 0;
+            int k = 0;
+            for (; v < full; v++, k = k + 1 == vecs ? 0 : k + 1) {
+                const long at = off + 8 * (long)v;
+                s_put8(row + 8 * v,
+                       v >= v0 && v < v1
+                           ? _mm256_and_ps(_mm256_loadu_ps(src + at), _mm256_castsi256_ps(lanes[k]))
+                           : _mm256_maskload_ps(s_at(src, at), lanes[k]),
+                       stream);
+            }
+            if (rest) {
+                const __m256i in = _mm256_and_si256(lanes[k], mq_lanes8(rest));
+                float last[8];
+                _mm256_storeu_ps(last, _mm256_maskload_ps(s_at(src, off + 8 * (long)v), in));
+                memcpy(row + 8 * v, last, sizeof(float) * rest);
+            }
+        }
+    }
+    _mm_sfence();
 }
 
 /* The same with AVX2, eight positions a vector and no masked stores (slow on AMD's cores):
@@ -379,9 +441,12 @@ bool mq_conv_fast_im2col(const float *x, int n, int c, int h, int w, size_t sn, 
 #if defined(__x86_64__) && defined(__GNUC__)
     /* the masks repeat every lcm(hw, 16) values: hw / gcd(hw, 16) vectors */
     const int hw = h * w, low = hw & -hw, period = hw / (low < 16 ? low : 16);
-    if (mq_fc_kind() != MQ_FC_AVX512 || sn != (size_t)hw || period > MAX_CHUNKS)
+    if (mq_fc_kind() == MQ_FC_BLAS || sn != (size_t)hw || period > MAX_CHUNKS)
         return false;
-    s_im2col(x, n, c, h, w, sc, col, ld, period);
+    if (mq_fc_kind() == MQ_FC_AVX512)
+        s_im2col(x, n, c, h, w, sc, col, ld, period);
+    else
+        s_im2col_avx2(x, n, c, h, w, sc, col, ld, period);
     return true;
 #else
     (void)x, (void)n, (void)c, (void)h, (void)w, (void)sn, (void)sc, (void)col, (void)ld;

@@ -193,9 +193,9 @@ bool mq_nn_conv_transposed(void);
 bool mq_conv_fast(int h, int w);
 void mq_conv_fast_col2im(const float *col, size_t ld, int n, int c, int h, int w, size_t sn,
                          size_t sc, float *x);
-/* im2col in float with AVX-512 (as mq_fc_kind()), the portable loop's columns; false, with
- * nothing written, where it does not run (no AVX-512, or images not one after another:
- * sn != h * w). */
+/* im2col in float with AVX-512 or AVX2 (as mq_fc_kind()), the portable loop's columns;
+ * false, with nothing written, where it does not run (sgemm's kind, or images not one after
+ * another: sn != h * w). */
 bool mq_conv_fast_im2col(const float *x, int n, int c, int h, int w, size_t sn, size_t sc,
                          float *col, size_t ld);
 /* Max-pooling's forward (mq_pool_forward_f) with AVX-512 or AVX2 (as mq_fc_kind()), its
