@@ -138,8 +138,8 @@ AVX512 static void s_im2col(const float *x, int n, int c, int h, int w, size_t s
  * them (the first and last few of a tap) is a masked load (VMASKMOVPS), which reads only the
  * lanes it keeps. Taps outermost, so that a tap's lane masks, widened from s_masks' bits once
  * (2 * PERIOD vectors of 8, at most 4 KB), serve every channel. On a Zen 3, conv2's im2col
- * took 7.3-8.1 ms a step with the memcpy loop, 4.2-4.7 with masked loads throughout, 2.8-3.3
- * as here. */
+ * took 7.3-8.1 ms a step with the memcpy loop, 4.2-4.7 with masked loads throughout, 2.7-3.3
+ * as here (medians of 20 steps, alternated runs; bench/README.md). */
 MQ_AVX2 static inline void s_put8(float *p, __m256 a, bool stream)
 {
     if (stream)
@@ -166,10 +166,10 @@ MQ_AVX2 static void s_im2col_avx2(const float *x, int n, int c, int h, int w, si
         }
         /* vectors [v0, v1) lie inside: 8v + off >= 0 and 8v + off + 8 <= total */
         const long lo = off < 0 ? (-off + 7) / 8 : 0, hi = ((long)total - off) / 8;
-        const size_t v0 = (size_t)lo < full ? (size_t)lo : full, v1 = hi < (long)v0 ? v0
-                                                                      : (size_t)hi < full
-                                                                          ? (size_t)hi
-                                                                          : full;
+        const size_t v0 = lo < (long)full ? (size_t)lo : full;
+        size_t v1 = hi < (long)full ? (size_t)hi : full;
+        if (v1 < v0)
+            v1 = v0;
         for (int ci = 0; ci < c; ci++) {
             const float *src = x + ci * sc;
             float *row = col + (size_t)(ci * MQ_KSIZE * MQ_KSIZE + t) * ld;
