@@ -132,6 +132,17 @@ AVX512 static void s_im2col(const float *x, int n, int c, int h, int w, size_t s
     _mm_sfence(); /* the streamed columns are seen before whatever the caller signals next */
 }
 
+/* Vectors [*k0, *k1) of 8 values among the first FULL, read at an offset OFF in an array of
+ * LEN values, that lie inside it: 8k + off >= 0 and 8k + 8 + off <= len. */
+static void s_inside(long off, long len, long full, long *k0, long *k1)
+{
+    *k0 = off < 0 ? (-off + 7) / 8 : 0;
+    if (*k0 > full)
+        *k0 = full;
+    const long k = (len - off) / 8;
+    *k1 = k > full ? full : k < *k0 ? *k0 : k;
+}
+
 /* im2col as s_im2col with AVX2, eight positions a vector, each stored whole. A vector that
  * lies inside the channel's n planes is a plain load with its lanes whose pixel is outside
  * their plane cleared (AND with the lane mask: +0.0); one that starts before them or ends past
@@ -154,22 +165,16 @@ MQ_AVX2 static void s_im2col_avx2(const float *x, int n, int c, int h, int w, si
     const size_t total = (size_t)n * h * w, full = total / 8;
     const int rest = (int)(total % 8), vecs = 2 * period;
     const bool stream = (uintptr_t)col % 32 == 0 && ld % 8 == 0;
-    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     __mmask16 m[MAX_CHUNKS];
     __m256i lanes[2 * MAX_CHUNKS];
     for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++) {
         const long off = (long)(t / MQ_KSIZE - PAD) * w + (t % MQ_KSIZE - PAD);
         s_masks(h, w, t / MQ_KSIZE, t % MQ_KSIZE, 16 * period, m);
-        for (int k = 0; k < vecs; k++) {
-            const __m256i b = _mm256_set1_epi32((m[k / 2] >> (8 * (k % 2))) & 0xff);
-            lanes[k] = _mm256_cmpeq_epi32(_mm256_and_si256(b, bit), bit);
-        }
-        /* vectors [v0, v1) lie inside: 8v + off >= 0 and 8v + off + 8 <= total */
-        const long lo = off < 0 ? (-off + 7) / 8 : 0, hi = ((long)total - off) / 8;
-        const size_t v0 = lo < (long)full ? (size_t)lo : full;
-        size_t v1 = hi < (long)full ? (size_t)hi : full;
-        if (v1 < v0)
-            v1 = v0;
+        for (int k = 0; k < vecs; k++)
+            lanes[k] = mq_bits8(m[k / 2] >> (8 * (k % 2)));
+        long in0, in1; /* the vectors inside the channel's planes */
+        s_inside(off, (long)total, (long)full, &in0, &in1);
+        const size_t v0 = (size_t)in0, v1 = (size_t)in1;
         for (int ci = 0; ci < c; ci++) {
             const float *src = x + ci * sc;
             float *row = col + (size_t)(ci * MQ_KSIZE * MQ_KSIZE + t) * ld;
@@ -217,10 +222,9 @@ static void s_tap(int h, int w, int ki, int kj, s_tap_t *t)
 {
     const int hw = h * w, full = hw / 8;
     t->off = (long)(ki - PAD) * w + (kj - PAD);
-    /* 8k + off >= 0 and 8k + 8 + off <= hw */
-    t->k0 = t->off < 0 ? (int)((-t->off + 7) / 8) : 0;
-    int k1 = (int)((hw - t->off) / 8);
-    t->k1 = k1 > full ? full : k1 < t->k0 ? t->k0 : k1;
+    long k0, k1;
+    s_inside(t->off, hw, full, &k0, &k1);
+    t->k0 = (int)k0, t->k1 = (int)k1;
     t->none = 0;
     memset(t->on, 0, sizeof t->on);
     for (int i = 0; i < hw; i++) {
@@ -237,7 +241,6 @@ MQ_AVX2 static void s_col2im_avx2(const float *col, size_t ld, int n, int c, int
                                   size_t sn, size_t sc, float *x)
 {
     const int hw = h * w;
-    const __m256i lane = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
     s_tap_t taps[MQ_KSIZE * MQ_KSIZE];
     for (int t = 0; t < MQ_KSIZE * MQ_KSIZE; t++)
         s_tap(h, w, t / MQ_KSIZE, t % MQ_KSIZE, &taps[t]);
@@ -252,8 +255,7 @@ MQ_AVX2 static void s_col2im_avx2(const float *col, size_t ld, int n, int c, int
                 for (int k = tp->k0; k < tp->k1; k++) {
                     if (!tp->on[k])
                         continue;
-                    const __m256i on = _mm256_cmpeq_epi32(
-                        _mm256_and_si256(_mm256_set1_epi32(tp->on[k]), lane), lane);
+                    const __m256i on = mq_bits8(tp->on[k]);
                     float *d = dst + tp->off + 8 * k;
                     const __m256 v =
                         _mm256_and_ps(_mm256_castsi256_ps(on), _mm256_loadu_ps(src + 8 * k));

@@ -15,6 +15,14 @@ MQ_AVX2 static inline __m256i mq_lanes8(int left)
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
 
+/* The lanes whose bit is set in the low 8 bits of BITS (bit j: lane j): all ones there, zero
+ * elsewhere. */
+MQ_AVX2 static inline __m256i mq_bits8(unsigned bits)
+{
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32((int)(bits & 0xffu)), bit), bit);
+}
+
 /* LEFT floats from P (all 8 when LEFT >= 8), the others zero. The masked load (VMASKMOVPS,
  * slow on AMD's cores) only at an edge, where a full load would run past the data. */
 MQ_AVX2 static inline __m256 mq_load8(const float *p, int left)
