@@ -1253,6 +1253,8 @@ Test(quant, a_long_tensors_range_is_found_wherever_its_extremes_lie, .timeout = 
 {
     const char *names[S_NSETS];
     size_t nk = s_kernel_sets(names);
+    /* quarters of n / 4 rounded down to whole steps of 32 (kernels_x86.h): 65536 each, then
+     * a rest of 101 values */
     const size_t n = 4 * 65536 + 101, q = 65536;
     float *x = s_normal(n, 31, 0.01f);
     size_t where[16], nw = 0;

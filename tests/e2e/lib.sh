@@ -79,8 +79,8 @@ compose() {
         -f docker-compose.yml -f docker-compose.override.yml "$@")
 }
 
-# Registers a command to run at cleanup, before the project is taken down (last first).
-# Runs "$*" as the test exits, the last registered first; E2E_STATUS is then its exit status.
+# Registers a command to run at cleanup, before the project is taken down (the last
+# registered first); E2E_STATUS is then the test's exit status.
 e2e_on_cleanup() { E2E_CLEANUPS+=("$*"); }
 
 e2e_cleanup() {

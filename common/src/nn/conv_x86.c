@@ -23,10 +23,11 @@
 
 enum { PAD = MQ_KSIZE / 2, MAX_CHUNKS = 64 }; /* planes up to 64 x 16 values (28 x 28: 49) */
 
-/* Whether position I of an h x w plane reads a pixel inside it for tap (ki, kj). */
-static inline bool s_reads_pixel(int h, int w, int ki, int kj, int i)
+/* Whether the position in row R, column C of an h x w plane reads a pixel inside it for tap
+ * (ki, kj). */
+static inline bool s_reads_pixel(int h, int w, int ki, int kj, int r, int c)
 {
-    const int sh = i / w + ki - PAD, sw = i % w + kj - PAD;
+    const int sh = r + ki - PAD, sw = c + kj - PAD;
     return sh >= 0 && sh < h && sw >= 0 && sw < w;
 }
 
@@ -49,9 +50,16 @@ static int s_masks(int h, int w, int ki, int kj, int len, __mmask16 *m)
     if (chunks > MAX_CHUNKS)
         return -1;
     memset(m, 0, sizeof(__mmask16) * chunks);
-    for (int i = 0; i < len; i++)
-        if (s_reads_pixel(h, w, ki, kj, i % (h * w)))
+    /* (r, c): position i's row and column in its plane, walked without dividing (this runs
+     * on every call, 25 x 784 positions for conv2's im2col) */
+    for (int i = 0, r = 0, c = 0; i < len; i++) {
+        if (s_reads_pixel(h, w, ki, kj, r, c))
             m[i / 16] |= (__mmask16)(1u << (i % 16));
+        if (++c == w) {
+            c = 0;
+            r = r + 1 == h ? 0 : r + 1;
+        }
+    }
     return chunks;
 }
 
@@ -143,14 +151,7 @@ static void s_inside(long off, long len, long full, long *k0, long *k1)
     *k1 = k > full ? full : k < *k0 ? *k0 : k;
 }
 
-/* im2col as s_im2col with AVX2, eight positions a vector, each stored whole. A vector that
- * lies inside the channel's n planes is a plain load with its lanes whose pixel is outside
- * their plane cleared (AND with the lane mask: +0.0); one that starts before them or ends past
- * them (the first and last few of a tap) is a masked load (VMASKMOVPS), which reads only the
- * lanes it keeps. Taps outermost, so that a tap's lane masks, widened from s_masks' bits once
- * (2 * PERIOD vectors of 8, at most 4 KB), serve every channel. On a Zen 3, conv2's im2col
- * took 7.3-8.1 ms a step with the memcpy loop, 4.2-4.7 with masked loads throughout, 2.7-3.3
- * as here (medians of 20 steps, alternated runs; bench/README.md). */
+/* Eight floats to P, streamed to memory or stored. */
 MQ_AVX2 static inline void s_put8(float *p, __m256 a, bool stream)
 {
     if (stream)
@@ -159,6 +160,14 @@ MQ_AVX2 static inline void s_put8(float *p, __m256 a, bool stream)
         _mm256_storeu_ps(p, a);
 }
 
+/* im2col as s_im2col with AVX2, eight positions a vector, each stored whole. A vector that
+ * lies inside the channel's n planes is a plain load with its lanes whose pixel is outside
+ * their plane cleared (AND with the lane mask: +0.0); one that starts before them or ends past
+ * them (the first and last few of a tap) is a masked load (VMASKMOVPS), which reads only the
+ * lanes it keeps. Taps outermost, so that a tap's lane masks, widened from s_masks' bits once
+ * (2 * PERIOD vectors of 8, at most 4 KB), serve every channel. On a Zen 3, conv2's im2col
+ * took 7.3-8.1 ms a step with the memcpy loop, 4.2-4.7 with masked loads throughout, 2.7-3.3
+ * as here (medians of 20 steps, alternated runs; bench/README.md). */
 MQ_AVX2 static void s_im2col_avx2(const float *x, int n, int c, int h, int w, size_t sc, float *col,
                                   size_t ld, int period)
 {
@@ -228,7 +237,7 @@ static void s_tap(int h, int w, int ki, int kj, s_tap_t *t)
     t->none = 0;
     memset(t->on, 0, sizeof t->on);
     for (int i = 0; i < hw; i++) {
-        if (!s_reads_pixel(h, w, ki, kj, i))
+        if (!s_reads_pixel(h, w, ki, kj, i / w, i % w))
             continue;
         if (i >= 8 * t->k0 && i < 8 * t->k1)
             t->on[i / 8] |= (uint8_t)(1u << (i % 8));

@@ -478,9 +478,9 @@ S_AVX2 S_INLINE bool s_minmax_either_avx2(const float *x, const float *b, size_t
 /* A long range scan (one range per tensor, whose encode reads the tensor twice) walks four
  * quarters of it side by side: four streams of loads in flight instead of one, each with its
  * own extremes, merged at the end (the extremes do not depend on the order). Measured on a Zen 3
- * (bench_quant, bench/README.md): the read-only pass 1.70x -> 2.62x memcpy, the encode with
- * one range at 4 bits 0.85x -> 1.02x. Two streams gave 1.98x, one set of extremes shared by
- * the four 2.27x (its chain of min and max operations limits it). */
+ * (bench_quant, bench/README.md): the read-only pass 1.68-1.71x -> 2.57-2.68x memcpy, the
+ * encode with one range at 4 bits 0.82-0.88x -> 0.99x. Two streams gave 1.98x, one set of
+ * extremes shared by the four 2.27x (its chain of min and max operations limits it). */
 enum { S_SCAN_STREAMS = 4, S_SCAN_SPLIT = 65536 /* values: from here on */ };
 
 S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
