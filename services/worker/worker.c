@@ -93,14 +93,13 @@ int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
 {
     memset(cfg, 0, sizeof *cfg);
     strcpy(cfg->scheduler, "tcp://127.0.0.1:7000");
-    strcpy(cfg->data_dir, MQ_DEFAULT_DATA_DIR);
     cfg->peer_timeout = 60;
     cfg->iter_timeout = 600;
     const mq_flag_t flags[] = {
         {"scheduler", "MQGRAD_SCHEDULER", MQ_FLAG_STR, cfg->scheduler, sizeof cfg->scheduler, 0,
          0, "scheduler endpoint"},
         {"data-dir", "MQGRAD_DATA_DIR", MQ_FLAG_STR, cfg->data_dir, sizeof cfg->data_dir, 0, 0,
-         "dataset directory"},
+         "dataset directory (default: the data set's own, /usr/share/datasets/NAME)"},
         {"threads", "MQGRAD_THREADS", MQ_FLAG_LONG, &cfg->threads, 0, 0, 256,
          "OpenBLAS threads (0 = default)"},
         {"peer-timeout", "MQGRAD_PEER_TIMEOUT", MQ_FLAG_DOUBLE, &cfg->peer_timeout, 0, 1, 86400,

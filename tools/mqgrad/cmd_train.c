@@ -57,7 +57,8 @@ static void s_help(FILE *out)
         "  --model paper|small     network (MQGRAD_MODEL, default paper)\n"
         "  --dataset NAME          fashion-mnist, mnist or cifar10 (MQGRAD_DATASET, default\n"
         "                          fashion-mnist)\n"
-        "  --data-dir DIR          dataset files (MQGRAD_DATA_DIR, default %s)\n"
+        "  --data-dir DIR          dataset files (MQGRAD_DATA_DIR, default\n"
+        "                          /usr/share/datasets/NAME)\n"
         "  --batch N               examples per step (MQGRAD_BATCH, default 32)\n"
         "  --lr X                  learning rate (MQGRAD_LR, default 0.05)\n"
         "  --l2 X                  L2 coefficient on fc1.w and fc2.w: loss += X/2 * ||w||^2\n"
@@ -76,8 +77,7 @@ static void s_help(FILE *out)
         "  --run-dir DIR           where to write the run (MQGRAD_RUN_DIR, default\n"
         "                          runs/train-<UTC time>)\n"
         "  --quiet                 no progress lines\n"
-        "  --help                  this text\n",
-        MQ_DEFAULT_DATA_DIR);
+        "  --help                  this text\n");
 }
 
 /* Parses one numeric option value into its field; -1 with an error naming the flag. */
@@ -125,7 +125,7 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
     *o = (s_opts_t){.batch = 32, .lr = 0.05, .l2 = 1e-4, .seed = 1, .eval_limit = 100000000L};
     o->model = mq_env_str("MQGRAD_MODEL", "paper");
     o->dataset = mq_env_str("MQGRAD_DATASET", "fashion-mnist");
-    o->data_dir = mq_env_str("MQGRAD_DATA_DIR", MQ_DEFAULT_DATA_DIR);
+    o->data_dir = mq_env_str("MQGRAD_DATA_DIR", NULL);
     o->run_dir = mq_env_str("MQGRAD_RUN_DIR", NULL);
     for (int i = 0; s_numeric[i]; i++) {
         char var[64], *p;
@@ -174,6 +174,14 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
     }
     if (strcmp(o->model, "paper") && strcmp(o->model, "small")) {
         mq_err_set("--model: '%s' is not paper or small", o->model);
+        return -1;
+    }
+    /* A data set that is not there fails now, with how to get it, not after the run began. */
+    o->data_dir = mq_dataset_dir(o->dataset, o->data_dir);
+    if (mq_dataset_check(o->dataset, o->data_dir) != 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mq_err_last());
+        mq_err_set("--dataset %s: %s", o->dataset, why);
         return -1;
     }
     if (!o->iterations && !o->epochs && !o->time_budget)

@@ -13,6 +13,17 @@ extern "C" {
 
 #define MQ_DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
 
+/* Where KIND's files are looked for when no directory is given: /usr/share/datasets/KIND
+ * (Debian's dataset-fashion-mnist installs Fashion-MNIST there). NULL for an unknown KIND. */
+const char *mq_dataset_default_dir(const char *kind);
+/* DIR, or KIND's default directory when DIR is NULL or empty. */
+const char *mq_dataset_dir(const char *kind, const char *dir);
+/* Whether every file KIND needs is in DIR (plain or .gz), without reading them: -1 with an
+ * error naming the first missing file and how to get the data set (the Debian package, or
+ * the files and layout to put in DIR) otherwise. A seconds-long load finds truncated or
+ * corrupt files; this finds a data set that is not there, before anything starts. */
+int mq_dataset_check(const char *kind, const char *dir);
+
 typedef struct {
     int n;            /* examples */
     int c, h, w;      /* stored image shape (CIFAR-10: 3 x 32 x 32; IDX: 1 x 28 x 28) */
@@ -21,10 +32,12 @@ typedef struct {
     bool crop;        /* images are larger than 28x28 and get cropped to it */
 } mq_dataset_t;
 
-/* Loads the training or test split of KIND ("fashion-mnist", "mnist" or "cifar10") from DIR.
+/* Loads the training or test split of KIND ("fashion-mnist", "mnist" or "cifar10") from DIR
+ * (NULL or empty: KIND's default directory).
  * IDX: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; CIFAR-10: data_batch_{1..5}.bin
  * and test_batch.bin. A missing, truncated or corrupt file gives NULL and an error naming the
- * file and what is wrong (wrong magic, size mismatch, label out of range, ...). */
+ * file and what is wrong (wrong magic, size mismatch, label out of range, ...); a file that
+ * is not there, how to get the data set (as mq_dataset_check). */
 mq_dataset_t *mq_dataset_load(const char *kind, const char *dir, bool train);
 void mq_dataset_destroy(mq_dataset_t **self_p);
 

@@ -2,10 +2,12 @@
  * plain files through) and the CIFAR-10 binary format. Pixels are scaled to [0, 1], then
  * normalized to [-1, 1] by (x - 0.5) / 0.5; every error names the file and what is wrong. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include "mqgrad/data.h"
@@ -15,8 +17,88 @@
 #define CIFAR_RECORD 3073
 #define CIFAR_TRAIN_FILES 5
 
-/* Opens DIR/BASE, else DIR/BASE.gz; PATH receives the name used (or tried, on failure). */
-static gzFile s_open(const char *dir, const char *base, char *path, size_t len)
+static const char *const s_idx_files[] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+                                          NULL};
+static const char *const s_cifar_files[] = {"data_batch_1.bin", "data_batch_2.bin",
+                                            "data_batch_3.bin", "data_batch_4.bin",
+                                            "data_batch_5.bin", "test_batch.bin",
+                                            NULL};
+
+static bool s_known(const char *kind)
+{
+    return kind && (!strcmp(kind, "fashion-mnist") || !strcmp(kind, "mnist") ||
+                    !strcmp(kind, "cifar10"));
+}
+
+const char *mq_dataset_default_dir(const char *kind)
+{
+    if (!s_known(kind))
+        return NULL;
+    return !strcmp(kind, "fashion-mnist") ? MQ_DEFAULT_DATA_DIR
+           : !strcmp(kind, "mnist")       ? "/usr/share/datasets/mnist"
+                                          : "/usr/share/datasets/cifar10";
+}
+
+const char *mq_dataset_dir(const char *kind, const char *dir)
+{
+    if (dir && *dir)
+        return dir;
+    const char *d = mq_dataset_default_dir(kind);
+    return d ? d : MQ_DEFAULT_DATA_DIR;
+}
+
+/* How to get KIND's files into DIR, for an error about a missing one. */
+static const char *s_how_to_get(const char *kind)
+{
+    if (!strcmp(kind, "fashion-mnist"))
+        return "install Debian's package (apt-get install dataset-fashion-mnist), which puts "
+               "them in " MQ_DEFAULT_DATA_DIR ", or give --data-dir";
+    if (!strcmp(kind, "mnist"))
+        return "no Debian package ships MNIST: put its four IDX files "
+               "(train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte, "
+               "t10k-labels-idx1-ubyte; each plain or .gz, as the MNIST site serves them) in "
+               "/usr/share/datasets/mnist, or in a folder given with --data-dir";
+    return "no Debian package ships CIFAR-10: extract its binary version "
+           "(cifar-10-binary.tar.gz: data_batch_1.bin .. data_batch_5.bin and test_batch.bin, "
+           "each plain or .gz) into /usr/share/datasets/cifar10, or into a folder given with "
+           "--data-dir";
+}
+
+/* The missing-file error: which file, where it was looked for, and how to get it. */
+static void s_missing(const char *kind, const char *dir, const char *base, int err)
+{
+    mq_err_set("%s/%s[.gz]: cannot open: %s; %s", dir, base, strerror(err),
+               s_how_to_get(kind));
+}
+
+int mq_dataset_check(const char *kind, const char *dir)
+{
+    if (!s_known(kind)) {
+        mq_err_set("unknown dataset '%s' (expected fashion-mnist, mnist or cifar10)",
+                   kind ? kind : "(null)");
+        return -1;
+    }
+    dir = mq_dataset_dir(kind, dir);
+    const char *const *files = !strcmp(kind, "cifar10") ? s_cifar_files : s_idx_files;
+    for (; *files; files++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, *files);
+        if (access(path, R_OK) == 0)
+            continue;
+        snprintf(path, sizeof path, "%s/%s.gz", dir, *files);
+        if (access(path, R_OK) != 0) {
+            s_missing(kind, dir, *files, errno);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Opens DIR/BASE, else DIR/BASE.gz; PATH receives the name used (or tried, on failure). A
+ * file that is not there gets KIND's how-to-get-it in the error. */
+static gzFile s_open(const char *kind, const char *dir, const char *base, char *path,
+                     size_t len)
 {
     snprintf(path, len, "%s/%s", dir, base);
     gzFile f = gzopen(path, "rb");
@@ -24,8 +106,10 @@ static gzFile s_open(const char *dir, const char *base, char *path, size_t len)
         return f;
     snprintf(path, len, "%s/%s.gz", dir, base);
     f = gzopen(path, "rb");
-    if (!f)
-        mq_err_set("%s/%s[.gz]: cannot open: %s", dir, base, strerror(errno ? errno : ENOENT));
+    if (!f && (errno == ENOENT || errno == 0))
+        s_missing(kind, dir, base, ENOENT);
+    else if (!f)
+        mq_err_set("%s/%s[.gz]: cannot open: %s", dir, base, strerror(errno));
     return f;
 }
 
@@ -82,11 +166,11 @@ static void s_normalize(const unsigned char *src, float *dst, size_t n)
 }
 
 /* An IDX images file: magic 0x00000803, count, 28, 28, then count*784 pixel bytes. */
-static int s_idx_images(const char *dir, const char *base, mq_dataset_t *d)
+static int s_idx_images(const char *kind, const char *dir, const char *base, mq_dataset_t *d)
 {
     char path[4096];
     unsigned char hdr[16], *px = NULL;
-    gzFile f = s_open(dir, base, path, sizeof path);
+    gzFile f = s_open(kind, dir, base, path, sizeof path);
     if (!f)
         return -1;
     if (s_read(f, path, "the 16-byte header", hdr, sizeof hdr) < 0)
@@ -124,11 +208,11 @@ err:
 
 /* An IDX labels file: magic 0x00000801, count, then count label bytes, each 0..9; the count
  * must match the images'. */
-static int s_idx_labels(const char *dir, const char *base, mq_dataset_t *d)
+static int s_idx_labels(const char *kind, const char *dir, const char *base, mq_dataset_t *d)
 {
     char path[4096];
     unsigned char hdr[8];
-    gzFile f = s_open(dir, base, path, sizeof path);
+    gzFile f = s_open(kind, dir, base, path, sizeof path);
     if (!f)
         return -1;
     if (s_read(f, path, "the 8-byte header", hdr, sizeof hdr) < 0)
@@ -163,10 +247,10 @@ err:
 }
 
 /* Appends the records of one CIFAR-10 binary file (label byte + 3x32x32 pixels each). */
-static int s_cifar_file(const char *dir, const char *base, mq_dataset_t *d)
+static int s_cifar_file(const char *kind, const char *dir, const char *base, mq_dataset_t *d)
 {
     char path[4096];
-    gzFile f = s_open(dir, base, path, sizeof path);
+    gzFile f = s_open(kind, dir, base, path, sizeof path);
     if (!f)
         return -1;
     unsigned char rec[CIFAR_RECORD];
@@ -217,12 +301,13 @@ mq_dataset_t *mq_dataset_load(const char *kind, const char *dir, bool train)
         mq_err_set("out of memory");
         return NULL;
     }
+    dir = mq_dataset_dir(kind, dir);
     if (kind && (strcmp(kind, "fashion-mnist") == 0 || strcmp(kind, "mnist") == 0)) {
         const char *pre = train ? "train" : "t10k";
         char img[64], lab[64];
         snprintf(img, sizeof img, "%s-images-idx3-ubyte", pre);
         snprintf(lab, sizeof lab, "%s-labels-idx1-ubyte", pre);
-        if (s_idx_images(dir, img, d) < 0 || s_idx_labels(dir, lab, d) < 0)
+        if (s_idx_images(kind, dir, img, d) < 0 || s_idx_labels(kind, dir, lab, d) < 0)
             goto err;
     } else if (kind && strcmp(kind, "cifar10") == 0) {
         d->c = 3, d->h = 32, d->w = 32, d->crop = true;
@@ -232,7 +317,7 @@ mq_dataset_t *mq_dataset_load(const char *kind, const char *dir, bool train)
                 snprintf(base, sizeof base, "data_batch_%d.bin", i);
             else
                 snprintf(base, sizeof base, "test_batch.bin");
-            if (s_cifar_file(dir, base, d) < 0)
+            if (s_cifar_file(kind, dir, base, d) < 0)
                 goto err;
         }
     } else {
