@@ -409,3 +409,42 @@ Test(runlog, a_summary_that_cannot_be_written_fails)
     cr_expect(strstr(mq_err_last(), "summary.json"), "%s", mq_err_last());
     mq_runlog_destroy(&r);
 }
+
+/* A supervisor's word on how a run ended: the status and reason replace the scheduler's,
+ * everything else it wrote (the divergence too) stays, and a second word replaces the first
+ * reason rather than adding one; with no summary, the fallback is written with them. */
+Test(runlog, set_status_keeps_the_summary_and_replaces_status_and_reason)
+{
+    mq_summary_t s = {.iterations = 7, .final_loss = 1.5, .final_test_acc = NAN,
+                      .final_sparsity = NAN, .policy = "fixed:4", .model = "small",
+                      .dataset = "fashion-mnist", .workers = 2, .servers = 1, .seed = 3,
+                      .status = "interrupted", .divergence_rule = "loss",
+                      .divergence_iter = 5, .divergence_detail = "a \"spike\""};
+    cr_assert_eq(mq_summary_write(s_dir, &s), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_summary_set_status(s_dir, "failed", "worker-0: \"no data\"", &s), 0);
+    cr_assert_eq(mq_summary_set_status(s_dir, "failed", "worker-1 died", &s), 0);
+    char path[600], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/summary.json", s_dir);
+    cr_assert_eq(mq_read_file(path, &text, &len), 0);
+    mq_summary_t want = s;
+    want.status = "failed";
+    want.reason = "worker-1 died";
+    char expect[4096];
+    cr_assert_eq(mq_summary_write(s_dir, &want), 0);
+    char *again;
+    cr_assert_eq(mq_read_file(path, &again, &len), 0);
+    snprintf(expect, sizeof expect, "%s", again);
+    cr_expect_str_eq(text, expect);
+    free(text);
+    free(again);
+
+    unlink(path); /* no summary: the fallback, with the status and reason */
+    s.divergence_rule = NULL;
+    cr_assert_eq(mq_summary_set_status(s_dir, "failed", "no worker can join", &s), 0);
+    cr_assert_eq(mq_read_file(path, &text, &len), 0);
+    cr_expect(strstr(text, "\"status\": \"failed\",\n  \"reason\": \"no worker can join\"\n}"),
+              "%s", text);
+    cr_expect(strstr(text, "\"iterations\": 7"), "%s", text);
+    free(text);
+}

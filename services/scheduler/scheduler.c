@@ -14,6 +14,7 @@
 #include "scheduler.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +116,7 @@ typedef struct {
     int agent_timer;
     uint64_t fallbacks;
     char policy[64];
+    char reason[512]; /* why the run failed, for summary.json */
     double t_progress;
     mq_msg_t in, out;
     mq_drops_t drops;
@@ -262,6 +264,7 @@ static void s_metrics_straggler(s_sched_t *self, uint32_t r)
 }
 
 static void s_finish(s_sched_t *self, const char *status, int code);
+static void s_fail(s_sched_t *self, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- sending ----------------------------------------------------------------------------- */
 
@@ -652,8 +655,7 @@ static void s_place_servers(s_sched_t *self)
 static void s_start(s_sched_t *self)
 {
     if (!self->log && s_open_run(self) != 0) { /* open already after a rollback */
-        mq_error("run directory: %s", mq_err_last());
-        s_finish(self, "failed", 1);
+        s_fail(self, "run directory: %s", mq_err_last());
         return;
     }
     if (!self->lineage)
@@ -739,6 +741,7 @@ static void s_summary(s_sched_t *self, const char *status)
         .clock = self->cfg->clock,
         .wall_time_s = self->wall_before + (self->t_training > 0 ? mq_now_s() - self->t_training : 0),
         .status = status,
+        .reason = self->reason[0] ? self->reason : NULL,
     };
     if (self->watch.diverged) {
         s.divergence_rule = self->watch.rule;
@@ -752,6 +755,17 @@ static void s_summary(s_sched_t *self, const char *status)
         mq_error("summary: %s", mq_err_last());
         self->log_failed = true;
     }
+}
+
+/* Logs why the run cannot go on and ends it "failed" with that reason. */
+static void s_fail(s_sched_t *self, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(self->reason, sizeof self->reason, fmt, ap);
+    va_end(ap);
+    mq_error("%s", self->reason);
+    s_finish(self, "failed", 1);
 }
 
 static void s_finish(s_sched_t *self, const char *status, int code)
@@ -1112,7 +1126,7 @@ static void s_iteration_done(s_sched_t *self)
     self->iter++;
     self->view = 0;
     if (self->log_failed) {
-        s_finish(self, "failed", 1);
+        s_fail(self, "the run's files in %s cannot be written (see the log)", self->cfg->run_dir);
         return;
     }
     if (stop) {
@@ -1575,9 +1589,10 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
         } else if (msg->type == MQ_MSG_PROGRESS) {
             s_on_progress(self, msg);
         } else if (msg->type == MQ_MSG_ERROR) {
-            mq_error("%s", msg->text); /* a node that cannot take part, and says why */
             if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER)
-                s_finish(self, "failed", 1);
+                s_fail(self, "server: %s", msg->text);
+            else
+                mq_error("%s", msg->text); /* a node that cannot take part, and says why */
         } else {
             s_on_leave(self, msg);
         }
@@ -1629,16 +1644,14 @@ static void s_missing(s_sched_t *self, char *buf, size_t len)
 static void s_recover(s_sched_t *self, uint32_t server, double silent)
 {
     if (self->cfg->checkpoint_every <= 0) {
-        mq_error("server %u silent for %.1f s: without checkpoints (--checkpoint-every 0) the "
+        s_fail(self, "server %u silent for %.1f s: without checkpoints (--checkpoint-every 0) the "
                  "run cannot go on without its shard", server, silent);
-        s_finish(self, "failed", 1);
         return;
     }
     mq_sched_ckpt_t ck;
     int rc = mq_sched_ckpt_read(self->run_dir, &ck);
     if (rc < 0) {
-        mq_error("server %u lost, and %s", server, mq_err_last());
-        s_finish(self, "failed", 1);
+        s_fail(self, "server %u lost, and %s", server, mq_err_last());
         return;
     }
     uint64_t from = rc == 0 ? ck.iter : 0;
@@ -1722,21 +1735,18 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     s_metrics_tick(self);
     if ((self->phase == S_REGISTERING || self->phase == S_PREPARING) &&
         now - self->t_created > c->start_timeout) {
-        mq_error("only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
+        s_fail(self, "only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
                  s_count(self, N_FREE), c->workers, self->nservers, c->servers,
                  s_count(self, N_READY), c->start_timeout);
-        s_finish(self, "failed", 1);
     } else if (self->phase == S_RUNNING && now - self->t_issued > c->iter_timeout) {
         char missing[512];
         s_missing(self, missing, sizeof missing);
-        mq_error("iteration %llu did not complete within %.0f s (no report from workers %s)",
+        s_fail(self, "iteration %llu did not complete within %.0f s (no report from workers %s)",
                  (unsigned long long)self->iter, c->iter_timeout, missing);
-        s_finish(self, "failed", 1);
     } else if (self->phase == S_PAUSED && now - self->t_paused > c->pause_timeout) {
-        mq_error("paused for %.0f s with %u workers (--min-workers %ld): giving up",
+        s_fail(self, "paused for %.0f s with %u workers (--min-workers %ld): giving up",
                  now - self->t_paused, s_count(self, N_ACTIVE) + s_count(self, N_READY),
                  c->min_workers);
-        s_finish(self, "failed", 1);
     }
     if (self->phase != S_DONE) {
         mq_msg_init(&self->out, MQ_MSG_HEARTBEAT);

@@ -80,6 +80,7 @@ typedef struct {
     uint64_t acc_iter;
     /* from config.json, else summary.json */
     char status[32], policy[64], model[32], dataset[32], rule[32], detail[512];
+    char reason[512]; /* why a run that did not complete ended; "" when it does not say */
     char clock[16]; /* "real", "simulated"; "" when the run does not say */
     double iterations, train_time, workers, servers, link_mbps, div_iter;
     double wall_time; /* -1 when the run does not say */
@@ -109,6 +110,7 @@ static int s_load_json(const char *cfg_path, const char *sum_path, s_run_t *r)
         s_jnum(&sum, NULL, "iterations", 0, 1e15, &r->iterations) < 0 ||
         s_jnum(&sum, NULL, "train_time_s", 0, 1e12, &r->train_time) < 0 ||
         s_jtext(&sum, &cfg, "clock", r->clock, sizeof r->clock) < 0 ||
+        s_jtext(&sum, NULL, "reason", r->reason, sizeof r->reason) < 0 ||
         s_jnum(&sum, NULL, "wall_time_s", 0, 1e12, &r->wall_time) < 0)
         goto done;
     int w = s_jnum(&cfg, &sum, "workers", 1, 1e6, &r->workers);
@@ -430,6 +432,9 @@ static void s_print_outcome(FILE *out, const s_run_t *r)
         if (r->detail[0])
             fprintf(out, " (%s)", r->detail);
         fputs("\n  ", out);
+    } else if (r->reason[0]) {
+        fprintf(out, "run %s: %s\n  ",
+                strcmp(r->status, "failed") == 0 ? "FAILED" : r->status, r->reason);
     } else {
         fprintf(out, "run %s: ", s_status_words(r->status));
     }

@@ -70,6 +70,9 @@ typedef struct {
     const char *divergence_rule;
     uint64_t divergence_iter;
     const char *divergence_detail;
+    /* Why the run ended, in words, when it did not complete ("failed", "interrupted"):
+     * written only when set. */
+    const char *reason;
 } mq_summary_t;
 
 typedef struct mq_runlog_t mq_runlog_t;
@@ -101,6 +104,14 @@ int mq_runlog_row(mq_runlog_t *r, const mq_metrics_row_t *row);
 int mq_runlog_event(mq_runlog_t *r, uint64_t iter, const char *event, const char *fields_json);
 /* Replaces summary.json atomically; -1 with an error naming it if that fails. */
 int mq_runlog_summary(mq_runlog_t *r, const mq_summary_t *s);
+/* The same, into DIR/summary.json without an open run (DIR must exist). */
+int mq_summary_write(const char *dir, const mq_summary_t *s);
+/* Sets the status and reason of DIR/summary.json, keeping everything else it says (a run
+ * that a supervisor ended: the scheduler's own summary said "interrupted"); writes FALLBACK
+ * with that status and reason when DIR has no summary.json or one this writer did not make
+ * (a run that ended before it began). -1 with an error naming the file if that fails. */
+int mq_summary_set_status(const char *dir, const char *status, const char *reason,
+                          const mq_summary_t *fallback);
 
 /* Escapes S for use inside a JSON string (quotes not included) into BUF. */
 void mq_json_escape(const char *s, char *buf, size_t len);

@@ -331,8 +331,19 @@ static void s_num(char *buf, size_t len, double v)
 
 int mq_runlog_summary(mq_runlog_t *r, const mq_summary_t *s)
 {
-    char pol[256], model[256], ds[256], st[64], loss[32], acc[32], sparsity[32], link[32],
-        text[3072];
+    return mq_summary_write(r->dir, s);
+}
+
+/* The summary's text: one member a line, "status" after every number and name, then the
+ * divergence and the reason when there are some (mq_summary_set_status relies on this). */
+static int s_summary_text(const mq_summary_t *s, char *text, size_t size)
+{
+    char pol[256], model[256], ds[256], st[64], loss[32], acc[32], sparsity[32], link[32];
+    char why[1200] = "", reason[1100];
+    if (s->reason && *s->reason) {
+        mq_json_escape(s->reason, reason, sizeof reason);
+        snprintf(why, sizeof why, ",\n  \"reason\": \"%s\"", reason);
+    }
     char div[1024] = "", rule[64], detail[768];
     if (s->divergence_rule) {
         mq_json_escape(s->divergence_rule, rule, sizeof rule);
@@ -350,7 +361,7 @@ int mq_runlog_summary(mq_runlog_t *r, const mq_summary_t *s)
     s_num(acc, sizeof acc, s->final_test_acc);
     s_num(sparsity, sizeof sparsity, s->final_sparsity);
     s_num(link, sizeof link, s->link_mbps);
-    int n = snprintf(text, sizeof text,
+    int n = snprintf(text, size,
                      "{\n  \"iterations\": %llu,\n  \"train_time_s\": %.4f,\n"
                      "  \"final_loss\": %s,\n  \"final_test_acc\": %s,\n"
                      "  \"final_sparsity\": %s,\n"
@@ -358,26 +369,75 @@ int mq_runlog_summary(mq_runlog_t *r, const mq_summary_t *s)
                      "  \"model\": \"%s\",\n  \"dataset\": \"%s\",\n  \"workers\": %d,\n"
                      "  \"servers\": %d,\n  \"seed\": %llu,\n  \"link_mbps\": %s,\n"
                      "  \"clock\": \"%s\",\n  \"wall_time_s\": %.4f,\n"
-                     "  \"status\": \"%s\"%s\n}\n",
+                     "  \"status\": \"%s\"%s%s\n}\n",
                      (unsigned long long)s->iterations, s->train_time_s, loss, acc, sparsity,
                      (unsigned long long)s->bytes_up, (unsigned long long)s->bytes_down, pol,
                      model, ds, s->workers, s->servers, (unsigned long long)s->seed, link,
                      s->clock && strcmp(s->clock, "simulated") == 0 ? "simulated" : "real",
-                     s->wall_time_s, st, div);
-    if (n < 0 || (size_t)n >= sizeof text) {
-        mq_err_set("summary of %s does not fit in %zu bytes", r->dir, sizeof text);
-        return -1;
-    }
-    char path[4200];
-    if (s_path(r, "summary.json", path, sizeof path) < 0)
-        return -1;
-    if (mq_write_file_atomic(path, text, (size_t)n) < 0) {
+                     s->wall_time_s, st, div, why);
+    return n < 0 || (size_t)n >= size ? -1 : n;
+}
+
+static int s_write_summary(const char *path, const char *text, size_t n)
+{
+    if (mq_write_file_atomic(path, text, n) < 0) {
         char why[512]; /* mq_err_last's buffer is the one mq_err_set writes */
         snprintf(why, sizeof why, "%s", mq_err_last());
         mq_err_set("cannot write %s: %s", path, why);
         return -1;
     }
     return 0;
+}
+
+int mq_summary_write(const char *dir, const mq_summary_t *s)
+{
+    char text[4400], path[4200];
+    int n = s_summary_text(s, text, sizeof text);
+    if (n < 0) {
+        mq_err_set("summary of %s does not fit in %zu bytes", dir, sizeof text);
+        return -1;
+    }
+    if (snprintf(path, sizeof path, "%s/summary.json", dir) >= (int)sizeof path) {
+        mq_err_set("%s: path too long", dir);
+        return -1;
+    }
+    return s_write_summary(path, text, (size_t)n);
+}
+
+int mq_summary_set_status(const char *dir, const char *status, const char *reason,
+                          const mq_summary_t *fallback)
+{
+    char path[4200], st[64], why[1100], *old = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/summary.json", dir);
+    /* The writer's layout (s_summary_text): the status on a line of its own, after it only
+     * the divergence members and the reason, then "}". */
+    char *at = mq_read_file(path, &old, &len) == 0 ? strstr(old, "\n  \"status\": \"") : NULL;
+    char *line_end = at ? strchr(at + 1, '\n') : NULL;
+    if (!line_end || len < 3 || strcmp(old + len - 3, "\n}\n") != 0) {
+        free(old);
+        mq_summary_t s = *fallback;
+        s.status = status;
+        s.reason = reason;
+        return mq_summary_write(dir, &s);
+    }
+    char *reason_at = strstr(line_end, "\n  \"reason\": ");
+    const char *div = line_end, *div_end = reason_at ? reason_at : old + len - 3;
+    if (div_end > div && div_end[-1] == ',')
+        div_end--; /* the comma before the old reason */
+    bool has_reason = reason && *reason;
+    mq_json_escape(status, st, sizeof st);
+    mq_json_escape(has_reason ? reason : "", why, sizeof why);
+    char text[8192];
+    int n = snprintf(text, sizeof text, "%.*s\n  \"status\": \"%s\"%s%.*s%s%s%s\n}\n",
+                     (int)(at - old), old, st, div_end > div ? "," : "", (int)(div_end - div),
+                     div, has_reason ? ",\n  \"reason\": \"" : "", why, has_reason ? "\"" : "");
+    free(old);
+    if (n < 0 || (size_t)n >= sizeof text) {
+        mq_err_set("summary of %s does not fit in %zu bytes", dir, sizeof text);
+        return -1;
+    }
+    return s_write_summary(path, text, (size_t)n);
 }
 
 void mq_json_escape(const char *s, char *buf, size_t len)
