@@ -115,10 +115,8 @@ static int s_apply(mq_agent_config_t *cfg, const char *name, const char *what, c
         return s_copy(what, val, cfg->policy, sizeof cfg->policy);
     if (strcmp(name, "state") == 0)
         return s_copy(what, val, cfg->state, sizeof cfg->state);
-    if (strcmp(name, "fresh") == 0) {
-        cfg->fresh = true;
-        return 0;
-    }
+    if (strcmp(name, "fresh") == 0)
+        return s_set_bool(what, val, &cfg->fresh);
     if (strcmp(name, "seed") == 0) {
         long v;
         if (mq_parse_long(what, val, 0, __LONG_MAX__, &v) != 0)
@@ -128,8 +126,12 @@ static int s_apply(mq_agent_config_t *cfg, const char *name, const char *what, c
     }
     if (strcmp(name, "log-level") == 0) {
         mq_log_level_t lv;
-        if (mq_log_parse_level(val, &lv) != 0)
+        if (mq_log_parse_level(val, &lv) != 0) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", mq_err_last());
+            mq_err_set("%s: %s", what, why);
             return -1;
+        }
         cfg->log_level = (int)lv;
         return 0;
     }
@@ -217,7 +219,7 @@ int mq_agent_config_parse(mq_agent_config_t *cfg, int argc, char **argv)
         if (strcmp(name, "help") == 0 || strcmp(name, "h") == 0)
             return 1;
         if (s_is_switch(name)) {
-            val = "1";
+            val = eq ? eq + 1 : "1"; /* --fresh=false is a word to check, not a yes */
         } else if (eq) {
             val = eq + 1;
         } else if (i + 1 < argc) {

@@ -86,8 +86,12 @@ static int s_check(const mq_scheduler_config_t *c)
 {
     mq_codec_t k;
     mq_optim_t o;
-    if (mq_sched_codec(c, &k) != 0 || mq_optim_parse(c->optimizer, &o) != 0) {
-        fprintf(stderr, "mqgrad-scheduler: %s\n", mq_err_last());
+    if (mq_sched_codec(c, &k) != 0) {
+        fprintf(stderr, "mqgrad-scheduler: --codec: %s\n", mq_err_last());
+        return 2;
+    }
+    if (mq_optim_parse(c->optimizer, &o) != 0) {
+        fprintf(stderr, "mqgrad-scheduler: --optimizer: %s\n", mq_err_last());
         return 2;
     }
     if (c->error_feedback && mq_codec_state_floats(&k, 1024) > 0) {

@@ -63,8 +63,19 @@ void mq_flags_usage(const mq_flag_t *flags, const char *usage, FILE *out)
             snprintf(def, sizeof def, "%s", *(bool *)f->dst ? "true" : "false");
             break;
         }
-        fprintf(out, "  --%-18s %s [%s%s%s]\n", f->name, f->help ? f->help : "", def,
-                f->env ? ", $" : "", f->env ? f->env : "");
+        /* What the flag takes, in the words its errors use: a test of every flag reads it. */
+        char takes[80] = "";
+        if (f->kind == MQ_FLAG_LONG)
+            snprintf(takes, sizeof takes, " (an integer from %ld to %ld)", (long)f->lo,
+                     (long)f->hi);
+        else if (f->kind == MQ_FLAG_DOUBLE)
+            snprintf(takes, sizeof takes, " (a number from %g to %g)", f->lo, f->hi);
+        else if (f->kind == MQ_FLAG_BOOL)
+            snprintf(takes, sizeof takes, " (a switch)");
+        else if (f->lo >= 1)
+            snprintf(takes, sizeof takes, " (not empty)");
+        fprintf(out, "  --%-18s %s [%s%s%s]%s\n", f->name, f->help ? f->help : "", def,
+                f->env ? ", $" : "", f->env ? f->env : "", takes);
     }
 }
 
