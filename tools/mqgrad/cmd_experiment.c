@@ -385,14 +385,14 @@ static int s_copy_file(const char *from, const char *to)
 
 /* Runs one cluster with its chatter (summary, scheduler lines) in DIR/logs/local.log; its
  * agent starts from a copy of STATE when given (NULL: a new agent). */
-static int s_run_cluster(const s_opts_t *o, const s_run_t *r, const char *state)
+/* The flags of `mqgrad local` for run R: the experiment's, with R's method and seed. -1 with
+ * an error when the method is unknown. */
+static int s_run_opts(const s_opts_t *o, const s_run_t *r, mq_local_opts_t *out)
 {
     mq_local_opts_t lo = o->base;
     mq_method_t m;
-    if (mq_method_resolve(r->method, &m) != 0) { /* checked when the flags were parsed */
-        fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
-        return 1;
-    }
+    if (mq_method_resolve(r->method, &m) != 0)
+        return -1;
     if (m.exact) {
         snprintf(lo.bucket, sizeof lo.bucket, "0");
         lo.stochastic = lo.error_feedback = false;
@@ -408,6 +408,35 @@ static int s_run_cluster(const s_opts_t *o, const s_run_t *r, const char *state)
     snprintf(lo.run_dir, sizeof lo.run_dir, "%s", r->dir);
     snprintf(lo.seed, sizeof lo.seed, "%ld", r->seed);
     lo.quiet = true;
+    *out = lo;
+    return 0;
+}
+
+/* Every run's flags, checked as `mqgrad local` checks them, before the first run starts. */
+static int s_check_runs(const s_opts_t *o, const s_run_t *runs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        mq_local_opts_t lo;
+        if (s_run_opts(o, &runs[i], &lo) != 0) {
+            fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
+            return 2;
+        }
+        if (mq_local_check(&lo) != 0) {
+            fprintf(stderr, "%s: method %s would be refused (above); nothing was started\n",
+                    S_ME, runs[i].method);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+static int s_run_cluster(const s_opts_t *o, const s_run_t *r, const char *state)
+{
+    mq_local_opts_t lo;
+    if (s_run_opts(o, r, &lo) != 0) { /* checked before the first run started */
+        fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
+        return 1;
+    }
     char logdir[PATH_MAX], log[PATH_MAX + 16];
     snprintf(logdir, sizeof logdir, "%s/logs", r->dir);
     snprintf(log, sizeof log, "%s/local.log", logdir);
@@ -745,15 +774,21 @@ int mq_cmd_experiment(int argc, char **argv)
     int rc = s_parse(&o, argc, argv);
     if (rc != 0)
         return rc == 1 ? 0 : 2;
-    if (mq_mkdirs(o.out) < 0) {
-        fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
-        return 2;
-    }
     int n = 0;
     s_run_t *runs = s_plan(&o, &n);
     if (!runs) {
         fprintf(stderr, "%s: out of memory\n", S_ME);
         return 1;
+    }
+    /* One run a method is enough: seeds change no flag's validity. */
+    if (s_check_runs(&o, runs, n < o.n_methods ? n : o.n_methods) != 0) {
+        free(runs);
+        return 2;
+    }
+    if (mq_mkdirs(o.out) < 0) {
+        fprintf(stderr, "%s: %s\n", S_ME, mq_err_last());
+        free(runs);
+        return 2;
     }
     s_interrupted = 0;
     s_catch_signals();

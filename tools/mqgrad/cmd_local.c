@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,6 +22,12 @@
 #include "cli.h"
 #include "local.h"
 #include "run_summary.h"
+#include "agent.h"
+#include "scheduler.h"
+#include "server.h"
+#include "worker.h"
+#include "mqgrad/data.h"
+#include "mqgrad/runlog.h"
 #include "mqgrad/service.h"
 #include "mqgrad/watch.h"
 #include "mqgrad/optim.h"
@@ -41,6 +48,8 @@ typedef struct {
     long server;  /* its number for a server, -1 for the others */
     long restarts; /* times it was started again */
     int http;      /* its /metrics port, 0 for none */
+    char last[256]; /* the last line of its log when it last died */
+    long log_start; /* its log's size when it was last started */
 } s_child_t;
 
 static volatile sig_atomic_t s_stop_signal;
@@ -119,77 +128,77 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
         {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, 64, "worker processes"},
         {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, 16,
          "server processes (default: one per worker, up to 16)"},
-        {"min-workers", NULL, MQ_FLAG_STR, o->min_workers, sizeof o->min_workers, 0, 0,
+        {"min-workers", NULL, MQ_FLAG_STR, o->min_workers, sizeof o->min_workers, 1, 0,
          "below this many workers the run pauses (1)"},
         {"heartbeat-timeout", NULL, MQ_FLAG_STR, o->heartbeat_timeout,
-         sizeof o->heartbeat_timeout, 0, 0, "seconds of silence after which a node is lost (5)"},
+         sizeof o->heartbeat_timeout, 1, 0, "seconds of silence after which a node is lost (5)"},
         {"restarts", NULL, MQ_FLAG_LONG, &o->restarts, 0, 0, 1000,
          "times a worker that dies is started again to rejoin (3)"},
-        {"resume", NULL, MQ_FLAG_STR, o->resume, sizeof o->resume, 0, 0,
+        {"resume", NULL, MQ_FLAG_STR, o->resume, sizeof o->resume, 1, 0,
          "continue the interrupted run in this directory from its last checkpoint, with the "
          "flags it was started with"},
         {"checkpoint-every", NULL, MQ_FLAG_STR, o->checkpoint_every, sizeof o->checkpoint_every,
-         0, 0, "iterations between checkpoints (100; 0 = none)"},
-        {"stragglers", NULL, MQ_FLAG_STR, o->stragglers, sizeof o->stragglers, 0, 0,
+         1, 0, "iterations between checkpoints (100; 0 = none)"},
+        {"stragglers", NULL, MQ_FLAG_STR, o->stragglers, sizeof o->stragglers, 1, 0,
          "wait | deadline:SECONDS | first:N (wait)"},
-        {"policy", "MQGRAD_POLICY", MQ_FLAG_STR, o->policy, sizeof o->policy, 0, 0,
+        {"policy", "MQGRAD_POLICY", MQ_FLAG_STR, o->policy, sizeof o->policy, 1, 0,
          policies},
         {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, o->run_dir, sizeof o->run_dir, 0, 0,
          "run directory (default runs/local-<time>)"},
         {"bin-dir", "MQGRAD_BIN_DIR", MQ_FLAG_STR, o->bin_dir, sizeof o->bin_dir, 0, 0,
          "directory of the mqgrad-* executables (default: found beside mqgrad)"},
-        {"model", NULL, MQ_FLAG_STR, o->model, sizeof o->model, 0, 0, "paper | small"},
-        {"dataset", NULL, MQ_FLAG_STR, o->dataset, sizeof o->dataset, 0, 0, "dataset"},
-        {"iterations", NULL, MQ_FLAG_STR, o->iterations, sizeof o->iterations, 0, 0, ""},
-        {"time-budget", NULL, MQ_FLAG_STR, o->time_budget, sizeof o->time_budget, 0, 0,
+        {"model", NULL, MQ_FLAG_STR, o->model, sizeof o->model, 1, 0, "paper | small"},
+        {"dataset", NULL, MQ_FLAG_STR, o->dataset, sizeof o->dataset, 1, 0, "dataset"},
+        {"iterations", NULL, MQ_FLAG_STR, o->iterations, sizeof o->iterations, 1, 0, ""},
+        {"time-budget", NULL, MQ_FLAG_STR, o->time_budget, sizeof o->time_budget, 1, 0,
          "seconds of training"},
-        {"eval-every", NULL, MQ_FLAG_STR, o->eval_every, sizeof o->eval_every, 0, 0, ""},
-        {"eval-limit", NULL, MQ_FLAG_STR, o->eval_limit, sizeof o->eval_limit, 0, 0,
+        {"eval-every", NULL, MQ_FLAG_STR, o->eval_every, sizeof o->eval_every, 1, 0, ""},
+        {"eval-limit", NULL, MQ_FLAG_STR, o->eval_limit, sizeof o->eval_limit, 1, 0,
          "test examples per evaluation (0 = all)"},
         {"final-eval-limit", NULL, MQ_FLAG_STR, o->final_eval_limit, sizeof o->final_eval_limit,
-         0, 0, "test examples for the last evaluation (0 = all)"},
-        {"batch", NULL, MQ_FLAG_STR, o->batch, sizeof o->batch, 0, 0, "per worker"},
-        {"lr", NULL, MQ_FLAG_STR, o->lr, sizeof o->lr, 0, 0, "learning rate"},
-        {"lr-decay", NULL, MQ_FLAG_STR, o->lr_decay, sizeof o->lr_decay, 0, 0,
+         1, 0, "test examples for the last evaluation (0 = all)"},
+        {"batch", NULL, MQ_FLAG_STR, o->batch, sizeof o->batch, 1, 0, "per worker"},
+        {"lr", NULL, MQ_FLAG_STR, o->lr, sizeof o->lr, 1, 0, "learning rate"},
+        {"lr-decay", NULL, MQ_FLAG_STR, o->lr_decay, sizeof o->lr_decay, 1, 0,
          "decay lr linearly to 0 over this last fraction of the run (0 = constant)"},
-        {"seed", NULL, MQ_FLAG_STR, o->seed, sizeof o->seed, 0, 0, ""},
-        {"link-mbps", NULL, MQ_FLAG_STR, o->link_mbps, sizeof o->link_mbps, 0, 0,
+        {"seed", NULL, MQ_FLAG_STR, o->seed, sizeof o->seed, 1, 0, ""},
+        {"link-mbps", NULL, MQ_FLAG_STR, o->link_mbps, sizeof o->link_mbps, 1, 0,
          "emulated NIC speed per node, Mbit/s"},
-        {"clock", NULL, MQ_FLAG_STR, o->clock, sizeof o->clock, 0, 0,
+        {"clock", NULL, MQ_FLAG_STR, o->clock, sizeof o->clock, 1, 0,
          "real (links sleep; default) | simulated (link time computed from bytes, compute "
          "charged as CPU time: nodes behave like separate machines)"},
-        {"codec", NULL, MQ_FLAG_STR, o->codec, sizeof o->codec, 0, 0,
+        {"codec", NULL, MQ_FLAG_STR, o->codec, sizeof o->codec, 1, 0,
          "codec of the big tensors, e.g. qsgd, topk:ratio=0.01 (default uniform; "
          "mqgrad-scheduler --help lists them)"},
-        {"optimizer", NULL, MQ_FLAG_STR, o->optimizer, sizeof o->optimizer, 0, 0,
+        {"optimizer", NULL, MQ_FLAG_STR, o->optimizer, sizeof o->optimizer, 1, 0,
          "update rule, e.g. momentum, qrda:l1=1e-6 (default sgd)"},
-        {"bucket", NULL, MQ_FLAG_STR, o->bucket, sizeof o->bucket, 0, 0,
+        {"bucket", NULL, MQ_FLAG_STR, o->bucket, sizeof o->bucket, 1, 0,
          "uniform: values per range (default 512; 0 = the paper-exact codec)"},
-        {"threshold", NULL, MQ_FLAG_STR, o->threshold, sizeof o->threshold, 0, 0,
+        {"threshold", NULL, MQ_FLAG_STR, o->threshold, sizeof o->threshold, 1, 0,
          "tensors smaller than this travel as fp32"},
         {"stochastic", NULL, MQ_FLAG_BOOL, &o->stochastic, 0, 0, 0, "stochastic rounding"},
         {"error-feedback", NULL, MQ_FLAG_BOOL, &o->error_feedback, 0, 0, 0, ""},
         {"agent-args", NULL, MQ_FLAG_STR, o->agent_args, sizeof o->agent_args, 0, 0,
          "extra agent flags, space separated (e.g. \"--epsilon 0.05\")"},
-        {"data-dir", NULL, MQ_FLAG_STR, o->data_dir, sizeof o->data_dir, 0, 0, "dataset dir"},
-        {"threads", NULL, MQ_FLAG_STR, o->threads, sizeof o->threads, 0, 0,
+        {"data-dir", NULL, MQ_FLAG_STR, o->data_dir, sizeof o->data_dir, 1, 0, "dataset dir"},
+        {"threads", NULL, MQ_FLAG_STR, o->threads, sizeof o->threads, 1, 0,
          "OpenBLAS threads per worker"},
-        {"diverge-factor", NULL, MQ_FLAG_STR, o->diverge_factor, sizeof o->diverge_factor, 0, 0,
+        {"diverge-factor", NULL, MQ_FLAG_STR, o->diverge_factor, sizeof o->diverge_factor, 1, 0,
          "diverged when the smoothed loss stays above this x its best (2; 0 = off)"},
-        {"diverge-patience", NULL, MQ_FLAG_STR, o->diverge_patience, sizeof o->diverge_patience, 0,
+        {"diverge-patience", NULL, MQ_FLAG_STR, o->diverge_patience, sizeof o->diverge_patience, 1,
          0, "... for this many iterations (15)"},
-        {"learn-within", NULL, MQ_FLAG_STR, o->learn_within, sizeof o->learn_within, 0, 0,
+        {"learn-within", NULL, MQ_FLAG_STR, o->learn_within, sizeof o->learn_within, 1, 0,
          "a run this long (iterations) that ends at chance accuracy, or under 2x chance with "
          "its loss not 5% down, did not learn: diverged (50; 0 = off)"},
-        {"on-divergence", NULL, MQ_FLAG_STR, o->on_divergence, sizeof o->on_divergence, 0, 0,
+        {"on-divergence", NULL, MQ_FLAG_STR, o->on_divergence, sizeof o->on_divergence, 1, 0,
          "stop | continue (stop)"},
-        {"guard-spike", NULL, MQ_FLAG_STR, o->guard_spike, sizeof o->guard_spike, 0, 0,
+        {"guard-spike", NULL, MQ_FLAG_STR, o->guard_spike, sizeof o->guard_spike, 1, 0,
          "raise the bits when a loss exceeds this x the smoothed loss (1.5; 0 = off)"},
-        {"guard-iters", NULL, MQ_FLAG_STR, o->guard_iters, sizeof o->guard_iters, 0, 0,
+        {"guard-iters", NULL, MQ_FLAG_STR, o->guard_iters, sizeof o->guard_iters, 1, 0,
          "iterations the raised bits hold (10)"},
-        {"guard-bits", NULL, MQ_FLAG_STR, o->guard_bits, sizeof o->guard_bits, 0, 0,
+        {"guard-bits", NULL, MQ_FLAG_STR, o->guard_bits, sizeof o->guard_bits, 1, 0,
          "bits the guard adds (2)"},
-        {"progress-every", NULL, MQ_FLAG_STR, o->progress_every, sizeof o->progress_every, 0, 0,
+        {"progress-every", NULL, MQ_FLAG_STR, o->progress_every, sizeof o->progress_every, 1, 0,
          "seconds between progress lines (2)"},
         {"quiet", NULL, MQ_FLAG_BOOL, &o->quiet, 0, 0, 0, "no progress lines"},
         {"http-port", NULL, MQ_FLAG_LONG, &o->http_port, 0, 0, 65535,
@@ -199,7 +208,11 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
          "no keys, no encryption (default: throw-away keys in RUN/keys for this run)"},
         {0},
     };
-    int rc = mq_flags_parse(flags, argc, argv,
+    char *args[argc + 1]; /* messages start with the command's name */
+    memcpy(args, argv, sizeof(char *) * (size_t)argc);
+    args[0] = "mqgrad local";
+    args[argc] = NULL;
+    int rc = mq_flags_parse(flags, argc, args,
                             "usage: mqgrad local [flags]\n"
                             "Runs agent, scheduler, servers and workers as processes on this "
                             "machine.",
@@ -210,7 +223,8 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
     mq_optim_t r;
     if (rc == 0 && ((o->codec[0] && mq_codec_parse(o->codec, &c) != 0) ||
                     (o->optimizer[0] && mq_optim_parse(o->optimizer, &r) != 0))) {
-        fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
+        fprintf(stderr, "mqgrad local: --%s: %s\n", o->codec[0] && mq_codec_parse(o->codec, &c)
+                ? "codec" : "optimizer", mq_err_last());
         rc = 2;
     }
     if (rc == 0 && o->clock[0] && strcmp(o->clock, "real") != 0 &&
@@ -218,11 +232,16 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
         fprintf(stderr, "mqgrad local: --clock '%s' is not 'real' or 'simulated'\n", o->clock);
         rc = 2;
     }
+    struct stat st;
+    if (rc == 0 && o->bin_dir[0] && (stat(o->bin_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
+        fprintf(stderr, "mqgrad local: --bin-dir %s: not a directory\n", o->bin_dir);
+        rc = 2;
+    }
     if (rc == 0 && !o->run_dir[0])
         mq_default_run_dir("local", o->run_dir, sizeof o->run_dir);
     /* One server per worker: each worker's host then carries 1/N of the model's aggregation
      * in and out besides its own push and pull, so no NIC carries more than 2x the model per
-     * iteration whatever N is (README, "Topology"). With 2 servers for N workers, each
+     * iteration whatever N is (docs/operations.md, "Topology"). With 2 servers for N workers, each
      * server's NIC carries N/2 model copies each way. */
     if (rc == 0 && o->servers == 0)
         o->servers = o->workers < 16 ? o->workers : 16;
@@ -276,8 +295,48 @@ static int s_find_exe(const mq_local_opts_t *o, const char *name, char *out, siz
     mq_err_set("cannot find the executable mqgrad-%s (use --bin-dir)", name);
     return -1;
 }
+/* An argument vector that owns its strings: built once, then checked by the service's own
+ * parser in this process (s_preflight) or handed to execv (s_spawn). */
+typedef struct {
+    char *v[128];
+    int n;
+    char buf[8192];
+    size_t used;
+    bool full; /* an argument did not fit: the vector is refused, never cut */
+} s_args_t;
 
-static int s_spawn(s_child_t *c, const char *exe, char **argv, const char *logdir, bool show)
+static void s_arg(s_args_t *a, const char *s)
+{
+    size_t len = strlen(s) + 1;
+    if (a->full || a->n + 1 >= (int)(sizeof a->v / sizeof a->v[0]) ||
+        a->used + len > sizeof a->buf) {
+        a->full = true;
+        return;
+    }
+    a->v[a->n++] = memcpy(a->buf + a->used, s, len);
+    a->v[a->n] = NULL;
+    a->used += len;
+}
+
+static void s_args_init(s_args_t *a, const char *exe)
+{
+    a->n = 0;
+    a->used = 0;
+    a->full = false;
+    a->v[0] = NULL;
+    s_arg(a, exe);
+}
+
+/* Appends "--flag value" when value is non-empty. */
+static void s_fwd(s_args_t *a, const char *flag, const char *value)
+{
+    if (value && value[0]) {
+        s_arg(a, flag);
+        s_arg(a, value);
+    }
+}
+
+static int s_spawn(s_child_t *c, const s_args_t *a, const char *logdir, bool show)
 {
     snprintf(c->log, sizeof c->log, "%s/%s.log", logdir, c->name);
     int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
@@ -285,6 +344,7 @@ static int s_spawn(s_child_t *c, const char *exe, char **argv, const char *logdi
         mq_err_set("%s: %s", c->log, strerror(errno));
         return -1;
     }
+    c->log_start = lseek(fd, 0, SEEK_END);
     pid_t pid = fork();
     if (pid < 0) {
         close(fd);
@@ -296,8 +356,8 @@ static int s_spawn(s_child_t *c, const char *exe, char **argv, const char *logdi
         dup2(fd, STDERR_FILENO);
         if (!show)
             dup2(fd, STDOUT_FILENO);
-        execv(exe, argv);
-        fprintf(stderr, "exec %s: %s\n", exe, strerror(errno));
+        execv(a->v[0], a->v);
+        fprintf(stderr, "exec %s: %s\n", a->v[0], strerror(errno));
         _exit(127);
     }
     close(fd);
@@ -305,36 +365,44 @@ static int s_spawn(s_child_t *c, const char *exe, char **argv, const char *logdi
     return 0;
 }
 
-/* Appends "--flag value" to argv when value is non-empty. */
-static void s_fwd(char **argv, int *n, const char *flag, const char *value)
-{
-    if (value && value[0]) {
-        argv[(*n)++] = (char *)flag;
-        argv[(*n)++] = (char *)value;
-    }
-}
-
 /* "--http-port P --http-bind 127.0.0.1" for child C (the scheduler's P is --http-port, the
  * others' a free one), or "--http-port 0" without metrics: the variables a user's shell may
- * hold (MQGRAD_HTTP_PORT) must not give every process the same port. PORT holds P's text. */
-static void s_http_flags(const mq_local_opts_t *o, s_child_t *c, bool sched, char **argv, int *n,
-                         char port[16])
+ * hold (MQGRAD_HTTP_PORT) must not give every process the same port. */
+static void s_http_flags(const mq_local_opts_t *o, s_child_t *c, bool sched, s_args_t *a)
 {
+    char port[16];
     c->http = o->http_port == 0 ? 0 : sched ? (int)o->http_port : s_free_port();
     if (c->http < 0)
         c->http = 0;
-    snprintf(port, 16, "%d", c->http);
-    s_fwd(argv, n, "--http-port", port);
+    snprintf(port, sizeof port, "%d", c->http);
+    s_fwd(a, "--http-port", port);
     if (c->http)
-        s_fwd(argv, n, "--http-bind", "127.0.0.1");
+        s_fwd(a, "--http-bind", "127.0.0.1");
 }
+
+/* The services' security settings are this run's own (s_keys), not the caller's shell's. */
+static void s_clear_key_env(void)
+{
+    unsetenv("MQGRAD_KEY");
+    unsetenv("MQGRAD_SECRET_KEY");
+    unsetenv("MQGRAD_PUBLIC_KEYS");
+    unsetenv("MQGRAD_KEYS");
+}
+
+enum { S_AGENT, S_SCHEDULER, S_SERVER, S_WORKER, S_ROLES };
+static const char *const s_role_names[S_ROLES] = {"agent", "scheduler", "server", "worker"};
 
 typedef struct {
     s_child_t kids[S_MAX_CHILDREN];
     int n;
     int sched, agent; /* indexes, -1 if none */
+    bool with_agent;  /* the run has an agent (a policy, and a codec with levels) */
+    char exe[S_ROLES][PATH_MAX];
     char sched_ep[64], agent_ep[64];
-    int http_port;
+    int http_port;    /* the agent's HTTP port */
+    /* The scheduler's settings as it will read them (s_preflight): what a summary written
+     * here says of a run that ended before the scheduler wrote one. */
+    mq_scheduler_config_t sched_cfg;
 } s_cluster_t;
 
 /* RUN/prometheus-targets.json: every service's /metrics, in Prometheus' file discovery
@@ -390,9 +458,7 @@ static bool s_levelless(const mq_local_opts_t *o)
  * user's own (MQGRAD_KEY) is not the services' to take. */
 static int s_keys(const mq_local_opts_t *o, char *keys, size_t len)
 {
-    unsetenv("MQGRAD_KEY");
-    unsetenv("MQGRAD_SECRET_KEY");
-    unsetenv("MQGRAD_PUBLIC_KEYS");
+    s_clear_key_env();
     keys[0] = '\0';
     if (o->insecure) {
         setenv("MQGRAD_INSECURE", "1", 1);
@@ -408,156 +474,228 @@ static int s_keys(const mq_local_opts_t *o, char *keys, size_t len)
     setenv("MQGRAD_KEYS", keys, 1);
     return 0;
 }
-
-static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
+/* The executables and the ports: everything a child's flags name that is not an option. */
+static int s_plan(const mq_local_opts_t *o, s_cluster_t *cl)
 {
-    char exe[PATH_MAX], bind[64], http[16], state[PATH_MAX + 16], extra[256];
-    int zport = s_free_port(), hport = s_free_port();
-    if (s_find_exe(o, "agent", exe, sizeof exe) != 0 || zport < 0 || hport < 0)
+    for (int r = 0; r < S_ROLES; r++)
+        if (s_find_exe(o, s_role_names[r], cl->exe[r], sizeof cl->exe[r]) != 0)
+            return -1;
+    int sport = s_free_port(), aport = s_free_port(), hport = s_free_port();
+    if (sport < 0 || aport < 0 || hport < 0) {
+        mq_err_set("no free TCP port on 127.0.0.1: %s", strerror(errno));
         return -1;
-    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", zport);
-    snprintf(cl->agent_ep, sizeof cl->agent_ep, "tcp://127.0.0.1:%d", zport);
-    snprintf(http, sizeof http, "%d", hport);
+    }
+    snprintf(cl->sched_ep, sizeof cl->sched_ep, "tcp://127.0.0.1:%d", sport);
+    snprintf(cl->agent_ep, sizeof cl->agent_ep, "tcp://127.0.0.1:%d", aport);
     cl->http_port = hport;
-    snprintf(state, sizeof state, "%s/agent.state", o->run_dir);
-    char *argv[48] = {exe,     "--bind",      bind,         "--http-port",
-                      http,    "--http-bind", "127.0.0.1",  "--policy",
-                      (char *)o->policy, "--state", state};
-    int n = 11;
-    snprintf(extra, sizeof extra, "%s", o->agent_args);
-    for (char *save, *t = strtok_r(extra, " ", &save); t && n < 46; t = strtok_r(NULL, " ", &save))
-        argv[n++] = t;
-    argv[n] = NULL;
-    cl->agent = cl->n;
-    s_child_t *c = s_new_child(cl, "agent", 0);
-    c->http = o->http_port ? hport : 0;
-    return s_spawn(c, exe, argv, logdir, false);
+    cl->with_agent = strcmp(o->policy, "none") != 0 && !s_levelless(o);
+    return 0;
 }
 
-static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
+static void s_agent_args(const mq_local_opts_t *o, const s_cluster_t *cl, s_args_t *a)
 {
-    char exe[PATH_MAX], bind[64], w[16], s[16], bits[8] = "2";
-    int port = s_free_port();
-    if (s_find_exe(o, "scheduler", exe, sizeof exe) != 0 || port < 0)
-        return -1;
-    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", port);
-    snprintf(cl->sched_ep, sizeof cl->sched_ep, "tcp://127.0.0.1:%d", port);
+    char http[16], state[PATH_MAX + 16], extra[sizeof o->agent_args];
+    s_args_init(a, cl->exe[S_AGENT]);
+    snprintf(http, sizeof http, "%d", cl->http_port);
+    snprintf(state, sizeof state, "%s/agent.state", o->run_dir);
+    s_fwd(a, "--bind", cl->agent_ep);
+    s_fwd(a, "--http-port", http);
+    s_fwd(a, "--http-bind", "127.0.0.1");
+    s_fwd(a, "--policy", o->policy);
+    s_fwd(a, "--state", state);
+    snprintf(extra, sizeof extra, "%s", o->agent_args);
+    for (char *save, *t = strtok_r(extra, " ", &save); t; t = strtok_r(NULL, " ", &save))
+        s_arg(a, t);
+}
+
+static void s_scheduler_args(const mq_local_opts_t *o, const s_cluster_t *cl, s_child_t *c,
+                             s_args_t *a)
+{
+    char w[24], s[24], bits[8] = "2";
     snprintf(w, sizeof w, "%ld", o->workers);
     snprintf(s, sizeof s, "%ld", o->servers);
     bool fp32 = strcmp(o->policy, "none") == 0;
     if (strncmp(o->policy, "fixed:", 6) == 0) /* start at K, not at the agent's n_0 */
         snprintf(bits, sizeof bits, "%.2s", o->policy + 6);
-    char *argv[96] = {exe, "--bind", bind, "--workers", w, "--servers", s,
-                      "--run-dir", (char *)o->run_dir, "--bits", bits};
-    int n = 11;
+    s_args_init(a, cl->exe[S_SCHEDULER]);
+    s_fwd(a, "--bind", cl->sched_ep);
+    s_fwd(a, "--workers", w);
+    s_fwd(a, "--servers", s);
+    s_fwd(a, "--run-dir", o->run_dir);
+    s_fwd(a, "--bits", bits);
     if (fp32)
-        s_fwd(argv, &n, "--codec", "none");
-    else if (!s_levelless(o))
-        s_fwd(argv, &n, "--agent", cl->agent_ep);
-    s_fwd(argv, &n, "--model", o->model);
-    s_fwd(argv, &n, "--dataset", o->dataset);
-    s_fwd(argv, &n, "--iterations", o->iterations);
-    s_fwd(argv, &n, "--time-budget", o->time_budget);
-    s_fwd(argv, &n, "--eval-every", o->eval_every);
-    s_fwd(argv, &n, "--eval-limit", o->eval_limit);
-    s_fwd(argv, &n, "--final-eval-limit", o->final_eval_limit);
-    s_fwd(argv, &n, "--diverge-factor", o->diverge_factor);
-    s_fwd(argv, &n, "--diverge-patience", o->diverge_patience);
-    s_fwd(argv, &n, "--learn-within", o->learn_within);
-    s_fwd(argv, &n, "--on-divergence", o->on_divergence);
-    s_fwd(argv, &n, "--guard-spike", o->guard_spike);
-    s_fwd(argv, &n, "--guard-iters", o->guard_iters);
-    s_fwd(argv, &n, "--guard-bits", o->guard_bits);
-    s_fwd(argv, &n, "--batch", o->batch);
-    s_fwd(argv, &n, "--lr", o->lr);
-    s_fwd(argv, &n, "--lr-decay", o->lr_decay);
-    s_fwd(argv, &n, "--seed", o->seed);
-    s_fwd(argv, &n, "--link-mbps", o->link_mbps);
-    s_fwd(argv, &n, "--clock", o->clock);
+        s_fwd(a, "--codec", "none");
+    else if (cl->with_agent)
+        s_fwd(a, "--agent", cl->agent_ep);
+    s_fwd(a, "--model", o->model);
+    s_fwd(a, "--dataset", o->dataset);
+    s_fwd(a, "--iterations", o->iterations);
+    s_fwd(a, "--time-budget", o->time_budget);
+    s_fwd(a, "--eval-every", o->eval_every);
+    s_fwd(a, "--eval-limit", o->eval_limit);
+    s_fwd(a, "--final-eval-limit", o->final_eval_limit);
+    s_fwd(a, "--diverge-factor", o->diverge_factor);
+    s_fwd(a, "--diverge-patience", o->diverge_patience);
+    s_fwd(a, "--learn-within", o->learn_within);
+    s_fwd(a, "--on-divergence", o->on_divergence);
+    s_fwd(a, "--guard-spike", o->guard_spike);
+    s_fwd(a, "--guard-iters", o->guard_iters);
+    s_fwd(a, "--guard-bits", o->guard_bits);
+    s_fwd(a, "--batch", o->batch);
+    s_fwd(a, "--lr", o->lr);
+    s_fwd(a, "--lr-decay", o->lr_decay);
+    s_fwd(a, "--seed", o->seed);
+    s_fwd(a, "--link-mbps", o->link_mbps);
+    s_fwd(a, "--clock", o->clock);
     if (!fp32)
-        s_fwd(argv, &n, "--codec", o->codec);
-    s_fwd(argv, &n, "--optimizer", o->optimizer);
-    s_fwd(argv, &n, "--bucket", o->bucket);
-    s_fwd(argv, &n, "--threshold", o->threshold);
+        s_fwd(a, "--codec", o->codec);
+    s_fwd(a, "--optimizer", o->optimizer);
+    s_fwd(a, "--bucket", o->bucket);
+    s_fwd(a, "--threshold", o->threshold);
     if (o->stochastic)
-        argv[n++] = "--stochastic";
+        s_arg(a, "--stochastic");
     if (o->error_feedback)
-        argv[n++] = "--error-feedback";
-    s_fwd(argv, &n, "--progress-every", o->quiet ? "0" : o->progress_every);
-    s_fwd(argv, &n, "--min-workers", o->min_workers);
-    s_fwd(argv, &n, "--heartbeat-timeout", o->heartbeat_timeout);
-    s_fwd(argv, &n, "--checkpoint-every", o->checkpoint_every);
-    s_fwd(argv, &n, "--stragglers", o->stragglers);
+        s_arg(a, "--error-feedback");
+    s_fwd(a, "--progress-every", o->quiet ? "0" : o->progress_every);
+    s_fwd(a, "--min-workers", o->min_workers);
+    s_fwd(a, "--heartbeat-timeout", o->heartbeat_timeout);
+    s_fwd(a, "--checkpoint-every", o->checkpoint_every);
+    s_fwd(a, "--stragglers", o->stragglers);
     if (o->resume[0])
-        argv[n++] = "--resume";
-    cl->sched = cl->n;
-    s_child_t *c = s_new_child(cl, "scheduler", 0);
-    char http[16];
-    s_http_flags(o, c, true, argv, &n, http);
-    argv[n] = NULL;
-    return s_spawn(c, exe, argv, logdir, true);
-}
-
-static int s_spawn_server(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
-                          const char *logdir);
-
-static int s_spawn_worker(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
-                          const char *logdir)
-{
-    char worker[PATH_MAX];
-    if (s_find_exe(o, "worker", worker, sizeof worker) != 0)
-        return -1;
-    char *argv[16] = {worker, "--scheduler", cl->sched_ep};
-    int n = 3;
-    char http[16];
-    s_fwd(argv, &n, "--data-dir", o->data_dir);
-    s_fwd(argv, &n, "--threads", o->threads);
-    s_http_flags(o, c, false, argv, &n, http);
-    argv[n] = NULL;
-    c->done = false;
-    c->code = 0;
-    int rc = s_spawn(c, worker, argv, logdir, false);
-    s_write_targets(o, cl);
-    return rc;
+        s_arg(a, "--resume");
+    s_http_flags(o, c, true, a);
 }
 
 /* Servers keep their checkpoints in RUN/checkpoints. */
-static int s_spawn_server(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
-                          const char *logdir)
+static void s_server_args(const mq_local_opts_t *o, const s_cluster_t *cl, s_child_t *c,
+                          s_args_t *a)
 {
-    char server[PATH_MAX], ckpt[PATH_MAX];
-    if (s_find_exe(o, "server", server, sizeof server) != 0)
-        return -1;
+    char ckpt[PATH_MAX];
     snprintf(ckpt, sizeof ckpt, "%s/checkpoints", o->run_dir);
-    char *argv[16] = {server, "--scheduler", cl->sched_ep, "--bind", "tcp://127.0.0.1:*",
-                      "--checkpoint-dir", ckpt};
-    int n = 7;
-    char http[16];
-    s_http_flags(o, c, false, argv, &n, http);
-    argv[n] = NULL;
+    s_args_init(a, cl->exe[S_SERVER]);
+    s_fwd(a, "--scheduler", cl->sched_ep);
+    s_fwd(a, "--bind", "tcp://127.0.0.1:*");
+    s_fwd(a, "--checkpoint-dir", ckpt);
+    s_http_flags(o, c, false, a);
+}
+
+static void s_worker_args(const mq_local_opts_t *o, const s_cluster_t *cl, s_child_t *c,
+                          s_args_t *a)
+{
+    s_args_init(a, cl->exe[S_WORKER]);
+    s_fwd(a, "--scheduler", cl->sched_ep);
+    s_fwd(a, "--data-dir", o->data_dir);
+    s_fwd(a, "--threads", o->threads);
+    s_http_flags(o, c, false, a);
+}
+
+/* Every flag each child will be started with, checked here by that service's own parser
+ * (the code the child runs on them) before anything starts or is written: a value a child
+ * would refuse is refused now, with exit 2 and the service's words naming the flag. The
+ * keys are checked as insecure: they are this run's own, made after this check. The data
+ * set's files are looked for where the workers will look. */
+static int s_preflight(const mq_local_opts_t *o, s_cluster_t *cl)
+{
+    static s_args_t a;
+    s_child_t scratch = {0};
+    int rc = 0;
+    s_clear_key_env();
+    setenv("MQGRAD_INSECURE", "1", 1);
+    if (cl->with_agent) {
+        static mq_agent_config_t ac;
+        s_agent_args(o, cl, &a);
+        a.v[0] = "mqgrad local";
+        if (!a.full && mq_agent_config_parse(&ac, a.n, a.v) != 0) {
+            fprintf(stderr, "mqgrad local: %s%s\n", mq_err_last(),
+                    o->agent_args[0] ? " (the agent's flags: --policy and --agent-args)" : "");
+            rc = 2;
+        }
+    }
+    if (rc == 0) {
+        s_scheduler_args(o, cl, &scratch, &a);
+        a.v[0] = "mqgrad local";
+        rc = a.full ? 2 : mq_scheduler_config_parse(&cl->sched_cfg, a.n, a.v);
+    }
+    if (rc == 0) {
+        static mq_server_config_t sc;
+        s_server_args(o, cl, &scratch, &a);
+        a.v[0] = "mqgrad local";
+        rc = a.full ? 2 : mq_server_config_parse(&sc, a.n, a.v);
+    }
+    static mq_worker_config_t wc;
+    if (rc == 0) {
+        s_worker_args(o, cl, &scratch, &a);
+        a.v[0] = "mqgrad local";
+        rc = a.full ? 2 : mq_worker_config_parse(&wc, a.n, a.v);
+    }
+    if (a.full)
+        fprintf(stderr, "mqgrad local: too many flags or values too long for one service\n");
+    if (rc == 0 && mq_dataset_check(cl->sched_cfg.dataset, wc.data_dir) != 0) {
+        fprintf(stderr, "mqgrad local: --dataset %s: %s\n", cl->sched_cfg.dataset,
+                mq_err_last());
+        rc = 2;
+    }
+    unsetenv("MQGRAD_INSECURE");
+    return rc == 1 ? 2 : rc; /* 1 would be --help, which no forwarded flag is */
+}
+
+int mq_local_check(const mq_local_opts_t *o)
+{
+    static s_cluster_t cl;
+    memset(&cl, 0, sizeof cl);
+    if (s_plan(o, &cl) != 0) {
+        fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
+        return 2;
+    }
+    return s_preflight(o, &cl);
+}
+
+static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
+{
+    static s_args_t a;
+    s_agent_args(o, cl, &a);
+    cl->agent = cl->n;
+    s_child_t *c = s_new_child(cl, "agent", 0);
+    c->http = o->http_port ? cl->http_port : 0;
+    return s_spawn(c, &a, logdir, false);
+}
+
+static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
+{
+    static s_args_t a;
+    cl->sched = cl->n;
+    s_child_t *c = s_new_child(cl, "scheduler", 0);
+    s_scheduler_args(o, cl, c, &a);
+    return s_spawn(c, &a, logdir, true);
+}
+
+static int s_spawn_node(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
+                        const char *logdir)
+{
+    static s_args_t a;
+    if (c->worker >= 0)
+        s_worker_args(o, cl, c, &a);
+    else
+        s_server_args(o, cl, c, &a);
     c->done = false;
     c->code = 0;
-    int rc = s_spawn(c, server, argv, logdir, false);
+    int rc = s_spawn(c, &a, logdir, false);
     s_write_targets(o, cl);
     return rc;
 }
 
 static int s_start_nodes(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
 {
-    char server[PATH_MAX], worker[PATH_MAX];
-    if (s_find_exe(o, "server", server, sizeof server) != 0 ||
-        s_find_exe(o, "worker", worker, sizeof worker) != 0)
-        return -1;
     for (long i = 0; i < o->servers; i++) {
         s_child_t *c = s_new_child(cl, "server-%ld", i);
         c->server = i;
-        if (s_spawn_server(o, cl, c, logdir) != 0)
+        if (s_spawn_node(o, cl, c, logdir) != 0)
             return -1;
     }
     for (long i = 0; i < o->workers; i++) {
         s_child_t *c = s_new_child(cl, "worker-%ld", i);
         c->worker = i;
-        if (s_spawn_worker(o, cl, c, logdir) != 0)
+        if (s_spawn_node(o, cl, c, logdir) != 0)
             return -1;
     }
     return 0;
@@ -621,47 +759,157 @@ static void s_show_tail(const s_child_t *c)
     fprintf(stderr, "--- last lines of %s ---\n%s", c->log, p);
     free(data);
 }
-
-/* What the run achieved, in a few lines (mqgrad summary RUN_DIR prints the same). */
-static void s_print_summary(const mq_local_opts_t *o)
+/* The last line of C's log that says something: what a process that died last said. SETUP,
+ * when not NULL, tells whether it died before it was ready (its setup failed: no "ready:"
+ * line since it was last started). */
+static void s_last_line(const s_child_t *c, char *buf, size_t len, bool *setup)
 {
+    char *data;
+    size_t n;
+    buf[0] = '\0';
+    if (setup)
+        *setup = true;
+    if (mq_read_file(c->log, &data, &n) != 0)
+        return;
+    if (setup && c->log_start >= 0 && (size_t)c->log_start < n)
+        *setup = !strstr(data + c->log_start, "] ready: ");
+    while (n > 0 && (data[n - 1] == '\n' || data[n - 1] == ' '))
+        n--;
+    size_t start = n;
+    while (start > 0 && data[start - 1] != '\n')
+        start--;
+    const char *line = data + start, *tag = strstr(line, "] ");
+    /* The log's prefix ("E 12:00:00.000 [worker 3] ") differs from death to death: the
+     * message alone tells whether a node failed the same way again. */
+    if (n - start > 16 && line[1] == ' ' && line[4] == ':' && line[15] == '[' && tag &&
+        tag < data + n)
+        line = tag + 2;
+    snprintf(buf, len, "%.*s", (int)(data + n - line), line);
+    free(data);
+}
+
+/* What the run achieved, in a few lines (mqgrad summary RUN_DIR prints the same); for a run
+ * that ended before the scheduler wrote its files, the status and reason that summary.json
+ * holds. */
+static void s_print_summary(const mq_local_opts_t *o, const char *status, const char *reason)
+{
+    char config[PATH_MAX];
+    snprintf(config, sizeof config, "%s/config.json", o->run_dir);
     fflush(stdout);
-    if (mq_run_summary_print(o->run_dir, stdout) != 0)
+    if (access(config, F_OK) != 0 && status)
+        printf("run %s before it started: %s\nfiles: %s/{summary.json,logs/}\n",
+               strcmp(status, "failed") == 0 ? "FAILED" : status, reason, o->run_dir);
+    else if (mq_run_summary_print(o->run_dir, stdout) != 0)
         fprintf(stderr, "mqgrad local: no summary: %s\n", mq_err_last());
     fflush(stdout);
 }
 
+/* Writes STATUS and REASON into RUN/summary.json, keeping what the scheduler's summary says
+ * of the run, or from the run's settings when it wrote none. OVERRIDE false keeps a summary
+ * the scheduler wrote as it is (its own status and reason are closer to the cause). */
+static void s_end_summary(const mq_local_opts_t *o, const s_cluster_t *cl, const char *status,
+                          const char *reason, bool override)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/summary.json", o->run_dir);
+    if (!override && access(path, F_OK) == 0)
+        return;
+    const mq_scheduler_config_t *c = &cl->sched_cfg;
+    mq_summary_t s = {
+        .final_loss = NAN, .final_test_acc = NAN, .final_sparsity = NAN,
+        .policy = o->policy, .model = c->model, .dataset = c->dataset,
+        .workers = (int)c->workers, .servers = (int)c->servers, .seed = (uint64_t)c->seed,
+        .link_mbps = c->link_mbps, .clock = c->clock,
+    };
+    if (mq_summary_set_status(o->run_dir, status, reason, &s) != 0)
+        fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
+}
+
+/* The --resume hint, only where it helps: the run has a checkpoint to go back to, and did
+ * not fail on its configuration (which would fail again). */
+static void s_resume_hint(const mq_local_opts_t *o, bool config_failure)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/checkpoint.json", o->run_dir);
+    if (!config_failure && access(path, F_OK) == 0)
+        fprintf(stderr, "mqgrad local: mqgrad local --resume %s continues the run from its "
+                        "last checkpoint\n", o->run_dir);
+}
+
+/* Ends the run as failed, for REASON (C is the process it is about, or NULL): its last log
+ * lines, every service stopped, summary.json saying why. Returns 1. */
+static int s_fail_run(const mq_local_opts_t *o, s_cluster_t *cl, const s_child_t *c,
+                      const char *reason, bool config_failure)
+{
+    fprintf(stderr, "mqgrad local: %s; stopping the cluster\n", reason);
+    if (c)
+        s_show_tail(c);
+    s_stop_all(cl, SIGTERM, 10);
+    s_end_summary(o, cl, "failed", reason, true);
+    s_print_summary(o, "failed", reason);
+    fprintf(stderr, "mqgrad local: the run failed: %s\n", reason);
+    s_resume_hint(o, config_failure);
+    return 1;
+}
+
+typedef enum { S_GOES_ON, S_FAILS_CONFIG, S_FAILS } s_verdict_t;
+
 /* A worker or server died (not on the run's STOP): the scheduler takes a worker out of the
  * run, or takes the run back to its checkpoint for a server; the node is started again, at
- * most --restarts times, and joins. */
-static void s_node_died(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c)
+ * most --restarts times, and joins. Not restarted: a node that refused its configuration
+ * (exit 2) or failed the same way as the last time (a setup failure that a restart will not
+ * mend). The run cannot go on without a server, or with no worker left to join it: then
+ * REASON says why. */
+static s_verdict_t s_node_died(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
+                               char *reason, size_t len)
 {
-    char logdir[PATH_MAX];
+    char logdir[PATH_MAX], last[sizeof c->last];
     snprintf(logdir, sizeof logdir, "%s/logs", o->run_dir);
-    if (c->code == MQ_EXIT_REFUSED) {
-        fprintf(stderr, "mqgrad local: %s was refused by the scheduler (code %d); not restarted, "
-                        "the run goes on without it\n", c->name, c->code);
-        return;
+    bool setup;
+    s_last_line(c, last, sizeof last, &setup);
+    bool again = c->code != MQ_EXIT_REFUSED && c->code != 2 && c->restarts < o->restarts &&
+                 !(setup && c->restarts > 0 && strcmp(last, c->last) == 0);
+    if (c->code == MQ_EXIT_REFUSED)
+        snprintf(reason, len, "%s was refused by the scheduler: %s", c->name, last);
+    else if (c->code == 2)
+        snprintf(reason, len, "%s refused its configuration (exit 2): %s", c->name, last);
+    else if (!again && c->restarts < o->restarts)
+        snprintf(reason, len, "%s failed its setup the same way %s: %s", c->name,
+                 c->restarts > 1 ? "each time" : "twice", last);
+    else if (!again)
+        snprintf(reason, len, "%s died (code %d) after %ld restarts (--restarts): %s", c->name,
+                 c->code, c->restarts, last);
+    snprintf(c->last, sizeof c->last, "%s", last);
+    if (again) {
+        c->restarts++;
+        fprintf(stderr, "mqgrad local: %s died (code %d); %s; it is started again (%ld/%ld)\n",
+                c->name, c->code,
+                c->worker >= 0 ? "the run goes on without it"
+                               : "the run goes back to its last checkpoint",
+                c->restarts, o->restarts);
+        if (s_spawn_node(o, cl, c, logdir) == 0)
+            return S_GOES_ON;
+        snprintf(reason, len, "cannot restart %s: %s", c->name, mq_err_last());
+        return S_FAILS;
     }
-    if (c->restarts >= o->restarts) {
-        fprintf(stderr, "mqgrad local: %s died (code %d) and was restarted %ld times already "
-                        "(--restarts); not again\n",
-                c->name, c->code, c->restarts);
-        return;
-    }
-    c->restarts++;
-    fprintf(stderr, "mqgrad local: %s died (code %d); %s; it is started again (%ld/%ld)\n",
-            c->name, c->code,
-            c->worker >= 0 ? "the run goes on without it"
-                           : "the run goes back to its last checkpoint",
-            c->restarts, o->restarts);
-    if ((c->worker >= 0 ? s_spawn_worker(o, cl, c, logdir) : s_spawn_server(o, cl, c, logdir)) != 0)
-        fprintf(stderr, "mqgrad local: cannot restart %s: %s\n", c->name, mq_err_last());
+    if (c->server >= 0) /* the run cannot go on without its shard */
+        return c->code == 2 ? S_FAILS_CONFIG : S_FAILS;
+    if (c->code == 2)
+        return S_FAILS_CONFIG; /* every worker gets the same configuration */
+    fprintf(stderr, "mqgrad local: %s; not restarted\n", reason);
+    for (int i = 0; i < cl->n; i++)
+        if (cl->kids[i].worker >= 0 && !cl->kids[i].done)
+            return S_GOES_ON;
+    char why[1200];
+    snprintf(why, sizeof why, "no worker can join the run: %s", reason);
+    snprintf(reason, len, "%.*s", (int)len - 1, why);
+    return S_FAILS;
 }
 
 /* Watches the children until the scheduler finishes, one fails, or a signal comes. */
 static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
 {
+    char reason[1024];
     while (!s_stop_signal) {
         int i = s_reap(cl);
         if (i < 0) {
@@ -671,7 +919,7 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
         s_child_t *c = &cl->kids[i];
         if (i == cl->sched && (c->code == 0 || c->code == MQ_EXIT_DIVERGED)) {
             s_stop_all(cl, SIGTERM, 20); /* nodes already stop on the scheduler's word */
-            s_print_summary(o);
+            s_print_summary(o, NULL, NULL);
             return c->code;
         }
         if (i == cl->agent) { /* by design the run goes on without its agent */
@@ -682,16 +930,22 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
         if (c->code == 0 && i != cl->sched)
             continue; /* a node that got STOP a moment before the scheduler exits */
         if (c->worker >= 0 || c->server >= 0) {
-            s_node_died(o, cl, c);
-            continue;
+            s_verdict_t v = s_node_died(o, cl, c, reason, sizeof reason);
+            if (v == S_GOES_ON)
+                continue;
+            return s_fail_run(o, cl, c, reason, v == S_FAILS_CONFIG);
         }
+        char last[256];
+        s_last_line(c, last, sizeof last, NULL);
         fprintf(stderr, "mqgrad local: %s (pid %d) failed with exit code %d; stopping the "
                         "cluster\n", c->name, (int)c->pid, c->code);
         s_show_tail(c);
         s_stop_all(cl, SIGTERM, 10);
-        if (o->resume[0] || access(o->run_dir, F_OK) == 0)
-            fprintf(stderr, "mqgrad local: mqgrad local --resume %s continues the run from its "
-                            "last checkpoint\n", o->run_dir);
+        snprintf(reason, sizeof reason, "the %s exited with code %d: %s", c->name, c->code,
+                 last);
+        s_end_summary(o, cl, "failed", reason, false); /* the scheduler's own, if it wrote one */
+        s_print_summary(o, "failed", reason);
+        s_resume_hint(o, c->code == 2);
         return 1;
     }
     fprintf(stderr, "\nmqgrad local: interrupted; stopping every service\n");
@@ -703,7 +957,10 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
                     cl->kids[i].code);
             unclean++;
         }
-    s_print_summary(o);
+    snprintf(reason, sizeof reason, "stopped by %s", strsignal(s_stop_signal));
+    s_end_summary(o, cl, "interrupted", reason, false);
+    s_print_summary(o, "interrupted", reason);
+    s_resume_hint(o, false);
     return unclean ? 1 : 130;
 }
 
@@ -737,7 +994,6 @@ static int s_save_args(const mq_local_opts_t *o, int argc, char **argv)
     }
     return mq_write_file_atomic(path, text, off);
 }
-
 int mq_local_run(const mq_local_opts_t *o, int argc, char **argv)
 {
     char logdir[PATH_MAX], config[PATH_MAX];
@@ -748,8 +1004,18 @@ int mq_local_run(const mq_local_opts_t *o, int argc, char **argv)
                         "continue it with mqgrad local --resume %s\n", o->run_dir, o->run_dir);
         return 2;
     }
-    if (mq_mkdirs(logdir) != 0 || (!o->resume[0] && argv && s_save_args(o, argc, argv) != 0)) {
+    static s_cluster_t cl;
+    memset(&cl, 0, sizeof cl);
+    cl.agent = cl.sched = -1;
+    if (s_plan(o, &cl) != 0) {
         fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
+        return 2;
+    }
+    int rc = s_preflight(o, &cl);
+    if (rc != 0)
+        return rc;
+    if (mq_mkdirs(logdir) != 0 || (!o->resume[0] && argv && s_save_args(o, argc, argv) != 0)) {
+        fprintf(stderr, "mqgrad local: --run-dir %s: %s\n", o->run_dir, mq_err_last());
         return 2;
     }
     struct sigaction sa = {.sa_handler = s_on_signal};
@@ -762,20 +1028,17 @@ int mq_local_run(const mq_local_opts_t *o, int argc, char **argv)
         fprintf(stderr, "mqgrad local: keys: %s\n", mq_err_last());
         return 2;
     }
-    static s_cluster_t cl;
-    memset(&cl, 0, sizeof cl);
-    cl.agent = -1;
-    bool agent = strcmp(o->policy, "none") != 0 && !s_levelless(o);
-    if ((agent && s_start_agent(o, &cl, logdir) != 0) || s_start_scheduler(o, &cl, logdir) != 0 ||
-        s_start_nodes(o, &cl, logdir) != 0) {
-        fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
-        s_stop_all(&cl, SIGTERM, 5);
-        return 1;
+    if ((cl.with_agent && s_start_agent(o, &cl, logdir) != 0) ||
+        s_start_scheduler(o, &cl, logdir) != 0 || s_start_nodes(o, &cl, logdir) != 0) {
+        char reason[512];
+        snprintf(reason, sizeof reason, "cannot start the services: %s", mq_err_last());
+        return s_fail_run(o, &cl, NULL, reason, false);
     }
     if (!o->quiet) {
         printf("mqgrad local: %ld workers, %ld servers, %s %s; logs in %s\n", o->workers,
-               o->servers, agent ? "policy" : "codec", agent ? o->policy : o->codec, logdir);
-        if (agent)
+               o->servers, cl.with_agent ? "policy" : "codec",
+               cl.with_agent ? o->policy : o->codec, logdir);
+        if (cl.with_agent)
             printf("  ask the agent: %s%s%smqgrad bits%s --agent %s   or   curl -s "
                    "localhost:%d/bits\n",
                    keys[0] ? "MQGRAD_KEYS=" : "", keys, keys[0] ? " " : "",

@@ -31,11 +31,19 @@ typedef struct {
 /* Defaults, then MQGRAD_* variables, then ARGV. Returns 0, 1 (help) or 2 (bad usage). */
 int mq_local_parse(mq_local_opts_t *o, int argc, char **argv);
 
+/* Checks every flag each service of the run would be started with, with that service's own
+ * parser, and that the data set is there, before anything starts or is written: 0, or 2
+ * after a message naming the flag, its value and what is allowed. mq_local_run does it
+ * first; `mqgrad experiment` does it for every run before the first starts. */
+int mq_local_check(const mq_local_opts_t *o);
+
 /* Runs the cluster until the run ends, a process fails, or SIGINT/SIGTERM. A worker that dies
  * is not a failure: the scheduler takes it out of the run, and it is started again (at most
  * --restarts times) to join. Returns 0 when the run completed, 3 (MQ_EXIT_DIVERGED) when it
  * diverged, 1 when a service failed (which one is printed), 130 when interrupted. ARGC and
- * ARGV are the flags, remembered in RUN/local.args for --resume (NULL when none). */
+ * ARGV are the flags, remembered in RUN/local.args for --resume (NULL when none). Returns 2,
+ * having started nothing and written nothing, when mq_local_check refuses the flags. Every
+ * end writes RUN/summary.json with the status and, unless the run completed, the reason. */
 int mq_local_run(const mq_local_opts_t *o, int argc, char **argv);
 
 #endif
