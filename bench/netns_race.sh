@@ -9,7 +9,8 @@
 # environment (defaults):
 #   WORKERS (4)                  mqgrad: N workers; DDP: N ranks in the N worker namespaces
 #   LAYOUT (colocated)           colocated: one server in each worker's namespace (S = N, the
-#                                layout `mqgrad local` defaults to: README, "Topology");
+#                                layout `mqgrad local` defaults to: docs/operations.md,
+#                                "Topology");
 #                                dedicated: SERVERS servers in namespaces of their own
 #   SERVERS (2)                  the server count of the dedicated layout
 #   RATES ("1000 100")           Mbit/s of every NIC, each direction; "none" = unshaped veths

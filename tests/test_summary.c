@@ -149,7 +149,7 @@ static int s_lines(const char *text)
     return n;
 }
 
-/* The paper's CNN on one input channel, from its layer shapes (README, "The model"). */
+/* The paper's CNN on one input channel, from its layer shapes (docs/architecture.md, "The model"). */
 static double s_paper_params(void)
 {
     return (5.0 * 5 * 1 * 64 + 64) + (5.0 * 5 * 64 * 64 + 64) + (64.0 * 7 * 7 * 2304 + 2304) +

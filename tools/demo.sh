@@ -5,19 +5,15 @@
 # run achieved: test accuracy on the whole test set, time, bits over time, bytes against fp32,
 # and the time fp32 would have needed (an estimate from the link model).
 #
-# Why 3 Gbit/s: there an fp32 iteration of the paper model would spend about 0.35 s on the
-# link for 0.14 s of computation (2 workers x 2 servers, 65 MB of gradient per worker each
-# way), so the bit-width decides the iteration time, as on the paper's 10 MB/s cluster; and
-# 1000 quantized iterations still finish in 4-8 minutes on 2 cores (263 s of training on
-# a 2-core AMD EPYC, 345 s on a 2-core Intel Xeon VM with half its memory bandwidth, 443 s on
-# an older 2-core Xeon, family 6 model 85, whose memcpy is a quarter of the EPYC's; at 2 Gbit/s
-# they took 304 s, with the agent at 8 bits from iteration 360; at 80 Mbit/s, the paper's
-# rate, over 15 minutes). Extra flags go to `mqgrad local`, e.g.
+# Why 3 Gbit/s: there an fp32 iteration of the paper model would spend longer on the link than
+# on its computation (2 workers x 2 servers, 65 MB of gradient per worker each way), so the
+# bit-width decides the iteration time, as on the paper's 10 MB/s cluster; and 1000 quantized
+# iterations still finish in minutes on 2 cores, where the paper's rate would take far longer
+# (docs/results.md, "The demo"). Extra flags go to `mqgrad local`, e.g.
 #   tools/demo.sh --workers 4 --link-mbps 80 --time-budget 600
 # The learning rate decays linearly to zero over the last 30 % of the iterations: at a constant
-# rate the last iterate's test accuracy swings by 2-3 points from one evaluation to the next
-# (84.1 % to 89.2 % over three seeds at iteration 1000, 4 workers, docs/codec-sweep.md), and the
-# demo's result should not depend on where the swing stops.
+# rate the last iterate's test accuracy swings by a few points from one evaluation to the next
+# (docs/codec-sweep.md), and the demo's result should not depend on where the swing stops.
 # Exit code: 0 completed, 3 the run diverged, 1 a service failed, 130 interrupted.
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"

@@ -21,7 +21,7 @@ else
 fi
 if [ "${MQGRAD_SANITIZE:-1}" != 0 ]; then
     # Under ASan and UBSan, every test but the four that train for minutes in separate
-    # processes (there they take 2.2 to 30 min each: 46 min in all, measured); the
+    # processes (there they take many minutes each; docs/results.md, "The test suite"); the
     # in-process cluster, protocol and security tests run the same services' code.
     # MQGRAD_SANITIZE_EXCLUDE= (empty) runs them all.
     exclude="${MQGRAD_SANITIZE_EXCLUDE-^test_(elastic|local|methods|clock)$}"

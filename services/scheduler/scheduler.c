@@ -3,7 +3,7 @@
  * waits at most a deadline for the bits of m+1; a silent agent never stalls the run (the
  * last bits are reused and further waits are skipped until the agent answers again).
  *
- * Membership changes while the run goes on (README "Failures and elasticity"). Each
+ * Membership changes while the run goes on (docs/operations.md, "Failures and elasticity"). Each
  * iteration has a member set: the workers that are up when it is issued. A worker that is
  * silent for --heartbeat-timeout, or says it leaves, is cut from the round in flight: the
  * servers are told the smaller set (a higher view), say HAVE once every member's push is in,

@@ -71,7 +71,7 @@ typedef struct {
  * an error on a bad spec or a shorthand the codec does not take. */
 int mq_sched_codec(const mq_scheduler_config_t *c, mq_codec_t *out);
 
-/* The straggler policy (README "Failures and elasticity"): WAIT for every member's push (up
+/* The straggler policy (docs/operations.md, "Failures and elasticity"): WAIT for every member's push (up
  * to --iter-timeout), close the round after a DEADLINE (seconds from its start) with the
  * members whose pushes every server holds by then, or with the FIRST N members to have them
  * everywhere (backup workers). Members cut from a round stay in the run. */

@@ -123,9 +123,9 @@ int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, int bits, float lr,
  * reply state, so a server cannot go on with the run. */
 int mq_kv_complete(mq_kv_t *self, mq_tensor_hdr_t *hdrs, mq_payload_t *out);
 
-/* Membership that changes (README "Failures and elasticity"): a round is closed over the set
- * of ranks the scheduler commits, not over every rank. Whether each of RANKS[0..N) has its
- * push in. */
+/* Membership that changes (docs/operations.md, "Failures and elasticity"): a round is closed
+ * over the set of ranks the scheduler commits, not over every rank. Whether each of
+ * RANKS[0..N) has its push in. */
 bool mq_kv_has_all(const mq_kv_t *self, const uint32_t *ranks, uint32_t n);
 /* As mq_kv_complete, over exactly RANKS[0..N) (in rank order, 1 <= N, each with a push in):
  * the handler sees those N pushes and nothing else (the mean is over N), and the pushes of

@@ -12,7 +12,7 @@
 extern "C" {
 #endif
 
-/* Exit codes every service shares (README "Failures and elasticity"): 0 the run is over
+/* Exit codes every service shares (docs/operations.md, "Failures and elasticity"): 0 the run is over
  * (completed, or stopped), 1 a failure, 2 a bad flag, 3 the run diverged (mqgrad/watch.h),
  * 4 the scheduler refused this node (no free rank, the run is another one, it was taken
  * out of the run): restarting it as it is will not help. */

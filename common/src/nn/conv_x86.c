@@ -6,10 +6,10 @@
  * w values at a time (14 or 28), about 720 000 short loops a step for conv2; here a plane is
  * 13 vectors of 16 (AVX-512, masked) or 25 of 8 (AVX2). The sums are the portable loop's bit
  * for bit: each tap's values are added in the same order (channel, tap row, tap column,
- * image). Measured (bench/README.md): conv2's col2im 6.7 -> 4.9 ms on one thread with
- * AVX-512. im2col, a copy, done the same way plane by plane, was no faster than the portable
- * loop's memcpy of each row (7.5 against 6.3-7.3 ms); what made it faster is taking a tap's row
- * over the whole batch at once, with streaming stores (s_im2col, s_im2col_avx2). mq_conv_fast()
+ * image). With AVX-512 this makes conv2's col2im faster than the portable loop on one thread
+ * (bench/README.md, bench_nn). im2col, a copy, done the same way plane by plane, was no faster
+ * than the portable loop's memcpy of each row; what made it faster is taking a tap's row over
+ * the whole batch at once, with streaming stores (s_im2col, s_im2col_avx2). mq_conv_fast()
  * says whether the col2im loops are used. */
 #include <stdbool.h>
 #include <stdint.h>
@@ -106,8 +106,9 @@ AVX512 static void s_col2im(const float *col, size_t ld, int n, int c, int h, in
  * PERIOD vectors. The portable loop copies rows of w values (about 720 000 memcpy calls of 14
  * values a step for conv2). The columns (40 MB for conv2) go to memory with streaming stores
  * when the rows are 64-byte aligned: without them each line was read before being written
- * over. On a 2-core Intel Xeon (family 6, model 207), conv2's im2col took 6.6-6.9 ms a step with
- * the memcpy loop, 5.0 with this one and ordinary stores, 1.9-2.0 with streaming stores. */
+ * over. On an Intel Xeon (family 6, model 207) this loop beat the memcpy loop with ordinary
+ * stores already, and by far more with streaming ones (bench/README.md, bench_nn, "On an Intel
+ * Xeon of family 6 model 207, a third time"). */
 AVX512 static void s_im2col(const float *x, int n, int c, int h, int w, size_t sc, float *col,
                             size_t ld, int period)
 {
@@ -165,9 +166,9 @@ MQ_AVX2 static inline void s_put8(float *p, __m256 a, bool stream)
  * their plane cleared (AND with the lane mask: +0.0); one that starts before them or ends past
  * them (the first and last few of a tap) is a masked load (VMASKMOVPS), which reads only the
  * lanes it keeps. Taps outermost, so that a tap's lane masks, widened from s_masks' bits once
- * (2 * PERIOD vectors of 8, at most 4 KB), serve every channel. On a Zen 3, conv2's im2col
- * took 7.3-8.1 ms a step with the memcpy loop, 4.2-4.7 with masked loads throughout, 2.7-3.3
- * as here (medians of 20 steps, alternated runs; bench/README.md). */
+ * (2 * PERIOD vectors of 8, at most 4 KB), serve every channel. On a Zen 3 masked loads
+ * throughout already beat the memcpy loop, and plain loads with the lane mask, as here, beat
+ * them (bench/README.md, "On a Zen 3 again (2026-11-29): im2col with AVX2"). */
 MQ_AVX2 static void s_im2col_avx2(const float *x, int n, int c, int h, int w, size_t sc, float *col,
                                   size_t ld, int period)
 {

@@ -132,9 +132,9 @@ static inline __mmask16 s_k16(int left)
 #undef V_ZERO
 #undef V_HSUM
 
-/* AVX2: 16 registers, so tiles of 4 x 24 forward and 2 x 24 backward. On a 2-core AMD EPYC
- * (family 25) these ran the paper model's fc1 and fc2 products at 74-75 GFLOP/s on one
- * thread, the sgemm peak there; tiles of 6 x 16 and 2 or 3 x 16 were no faster. A masked load
+/* AVX2: 16 registers, so tiles of 4 x 24 forward and 2 x 24 backward. On an AMD EPYC
+ * (family 25) these ran the paper model's fc1 and fc2 products at the sgemm peak there on one
+ * thread (bench/README.md); tiles of 6 x 16 and 2 or 3 x 16 were no faster. A masked load
  * or store (VMASKMOVPS) is slow, a store much so on AMD's cores: only a tile at the matrix's
  * right edge takes one. */
 #define FK(name) name##_avx2

@@ -20,10 +20,9 @@
  * baseline x86-64 (SSE2: 4 floats a step) and cloned for AVX2 and AVX-512 (8 and 16 a step),
  * the clone chosen when the library loads. No clone contracts a*b+c into an FMA
  * (common/CMakeLists.txt: -ffp-contract=off) and no such loop reduces across lanes, so every
- * clone gives the same bits. On an Intel Xeon (family 6, model 207) the AVX-512 clones take
- * each LRN forward pass from 0.9-1.1 to 0.7-0.8 ms and the SGD update of the paper model from
- * 10.9-11.2 to 8.7-9.0; on a 2-core AMD EPYC with AVX-512 such clones measured 2 % slower
- * over the whole step (bench/README.md, 2026-11-26). */
+ * clone gives the same bits. On an Intel Xeon (family 6, model 207) the AVX-512 clones speed
+ * up the LRN passes and the paper model's SGD update; on an AMD EPYC with AVX-512 such clones
+ * measured a little slower over the whole step (bench/README.md, bench_nn). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define MQ_NN_WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -184,9 +183,10 @@ mq_fc_kind_t mq_fc_kind(void);
 bool mq_fc_use(mq_fc_kind_t kind);
 bool mq_fc_fast(void);
 /* nn.c: whether conv2's forward product is taken transposed (s_conv_forward): with
- * OpenBLAS's AVX-512 kernels (SkylakeX and its successors), which run that form 1.4x faster
- * for conv2's shape; its Haswell kernels (AMD's Zen cores too) run the direct form 1.25x
- * faster. Fixed for a machine, so the same seed and threads still give the same bits. */
+ * OpenBLAS's AVX-512 kernels (SkylakeX and its successors), which run that form faster for
+ * conv2's shape; its Haswell kernels (AMD's Zen cores too) run the direct form faster
+ * (bench/README.md). Fixed for a machine, so the same seed and threads still give the same
+ * bits. */
 bool mq_nn_conv_transposed(void);
 /* conv_x86.c: col2im in float with AVX-512 or AVX2 (as mq_fc_kind()), the portable loop's
  * sums bit for bit; mq_conv_fast(h, w) is true when it is used for h x w planes. */

@@ -55,7 +55,7 @@
  *    state to zero; a non-finite gradient is refused before the state changes. Zeros are
  *    never sent. No allocation (the values at or above the threshold are listed, with
  *    their indices, in the payload buffer, and the payload is written from that list), no
- *    randomness. Measured on 3.2M Gaussian values: about 4x a memcpy of the vector. */
+ *    randomness. (Its time against a memcpy of the vector: bench/README.md.) */
 
 #include <math.h>
 

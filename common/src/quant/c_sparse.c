@@ -8,20 +8,19 @@
  * Payload: sparse_fmt.h's layouts, the smallest of the three for each vector (ties go to
  * dense, then bitmap: the faster to decode). Zeros of either sign are not sent.
  *
- * Choices, with what was measured (3.2M Gaussian values at random positions, one core):
- *  - Index coding. At 0.1% / 1% / 5% density the delta layout takes 5.89 / 5.28 / 5.00
- *    bytes a value, against 8 for (u32 index, f32 value) pairs and 4 + n/(8k) for a bitmap
- *    (129 / 16.5 / 6.5): 26-37% fewer bytes than pairs. What it costs: at 1% (32k values)
- *    decode takes 0.21 ms against 0.19 for pairs (clearing dst dominates), accumulating
- *    0.05 against 0.05, validation 0.07 against 0.04; the 88 KB it saves take 0.7 ms on a
- *    1 Gbit/s link. So delta below ~12% density, the map above, floats above ~97%.
+ * Choices (measured on Gaussian values at random positions, one core; the figures are in
+ * bench/README.md):
+ *  - Index coding. At the densities sparsification runs at, the delta layout takes fewer bytes
+ *    a value than 8 for (u32 index, f32 value) pairs and 4 + n/(8k) for a bitmap. What it
+ *    costs in decode (where clearing dst dominates), accumulation and validation time against
+ *    pairs is less than the bytes it saves take on a 1 Gbit/s link. So delta below ~12%
+ *    density, the map above, floats above ~97%.
  *  - Values apart from indices, in one block: validation scans them for NaN in one vector
  *    pass, and stats sum them in payload order on both sides, so sender and receiver agree
  *    to the bit (a dense payload's sum is taken from its bytes on both sides too).
  *  - Encode: one vector pass counts the nonzeros, which with n decides the layout (except
  *    between 11.7% and 12.5% density, where a walk counts the gap bytes first), then one
- *    pass writes, visiting only blocks of eight that hold a nonzero. 1.9 ms at 1% density
- *    (memcpy of the vector: ~0.6 ms), 2.9 ms dense.
+ *    pass writes, visiting only blocks of eight that hold a nonzero.
  *  - Decode without accumulate clears dst, then scatters (one memset is cheaper than
  *    filling the gaps between indices). */
 

@@ -25,10 +25,9 @@
  *    among them; the payload is written from that list, with no other pass over r. When
  *    the bound fails (data arranged against the stride) a histogram pass of 1/8-octave bins
  *    gives one, and when too many values tie above it the writing scans all of r: exact
- *    either way, only slower. Measured on 3.2M Gaussian values: about 4x a memcpy of the
- *    vector at R = 0.001 and 5.5x at R = 0.01 (NaN check, accumulation, one read pass, the
- *    writing), where a histogram pass, a copy of the k-th's bin and a scan to write took
- *    about 12x.
+ *    either way, only slower. The usual path (NaN check, accumulation, one read pass, the
+ *    writing) measured much faster than a histogram pass, a copy of the k-th's bin and a scan
+ *    to write (bench/README.md).
  *  - Ties at the k-th magnitude go to the lowest indices, so exactly k values are sent;
  *    zeros are never sent (fewer than k when v has fewer than k nonzeros).
  *  - The payload is the sparse codec's (not a fixed list of k pairs): the same decoder and

@@ -365,7 +365,8 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *res, size_t
      * before it is sent, and the codes' read for ownership is a byte a value of the 14 it
      * moves (measured: bench/README.md). Codes below 8 bits are packed as they go; staging
      * them to stream measured no faster at 2 and 4 bits. Stochastic rounding is bound by its
-     * noise, not its traffic: staging cost it 2-5 %, so it stores its codes as they come. */
+     * noise, not its traffic: staging made it slower (bench/README.md), so it stores its codes
+     * as they come. */
     const bool stream = K == 8 && !S_STOCHASTIC(c) && mq_quant_streams(n);
     for (size_t start = 0; start < n; start += S_CHUNK) {
         size_t len = n - start < S_CHUNK ? n - start : S_CHUNK;

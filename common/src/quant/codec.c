@@ -578,7 +578,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
     }
     /* With one bit the levels are the bucket's min and max, and stochastic rounding leaves a
      * residual as large as the whole range: the residual's range can double every step and
-     * reached infinity within ~100 steps when measured (2+ bits shrink it by >= 1/3 a step).
+     * reached infinity within a short run when measured (2+ bits shrink it by >= 1/3 a step).
      * Feedback already removes the bias stochastic rounding is for, so round to nearest here
      * rather than fail a run whose policy has just chosen 1 bit. */
     mq_codec_t eff = *c;

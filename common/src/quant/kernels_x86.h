@@ -15,8 +15,8 @@
 
 /* Software prefetch 4 KB ahead of the loads of the streaming loops (range scan, quantize,
  * accumulating decode; MQ_QUANT_PREFETCH): the hardware prefetcher stops at each 4 KB page,
- * and with buckets the loads come in short bursts. Measured: about +10% for encode at
- * bucket=512, +30% for decode-and-accumulate. */
+ * and with buckets the loads come in short bursts. Measured faster for encode at bucket=512,
+ * and more so for decode-and-accumulate (bench/README.md). */
 S_INLINE void s_prefetch_line(const float *p)
 {
     MQ_QUANT_PREFETCH(p);
@@ -31,9 +31,9 @@ S_INLINE void s_prefetch_ahead(const float *p)
 
 /* The same into L2 only (T1), for the loops that read two arrays and write one back: error
  * feedback's (and its range scan of the sums) and the add. Measured on a Zen 4 (bench_quant,
- * bench/README.md): error feedback with buckets of 512 went from 0.57-0.61x memcpy to
- * 0.80-0.88x and the add from 1.02x to 1.07x, where the loops that read one array lost
- * 10-15 % with T1 (encode with one range 1.02x -> 0.80x), so they keep T0. */
+ * bench/README.md): error feedback with buckets of 512 and the add got faster with T1, where
+ * the loops that read one array got slower with it (the encode with one range most), so they
+ * keep T0. */
 S_INLINE void s_prefetch_ahead_l2(const float *p)
 {
     MQ_QUANT_PREFETCH_TO(p, _MM_HINT_T1);
@@ -478,9 +478,10 @@ S_AVX2 S_INLINE bool s_minmax_either_avx2(const float *x, const float *b, size_t
 /* A long range scan (one range per tensor, whose encode reads the tensor twice) walks four
  * quarters of it side by side: four streams of loads in flight instead of one, each with its
  * own extremes, merged at the end (the extremes do not depend on the order). Measured on a Zen 3
- * (bench_quant, bench/README.md): the read-only pass 1.68-1.71x -> 2.57-2.68x memcpy, the
- * encode with one range at 4 bits 0.82-0.88x -> 0.99x. Two streams gave 1.98x, one set of
- * extremes shared by the four 2.27x (its chain of min and max operations limits it). */
+ * (bench_quant, bench/README.md, "One range per tensor: the range scan in four streams"): the
+ * read-only pass and the encode with one range both got faster; two streams gained less, and
+ * so did one set of extremes shared by the four (its chain of min and max operations limits
+ * it). */
 enum { S_SCAN_STREAMS = 4, S_SCAN_SPLIT = 65536 /* values: from here on */ };
 
 S_AVX2 static bool s_minmax_avx2(const float *x, size_t n, float *lo, float *hi)
@@ -848,9 +849,9 @@ S_AVX2 static mq_quant_sums_t s_code_sums_avx2(const uint8_t *q, size_t n, int K
 /* Stochastic quantize with the noise in registers: two generator steps (STEP) give the 32
  * uniforms of a step of s_quantize_avx2 (low halves for values 0-7 and 16-23, high halves for
  * 8-15 and 24-31, as s_noise_c orders them). Writing the noise to an array and reading it back
- * cost about a fifth of a stochastic encode with buckets of 512 (measured: 1.09x memcpy
- * before, 1.3x with the noise in registers). For a kernel set of target TARGET whose generator
- * step and 32-code pack are STEP and PACK: s_quantize_gen_loop_<set>, the loop over whole
+ * cost a good part of a stochastic encode with buckets of 512 (measured: bench/README.md).
+ * For a kernel set of target TARGET whose generator step and 32-code pack are STEP and
+ * PACK: s_quantize_gen_loop_<set>, the loop over whole
  * steps of 32 values with the noise drawn (NOISE) or 0.5, specialized by inlining, codes packed
  * to PK as well unless it is NULL, returning how many values it did; quantize_noise; and
  * quantize (the noise, when drawn beforehand into an array, read by s_quantize_array_loop_avx2). */
@@ -1109,14 +1110,13 @@ static const mq_quant_kernels_t s_kernels_avx2 = {
 /* ---- AVX-512: error feedback ------------------------------------------------------------ */
 
 /* Error feedback's walk with 16 values a vector. Bound by its instructions on CPUs with full
- * 512-bit units (about 2.5 vector operations a value at 8 a vector, measured in
- * bench/README.md), it halves them; the plain and stochastic encodes follow below, and every
- * other loop is the AVX2 one. Bit for bit the AVX2 results: the same operations in the same
- * order a value (no FMA), and the noise from the same eight generators, two steps a 32 values
- * in the same order. Codes become bytes by AVX2's saturating packs; each is in 0..levels
- * already: with v >= lo (lo is the least of the values) y is at least 0, and y stays below
- * levels + 1 by the clamp with noise, by quantize_ef's contract without (a NaN, which fails
- * the encode, packs to 0). */
+ * 512-bit units (measured in bench/README.md), it halves them; the plain and stochastic encodes
+ * follow below, and every other loop is the AVX2 one. Bit for bit the AVX2 results: the same
+ * operations in the same order a value (no FMA), and the noise from the same eight generators,
+ * two steps a 32 values in the same order. Codes become bytes by AVX2's saturating packs; each
+ * is in 0..levels already: with v >= lo (lo is the least of the values) y is at least 0, and y
+ * stays below levels + 1 by the clamp with noise, by quantize_ef's contract without (a NaN,
+ * which fails the encode, packs to 0). */
 #define S_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2")))
 
 /* One step of the eight generators, as s_noise_step_avx2 (xoshiro128**): the state update

@@ -21,11 +21,11 @@
  * exactly what its header says.
  * A value the encoder does not send decodes to +0 (so the sign of a zero is not kept).
  *
- * Why these three (measured on 3.2M values, see the report in c_sparse.c): at the densities
- * sparsification runs at (0.1%-5%) the gaps of random indices average 1/density, which
- * LEB128 writes in 1-2 bytes where (index, value) pairs spend 4: delta is 26-37% smaller than
- * pairs there. Past ~12% density an index costs a byte either way and the map's n/8 bytes
- * win; past ~97% plain floats do. max_size is 4n + 4, the dense layout. */
+ * Why these three (see c_sparse.c): at the densities sparsification runs at (0.1%-5%) the
+ * gaps of random indices average 1/density, which LEB128 writes in 1-2 bytes where (index,
+ * value) pairs spend 4, so delta is smaller than pairs there (measured: bench/README.md).
+ * Past ~12% density an index costs a byte either way and the map's n/8 bytes win; past ~97%
+ * plain floats do. max_size is 4n + 4, the dense layout. */
 #ifndef MQGRAD_SPARSE_FMT_H
 #define MQGRAD_SPARSE_FMT_H
 

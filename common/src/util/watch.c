@@ -1,21 +1,18 @@
 /* The run's health: divergence rules and the loss-spike guard (contract in mqgrad/watch.h).
- * The defaults come from runs of the paper model (docs/codec-sweep.md): a run that dies under
- * 2-bit quantization with one range per tensor jumps from a smoothed loss near 2.1 to 9..15
- * within two iterations, then sits dead at 2.7 (chance), so its smoothed loss stays above
- * twice the best for 18..28 iterations. A patience of 15 catches that, while a healthy run
- * whose loss recovers at once would need a single step of about 50x its best loss to stay
- * above 2x for 15 iterations (0.1 * 50 * 0.9^15 = 1.03), a step no healthy run takes: the 18
- * runs of the default codec in the sweep (2..8 bits, 2 and 4 workers, 1000 iterations) never
- * rose above 1.22x their best, and one of their 18,000 iterations was a 1.5x spike.
- * The chance rule's 50 iterations are five times what both models need to leave chance at
- * the default learning rate: 2 workers, 8 bits, evaluated every 10 iterations on 1000 test
- * images, the small model is at 30 % after 10 iterations and the paper model at 52 %. The flat
- * rule catches a network that starts a little above chance and stays there: at --lr 1e-6 the
- * small model's seed 1 sits at 17.0 % after 50 iterations, its loss 0.5 % below its first
- * (seeds 2-13 end at chance). Small model, 2 workers, 8 bits, 50 iterations, seeds 1-3: at a
- * learning rate 20 times below the default (5e-4) no run is judged (17.2-21.7 %, each loss 5 %
- * down or more, or past 2 / classes); at 50 and 100 times below, seed 1 is (19.8 % and 19.1 %,
- * its loss 2.8 % and 1.8 % down), seed 2 is not (its loss fell), seed 3 ends at chance. */
+ * The defaults come from runs of the paper model (docs/codec-sweep.md; the figures are in
+ * docs/results.md, "The divergence rules' thresholds"): a run that dies under 2-bit
+ * quantization with one range per tensor jumps to several times its smoothed loss within two
+ * iterations, then sits dead at chance, so its smoothed loss stays above twice the best for
+ * longer than 15 iterations. A patience of 15 catches that, while a healthy run whose loss
+ * recovers at once would need a single step of about 50x its best loss to stay above 2x for
+ * 15 iterations (0.1 * 50 * 0.9^15 = 1.03), a step no healthy run takes: the runs of the
+ * default codec in the sweep (2..8 bits, 2 and 4 workers, 1000 iterations) never came near
+ * twice their best.
+ * The chance rule's 50 iterations are several times what both models need to leave chance at
+ * the default learning rate. The flat rule catches a network that starts a little above
+ * chance and stays there, as the small model can at --lr 1e-6; its 5 % is where a learning
+ * rate 20 times below the default is not judged, while one 50 or 100 times below judges a
+ * seed whose loss hardly moved. */
 #include "mqgrad/watch.h"
 
 #include <math.h>
