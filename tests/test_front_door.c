@@ -176,6 +176,11 @@ static const s_text_case_t s_text_cases[] = {
     {"local", "bin-dir", "/nonexistent/mqgrad-bin"},
     {"local", "resume", "/nonexistent/mqgrad-run"},
     {"local", "run-dir", "/proc/mqgrad-cannot-be-made"},
+    {"train", "model", "resnet"},
+    {"train", "dataset", "imagenet"},
+    {"train", "dataset", "mnist"},
+    {"train", "data-dir", "/nonexistent/mqgrad-data"},
+    {"train", "run-dir", "/proc/mqgrad-cannot-be-made"},
     {"scheduler", "codec", "foo"},
     {"scheduler", "optimizer", "adam"},
     {"scheduler", "stragglers", "deadline:0"},
@@ -186,14 +191,17 @@ static const s_text_case_t s_text_cases[] = {
     /* Any text: an endpoint is checked when it is bound or connected, a path when it is
      * used; a secret file, a token file and a key directory by the security checks of
      * test_security and test_http. */
-    {"scheduler", "bind", NULL},
     {"scheduler", "agent", NULL},
     {"scheduler", "run-dir", NULL},
     {"server", "scheduler", NULL},
-    {"server", "bind", NULL},
     {"server", "advertise", NULL},
     {"server", "dump", NULL},
     {"server", "checkpoint-dir", NULL},
+    {"agent", "policy", "bogus"},
+    {"agent", "policy", "fixed:99"},
+    {"agent", "policy", "mqgrad:T=1"},
+    {"agent", "log-level", "loud"},
+    {"agent", "state", NULL}, /* a path: read or made when the agent starts */
     {"worker", "scheduler", NULL},
     {"worker", "data-dir", NULL}, /* the data set is the scheduler's to name: checked on WELCOME */
     {"worker", "dump", NULL},
@@ -202,6 +210,7 @@ static const s_text_case_t s_text_cases[] = {
     {"*", "secret-key", NULL},
     {"*", "public-keys", NULL},
     {"*", "http-bind", NULL},
+    {"*", "bind", NULL},
     {"*", "http-token-file", NULL},
 };
 
@@ -416,24 +425,39 @@ Test(front_door, every_flag_of_the_worker_refuses_a_bad_value, .timeout = 120)
     s_service_flags("worker");
 }
 
-/* The agent's help is its own text: its numeric flags by hand. */
-Test(front_door, the_agents_flags_refuse_bad_values, .timeout = 120)
+Test(front_door, every_flag_of_the_agent_refuses_a_bad_value, .timeout = 120)
 {
-    const char *cases[][2] = {
-        {"policy", "--policy=bogus"},  {"policy", "--policy=fixed:99"},
-        {"epsilon", "--epsilon=2"},    {"epsilon", "--epsilon=nan"},
-        {"min-bits", "--min-bits=0"},  {"max-bits", "--max-bits=99"},
-        {"T", "--T=0"},                {"seed", "--seed=abc"},
-        {"http-port", "--http-port=70000"}, {"alpha", "--alpha="},
-        {"fresh", "--fresh=maybe"},    {"log-level", "--log-level=loud"},
-    };
-    int failures = 0;
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *argv[] = {S_SERVICES "/mqgrad-agent", "--insecure", cases[i][1], NULL};
-        s_try("mqgrad-agent", argv, cases[i][0], NULL, NULL, &failures);
+    s_service_flags("agent");
+}
+
+/* mqgrad train: the same table-driven flags; a bad one writes no run directory. */
+Test(front_door, every_flag_of_mqgrad_train_refuses_a_bad_value, .timeout = 120)
+{
+    char run[128];
+    snprintf(run, sizeof run, "/tmp/mqgrad-front-train-%d", (int)getpid());
+    static s_flag_t flags[64];
+    int n = s_flags_of(MQGRAD, "train", flags, 64);
+    cr_assert_gt(n, 10, "mqgrad train --help lists %d flags", n);
+    int failures = 0, cases = 0;
+    for (int i = 0; i < n; i++) {
+        const s_flag_t *f = &flags[i];
+        char vals[8][96];
+        int nv = s_bad_values(f, vals);
+        if (f->kind == S_TEXT)
+            for (size_t k = 0; k < sizeof s_text_cases / sizeof s_text_cases[0] && nv < 8; k++)
+                if (!strcmp(s_text_cases[k].program, "train") &&
+                    !strcmp(s_text_cases[k].flag, f->name) && s_text_cases[k].value)
+                    snprintf(vals[nv++], 96, "--%.40s=%.50s", f->name, s_text_cases[k].value);
+        cr_expect_gt(nv, 0, "mqgrad train --%s: no bad value known", f->name);
+        for (int v = 0; v < nv; v++) {
+            const char *argv[] = {MQGRAD, "train", "--run-dir", run, "--iterations", "1",
+                                  vals[v], NULL};
+            s_try("mqgrad train", argv, f->name, run, NULL, &failures);
+            cases++;
+        }
     }
-    cr_assert_eq(failures, 0, "%d bad values of mqgrad-agent were not refused (above)",
-                 failures);
+    cr_assert_eq(failures, 0, "%d of %d bad values of mqgrad train were not refused at once "
+                              "(above)", failures, cases);
 }
 
 /* ---- failures after the start ------------------------------------------------------------- */

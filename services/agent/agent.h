@@ -49,11 +49,11 @@ typedef struct {
 int mq_agent_config_default(mq_agent_config_t *cfg);
 
 /* Contract: fills CFG from the environment defaults and then ARGV (argv[0] is the program
- * name; flags as "--name value" or "--name=value"). Returns 0 to run, 1 if --help was asked
- * (nothing else done: print mq_agent_usage), -1 with an error naming the bad flag or
- * value. The policy spec is checked by building it once. */
+ * name; flags as "--name value" or "--name=value"), from one flag table as every service
+ * (mqgrad/service.h). Returns 0 to run, 1 if --help was printed, 2 after printing a message
+ * naming the bad flag or value (the exit code to use). The policy spec is checked by
+ * building it once. */
 int mq_agent_config_parse(mq_agent_config_t *cfg, int argc, char **argv);
-void mq_agent_usage(FILE *out);
 
 /* The agent as a CZMQ actor: zactor_new (mq_agent_actor, cfg) with CFG a
  * mq_agent_config_t * that must outlive the actor. The actor restores the state file,

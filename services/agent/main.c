@@ -9,14 +9,8 @@ int main(int argc, char **argv)
     mq_service_block_signals(); /* before any thread: see service.h */
     mq_agent_config_t cfg;
     int rc = mq_agent_config_parse(&cfg, argc, argv);
-    if (rc == 1) {
-        mq_agent_usage(stdout);
-        return 0;
-    }
-    if (rc != 0) {
-        fprintf(stderr, "mqgrad-agent: %s\n", mq_err_last());
-        return 2;
-    }
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
     if (cfg.log_level >= 0)
         mq_log_set_level((mq_log_level_t)cfg.log_level);
     mq_log_set_tag("agent");

@@ -606,8 +606,9 @@ static int s_preflight(const mq_local_opts_t *o, s_cluster_t *cl)
         s_agent_args(o, cl, &a);
         a.v[0] = "mqgrad local";
         if (!a.full && mq_agent_config_parse(&ac, a.n, a.v) != 0) {
-            fprintf(stderr, "mqgrad local: %s%s\n", mq_err_last(),
-                    o->agent_args[0] ? " (the agent's flags: --policy and --agent-args)" : "");
+            if (o->agent_args[0])
+                fprintf(stderr, "mqgrad local: (the agent's flags: --policy and --agent-args "
+                                "'%s')\n", o->agent_args);
             rc = 2;
         }
     }

@@ -1,7 +1,6 @@
 /* mqgrad train: the single-process reference trainer. Plain synchronous SGD of the paper's
  * network (or the small one) on one machine, no network, no quantization; it writes the same
  * run directory as the cluster so the two can be compared point by point. */
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,16 +12,15 @@
 #include "mqgrad/data.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/runlog.h"
+#include "mqgrad/service.h"
 #include "mqgrad/util.h"
 #include "mqgrad/watch.h"
 
 typedef struct {
-    const char *model, *dataset, *data_dir, *run_dir;
-    long batch, iterations, eval_every, eval_limit, threads;
+    char model[16], dataset[16], data_dir[512], run_dir[512];
+    long batch, iterations, eval_every, eval_limit, threads, seed;
     double lr, l2, epochs, time_budget;
-    unsigned long long seed;
     bool quiet;
-    char run_dir_buf[256];
 } s_opts_t;
 
 typedef struct {
@@ -48,150 +46,74 @@ static void s_on_signal(int sig)
     s_stop = 1;
 }
 
-static void s_help(FILE *out)
-{
-    fprintf(out,
-        "usage: mqgrad train [FLAGS]\n"
-        "Trains the MQGrad paper's CNN in one process (plain fp32 SGD, no network): the\n"
-        "reference the cluster is compared with. Every flag defaults to its MQGRAD_* variable.\n\n"
-        "  --model paper|small     network (MQGRAD_MODEL, default paper)\n"
-        "  --dataset NAME          fashion-mnist, mnist or cifar10 (MQGRAD_DATASET, default\n"
-        "                          fashion-mnist)\n"
-        "  --data-dir DIR          dataset files (MQGRAD_DATA_DIR, default\n"
-        "                          /usr/share/datasets/NAME)\n"
-        "  --batch N               examples per step (MQGRAD_BATCH, default 32)\n"
-        "  --lr X                  learning rate (MQGRAD_LR, default 0.05)\n"
-        "  --l2 X                  L2 coefficient on fc1.w and fc2.w: loss += X/2 * ||w||^2\n"
-        "                          (MQGRAD_L2, default 0.0001)\n"
-        "  --iterations N          stop after N steps (MQGRAD_ITERATIONS)\n"
-        "  --epochs E              stop after E passes over the training set, may be\n"
-        "                          fractional (MQGRAD_EPOCHS; default 1 if no limit is given)\n"
-        "  --time-budget S         stop after S seconds of training (MQGRAD_TIME_BUDGET);\n"
-        "                          with several limits the first reached wins\n"
-        "  --eval-every N          evaluate every N steps, 0 = only at the end\n"
-        "                          (MQGRAD_EVAL_EVERY, default 0)\n"
-        "  --eval-limit N          evaluate on the first N test images (MQGRAD_EVAL_LIMIT,\n"
-        "                          default all)\n"
-        "  --seed N                initialization and shuffling seed (MQGRAD_SEED, default 1)\n"
-        "  --threads N             OpenBLAS threads, 0 = all cores (MQGRAD_THREADS, default 0)\n"
-        "  --run-dir DIR           where to write the run (MQGRAD_RUN_DIR, default\n"
-        "                          runs/train-<UTC time>)\n"
-        "  --quiet                 no progress lines\n"
-        "  --help                  this text\n");
-}
-
-/* Parses one numeric option value into its field; -1 with an error naming the flag. */
-static int s_set(s_opts_t *o, const char *flag, const char *v)
-{
-    double d;
-    long l;
-    if (!strcmp(flag, "batch"))
-        return mq_parse_long("--batch", v, 1, 65536, &o->batch);
-    if (!strcmp(flag, "iterations"))
-        return mq_parse_long("--iterations", v, 1, 1000000000L, &o->iterations);
-    if (!strcmp(flag, "eval-every"))
-        return mq_parse_long("--eval-every", v, 0, 1000000000L, &o->eval_every);
-    if (!strcmp(flag, "eval-limit"))
-        return mq_parse_long("--eval-limit", v, 1, 100000000L, &o->eval_limit);
-    if (!strcmp(flag, "threads"))
-        return mq_parse_long("--threads", v, 0, 256, &o->threads);
-    if (!strcmp(flag, "lr"))
-        return mq_parse_double("--lr", v, 1e-9, 100, &o->lr);
-    if (!strcmp(flag, "l2"))
-        return mq_parse_double("--l2", v, 0, 10, &o->l2);
-    if (!strcmp(flag, "epochs"))
-        return mq_parse_double("--epochs", v, 1e-6, 1e6, &o->epochs);
-    if (!strcmp(flag, "time-budget"))
-        return mq_parse_double("--time-budget", v, 1e-3, 1e9, &o->time_budget);
-    if (!strcmp(flag, "seed")) {
-        if (mq_parse_double("--seed", v, 0, 9e15, &d) < 0 || d != floor(d)) {
-            mq_err_set("--seed: '%s' is not a non-negative integer", v);
-            return -1;
-        }
-        o->seed = (unsigned long long)d;
-        return 0;
-    }
-    (void)l;
-    mq_err_set("unknown option --%s", flag);
-    return -1;
-}
-
-static const char *s_numeric[] = {"batch", "iterations", "eval-every", "eval-limit", "threads",
-                                  "lr", "l2", "epochs", "time-budget", "seed", NULL};
-
-/* Fills O from MQGRAD_* variables, then from the flags. 0 ok, 1 help shown, -1 error. */
+/* Fills O from MQGRAD_* variables, then from the flags: one table (mqgrad/service.h) gives
+ * the parsing, the variables, --help and each value's check. 0 ok, 1 help shown, 2 after a
+ * message naming the bad flag or value. */
 static int s_parse(s_opts_t *o, int argc, char **argv)
 {
     *o = (s_opts_t){.batch = 32, .lr = 0.05, .l2 = 1e-4, .seed = 1, .eval_limit = 100000000L};
-    o->model = mq_env_str("MQGRAD_MODEL", "paper");
-    o->dataset = mq_env_str("MQGRAD_DATASET", "fashion-mnist");
-    o->data_dir = mq_env_str("MQGRAD_DATA_DIR", NULL);
-    o->run_dir = mq_env_str("MQGRAD_RUN_DIR", NULL);
-    for (int i = 0; s_numeric[i]; i++) {
-        char var[64], *p;
-        snprintf(var, sizeof var, "MQGRAD_%s", s_numeric[i]);
-        for (p = var; *p; p++)
-            *p = *p == '-' ? '_' : (char)(*p >= 'a' && *p <= 'z' ? *p - 32 : *p);
-        const char *v = mq_env_str(var, NULL);
-        if (v && s_set(o, s_numeric[i], v) < 0) {
-            char msg[512];
-            snprintf(msg, sizeof msg, "%s", mq_err_last());
-            mq_err_set("%s (from %s)", msg, var);
-            return -1;
-        }
-    }
-    static const struct option opts[] = {
-        {"model", 1, 0, 'm'},      {"dataset", 1, 0, 'd'}, {"data-dir", 1, 0, 'D'},
-        {"run-dir", 1, 0, 'r'},    {"quiet", 0, 0, 'q'},   {"help", 0, 0, 'h'},
-        {"batch", 1, 0, 'n'},      {"iterations", 1, 0, 'n'}, {"eval-every", 1, 0, 'n'},
-        {"eval-limit", 1, 0, 'n'}, {"threads", 1, 0, 'n'}, {"lr", 1, 0, 'n'},
-        {"l2", 1, 0, 'n'},         {"epochs", 1, 0, 'n'},  {"time-budget", 1, 0, 'n'},
-        {"seed", 1, 0, 'n'},       {0, 0, 0, 0}};
-    opterr = 0;
-    optind = 1;
-    int c, idx = 0;
-    while ((c = getopt_long(argc, argv, ":", opts, &idx)) != -1) {
-        if (c == 'm') o->model = optarg;
-        else if (c == 'd') o->dataset = optarg;
-        else if (c == 'D') o->data_dir = optarg;
-        else if (c == 'r') o->run_dir = optarg;
-        else if (c == 'q') o->quiet = true;
-        else if (c == 'h') return 1;
-        else if (c == 'n') {
-            if (s_set(o, opts[idx].name, optarg) < 0)
-                return -1;
-        } else if (c == ':') {
-            mq_err_set("option %s needs a value", argv[optind - 1]);
-            return -1;
-        } else {
-            mq_err_set("unknown option '%s'", argv[optind - 1]);
-            return -1;
-        }
-    }
-    if (optind < argc) {
-        mq_err_set("unexpected argument '%s'", argv[optind]);
-        return -1;
-    }
+    snprintf(o->model, sizeof o->model, "paper");
+    snprintf(o->dataset, sizeof o->dataset, "fashion-mnist");
+    const mq_flag_t flags[] = {
+        {"model", "MQGRAD_MODEL", MQ_FLAG_STR, o->model, sizeof o->model, 1, 0,
+         "network: paper | small"},
+        {"dataset", "MQGRAD_DATASET", MQ_FLAG_STR, o->dataset, sizeof o->dataset, 1, 0,
+         "fashion-mnist | mnist | cifar10"},
+        {"data-dir", "MQGRAD_DATA_DIR", MQ_FLAG_STR, o->data_dir, sizeof o->data_dir, 1, 0,
+         "dataset files (default /usr/share/datasets/NAME)"},
+        {"batch", "MQGRAD_BATCH", MQ_FLAG_LONG, &o->batch, 0, 1, 65536, "examples per step"},
+        {"lr", "MQGRAD_LR", MQ_FLAG_DOUBLE, &o->lr, 0, 1e-9, 100, "learning rate"},
+        {"l2", "MQGRAD_L2", MQ_FLAG_DOUBLE, &o->l2, 0, 0, 10,
+         "L2 coefficient on fc1.w and fc2.w: loss += X/2 * ||w||^2"},
+        {"iterations", "MQGRAD_ITERATIONS", MQ_FLAG_LONG, &o->iterations, 0, 1, 1e9,
+         "stop after N steps (0: no such limit)"},
+        {"epochs", "MQGRAD_EPOCHS", MQ_FLAG_DOUBLE, &o->epochs, 0, 1e-6, 1e6,
+         "stop after E passes over the training set, may be fractional (1 if no limit is "
+         "given)"},
+        {"time-budget", "MQGRAD_TIME_BUDGET", MQ_FLAG_DOUBLE, &o->time_budget, 0, 1e-3, 1e9,
+         "stop after S seconds of training; with several limits the first reached wins"},
+        {"eval-every", "MQGRAD_EVAL_EVERY", MQ_FLAG_LONG, &o->eval_every, 0, 0, 1e9,
+         "evaluate every N steps, 0 = only at the end"},
+        {"eval-limit", "MQGRAD_EVAL_LIMIT", MQ_FLAG_LONG, &o->eval_limit, 0, 1, 1e8,
+         "evaluate on the first N test images"},
+        {"seed", "MQGRAD_SEED", MQ_FLAG_LONG, &o->seed, 0, 0, 9e15,
+         "initialization and shuffling seed"},
+        {"threads", "MQGRAD_THREADS", MQ_FLAG_LONG, &o->threads, 0, 0, 256,
+         "OpenBLAS threads, 0 = all cores"},
+        {"run-dir", "MQGRAD_RUN_DIR", MQ_FLAG_STR, o->run_dir, sizeof o->run_dir, 1, 0,
+         "where to write the run (default runs/train-<UTC time>)"},
+        {"quiet", NULL, MQ_FLAG_BOOL, &o->quiet, 0, 0, 0, "no progress lines"},
+        {0},
+    };
+    char *args[argc + 1]; /* messages start with the command's name */
+    memcpy(args, argv, sizeof(char *) * (size_t)argc);
+    args[0] = "mqgrad train";
+    args[argc] = NULL;
+    int rc = mq_flags_parse(flags, argc, args,
+                            "usage: mqgrad train [flags]\n"
+                            "Trains the MQGrad paper's CNN in one process (plain fp32 SGD, no "
+                            "network): the reference the cluster is compared with.",
+                            NULL, 0, NULL);
+    if (rc != 0)
+        return rc;
     if (strcmp(o->model, "paper") && strcmp(o->model, "small")) {
-        mq_err_set("--model: '%s' is not paper or small", o->model);
-        return -1;
+        fprintf(stderr, "mqgrad train: --model '%s' is not paper or small\n", o->model);
+        return 2;
     }
     /* A data set that is not there fails now, with how to get it, not after the run began. */
-    o->data_dir = mq_dataset_dir(o->dataset, o->data_dir);
+    if (!o->data_dir[0] && mq_dataset_default_dir(o->dataset))
+        snprintf(o->data_dir, sizeof o->data_dir, "%s", mq_dataset_default_dir(o->dataset));
     if (mq_dataset_check(o->dataset, o->data_dir) != 0) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s", mq_err_last());
-        mq_err_set("--dataset %s: %s", o->dataset, why);
-        return -1;
+        fprintf(stderr, "mqgrad train: --dataset %s: %s\n", o->dataset, mq_err_last());
+        return 2;
     }
     if (!o->iterations && !o->epochs && !o->time_budget)
         o->epochs = 1;
-    if (!o->run_dir) {
+    if (!o->run_dir[0]) {
         char ts[32];
         time_t now = time(NULL);
         strftime(ts, sizeof ts, "%Y%m%dT%H%M%SZ", gmtime(&now));
-        snprintf(o->run_dir_buf, sizeof o->run_dir_buf, "runs/train-%s", ts);
-        o->run_dir = o->run_dir_buf;
+        snprintf(o->run_dir, sizeof o->run_dir, "runs/train-%s", ts);
     }
     return 0;
 }
@@ -207,7 +129,7 @@ static void s_config_json(const s_opts_t *o, char *buf, size_t len)
              "{\"command\": \"train\", \"model\": \"%s\", \"dataset\": \"%s\", \"data_dir\": "
              "\"%s\", \"batch\": %ld, \"lr\": %g, \"l2\": %g, \"iterations\": %ld, \"epochs\": "
              "%g, \"time_budget_s\": %g, \"eval_every\": %ld, \"eval_limit\": %ld, \"seed\": "
-             "%llu, \"threads\": %ld, \"policy\": \"none\", \"workers\": 1, \"servers\": 0, "
+             "%ld, \"threads\": %ld, \"policy\": \"none\", \"workers\": 1, \"servers\": 0, "
              "\"smoothing\": \"ema 0.9\"}",
              model, ds, dir, o->batch, o->lr, o->l2, o->iterations, o->epochs, o->time_budget,
              o->eval_every, o->eval_limit, o->seed, o->threads);
@@ -251,7 +173,7 @@ static int s_setup(s_run_t *r)
     s_config_json(o, cfg, sizeof cfg);
     r->log = mq_runlog_new(o->run_dir, cfg);
     if (!r->log) {
-        fprintf(stderr, "mqgrad train: %s\n", mq_err_last());
+        fprintf(stderr, "mqgrad train: --run-dir %s: %s\n", o->run_dir, mq_err_last());
         return 2;
     }
     return 0;
@@ -381,19 +303,12 @@ int mq_cmd_train(int argc, char **argv)
 {
     s_opts_t o;
     int rc = s_parse(&o, argc, argv);
-    if (rc == 1) {
-        s_help(stdout);
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "mqgrad train: %s\n(mqgrad train --help lists the flags)\n",
-                mq_err_last());
-        return 2;
-    }
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
     s_run_t r = {.o = &o};
     mq_summary_t sum = {.final_test_acc = NAN, .final_sparsity = NAN, .final_loss = NAN, .policy = "none",
                         .model = o.model, .dataset = o.dataset, .workers = 1,
-                        .seed = o.seed, .status = "failed"};
+                        .seed = (uint64_t)o.seed, .status = "failed"};
     rc = s_setup(&r);
     if (rc == 0) {
         if (!o.quiet)

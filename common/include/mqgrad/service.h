@@ -21,12 +21,12 @@ extern "C" {
  * (a node whose scheduler restarted, or took it out of the run, registers again). */
 #define MQ_EXIT_REJOIN 75
 
-typedef enum { MQ_FLAG_STR, MQ_FLAG_LONG, MQ_FLAG_DOUBLE, MQ_FLAG_BOOL } mq_flag_kind_t;
+typedef enum { MQ_FLAG_STR, MQ_FLAG_LONG, MQ_FLAG_INT, MQ_FLAG_DOUBLE, MQ_FLAG_BOOL } mq_flag_kind_t;
 
 /* One flag: --NAME VALUE (or --NAME=VALUE; a BOOL takes no value). ENV, when set, names the
  * variable whose value replaces the compiled-in default already stored in DST. STR flags
- * write at most LEN bytes (NUL included) into the char array DST; LONG into long, DOUBLE
- * into double, BOOL into bool. Numbers must lie in [LO, HI]; a STR flag with LO = 1 refuses
+ * write at most LEN bytes (NUL included) into the char array DST; LONG into long, INT into
+ * int, DOUBLE into double, BOOL into bool. Numbers must lie in [LO, HI]; a STR flag with LO = 1 refuses
  * an empty value on the command line (an empty environment variable counts as unset). */
 typedef struct {
     const char *name;

@@ -28,6 +28,13 @@ static int s_set(const mq_flag_t *f, const char *value, const char *origin)
         return 0;
     case MQ_FLAG_LONG:
         return mq_parse_long(what, value, (long)f->lo, (long)f->hi, (long *)f->dst);
+    case MQ_FLAG_INT: {
+        long v;
+        if (mq_parse_long(what, value, (long)f->lo, (long)f->hi, &v) != 0)
+            return -1;
+        *(int *)f->dst = (int)v; /* the range is an int's: the table's LO and HI */
+        return 0;
+    }
     case MQ_FLAG_DOUBLE:
         return mq_parse_double(what, value, f->lo, f->hi, (double *)f->dst);
     case MQ_FLAG_BOOL:
@@ -56,6 +63,9 @@ void mq_flags_usage(const mq_flag_t *flags, const char *usage, FILE *out)
         case MQ_FLAG_LONG:
             snprintf(def, sizeof def, "%ld", *(long *)f->dst);
             break;
+        case MQ_FLAG_INT:
+            snprintf(def, sizeof def, "%d", *(int *)f->dst);
+            break;
         case MQ_FLAG_DOUBLE:
             snprintf(def, sizeof def, "%g", *(double *)f->dst);
             break;
@@ -65,7 +75,7 @@ void mq_flags_usage(const mq_flag_t *flags, const char *usage, FILE *out)
         }
         /* What the flag takes, in the words its errors use: a test of every flag reads it. */
         char takes[80] = "";
-        if (f->kind == MQ_FLAG_LONG)
+        if (f->kind == MQ_FLAG_LONG || f->kind == MQ_FLAG_INT)
             snprintf(takes, sizeof takes, " (an integer from %ld to %ld)", (long)f->lo,
                      (long)f->hi);
         else if (f->kind == MQ_FLAG_DOUBLE)
