@@ -9,97 +9,68 @@
 
 #include "agent.h"
 #include "cli.h"
+#include "mqgrad/service.h"
 
 typedef struct {
-    const char *agent;
+    char agent[256];
     bool json;
     long timeout_ms;
-    const char *pos[2];
+    char *pos[2];
     int npos;
     mq_sec_config_t sec;
     mq_key_role_t service; /* probe: the role of the service asked (its key) */
 } s_opts_t;
 
-/* The flags every request takes, after the command's own usage line. */
-#define S_KEY_USAGE                                                                         \
-    "\nKeys (SECURITY.md): --keys DIR (MQGRAD_KEYS), --key FILE (MQGRAD_KEY; default "       \
-    "DIR/operator.key_secret, else a throw-away key that only an --open-query agent "         \
-    "answers), --insecure (MQGRAD_INSECURE) for a cluster without keys."
-
-static int s_copy_arg(const char *cmd, const char *flag, const char *val, char *dst, size_t cap)
-{
-    if (strlen(val) >= cap) {
-        fprintf(stderr, "mqgrad %s: %s: value too long\n", cmd, flag);
-        return 2;
-    }
-    snprintf(dst, cap, "%s", val);
-    return 0;
-}
-
-/* Parses [--agent ENDPOINT] [--json] [--timeout MS] [--keys DIR] [--key FILE] [--insecure]
- * [--service ROLE] and up to MAX_POS positionals. Returns 0, 1 after printing USAGE for
- * --help, or 2 after a message on bad usage. */
+/* Parses the flags every request takes (one table, mqgrad/service.h: --agent, --json where
+ * JSON_OK, --timeout, the keys, --service for probe) and up to MAX_POS positionals. Returns
+ * 0, 1 after printing USAGE and the flags for --help, or 2 after a message on bad usage. */
 static int s_parse(int argc, char **argv, s_opts_t *o, int max_pos, bool json_ok, const char *usage)
 {
     memset(o, 0, sizeof *o);
-    o->agent = mq_env_str("MQGRAD_AGENT", MQ_AGENT_DEFAULT_ENDPOINT);
+    snprintf(o->agent, sizeof o->agent, "%s", MQ_AGENT_DEFAULT_ENDPOINT);
     o->timeout_ms = 2000;
     o->service = MQ_KEY_AGENT;
-    snprintf(o->sec.keys, sizeof o->sec.keys, "%s", mq_env_str("MQGRAD_KEYS", ""));
-    snprintf(o->sec.key, sizeof o->sec.key, "%s", mq_env_str("MQGRAD_KEY", ""));
-    const char *insecure = mq_env_str("MQGRAD_INSECURE", "0");
-    o->sec.insecure = strcmp(insecure, "1") == 0 || strcmp(insecure, "true") == 0 ||
-                      strcmp(insecure, "yes") == 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("usage: %s%s\n", usage, S_KEY_USAGE);
-            return 1;
-        }
-        if (json_ok && strcmp(a, "--json") == 0) {
-            o->json = true;
-        } else if (strcmp(a, "--insecure") == 0) {
-            o->sec.insecure = true;
-        } else if (strcmp(a, "--agent") == 0 || strcmp(a, "--timeout") == 0 ||
-                   strcmp(a, "--keys") == 0 || strcmp(a, "--key") == 0 ||
-                   strcmp(a, "--service") == 0) {
-            if (i + 1 >= argc) {
-                fprintf(stderr, "mqgrad %s: %s needs a value\nusage: %s\n", argv[0], a, usage);
-                return 2;
-            }
-            const char *v = argv[++i];
-            if (strcmp(a, "--agent") == 0) {
-                o->agent = v;
-            } else if (strcmp(a, "--keys") == 0) {
-                if (s_copy_arg(argv[0], a, v, o->sec.keys, sizeof o->sec.keys))
-                    return 2;
-            } else if (strcmp(a, "--key") == 0) {
-                if (s_copy_arg(argv[0], a, v, o->sec.key, sizeof o->sec.key))
-                    return 2;
-            } else if (strcmp(a, "--service") == 0) {
-                o->service = strcmp(v, "agent") == 0       ? MQ_KEY_AGENT
-                             : strcmp(v, "scheduler") == 0 ? MQ_KEY_SCHEDULER
-                             : strcmp(v, "server") == 0    ? MQ_KEY_SERVER
-                                                           : MQ_KEY_NONE;
-                if (o->service == MQ_KEY_NONE) {
-                    fprintf(stderr, "mqgrad %s: --service '%s': agent, scheduler or server\n",
-                            argv[0], v);
-                    return 2;
-                }
-            } else if (mq_parse_long("--timeout (milliseconds)", v, 1, 3600000,
-                                     &o->timeout_ms) != 0) {
-                fprintf(stderr, "mqgrad %s: %s\n", argv[0], mq_err_last());
-                return 2;
-            }
-        } else if (a[0] != '-' && o->npos < max_pos) {
-            o->pos[o->npos++] = a;
-        } else {
-            fprintf(stderr, "mqgrad %s: unexpected argument '%s'\nusage: %s\n", argv[0], a, usage);
-            return 2;
-        }
+    char service[16] = "agent", cmd[32], text[2300];
+    snprintf(cmd, sizeof cmd, "mqgrad %s", argv[0]);
+    snprintf(text, sizeof text, "usage: %s\nKeys: SECURITY.md; without --key, "
+             "KEYS/operator.key_secret, else a throw-away key that only an --open-query agent "
+             "answers.", usage);
+    /* probe (no JSON) asks any service at its positional endpoint: --service, no --agent */
+    bool probe = !json_ok;
+    const mq_flag_t sec[] = {MQ_SEC_FLAGS(&o->sec)};
+    mq_flag_t flags[8];
+    int n = 0;
+    if (!probe)
+        flags[n++] = (mq_flag_t){"agent", "MQGRAD_AGENT", MQ_FLAG_STR, o->agent,
+                                 sizeof o->agent, 1, 0, "the agent's ZeroMQ endpoint"};
+    flags[n++] = (mq_flag_t){"timeout", NULL, MQ_FLAG_LONG, &o->timeout_ms, 0, 1, 3600000,
+                             "milliseconds to wait for the answer"};
+    for (size_t i = 0; i < sizeof sec / sizeof sec[0]; i++)
+        flags[n++] = sec[i];
+    if (!probe)
+        flags[n++] = (mq_flag_t){"json", NULL, MQ_FLAG_BOOL, &o->json, 0, 0, 0,
+                                 "the answer as JSON"};
+    else
+        flags[n++] = (mq_flag_t){"service", NULL, MQ_FLAG_STR, service, sizeof service, 1, 0,
+                                 "the role of the service asked: agent | scheduler | server"};
+    flags[n] = (mq_flag_t){0};
+    char *args[argc + 1];
+    memcpy(args, argv, sizeof(char *) * (size_t)argc);
+    args[0] = cmd;
+    args[argc] = NULL;
+    int rc = mq_flags_parse(flags, argc, args, text, o->pos, max_pos, &o->npos);
+    if (rc != 0)
+        return rc;
+    o->service = strcmp(service, "agent") == 0       ? MQ_KEY_AGENT
+                 : strcmp(service, "scheduler") == 0 ? MQ_KEY_SCHEDULER
+                 : strcmp(service, "server") == 0    ? MQ_KEY_SERVER
+                                                     : MQ_KEY_NONE;
+    if (o->service == MQ_KEY_NONE) {
+        fprintf(stderr, "%s: --service '%s': agent, scheduler or server\n", cmd, service);
+        return 2;
     }
     if (mq_sec_config_check(&o->sec, NULL) != 0) {
-        fprintf(stderr, "mqgrad %s: %s\n", argv[0], mq_err_last());
+        fprintf(stderr, "%s: %s\n", cmd, mq_err_last());
         return 2;
     }
     return 0;

@@ -8,38 +8,20 @@
 #include <string.h>
 
 #include "cli.h"
+#include "mqgrad/service.h"
 #include "mqgrad/util.h"
 #include "report.h"
 
 #define S_MAX_CHECKPOINTS 32
 
 typedef struct {
-    const char *out, *title;
+    char out[512], title[256];
     double checkpoints[S_MAX_CHECKPOINTS];
     size_t n_checkpoints;
     double target_acc;
     char **runs;
     int n_runs;
 } s_opts_t;
-
-static void s_usage(FILE *f)
-{
-    fprintf(f,
-            "usage: mqgrad report [--out DIR] [--checkpoints T1,T2,...] [--target-acc A]\n"
-            "                     [--title TEXT] RUN_DIR...\n\n"
-            "Reads each run's summary.json, metrics.csv and config.json, groups the runs by\n"
-            "method and writes loss/accuracy/bits/bytes-vs-time PNGs (gnuplot) and report.md\n"
-            "with the tables. A method is the run's policy, plus its codec settings where they\n"
-            "differ from the setting most runs share (\"mqgrad (paper-exact codec)\": one range\n"
-            "per tensor slice, nearest rounding). A run that diverged is listed as such and\n"
-            "counts in none of its method's accuracies.\n\n"
-            "  --out DIR             output directory (default: report)\n"
-            "  --checkpoints LIST    training times in seconds for the accuracy table\n"
-            "                        (default: 25,50,75,100%% of the shortest run)\n"
-            "  --target-acc A        test accuracy for the time-to-target table (default 0.85)\n"
-            "  --title TEXT          heading of the report and the plots\n\n"
-            "Environment: MQGRAD_GNUPLOT, the gnuplot program (default: gnuplot on PATH).\n");
-}
 
 static int s_parse_checkpoints(const char *list, s_opts_t *o)
 {
@@ -61,64 +43,52 @@ static int s_parse_checkpoints(const char *list, s_opts_t *o)
     }
 }
 
-/* The value of flag NAME at argv[*i] ("--name V" or "--name=V"); NULL if argv[*i] is not it. */
-static const char *s_flag(int argc, char **argv, int *i, const char *name, bool *missing)
-{
-    size_t n = strlen(name);
-    if (strncmp(argv[*i], name, n) != 0)
-        return NULL;
-    if (argv[*i][n] == '=')
-        return argv[*i] + n + 1;
-    if (argv[*i][n] != '\0')
-        return NULL;
-    if (*i + 1 >= argc) {
-        *missing = true;
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-/* 0 ok, 1 --help, -1 bad usage (message set). */
+/* One flag table (mqgrad/service.h) and the run directories as positionals. 0 ok, 1 --help
+ * printed, 2 after a message naming the bad flag or value. */
 static int s_parse_args(int argc, char **argv, s_opts_t *o)
 {
     *o = (s_opts_t){.out = "report", .title = "mqgrad report", .target_acc = 0.85};
-    o->runs = calloc((size_t)argc, sizeof *o->runs);
+    char checkpoints[512] = "";
+    o->runs = calloc((size_t)argc + 1, sizeof *o->runs);
     if (!o->runs) {
-        mq_err_set("out of memory");
-        return -1;
+        fprintf(stderr, "mqgrad report: out of memory\n");
+        return 2;
     }
-    for (int i = 1; i < argc; i++) {
-        const char *v;
-        bool missing = false;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return 1;
-        if ((v = s_flag(argc, argv, &i, "--out", &missing)))
-            o->out = v;
-        else if ((v = s_flag(argc, argv, &i, "--title", &missing)))
-            o->title = v;
-        else if ((v = s_flag(argc, argv, &i, "--checkpoints", &missing))) {
-            if (s_parse_checkpoints(v, o) < 0)
-                return -1;
-        } else if ((v = s_flag(argc, argv, &i, "--target-acc", &missing))) {
-            if (mq_parse_double("--target-acc", v, 0, 1, &o->target_acc) < 0)
-                return -1;
-        } else if (missing) {
-            mq_err_set("%s needs a value", argv[i]);
-            return -1;
-        } else if (argv[i][0] == '-' && argv[i][1] == '-') {
-            mq_err_set("unknown flag '%s'", argv[i]);
-            return -1;
-        } else {
-            o->runs[o->n_runs++] = argv[i];
-        }
+    const mq_flag_t flags[] = {
+        {"out", NULL, MQ_FLAG_STR, o->out, sizeof o->out, 1, 0, "output directory"},
+        {"checkpoints", NULL, MQ_FLAG_STR, checkpoints, sizeof checkpoints, 1, 0,
+         "training times in seconds for the accuracy table, T1,T2,... (default: 25,50,75,100% "
+         "of the shortest run)"},
+        {"target-acc", NULL, MQ_FLAG_DOUBLE, &o->target_acc, 0, 0, 1,
+         "test accuracy for the time-to-target table"},
+        {"title", NULL, MQ_FLAG_STR, o->title, sizeof o->title, 0, 0,
+         "heading of the report and the plots"},
+        {0},
+    };
+    char *args[argc + 1];
+    memcpy(args, argv, sizeof(char *) * (size_t)argc);
+    args[0] = "mqgrad report";
+    args[argc] = NULL;
+    int rc = mq_flags_parse(
+        flags, argc, args,
+        "usage: mqgrad report [flags] RUN_DIR...\n\n"
+        "Reads each run's summary.json, metrics.csv and config.json, groups the runs by\n"
+        "method and writes loss/accuracy/bits/bytes-vs-time PNGs (gnuplot) and report.md\n"
+        "with the tables. A method is the run's policy, plus its codec settings where they\n"
+        "differ from the setting most runs share (\"mqgrad (paper-exact codec)\": one range\n"
+        "per tensor slice, nearest rounding). A run that diverged is listed as such and\n"
+        "counts in none of its method's accuracies.\n"
+        "Environment: MQGRAD_GNUPLOT, the gnuplot program (default: gnuplot on PATH).",
+        o->runs, argc, &o->n_runs);
+    if (rc != 0)
+        return rc;
+    if (checkpoints[0] && s_parse_checkpoints(checkpoints, o) < 0) {
+        fprintf(stderr, "mqgrad report: %s\n", mq_err_last());
+        return 2;
     }
     if (o->n_runs == 0) {
-        mq_err_set("no run directories given");
-        return -1;
-    }
-    if (!*o->out) {
-        mq_err_set("--out: empty directory name");
-        return -1;
+        fprintf(stderr, "mqgrad report: no run directories given (see --help)\n");
+        return 2;
     }
     return 0;
 }
@@ -225,14 +195,8 @@ int mq_cmd_report(int argc, char **argv)
     mq_rep_set_t set = {0};
     int rc = s_parse_args(argc, argv, &o);
     if (rc != 0) {
-        if (rc > 0)
-            s_usage(stdout);
-        else
-            fprintf(stderr, "mqgrad report: %s\n\n", mq_err_last());
-        if (rc < 0)
-            s_usage(stderr);
         free(o.runs);
-        return rc > 0 ? 0 : 2;
+        return rc == 1 ? 0 : rc;
     }
     rc = 2;
     if (s_load(&o, &set) < 0) {
