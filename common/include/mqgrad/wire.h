@@ -41,32 +41,23 @@ extern "C" {
 #define MQ_TOKEN_LEN 16
 #define MQ_RUN_KEY_LEN 32
 
+/* Every message type once: X(ID, name), in the order and with the names of
+ * proto/mqgrad.proto's MsgType (wire.c checks each value against the generated enum when it
+ * compiles, so the two cannot drift apart). The enum and mq_msg_type_name come from it. */
+#define MQ_MSG_TYPES(X)                                                                     \
+    X(REGISTER, "register") X(WELCOME, "welcome") X(ITERATE, "iterate") X(PUSH, "push")      \
+    X(AGGREGATE, "aggregate") X(REPORT, "report") X(OBSERVE, "observe")                      \
+    X(DECISION, "decision") X(QUERY, "query") X(STATUS, "status")                            \
+    X(POLICY_SET, "policy-set") X(PING, "ping") X(PONG, "pong") X(STOP, "stop")              \
+    X(ERROR, "error") X(HEARTBEAT, "heartbeat") X(READY, "ready") X(HAVE, "have")           \
+    X(COMMIT, "commit") X(PULL, "pull") X(PARAMS, "params") X(LEAVE, "leave")               \
+    X(SAVED, "saved") X(PROGRESS, "progress")
+
 typedef enum {
     MQ_MSG_UNKNOWN = 0,
-    MQ_MSG_REGISTER,
-    MQ_MSG_WELCOME,
-    MQ_MSG_ITERATE,
-    MQ_MSG_PUSH,
-    MQ_MSG_AGGREGATE,
-    MQ_MSG_REPORT,
-    MQ_MSG_OBSERVE,
-    MQ_MSG_DECISION,
-    MQ_MSG_QUERY,
-    MQ_MSG_STATUS,
-    MQ_MSG_POLICY_SET,
-    MQ_MSG_PING,
-    MQ_MSG_PONG,
-    MQ_MSG_STOP,
-    MQ_MSG_ERROR,
-    MQ_MSG_HEARTBEAT,
-    MQ_MSG_READY,
-    MQ_MSG_HAVE,
-    MQ_MSG_COMMIT,
-    MQ_MSG_PULL,
-    MQ_MSG_PARAMS,
-    MQ_MSG_LEAVE,
-    MQ_MSG_SAVED,
-    MQ_MSG_PROGRESS,
+#define MQ_MSG_ENUM_(id, name) MQ_MSG_##id,
+    MQ_MSG_TYPES(MQ_MSG_ENUM_)
+#undef MQ_MSG_ENUM_
     MQ_MSG_COUNT_
 } mq_msg_type_t;
 

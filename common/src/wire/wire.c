@@ -17,13 +17,19 @@
 
 /* ---- names ------------------------------------------------------------------------ */
 
+/* The wire's type numbers are the proto's: a type added to one list and not the other, or
+ * in another place, does not compile. */
+#define S_SAME_NUMBER(id, name)                                                             \
+    _Static_assert((int)MQ_MSG_##id == (int)MQGRAD__MSG_TYPE__##id,                        \
+                   "mq_msg_type_t and proto/mqgrad.proto's MsgType differ at " #id);
+MQ_MSG_TYPES(S_SAME_NUMBER)
+#undef S_SAME_NUMBER
+
 const char *mq_msg_type_name(mq_msg_type_t t)
 {
-    static const char *names[] = {"unknown", "register", "welcome",    "iterate", "push",
-                                  "aggregate", "report", "observe",    "decision", "query",
-                                  "status",  "policy-set", "ping",      "pong",    "stop",
-                                  "error",   "heartbeat",  "ready",     "have",    "commit",
-                                  "pull",    "params",     "leave",     "saved",   "progress"};
+#define S_NAME(id, name) name,
+    static const char *names[] = {"unknown", MQ_MSG_TYPES(S_NAME)};
+#undef S_NAME
     return (t >= 0 && t < MQ_MSG_COUNT_) ? names[t] : "invalid";
 }
 
