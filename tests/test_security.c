@@ -416,3 +416,50 @@ Test(security, a_socket_unserved_leaves_the_process_io_free, .timeout = 60)
     zsock_destroy(&served);
     mq_sec_close(&sec);
 }
+
+/* A peer that asks and never reads its answers (a PING flood from a cluster key whose socket
+ * takes no reply) fills the scheduler's queue towards it. Replies to a peer wait for no one:
+ * the ones it cannot take are dropped and counted ("unread"), and the run goes on; before,
+ * each PONG waited the socket's send timeout, the scheduler stopped hearing the nodes, lost
+ * them and rolled back. The run must complete with no node lost. */
+Test(security, a_peer_that_does_not_read_its_replies_stalls_no_service, .timeout = 240)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    /* Long enough (about 15 s on 2 cores) that the flood falls inside the run. */
+    char *extra[] = {"--model", "small", "--iterations", "1000", "--eval-every", "0",
+                     "--heartbeat-timeout", "3", NULL};
+    cluster_start_core(&c, 2, 1, "flood", extra);
+    cluster_start_workers(&c);
+    zsock_t *flood = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(flood);
+    mq_wire_prepare(flood, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_sndtimeo(flood, 0); /* the flood never waits either */
+    zsock_set_rcvhwm(flood, 1);   /* and takes next to nothing */
+    test_sec_client(flood, "worker", MQ_KEY_SCHEDULER);
+    cr_assert_eq(zsock_connect(flood, "%s", c.endpoint), 0);
+    mq_msg_t m;
+    memset(&m, 0, sizeof m);
+    long sent = 0;
+    for (int64_t end = zclock_mono() + 8000; zclock_mono() < end;) {
+        mq_msg_init(&m, MQ_MSG_PING);
+        if (mq_wire_send(flood, &m, NULL, 0) == 0)
+            sent++;
+        else
+            zclock_sleep(1);
+    }
+    long unread = s_drops(c.sched, "unread");
+    int code = cluster_wait(&c, 200);
+    zsock_destroy(&flood);
+    cr_expect_eq(code, 0, "the run did not complete (%ld pings sent)", sent);
+    char path[400], *events;
+    size_t len;
+    snprintf(path, sizeof path, "%s/run/events.jsonl", c.dir);
+    cr_assert_eq(mq_read_file(path, &events, &len), 0, "%s", mq_err_last());
+    cr_expect_null(strstr(events, "_lost\""), "a node was lost during the flood:\n%s", events);
+    cr_expect_null(strstr(events, "\"rollback\""), "the run rolled back:\n%s", events);
+    free(events);
+    cr_expect_gt(unread, 0, "%ld pings and no unread reply counted", sent);
+    cr_log_info("%ld pings sent, %ld pongs not taken", sent, unread);
+    cluster_stop(&c);
+}

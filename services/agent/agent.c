@@ -257,8 +257,10 @@ static int s_setup_policy(s_agent_t *self, char *what, size_t cap)
 
 static void s_send(s_agent_t *self)
 {
-    if (mq_wire_send(self->router, self->msg, NULL, 0) != 0)
+    if (mq_wire_reply(self->router, self->msg, &self->drops) != 0) {
         mq_debug("reply %s not sent: %s", mq_msg_type_name(self->msg->type), mq_err_last());
+        s_publish(self);
+    }
 }
 
 static void s_reply_error(s_agent_t *self, const char *fmt, ...)

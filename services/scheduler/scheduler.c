@@ -1153,7 +1153,7 @@ static void s_refuse(s_sched_t *self, mq_msg_t *msg, const char *why, bool retry
     memcpy(self->out.peer, msg->peer, msg->peer_len);
     self->out.peer_len = msg->peer_len;
     snprintf(self->out.text, sizeof self->out.text, "%s", why);
-    mq_wire_send(self->router, &self->out, NULL, 0);
+    mq_wire_reply(self->router, &self->out, &self->drops);
 }
 
 /* Closes the round on the servers once every one of them has every member's push. */
@@ -1555,7 +1555,7 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
     switch (msg->type) {
     case MQ_MSG_PING:
         mq_msg_init(msg, MQ_MSG_PONG);
-        mq_wire_send(sock, msg, NULL, 0);
+        mq_wire_reply(sock, msg, &self->drops);
         break;
     case MQ_MSG_REGISTER:
         s_on_register(self, msg);

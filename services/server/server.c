@@ -502,7 +502,7 @@ static void s_on_pull(s_server_t *self, mq_msg_t *msg)
         out->iter = iter;
         snprintf(out->text, sizeof out->text, "pull for iteration %llu, this server is at %llu",
                  (unsigned long long)msg->iter, (unsigned long long)iter);
-        mq_wire_send(self->data, out, NULL, 0);
+        mq_wire_reply(self->data, out, &self->node.drops);
         return;
     }
     size_t n = mq_kv_size(self->kv), nstate = n * mq_kv_state_per(self->kv);
@@ -646,7 +646,7 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
         mq_drops_note(&self->node.drops, MQ_DROP_AUTH, msg->peer, msg->peer_len, why);
     } else if (msg->type == MQ_MSG_PING) {
         mq_msg_init(msg, MQ_MSG_PONG);
-        mq_wire_send(sock, msg, NULL, 0);
+        mq_wire_reply(sock, msg, &self->node.drops);
     } else if (msg->type == MQ_MSG_PUSH) {
         if (!self->node.finished)
             s_on_push(self, msg);

@@ -86,6 +86,7 @@ typedef enum {
     MQ_DROP_RUN,            /* a message of another run (its run id is not ours) */
     MQ_DROP_LATE,           /* a straggler's push or report for an iteration already closed */
     MQ_DROP_AUTH,           /* the sender's key or token does not allow it (SECURITY.md) */
+    MQ_DROP_UNREAD,         /* a reply its peer did not take: its queue was full (mq_wire_reply) */
     MQ_DROP_COUNT_
 } mq_drop_t;
 
@@ -269,6 +270,12 @@ void mq_drops_note(mq_drops_t *d, mq_drop_t reason, const uint8_t *peer, size_t 
 uint64_t mq_drops_total(const mq_drops_t *d);
 /* "garbage=0 version=1 ..." for every reason, for logs, metrics and tests. */
 void mq_drops_format(const mq_drops_t *d, char *buf, size_t len);
+/* Sends MSG, a reply without payloads (PONG, ERROR, STATUS, ...), to the peer it answers
+ * without waiting: a peer whose queue is full (it does not read) or that is gone loses the
+ * reply, counted in DROPS as MQ_DROP_UNREAD (when DROPS is not NULL), so no peer can stall
+ * the service that answers it. Returns 0, or -1 with errno (EAGAIN, EHOSTUNREACH). */
+int mq_wire_reply(zsock_t *sock, mq_msg_t *msg, mq_drops_t *drops);
+
 /* The counter NAME{reason=...} of every reason in M, into OUT (all NULL without M). */
 void mq_drops_series(mq_metrics_t *m, const char *name, mq_metric_t *out[MQ_DROP_COUNT_]);
 /* Sets those counters to COUNT (an mq_drops_t's count, or a copy of it). */

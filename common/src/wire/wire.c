@@ -38,7 +38,8 @@ const char *mq_drop_name(mq_drop_t r)
     static const char *names[] = {"none",      "garbage", "version",   "type",   "frames",
                                   "length",    "codec",   "nonfinite", "rank",   "iter",
                                   "shard",     "layout",  "duplicate", "too_many",
-                                  "payload",   "run",     "late",      "auth"};
+                                  "payload",   "run",     "late",      "auth",
+                                  "unread"};
     return (r >= 0 && r < MQ_DROP_COUNT_) ? names[r] : "invalid";
 }
 
@@ -322,17 +323,17 @@ err:
 /* Sends NF frames (after an optional routing id); closes every frame whatever happens. On
  * failure errno is the failed send's. */
 static int s_send_frames(void *h, const uint8_t *peer, size_t peer_len, zmq_msg_t *frames,
-                         size_t nf)
+                         size_t nf, int flags)
 {
     size_t i = 0;
     int rc = 0, err = 0;
-    if (peer_len > 0 && zmq_send(h, peer, peer_len, ZMQ_SNDMORE) < 0) {
+    if (peer_len > 0 && zmq_send(h, peer, peer_len, ZMQ_SNDMORE | flags) < 0) {
         err = errno;
         mq_err_set("cannot route to peer: %s", zmq_strerror(err));
         rc = -1;
     }
     for (; rc == 0 && i < nf; i++) {
-        if (zmq_msg_send(&frames[i], h, i + 1 < nf ? ZMQ_SNDMORE : 0) < 0) {
+        if (zmq_msg_send(&frames[i], h, (i + 1 < nf ? ZMQ_SNDMORE : 0) | flags) < 0) {
             err = errno;
             mq_err_set("send failed: %s", zmq_strerror(err));
             rc = -1;
@@ -353,7 +354,26 @@ int mq_wire_send(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads, siz
         return -1;
     bool router = zsock_type(sock) == ZMQ_ROUTER;
     return s_send_frames(zsock_resolve(sock), msg->peer, router ? msg->peer_len : 0, frames,
-                         npayloads + 1);
+                         npayloads + 1, 0);
+}
+
+int mq_wire_reply(zsock_t *sock, mq_msg_t *msg, mq_drops_t *drops)
+{
+    zmq_msg_t frames[1];
+    if (s_build(msg, NULL, 0, frames) != 0)
+        return -1;
+    bool router = zsock_type(sock) == ZMQ_ROUTER;
+    /* Once a message's first frame is queued ZeroMQ takes the rest: no half message. */
+    if (s_send_frames(zsock_resolve(sock), msg->peer, router ? msg->peer_len : 0, frames, 1,
+                      ZMQ_DONTWAIT) == 0)
+        return 0;
+    int err = errno;
+    if (drops && (err == EAGAIN || err == EHOSTUNREACH))
+        mq_drops_note(drops, MQ_DROP_UNREAD, msg->peer, msg->peer_len,
+                      err == EAGAIN ? "a reply its peer does not read (its queue is full)"
+                                    : "a reply to a peer that is gone");
+    errno = err;
+    return -1;
 }
 
 /* ---- receiving ---------------------------------------------------------------------- */
