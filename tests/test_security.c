@@ -463,3 +463,40 @@ Test(security, a_peer_that_does_not_read_its_replies_stalls_no_service, .timeout
     cr_log_info("%ld pings sent, %ld pongs not taken", sent, unread);
     cluster_stop(&c);
 }
+
+/* SAVED and PROGRESS are the servers' words on a shard (its checkpoint written or not, the
+ * pushes it holds): from any other peer, even one holding a cluster key, they are dropped
+ * and counted, and the run completes as if they had never been sent. */
+Test(security, only_a_shards_server_speaks_for_it, .timeout = 120)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--time-budget", "6", "--eval-every", "0",
+                     "--stragglers", "first:1", NULL};
+    cluster_start_core(&c, 2, 1, "forge", extra);
+    cluster_start_workers(&c);
+    char run[300];
+    snprintf(run, sizeof run, "%s/run", c.dir);
+    mq_test_wait_rows(run, 1, 60); /* the forger knows the run's id, as an insider would */
+    uint64_t run_id = cluster_run_id(run);
+    zsock_t *s = s_dealer(c.endpoint, "worker", MQ_KEY_SCHEDULER);
+    const mq_msg_type_t forged[] = {MQ_MSG_SAVED, MQ_MSG_PROGRESS, MQ_MSG_HAVE};
+    mq_msg_t m;
+    memset(&m, 0, sizeof m);
+    for (int i = 0; i < 3; i++) {
+        mq_msg_init(&m, forged[i]);
+        m.run_id = run_id;
+        m.shard = 0;
+        m.iter = 1;
+        snprintf(m.text, sizeof m.text, "disk full");
+        cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    }
+    long shard = 0;
+    for (int i = 0; i < 50 && (shard = s_drops(c.sched, "shard")) < 3; i++)
+        zclock_sleep(100);
+    cr_expect_eq(shard, 3, "forged server messages were not dropped (shard=%ld)", shard);
+    int code = cluster_wait(&c, 100);
+    cr_expect_eq(code, 0, "the run did not complete");
+    zsock_destroy(&s);
+    cluster_stop(&c);
+}

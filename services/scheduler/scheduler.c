@@ -487,8 +487,24 @@ static bool s_checkpoint_due(s_sched_t *self)
     return true;
 }
 
+/* Whether MSG, a message only servers send (HAVE, SAVED, PROGRESS), comes from the server
+ * that holds the shard it names; if not it is dropped and counted: a worker's key cannot speak
+ * for a shard (cancel checkpoints, name shard files that do not exist, cut members). */
+static bool s_from_server(s_sched_t *self, const mq_msg_t *msg)
+{
+    if (msg->shard < self->nservers && s_from_peer(&self->servers[msg->shard], msg))
+        return true;
+    char why[96];
+    snprintf(why, sizeof why, "%s from a peer that is not that shard's server",
+             mq_msg_type_name(msg->type));
+    mq_drops_note(&self->drops, MQ_DROP_SHARD, msg->peer, msg->peer_len, why);
+    return false;
+}
+
 static void s_on_saved(s_sched_t *self, const mq_msg_t *msg)
 {
+    if (!s_from_server(self, msg))
+        return;
     if (!self->ckpt_pending || msg->iter != self->ckpt.iter || msg->shard >= self->nservers)
         return;
     if (msg->text[0]) {
@@ -1483,7 +1499,7 @@ static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
 
 static void s_on_progress(s_sched_t *self, const mq_msg_t *msg)
 {
-    if (msg->shard >= self->nservers || self->phase != S_RUNNING || msg->iter != self->iter)
+    if (!s_from_server(self, msg) || self->phase != S_RUNNING || msg->iter != self->iter)
         return;
     for (uint32_t k = 0; k < msg->nmembers; k++)
         if (msg->members[k] < MQ_MAX_WORKERS)
@@ -1493,12 +1509,8 @@ static void s_on_progress(s_sched_t *self, const mq_msg_t *msg)
 
 static void s_on_have(s_sched_t *self, const mq_msg_t *msg)
 {
-    const s_node_t *sv = msg->shard < self->nservers ? &self->servers[msg->shard] : NULL;
-    if (!sv || !s_from_peer(sv, msg)) {
-        mq_drops_note(&self->drops, MQ_DROP_SHARD, msg->peer, msg->peer_len,
-                      "have from a peer that is not that server");
+    if (!s_from_server(self, msg))
         return;
-    }
     self->servers[msg->shard].last_heard = mq_now_s();
     if (self->phase != S_RUNNING || msg->iter != self->iter || msg->view != self->view)
         return; /* for a member set since cut: the new one's HAVE follows */
