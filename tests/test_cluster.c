@@ -354,3 +354,69 @@ Test(cluster, servers_get_the_shards_they_ask_for, .timeout = 180)
     for (int i = 0; i < 2; i++)
         mq_metrics_destroy(&metrics[i]);
 }
+
+/* A worker whose loop is wedged while its heartbeat thread goes on (here: a test socket that
+ * registers, says READY and heartbeats, but never pushes nor reports) looks alive. When a
+ * round's other members have reported and it has not within --iter-timeout, it is taken out
+ * of the run like a lost worker, and the run completes with the others; before, the whole
+ * run failed at the timeout. */
+Test(cluster, a_worker_stuck_but_heartbeating_is_taken_out, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--iterations", "60", "--eval-every", "0",
+                     "--iter-timeout", "2", NULL};
+    cluster_start_core(&c, 3, 1, "stuck", extra);
+    c.W = 2; /* the third member is the stuck one below */
+    cluster_start_workers(&c);
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(s);
+    mq_wire_prepare(s, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_rcvtimeo(s, 200);
+    test_sec_client(s, "worker", MQ_KEY_SCHEDULER);
+    cr_assert_eq(zsock_connect(s, "%s", c.endpoint), 0);
+    mq_msg_t m;
+    memset(&m, 0, sizeof m);
+    mq_msg_init(&m, MQ_MSG_REGISTER);
+    m.role = MQ_ROLE_WORKER;
+    m.incarnation = 77;
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    mq_drop_t drop;
+    mq_msg_t welcome;
+    memset(&welcome, 0, sizeof welcome);
+    for (int i = 0; i < 100 && welcome.type != MQ_MSG_WELCOME; i++)
+        mq_wire_recv(s, &welcome, &drop);
+    cr_assert_eq(welcome.type, MQ_MSG_WELCOME, "the stand-in was not welcomed");
+    /* READY, then heartbeats and nothing else, as a wedged worker's thread would send. */
+    mq_msg_type_t say = MQ_MSG_READY;
+    int code = -1;
+    for (int64_t end = zclock_mono() + 120000; code < 0 && zclock_mono() < end;) {
+        mq_msg_init(&m, say);
+        m.role = MQ_ROLE_WORKER;
+        m.rank = welcome.rank;
+        m.incarnation = 77;
+        m.run_id = welcome.run_id;
+        m.has_token = welcome.has_token;
+        memcpy(m.token, welcome.token, MQ_TOKEN_LEN);
+        mq_wire_send(s, &m, NULL, 0);
+        say = MQ_MSG_HEARTBEAT;
+        while (mq_wire_recv(s, &m, &drop) == 0) /* ITERATE and the rest: not acted on */
+            mq_msg_reset(&m);
+        code = s_wait_done(c.sched, 300);
+    }
+    cr_expect_eq(code, 0, "the run did not complete with the stuck worker taken out");
+    for (int i = 0; i < c.S; i++)
+        cr_expect_eq(s_wait_done(c.servers[i], 10000), 0, "server %d did not stop cleanly", i);
+    for (int i = 0; i < c.W; i++)
+        cr_expect_eq(s_wait_done(c.workers[i], 10000), 0, "worker %d did not stop cleanly", i);
+    char path[400], *events;
+    size_t len;
+    snprintf(path, sizeof path, "%s/run/events.jsonl", c.dir);
+    cr_assert_eq(mq_read_file(path, &events, &len), 0, "%s", mq_err_last());
+    cr_expect(strstr(events, "\"worker_lost\"") && strstr(events, "iter-timeout"),
+              "the stuck worker was not taken out:\n%s", events);
+    free(events);
+    mq_msg_reset(&welcome);
+    zsock_destroy(&s);
+    cluster_stop(&c);
+}

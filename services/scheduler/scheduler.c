@@ -42,6 +42,7 @@ typedef struct {
     s_state_t state;
     double last_heard;
     int prefer; /* a server: the shard it asked for, -1 for any */
+    uint64_t pushed; /* a worker: 1 + the iteration its loop last pushed, from its heartbeat */
 } s_node_t;
 
 /* Whether MSG came from NODE's connection (its ZeroMQ peer). */
@@ -1193,6 +1194,7 @@ static void s_lose_worker(s_sched_t *self, uint32_t rank, const char *why)
     bool member = w->state == N_ACTIVE;
     w->state = N_FREE;
     w->incarnation = 0;
+    w->pushed = 0;
     uint32_t left = s_count(self, N_ACTIVE) + s_count(self, N_READY);
     char fields[200], reason[128];
     mq_json_escape(why, reason, sizeof reason);
@@ -1240,6 +1242,8 @@ static void s_on_heartbeat(s_sched_t *self, mq_msg_t *msg)
     s_node_t *n = s_node_of(self, msg->role, msg->rank, msg->incarnation);
     if (n && msg->run_id == self->run_id) {
         n->last_heard = mq_now_s();
+        if (msg->role == MQ_ROLE_WORKER)
+            n->pushed = msg->iter;
         return;
     }
     char why[160];
@@ -1648,6 +1652,34 @@ static void s_missing(s_sched_t *self, char *buf, size_t len)
                                     self->members[k]);
 }
 
+/* The round is past --iter-timeout. A member whose heartbeats say its loop has not pushed
+ * this iteration is stuck (a wedged loop looks alive: its heartbeat thread goes on) when
+ * some other member did push or report: the servers and the round are sound. The stuck
+ * ones are taken out of the run as lost workers and the round goes on without them; one
+ * that recovers is refused at its next heartbeat and registers again. False when nothing
+ * points at some workers rather than at the round (no member pushed, or every one did). */
+static bool s_take_out_stuck(s_sched_t *self, double now)
+{
+    uint32_t stuck[MQ_MAX_WORKERS], n = 0;
+    bool moved = false;
+    for (uint32_t k = 0; k < self->nmembers; k++) {
+        uint32_t r = self->members[k];
+        bool pushed = self->got[r] || self->workers[r].pushed > self->iter;
+        moved |= pushed;
+        if (!pushed)
+            stuck[n++] = r;
+    }
+    if (!moved || n == 0)
+        return false;
+    char why[96];
+    snprintf(why, sizeof why, "no report within --iter-timeout %.0f s: stuck",
+             self->cfg->iter_timeout);
+    self->t_issued = now; /* the round as cut gets a timeout of its own */
+    for (uint32_t i = 0; i < n && self->phase == S_RUNNING; i++)
+        s_lose_worker(self, stuck[i], why);
+    return true;
+}
+
 /* A server is lost, and its shard with it: the run goes back to its last consistent
  * checkpoint. Every node is told to register again from a clean state (the servers then
  * load their shards of that iteration, the workers pull them), and the run goes on from
@@ -1750,7 +1782,8 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
         s_fail(self, "only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
                  s_count(self, N_FREE), c->workers, self->nservers, c->servers,
                  s_count(self, N_READY), c->start_timeout);
-    } else if (self->phase == S_RUNNING && now - self->t_issued > c->iter_timeout) {
+    } else if (self->phase == S_RUNNING && now - self->t_issued > c->iter_timeout &&
+               !s_take_out_stuck(self, now)) {
         char missing[512];
         s_missing(self, missing, sizeof missing);
         s_fail(self, "iteration %llu did not complete within %.0f s (no report from workers %s)",

@@ -383,6 +383,7 @@ static int s_push(s_worker_t *self, uint32_t s, bool async)
     if (mq_wire_send(self->servers[s], out, payloads, out->ntensors) != 0)
         return -1;
     self->report.bytes_up += out->wire_bytes;
+    atomic_store_explicit(&self->node.pushed, self->iter + 1, memory_order_relaxed);
     return 0;
 }
 

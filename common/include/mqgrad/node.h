@@ -9,6 +9,7 @@
 #define MQGRAD_NODE_H
 
 #include <czmq.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -50,6 +51,9 @@ typedef struct {
     uint8_t token[MQ_TOKEN_LEN]; /* WELCOME's: on every message to the scheduler */
     uint32_t prefer_shard; /* a server's REGISTER: 1 + the shard it asks for, 0 = any; set
                             * before mq_node_open */
+    /* A worker's loop stores 1 + the iteration it last pushed; the heartbeat thread sends it,
+     * so the scheduler tells a wedged loop from a live one (the thread beats either way). */
+    _Atomic uint64_t pushed;
 } mq_node_t;
 
 /* Connects to the scheduler at ENDPOINT (with SEC's keys) and registers as ROLE (a server

@@ -92,6 +92,7 @@ typedef struct {
     mq_sec_t *sec;
     bool has_token;
     uint8_t token[MQ_TOKEN_LEN];
+    _Atomic uint64_t *pushed; /* the node's loop's progress (mq_node_t.pushed) */
 } s_beat_args_t;
 
 /* Sends HEARTBEAT every MQ_HEARTBEAT_MS on its own socket until $TERM; a refusal from the
@@ -124,6 +125,7 @@ static void s_beat_actor(zsock_t *pipe, void *args)
             msg->role = a.role;
             msg->rank = a.rank;
             msg->incarnation = a.incarnation;
+            msg->iter = atomic_load_explicit(a.pushed, memory_order_relaxed);
             mq_wire_send(sock, msg, NULL, 0); /* a full queue drops it: the next one goes */
             next = now + MQ_HEARTBEAT_MS;
         }
@@ -194,7 +196,8 @@ int mq_node_welcomed(mq_node_t *n, zloop_t *loop, const mq_msg_t *welcome)
         return -1;
     }
     *a = (s_beat_args_t){.role = n->role, .rank = n->rank, .incarnation = n->incarnation,
-                         .run_id = n->run_id, .sec = n->sec, .has_token = n->has_token};
+                         .run_id = n->run_id, .sec = n->sec, .has_token = n->has_token,
+                         .pushed = &n->pushed};
     memcpy(a->token, n->token, MQ_TOKEN_LEN);
     snprintf(a->endpoint, sizeof a->endpoint, "%s", n->endpoint);
     n->beat = zactor_new(s_beat_actor, a);
