@@ -196,6 +196,12 @@ static int s_load(s_agent_t *self, char *what, size_t cap)
 {
     mq_agent_config_t *cfg = self->cfg;
     mq_policy_t *cur = NULL, *stash = NULL;
+    char dir[sizeof cfg->state];
+    snprintf(dir, sizeof dir, "%s", cfg->state);
+    int swept = mq_tmp_sweep(dirname(dir));
+    if (swept > 0)
+        mq_info("removed %d temporary files that writers which died left beside %s", swept,
+                cfg->state);
     int rc = mq_agent_state_load(cfg->state, &cur, &stash, &self->n);
     if (rc == 1) {
         snprintf(what, cap, "new");

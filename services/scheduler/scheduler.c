@@ -600,6 +600,10 @@ static int s_open_run(s_sched_t *self)
     const mq_scheduler_config_t *c = self->cfg;
     char json[2048];
     mq_sched_config_json(c, json, sizeof json);
+    int swept = mq_tmp_sweep(self->run_dir);
+    if (swept > 0)
+        mq_info("removed %d temporary files that writers which died left in %s", swept,
+                self->run_dir);
     if (c->resume && mq_sched_run_exists(self->run_dir) && mq_sched_run_finished(self->run_dir)) {
         char next[512];
         if (mq_sched_next_dir(c->run_dir, next, sizeof next) != 0)

@@ -755,6 +755,10 @@ void mq_server_actor(zsock_t *pipe, void *args)
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
     zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
+    int swept = self->cfg->checkpoint_dir[0] ? mq_tmp_sweep(self->cfg->checkpoint_dir) : 0;
+    if (swept > 0)
+        mq_info("removed %d temporary files that writers which died left in %s", swept,
+                self->cfg->checkpoint_dir);
     int rc = s_start(self, pipe);
     zsock_signal(pipe, 0);
     if (rc != 0)

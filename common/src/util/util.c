@@ -7,10 +7,13 @@
 #include <libgen.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -228,12 +231,16 @@ double mq_median(double *v, size_t n)
 
 int mq_write_parts_atomic(const char *path, const void *const *data, const size_t *len, int n)
 {
+    /* PATH.tmp.PID.N: a name no other writer uses (N counts this process's writes, so two
+     * threads never share one), created new (O_EXCL: never a file or link already there). */
+    static atomic_uint seq;
     char tmp[PATH_MAX];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp) {
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d.%u", path, (int)getpid(),
+                 atomic_fetch_add(&seq, 1)) >= (int)sizeof tmp) {
         mq_err_set("%s: path too long", path);
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         mq_err_set("%s: cannot create: %s", tmp, strerror(errno));
         return -1;
@@ -371,4 +378,27 @@ void mq_text_printf(mq_text_t *t, const char *fmt, ...)
     va_end(ap);
     if (n > 0)
         t->len += (size_t)n;
+}
+
+int mq_tmp_sweep(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int removed = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        char *end;
+        long pid = t ? strtol(t + 5, &end, 10) : 0;
+        if (pid <= 0 || (*end != '\0' && *end != '.') || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* its writer may still be at work */
+        char path[PATH_MAX];
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < (int)sizeof path &&
+            unlink(path) == 0)
+            removed++;
+    }
+    closedir(d);
+    return removed;
 }
