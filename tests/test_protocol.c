@@ -152,3 +152,24 @@ Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
     zsock_destroy(&stranger);
     cluster_stop(&c);
 }
+
+/* What a peer writes in a message's strings reaches logs and files: a newline or an escape
+ * sequence arrives as '?', so no peer forges a log line or drives the operator's terminal. */
+Test(protocol, control_characters_in_received_strings_become_question_marks)
+{
+    zsock_t *a = zsock_new_pair("@inproc://mq-test-strings");
+    zsock_t *b = zsock_new_pair(">inproc://mq-test-strings");
+    cr_assert(a && b);
+    static mq_msg_t m;
+    mq_msg_init(&m, MQ_MSG_ERROR);
+    snprintf(m.text, sizeof m.text, "refused\nE 00:00:00.000 [scheduler] forged\x1b[2J\x7f!");
+    snprintf(m.endpoint, sizeof m.endpoint, "tcp://x\r\n");
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    mq_drop_t drop;
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
+    cr_expect_str_eq(m.text, "refused?E 00:00:00.000 [scheduler] forged?[2J?!");
+    cr_expect_str_eq(m.endpoint, "tcp://x??");
+    mq_msg_reset(&m);
+    zsock_destroy(&b);
+    zsock_destroy(&a);
+}

@@ -400,9 +400,15 @@ static void s_arena_free(void *data, void *ptr)
     (void)ptr; /* released all at once when the arena is reset */
 }
 
+/* Copies a received string, each control character (a newline, an escape sequence's ESC,
+ * ...) turned into '?': what a peer writes lands in logs and files, where it must not forge
+ * lines or drive a terminal. */
 static void s_copy_str(char *dst, size_t cap, const char *src)
 {
     snprintf(dst, cap, "%s", src ? src : "");
+    for (char *p = dst; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f)
+            *p = '?';
 }
 
 /* Checks one tensor header against its payload frame: the codec is registered with valid
