@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "agent.h"
 #include "harness.h"
 #include "http_test.h"
 #include "local_run.h"
+#include "mqgrad/nn.h"
 #include "mqgrad/security.h"
 #include "mqgrad/wire.h"
 #include "sec_test.h"
@@ -499,4 +501,124 @@ Test(security, only_a_shards_server_speaks_for_it, .timeout = 120)
     cr_expect_eq(code, 0, "the run did not complete");
     zsock_destroy(&s);
     cluster_stop(&c);
+}
+
+/* Resident memory of process PID, MB. */
+static double s_rss_mb(pid_t pid)
+{
+    char path[64];
+    long pages = 0, rss = 0;
+    snprintf(path, sizeof path, "/proc/%d/statm", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f && fscanf(f, "%ld %ld", &pages, &rss) != 2)
+        rss = 0;
+    if (f)
+        fclose(f);
+    return (double)rss * (double)sysconf(_SC_PAGESIZE) / 1e6;
+}
+
+/* A worker (here an insider's socket holding a rank and its token) that sends PULL after
+ * PULL and reads none of the replies: every reply of an iteration shares one copy of the
+ * shard, and a reply its peer cannot take is dropped, so the server's memory does not grow
+ * with the PULLs (before, each PULL copied the whole shard: a few dozen unread ones of the
+ * paper model pass a 1 GiB container limit). The server runs as its own process, so its
+ * memory is its own. */
+Test(security, unread_pulls_cannot_grow_a_servers_memory, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    /* Two workers, one of them the insider, which never pushes: iteration 0 stays open, and
+     * every PULL for it is served. */
+    char *extra[] = {"--model", "paper", "--iterations", "5", "--eval-every", "0",
+                     "--iter-timeout", "120", NULL};
+    cluster_start_sched(&c, 2, 1, "pulls", extra);
+    pid_t server = fork();
+    cr_assert_geq(server, 0);
+    if (server == 0) {
+        freopen("/dev/null", "w", stderr);
+        execl(MQ_TEST_BIN_DIR "/services/mqgrad-server", "mqgrad-server", "--scheduler",
+              c.endpoint, "--bind", "tcp://127.0.0.1:*", "--http-port", "0", NULL);
+        _exit(127);
+    }
+    c.W = 1;
+    cluster_start_workers(&c);
+    zsock_t *s = s_dealer(c.endpoint, "worker", MQ_KEY_SCHEDULER);
+    mq_msg_t m, welcome;
+    memset(&m, 0, sizeof m);
+    memset(&welcome, 0, sizeof welcome);
+    mq_msg_init(&m, MQ_MSG_REGISTER);
+    m.role = MQ_ROLE_WORKER;
+    m.incarnation = 5;
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    mq_drop_t drop;
+    for (int i = 0; i < 20 && welcome.type != MQ_MSG_WELCOME; i++)
+        mq_wire_recv(s, &welcome, &drop);
+    cr_assert_eq(welcome.type, MQ_MSG_WELCOME, "the insider was not welcomed");
+    mq_msg_init(&m, MQ_MSG_READY);
+    m.role = MQ_ROLE_WORKER;
+    m.rank = welcome.rank;
+    m.incarnation = 5;
+    m.run_id = welcome.run_id;
+    m.has_token = welcome.has_token;
+    memcpy(m.token, welcome.token, MQ_TOKEN_LEN);
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    mq_wire_prepare(d, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_sndtimeo(d, 0);
+    zsock_set_rcvhwm(d, 1);
+    /* a worker's data socket is known by its rank's token, as its routing id */
+    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, welcome.token, MQ_TOKEN_LEN);
+    test_sec_client(d, "worker", MQ_KEY_SERVER);
+    cr_assert_eq(zsock_connect(d, "%s", welcome.servers[0]), 0);
+    /* the run is up (every member ready), waiting at iteration 0 for the insider's push */
+    char events[400], *text = NULL;
+    size_t len;
+    snprintf(events, sizeof events, "%s/run/events.jsonl", c.dir);
+    for (int i = 0; i < 600 && !(text && strstr(text, "\"ready\"")); i++) {
+        free(text);
+        text = NULL;
+        zclock_sleep(100);
+        mq_read_file(events, &text, &len);
+    }
+    cr_assert(text && strstr(text, "\"ready\""), "the run did not start");
+    free(text);
+    zclock_sleep(1000);
+    double before = s_rss_mb(server), peak = before;
+    long sent = 0;
+    for (int64_t end = zclock_mono() + 6000; zclock_mono() < end && sent < 2000;) {
+        mq_msg_init(&m, MQ_MSG_PULL);
+        m.role = MQ_ROLE_WORKER;
+        m.rank = welcome.rank;
+        m.iter = 0;
+        m.run_id = welcome.run_id;
+        m.has_token = welcome.has_token;
+        memcpy(m.token, welcome.token, MQ_TOKEN_LEN);
+        if (mq_wire_send(d, &m, NULL, 0) == 0)
+            sent++;
+        else
+            zclock_sleep(1);
+        if (sent % 50 == 0 && s_rss_mb(server) > peak)
+            peak = s_rss_mb(server);
+    }
+    for (int i = 0; i < 20; i++, zclock_sleep(100))
+        if (s_rss_mb(server) > peak)
+            peak = s_rss_mb(server);
+    /* the paper model's master copy: 4 bytes a parameter, one server holds them all */
+    double copy = (double)mq_model_count("paper", 1) * 4 / 1e6;
+    cr_log_info("%ld pulls unread: the server grew by %.0f MB at most (one copy: %.0f MB)",
+                sent, peak - before, copy);
+    cr_expect_gt(sent, 100, "only %ld pulls went out", sent);
+    /* At most: the snapshot, and CURVE's encrypted copy of the one reply in flight with its
+     * encoder's buffer; however many PULLs came (before the shared snapshot every PULL made a
+     * copy of its own, until the send timeout stalled the server). */
+    cr_expect_lt(peak - before, 4 * copy, "%ld unread pulls grew the server by %.0f MB",
+                 sent, peak - before);
+    kill(server, SIGTERM);
+    waitpid(server, NULL, 0);
+    zsock_destroy(&d);
+    zsock_destroy(&s);
+    mq_msg_reset(&welcome);
+    zactor_destroy(&c.workers[0]);
+    zactor_destroy(&c.sched);
+    mq_metrics_destroy(&c.sched_metrics);
 }

@@ -59,6 +59,7 @@ typedef struct {
     mq_tensor_hdr_t kept_hdrs[MQ_WIRE_MAX_TENSORS];
     mq_payload_t kept_payloads[MQ_WIRE_MAX_TENSORS];
     bool late_sent[MQ_WIRE_MAX_WORKERS];
+    struct s_snapshot *snapshot; /* the master shard as PULLs of its iteration get it */
     mq_link_t link;
     mq_msg_t in, out;
     mq_sec_t *sec;
@@ -68,6 +69,8 @@ typedef struct {
         mq_metric_t *drops[MQ_DROP_COUNT_];
     } m; /* in cfg->metrics, all NULL without one */
 } s_server_t;
+
+static void s_snapshot_release(struct s_snapshot *s);
 
 static void s_metrics_init(s_server_t *self)
 {
@@ -211,6 +214,8 @@ static int s_restore(s_server_t *self, uint64_t iter)
     int rc = mq_ckpt_read(self->cfg->checkpoint_dir, &m, params, n, state, nstate);
     if (rc == 0) {
         mq_kv_restore(self->kv, iter, params, state);
+        s_snapshot_release(self->snapshot); /* of the same iteration number, not content */
+        self->snapshot = NULL;
         mq_info("resumed shard %u from its checkpoint of iteration %llu", self->rank,
                 (unsigned long long)iter);
     }
@@ -483,14 +488,61 @@ static void s_on_commit(s_server_t *self, const mq_msg_t *msg)
     s_complete(self);
 }
 
-static void s_free_buffer(void *data, void *hint)
+/* The master shard and the update rule's state as of one iteration, shared by every PARAMS
+ * reply of that iteration: however many workers pull (or a peer that pulls and never reads),
+ * one copy exists per iteration, freed when the server and the last send let go of it. */
+typedef struct s_snapshot {
+    atomic_int refs;
+    uint64_t iter;
+    size_t n, nstate;
+    float *params, *state; /* state: NULL without one */
+} s_snapshot_t;
+
+static void s_snapshot_release(struct s_snapshot *s)
 {
-    (void)hint;
-    free(data);
+    if (s && atomic_fetch_sub(&s->refs, 1) == 1) {
+        free(s->params);
+        free(s->state);
+        free(s);
+    }
 }
 
-/* A worker that joins (or missed rounds) asks for the master shard as of the current round.
- * A rare message, so its buffers are allocated for it. */
+/* A send's free function: the send's reference (on a ZeroMQ I/O thread). */
+static void s_snapshot_sent(void *data, void *hint)
+{
+    (void)data;
+    s_snapshot_release(hint);
+}
+
+/* The snapshot of the current iteration: the one held, or a new one (the old released).
+ * NULL when out of memory. */
+static s_snapshot_t *s_snapshot(s_server_t *self, uint64_t iter)
+{
+    if (self->snapshot && self->snapshot->iter == iter)
+        return self->snapshot;
+    s_snapshot_release(self->snapshot);
+    self->snapshot = NULL;
+    s_snapshot_t *s = calloc(1, sizeof *s);
+    size_t n = mq_kv_size(self->kv), nstate = n * mq_kv_state_per(self->kv);
+    if (!s || !(s->params = malloc(n * sizeof(float) + 1)) ||
+        (nstate && !(s->state = malloc(nstate * sizeof(float))))) {
+        if (s)
+            free(s->params);
+        free(s);
+        return NULL;
+    }
+    atomic_init(&s->refs, 1); /* the server's */
+    s->iter = iter;
+    s->n = n;
+    s->nstate = nstate;
+    mq_kv_export(self->kv, s->params, s->state);
+    return self->snapshot = s;
+}
+
+/* A worker that joins (or missed rounds) asks for the master shard as of the current round:
+ * every reply of one iteration shares one snapshot, sent without copying and without
+ * waiting (a peer that does not read loses its reply, counted), so PULLs cannot multiply the
+ * server's memory nor stall it. */
 static void s_on_pull(s_server_t *self, mq_msg_t *msg)
 {
     uint64_t iter = mq_kv_iter(self->kv);
@@ -505,35 +557,31 @@ static void s_on_pull(s_server_t *self, mq_msg_t *msg)
         mq_wire_reply(self->data, out, &self->node.drops);
         return;
     }
-    size_t n = mq_kv_size(self->kv), nstate = n * mq_kv_state_per(self->kv);
-    float *params = malloc(n * sizeof(float) + 1);
-    float *state = nstate ? malloc(nstate * sizeof(float)) : NULL;
-    if (!params || (nstate && !state)) {
-        free(params);
-        free(state);
+    s_snapshot_t *snap = s_snapshot(self, iter);
+    if (!snap) {
         mq_drops_note(&self->node.drops, MQ_DROP_TOO_MANY, msg->peer, msg->peer_len,
                       "out of memory for a pull");
         return;
     }
-    mq_kv_export(self->kv, params, state);
     mq_msg_init(out, MQ_MSG_PARAMS);
     out->iter = iter;
     out->shard = self->rank;
-    mq_payload_t payloads[2] = {{params, n * sizeof(float), s_free_buffer, NULL},
-                                {state, nstate * sizeof(float), s_free_buffer, NULL}};
+    out->ntensors = snap->nstate ? 2 : 1;
+    /* One reference per payload: each frame's free function lets go of its own. */
+    atomic_fetch_add(&snap->refs, (int)out->ntensors);
+    mq_payload_t payloads[2] = {
+        {snap->params, snap->n * sizeof(float), s_snapshot_sent, snap},
+        {snap->state, snap->nstate * sizeof(float), s_snapshot_sent, snap}};
     const char *names[2] = {"params", "state"};
-    size_t counts[2] = {n, nstate};
-    out->ntensors = nstate ? 2 : 1;
+    size_t counts[2] = {snap->n, snap->nstate};
     for (uint32_t i = 0; i < out->ntensors; i++) {
         snprintf(out->tensors[i].name, sizeof out->tensors[i].name, "%s", names[i]);
         out->tensors[i].count = counts[i];
         out->tensors[i].codec = mq_codec_none();
     }
-    if (!nstate)
-        free(state);
-    out->sim_time = mq_link_egress(&self->link, (n + nstate) * sizeof(float));
-    if (mq_wire_send(self->data, out, payloads, out->ntensors) != 0)
-        mq_warn("params for iteration %llu: %s", (unsigned long long)iter, mq_err_last());
+    out->sim_time = mq_link_egress(&self->link, (snap->n + snap->nstate) * sizeof(float));
+    if (mq_wire_reply_payloads(self->data, out, payloads, out->ntensors, &self->node.drops) != 0)
+        mq_debug("params for iteration %llu: %s", (unsigned long long)iter, mq_err_last());
     else
         mq_info("sent the master shard at iteration %llu to a worker that joins",
                 (unsigned long long)iter);
@@ -769,6 +817,7 @@ void mq_server_actor(zsock_t *pipe, void *args)
     s_drop_kept(self);
     mq_sec_unserve(self->sec, self->data);
     zsock_destroy(&self->data);
+    s_snapshot_release(self->snapshot); /* after the socket: its sends hold their own */
     mq_node_close(&self->node);
     mq_sec_close(&self->sec); /* after its sockets */
     mq_kv_destroy(&self->kv); /* before the model: it holds the master copy's pointer */

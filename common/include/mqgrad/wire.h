@@ -275,6 +275,9 @@ void mq_drops_format(const mq_drops_t *d, char *buf, size_t len);
  * reply, counted in DROPS as MQ_DROP_UNREAD (when DROPS is not NULL), so no peer can stall
  * the service that answers it. Returns 0, or -1 with errno (EAGAIN, EHOSTUNREACH). */
 int mq_wire_reply(zsock_t *sock, mq_msg_t *msg, mq_drops_t *drops);
+/* The same with payloads (their free functions run whatever happens, as mq_wire_send's). */
+int mq_wire_reply_payloads(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads,
+                           size_t npayloads, mq_drops_t *drops);
 
 /* The counter NAME{reason=...} of every reason in M, into OUT (all NULL without M). */
 void mq_drops_series(mq_metrics_t *m, const char *name, mq_metric_t *out[MQ_DROP_COUNT_]);

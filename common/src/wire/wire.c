@@ -359,13 +359,19 @@ int mq_wire_send(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads, siz
 
 int mq_wire_reply(zsock_t *sock, mq_msg_t *msg, mq_drops_t *drops)
 {
-    zmq_msg_t frames[1];
-    if (s_build(msg, NULL, 0, frames) != 0)
+    return mq_wire_reply_payloads(sock, msg, NULL, 0, drops);
+}
+
+int mq_wire_reply_payloads(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads,
+                           size_t npayloads, mq_drops_t *drops)
+{
+    zmq_msg_t frames[MQ_WIRE_MAX_TENSORS + 1];
+    if (s_build(msg, payloads, npayloads, frames) != 0)
         return -1;
     bool router = zsock_type(sock) == ZMQ_ROUTER;
     /* Once a message's first frame is queued ZeroMQ takes the rest: no half message. */
-    if (s_send_frames(zsock_resolve(sock), msg->peer, router ? msg->peer_len : 0, frames, 1,
-                      ZMQ_DONTWAIT) == 0)
+    if (s_send_frames(zsock_resolve(sock), msg->peer, router ? msg->peer_len : 0, frames,
+                      npayloads + 1, ZMQ_DONTWAIT) == 0)
         return 0;
     int err = errno;
     if (drops && (err == EAGAIN || err == EHOSTUNREACH))
