@@ -3,7 +3,10 @@
  * a real run whose every process serves /metrics while it trains. */
 #include <cblas.h>
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -495,4 +498,66 @@ Test(http, lingering_services_stay_up_after_the_run, .timeout = 200, .fini = s_s
     char cmd[256];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* A TCP connection to ADDR:PORT; -1 with errno if refused. */
+static int s_connect(in_addr_t addr, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    cr_assert(fd >= 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = addr;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int err = errno;
+        close(fd);
+        errno = err;
+        return -1;
+    }
+    return fd;
+}
+
+/* The local address of the listening TCP socket on PORT, from /proc/net/tcp (0 if none). */
+static in_addr_t s_listening_addr(int port)
+{
+    FILE *f = fopen("/proc/net/tcp", "r");
+    char line[512];
+    unsigned addr = 0, p = 0, state = 0;
+    in_addr_t found = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, " %*d: %8X:%4X %*8X:%*4X %2X", &addr, &p, &state) == 3 &&
+            (int)p == port && state == 0x0A) /* LISTEN */
+            found = (in_addr_t)addr ? (in_addr_t)addr : INADDR_ANY + 1;
+    if (f)
+        fclose(f);
+    return found == INADDR_ANY + 1 ? INADDR_ANY : found;
+}
+
+/* By default HTTP listens on this host only (its socket is bound to 127.0.0.1, read from the
+ * kernel's table: no traffic leaves loopback). One address holds at most 8 connections at
+ * once: the next is closed unanswered, and served again once the others are gone. */
+Test(http, this_host_only_by_default_and_a_few_connections_per_client)
+{
+    mq_http_cfg_t cfg;
+    mq_http_cfg_init(&cfg, MQ_HTTP_ANY_PORT);
+    cr_expect_str_eq(cfg.bind, "127.0.0.1");
+    mq_http_t *h = mq_http_new(&cfg, NULL, NULL, 0);
+    cr_assert_not_null(h, "%s", mq_err_last());
+    int port = mq_http_port(h);
+    static char body[4096];
+    cr_expect_eq(test_http(port, NULL, "GET", "/healthz", body, sizeof body), 200);
+    cr_expect_eq(s_listening_addr(port), htonl(INADDR_LOOPBACK),
+                 "the default HTTP socket is not bound to 127.0.0.1");
+    int held[8];
+    for (int k = 0; k < 8; k++) {
+        held[k] = s_connect(htonl(INADDR_LOOPBACK), port);
+        cr_assert_geq(held[k], 0, "connection %d refused", k);
+    }
+    zclock_sleep(200); /* the daemon has taken them */
+    cr_expect_neq(test_http(port, NULL, "GET", "/healthz", body, sizeof body), 200,
+                  "a ninth connection from one address was served");
+    for (int k = 0; k < 8; k++)
+        close(held[k]);
+    zclock_sleep(200);
+    cr_expect_eq(test_http(port, NULL, "GET", "/healthz", body, sizeof body), 200);
+    mq_http_destroy(&h);
 }

@@ -41,7 +41,7 @@ typedef struct {
     {"http-port", "MQGRAD_HTTP_PORT", MQ_FLAG_LONG, &(cfg)->port, 0, 0, 65535,                  \
      "port for /metrics and /healthz, 0 = no HTTP"},                                           \
         {"http-bind", "MQGRAD_HTTP_BIND", MQ_FLAG_STR, (cfg)->bind, sizeof (cfg)->bind, 0, 0,  \
-         "HTTP address, * = every interface"},                                                 \
+         "HTTP address (this host only by default), * = every interface"},                         \
         {"http-token", "MQGRAD_HTTP_TOKEN", MQ_FLAG_STR, (cfg)->token, sizeof (cfg)->token, 1, \
          0, "/metrics needs 'Authorization: Bearer TOKEN' (/healthz stays open)"},              \
     {                                                                                           \
@@ -49,7 +49,7 @@ typedef struct {
             sizeof (cfg)->token_file, 1, 0, "the token is this file's first line"               \
     }
 
-/* Defaults: PORT, every interface, no token. */
+/* Defaults: PORT, on 127.0.0.1 (this host only), no token. */
 void mq_http_cfg_init(mq_http_cfg_t *cfg, long port);
 /* After parsing: reads the token file (if one is named) and checks the token (1 to 255
  * printable characters, no spaces). Returns 0, or -1 with a specific error. */

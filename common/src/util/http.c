@@ -13,6 +13,7 @@
 #include <string.h>
 
 #define S_MAX_ROUTES 8
+#define S_PER_CLIENT 8 /* connections one address may hold at once */
 
 struct mq_http_t {
     struct MHD_Daemon *daemon;
@@ -27,7 +28,8 @@ void mq_http_cfg_init(mq_http_cfg_t *cfg, long port)
 {
     memset(cfg, 0, sizeof *cfg);
     cfg->port = port;
-    snprintf(cfg->bind, sizeof cfg->bind, "*");
+    /* This host only, unless told otherwise: the containers' image says "*" (deploy/). */
+    snprintf(cfg->bind, sizeof cfg->bind, "127.0.0.1");
 }
 
 int mq_http_cfg_resolve(mq_http_cfg_t *cfg)
@@ -214,16 +216,20 @@ mq_http_t *mq_http_new(const mq_http_cfg_t *cfg, mq_metrics_t *metrics,
             return NULL;
         }
     }
-    /* Connections time out after 10 s, and at most 64 are served at once: a scraper that
-     * stalls or floods cannot hold the thread or the service's memory. */
-    self->daemon = sa ? MHD_start_daemon(flags, want, NULL, NULL, s_handler, self,
-                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-                                         MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_END)
-                      : MHD_start_daemon(flags, want, NULL, NULL, s_handler, self,
-                                         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
-                                         MHD_OPTION_END);
+    /* Connections time out after 10 s, at most 64 are served at once and at most
+     * S_PER_CLIENT from one address: a scraper that stalls or floods cannot hold the thread or
+     * the service's memory, nor crowd out the other clients. */
+    self->daemon =
+        sa ? MHD_start_daemon(flags, want, NULL, NULL, s_handler, self,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)S_PER_CLIENT,
+                              MHD_OPTION_SOCK_ADDR, sa, MHD_OPTION_END)
+           : MHD_start_daemon(flags, want, NULL, NULL, s_handler, self,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)64,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)S_PER_CLIENT,
+                              MHD_OPTION_END);
     if (!self->daemon) {
         mq_err_set("HTTP cannot listen on %s port %ld (in use? try --http-port)",
                    sa ? addr : "every interface,", cfg->port);
