@@ -40,7 +40,7 @@ Test(checkpoint, round_trip_bit_for_bit)
     static float p[S_N], st[S_N], p2[S_N], st2[S_N];
     s_fill(p, st, 3.25f);
     mq_ckpt_meta_t m = s_meta(100);
-    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 0), 0, "%s", mq_err_last());
     cr_assert_eq(mq_ckpt_read(dir, &m, p2, S_N, st2, S_N), 0, "%s", mq_err_last());
     cr_expect_eq(memcmp(p, p2, sizeof p), 0);
     cr_expect_eq(memcmp(st, st2, sizeof st), 0);
@@ -63,7 +63,7 @@ Test(checkpoint, another_run_shard_model_or_rule_is_refused)
     static float p[S_N], st[S_N];
     s_fill(p, st, 1);
     mq_ckpt_meta_t m = s_meta(200);
-    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 0), 0, "%s", mq_err_last());
     mq_ckpt_meta_t other = m;
     other.iter = 300;
     s_refused(dir, &other, S_N, S_N, "No such file");
@@ -97,7 +97,7 @@ Test(checkpoint, cut_or_corrupt_files_are_refused_and_left_alone)
     static float p[S_N], st[S_N];
     s_fill(p, st, 2);
     mq_ckpt_meta_t m = s_meta(400);
-    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 0), 0, "%s", mq_err_last());
     char path[512];
     mq_ckpt_path(dir, &m, path, sizeof path);
     char *data;
@@ -132,7 +132,7 @@ Test(checkpoint, the_two_newest_are_kept)
     for (uint64_t it = 100; it <= 500; it += 100) {
         s_fill(p, st, (float)it);
         mq_ckpt_meta_t m = s_meta(it);
-        cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N), 0, "%s", mq_err_last());
+        cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 0), 0, "%s", mq_err_last());
     }
     for (uint64_t it = 100; it <= 500; it += 100) {
         mq_ckpt_meta_t m = s_meta(it);
@@ -144,10 +144,42 @@ Test(checkpoint, the_two_newest_are_kept)
     /* another shard's files are not this shard's to remove */
     mq_ckpt_meta_t other = s_meta(100);
     other.shard = 0;
-    cr_assert_eq(mq_ckpt_write(dir, &other, p, S_N, st, S_N), 0);
+    cr_assert_eq(mq_ckpt_write(dir, &other, p, S_N, st, S_N, 0), 0);
     mq_ckpt_meta_t m = s_meta(600);
-    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N), 0);
+    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 0), 0);
     char path[512];
     mq_ckpt_path(dir, &other, path, sizeof path);
     cr_expect_eq(access(path, F_OK), 0, "shard 0's checkpoint was removed by shard 1");
+}
+
+/* The run's last consistent checkpoint (checkpoint.json's, named by the scheduler as KEEP)
+ * survives pruning: saves that failed on another server since then leave it the only point
+ * the run can go back to, however many newer files this shard wrote. */
+Test(checkpoint, the_last_consistent_one_is_never_pruned)
+{
+    char dir[256];
+    s_dir(dir, sizeof dir, "keep");
+    static float p[S_N], st[S_N];
+    for (uint64_t it = 100; it <= 500; it += 100) {
+        s_fill(p, st, (float)it);
+        mq_ckpt_meta_t m = s_meta(it);
+        cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 200), 0, "%s", mq_err_last());
+    }
+    for (uint64_t it = 100; it <= 500; it += 100) {
+        mq_ckpt_meta_t m = s_meta(it);
+        char path[512];
+        mq_ckpt_path(dir, &m, path, sizeof path);
+        bool kept = access(path, F_OK) == 0;
+        cr_expect_eq(kept, it >= 200, "iteration %llu: kept %d", (unsigned long long)it, kept);
+    }
+    /* Once a newer one is consistent, the older ones go as before. */
+    mq_ckpt_meta_t m = s_meta(600);
+    cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 500), 0);
+    for (uint64_t it = 100; it <= 600; it += 100) {
+        mq_ckpt_meta_t k = s_meta(it);
+        char path[512];
+        mq_ckpt_path(dir, &k, path, sizeof path);
+        cr_expect_eq(access(path, F_OK) == 0, it >= 500, "iteration %llu",
+                     (unsigned long long)it);
+    }
 }

@@ -128,6 +128,7 @@ typedef struct {
     uint64_t resumed_at;   /* the iteration this scheduler resumed the run at (0: started it) */
     double wall_before;    /* wall time of training before this scheduler */
     mq_sched_ckpt_t ckpt;  /* the checkpoint in progress: this state, once every server saved */
+    uint64_t consistent;   /* the iteration of the last consistent checkpoint (0: none) */
     bool ckpt_pending;
     bool saved[MQ_WIRE_MAX_SERVERS];
     bool ckpt_warned;
@@ -302,6 +303,7 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
 {
     mq_msg_init(&self->out, type);
     self->out.checkpoint = checkpoint;
+    self->out.keep_from = checkpoint ? self->consistent : 0;
     if (type == MQ_MSG_COMMIT)
         self->out.sim_time = self->commit_sim;
     self->out.iter = self->iter;
@@ -532,6 +534,7 @@ static void s_on_saved(s_sched_t *self, const mq_msg_t *msg)
         return;
     }
     mq_metric_set(self->m.ckpt_iter, (double)self->ckpt.iter);
+    self->consistent = self->ckpt.iter;
     mq_metric_set(self->m.ckpt_time, (double)time(NULL));
     char fields[64];
     snprintf(fields, sizeof fields, "\"at\":%llu", (unsigned long long)self->ckpt.iter);
@@ -590,6 +593,7 @@ static void s_restore(s_sched_t *self, const mq_sched_ckpt_t *c)
     if (c->policy[0] && !self->policy[0])
         snprintf(self->policy, sizeof self->policy, "%s", c->policy);
     self->resumed_at = c->iter;
+    self->consistent = c->iter;
 }
 
 /* The run directory: a new run, or with --resume the unfinished run there, from its last

@@ -60,6 +60,7 @@ typedef struct {
     mq_payload_t kept_payloads[MQ_WIRE_MAX_TENSORS];
     bool late_sent[MQ_WIRE_MAX_WORKERS];
     struct s_snapshot *snapshot; /* the master shard as PULLs of its iteration get it */
+    uint64_t keep_from; /* the run's last consistent checkpoint: never pruned (0: none) */
     mq_link_t link;
     mq_msg_t in, out;
     mq_sec_t *sec;
@@ -242,7 +243,8 @@ static void s_checkpoint(s_server_t *self)
     } else {
         mq_kv_export(self->kv, params, state);
         mq_ckpt_meta_t m = s_ckpt_meta(self, iter);
-        if (mq_ckpt_write(self->cfg->checkpoint_dir, &m, params, n, state, nstate) != 0)
+        if (mq_ckpt_write(self->cfg->checkpoint_dir, &m, params, n, state, nstate,
+                          self->keep_from) != 0)
             snprintf(self->out.text, sizeof self->out.text, "%s", mq_err_last());
         else
             mq_metric_set(self->m.checkpoint, (double)time(NULL));
@@ -458,8 +460,10 @@ static void s_on_iterate(s_server_t *self, const mq_msg_t *msg)
                       (const uint8_t *)"sched", 5, "member set for another round");
         return;
     }
-    if (msg->checkpoint && !self->set_known)
+    if (msg->checkpoint && !self->set_known) {
+        self->keep_from = msg->keep_from;
         s_checkpoint(self); /* the shard as of the round's start (only its commit changes it) */
+    }
     self->set_known = true;
     self->have_sent = false;
     self->view = msg->view;

@@ -439,7 +439,7 @@ static void s_ckpt_seeds(const char *tmp)
     mq_fuzz_seed_ckpt_meta(&m);
     char path[1024];
     if (mq_ckpt_write(tmp, &m, params, MQ_FUZZ_SEED_CKPT_N, state,
-                      MQ_FUZZ_SEED_CKPT_NSTATE) != 0)
+                      MQ_FUZZ_SEED_CKPT_NSTATE, 0) != 0)
         s_die("checkpoint");
     mq_ckpt_path(tmp, &m, path, sizeof path);
     s_copy_file(path, "fuzz_ckpt", "momentum-48-48");
@@ -447,7 +447,7 @@ static void s_ckpt_seeds(const char *tmp)
     m.shard = 0;
     m.iter = 300;
     snprintf(m.optimizer, sizeof m.optimizer, "sgd");
-    if (mq_ckpt_write(tmp, &m, params, 16, NULL, 0) != 0)
+    if (mq_ckpt_write(tmp, &m, params, 16, NULL, 0, 0) != 0)
         s_die("checkpoint");
     mq_ckpt_path(tmp, &m, path, sizeof path);
     s_copy_file(path, "fuzz_ckpt", "sgd-16-0");

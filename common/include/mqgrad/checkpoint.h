@@ -32,10 +32,11 @@ typedef struct {
 void mq_ckpt_path(const char *dir, const mq_ckpt_meta_t *meta, char *buf, size_t len);
 
 /* Writes PARAMS[0..N) and STATE[0..NSTATE) as META's checkpoint in DIR (created if needed),
- * then removes the shard's checkpoints older than the previous one. Returns 0, or -1 with an
- * error naming the file. */
+ * then removes the shard's checkpoints older than the previous one and than KEEP (the run's
+ * last consistent checkpoint, which a failed save elsewhere may leave the only one to go
+ * back to; 0: none). Returns 0, or -1 with an error naming the file. */
 int mq_ckpt_write(const char *dir, const mq_ckpt_meta_t *meta, const float *params, size_t n,
-                  const float *state, size_t nstate);
+                  const float *state, size_t nstate, uint64_t keep);
 
 /* Reads WANT's checkpoint from DIR into PARAMS[0..N) and STATE[0..NSTATE), checking that every
  * field and both counts are WANT's and that the checksum holds. Returns 0, or -1 with an error

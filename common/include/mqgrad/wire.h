@@ -196,6 +196,7 @@ typedef struct {
     uint64_t cursor;
     uint64_t run_id;     /* 0 when sent: the sending thread's (mq_wire_set_run_id) */
     bool checkpoint;     /* ITERATE to servers: write the shard checkpoint first */
+    uint64_t keep_from;  /* ... and keep the one of this iteration (the last consistent) */
     bool retry;          /* ERROR: the node may register again */
     /* ownership (SECURITY.md): the sender's token (0 when sent: the thread's, see
      * mq_wire_set_token), WELCOME to servers: the run key */

@@ -98,7 +98,7 @@ static uint64_t s_previous(const char *dir, const mq_ckpt_meta_t *m)
 }
 
 int mq_ckpt_write(const char *dir, const mq_ckpt_meta_t *m, const float *params, size_t n,
-                  const float *state, size_t nstate)
+                  const float *state, size_t nstate, uint64_t keep)
 {
     if (mq_mkdirs(dir) != 0)
         return -1;
@@ -114,8 +114,8 @@ int mq_ckpt_write(const char *dir, const mq_ckpt_meta_t *m, const float *params,
     mq_ckpt_path(dir, m, path, sizeof path);
     if (mq_write_parts_atomic(path, parts, lens, 4) != 0)
         return -1;
-    uint64_t prev = s_previous(dir, m);
-    s_prune(dir, m, prev ? prev : m->iter);
+    uint64_t prev = s_previous(dir, m), from = prev ? prev : m->iter;
+    s_prune(dir, m, keep && keep < from ? keep : from);
     return 0;
 }
 

@@ -188,6 +188,7 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.cursor = msg->cursor;
     meta.run_id = msg->run_id ? msg->run_id : s_run_id;
     meta.checkpoint = msg->checkpoint;
+    meta.keep_from = msg->keep_from;
     meta.retry = msg->retry;
     if (msg->has_token || s_has_token) {
         meta.token.data = msg->has_token ? msg->token : s_token;
@@ -588,6 +589,7 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->cursor = meta->cursor;
     msg->run_id = meta->run_id;
     msg->checkpoint = meta->checkpoint;
+    msg->keep_from = meta->keep_from;
     msg->retry = meta->retry;
     if (meta->token.len != 0 && meta->token.len != MQ_TOKEN_LEN) {
         mq_err_set("token of %zu bytes (%d expected)", meta->token.len, MQ_TOKEN_LEN);
