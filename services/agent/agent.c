@@ -424,12 +424,8 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_agent_t *self = arg;
     mq_msg_t *m = self->msg;
-    mq_drop_t drop;
-    if (mq_wire_recv(sock, m, &drop) != 0) {
-        if (drop != MQ_DROP_NONE) {
-            mq_drops_note(&self->drops, drop, m->peer, m->peer_len, mq_err_last());
-            s_publish(self);
-        }
+    if (!mq_wire_take(sock, m, &self->drops, NULL, 0)) {
+        s_publish(self);
         return 0;
     }
     /* Who may send what (SECURITY.md): the scheduler observes, operators set the policy,

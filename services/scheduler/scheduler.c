@@ -1560,13 +1560,9 @@ static const char *s_refusal(s_sched_t *self, const mq_msg_t *msg)
 static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_sched_t *self = arg;
-    mq_drop_t drop;
     mq_msg_t *msg = &self->in;
-    if (mq_wire_recv(sock, msg, &drop) != 0) {
-        if (drop != MQ_DROP_NONE)
-            mq_drops_note(&self->drops, drop, msg->peer, msg->peer_len, mq_err_last());
+    if (!mq_wire_take(sock, msg, &self->drops, NULL, 0))
         return 0;
-    }
     const char *refusal = s_refusal(self, msg);
     if (refusal) {
         mq_drops_note(&self->drops, MQ_DROP_AUTH, msg->peer, msg->peer_len, refusal);
@@ -1632,13 +1628,9 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
 static int s_on_agent(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_sched_t *self = arg;
-    mq_drop_t drop;
     mq_msg_t *msg = &self->in;
-    if (mq_wire_recv(sock, msg, &drop) != 0) {
-        if (drop != MQ_DROP_NONE)
-            mq_drops_note(&self->drops, drop, (const uint8_t *)"agent", 5, mq_err_last());
+    if (!mq_wire_take(sock, msg, &self->drops, "agent", 5))
         return 0;
-    }
     if (msg->type == MQ_MSG_DECISION && self->phase != S_DONE)
         s_on_decision(self, msg);
     else if (msg->type == MQ_MSG_ERROR)

@@ -683,12 +683,8 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
 static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_server_t *self = arg;
-    mq_drop_t drop;
-    if (mq_wire_recv(sock, &self->in, &drop) != 0) {
-        if (drop != MQ_DROP_NONE)
-            mq_drops_note(&self->node.drops, drop, self->in.peer, self->in.peer_len, mq_err_last());
+    if (!mq_wire_take(sock, &self->in, &self->node.drops, NULL, 0))
         return 0;
-    }
     mq_msg_t *msg = &self->in;
     if (!mq_sec_allows(self->sec, msg,
                        msg->type == MQ_MSG_PING ? MQ_KEYS_KNOWN : MQ_KEYS(MQ_KEY_WORKER))) {

@@ -700,12 +700,8 @@ static int s_on_server(zloop_t *loop, zsock_t *sock, void *arg)
     uint32_t s = 0;
     while (s < self->nservers && self->servers[s] != sock)
         s++;
-    mq_drop_t drop;
-    if (mq_wire_recv(sock, &self->in, &drop) != 0) {
-        if (drop != MQ_DROP_NONE)
-            mq_drops_note(&self->node.drops, drop, (const uint8_t *)&s, sizeof s, mq_err_last());
+    if (!mq_wire_take(sock, &self->in, &self->node.drops, &s, sizeof s))
         return 0;
-    }
     if (self->node.finished)
         ;
     else if (self->in.run_id != self->node.run_id)

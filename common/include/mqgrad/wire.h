@@ -280,6 +280,12 @@ int mq_wire_reply(zsock_t *sock, mq_msg_t *msg, mq_drops_t *drops);
 int mq_wire_reply_payloads(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *payloads,
                            size_t npayloads, mq_drops_t *drops);
 
+/* Receives one message into MSG, as every service's handler does: true when there is one;
+ * false when there is none (EAGAIN) or it failed validation, then counted in DROPS under
+ * its sender (FROM[0..FROM_LEN), or the message's peer when FROM is NULL) and its reason. */
+bool mq_wire_take(zsock_t *sock, mq_msg_t *msg, mq_drops_t *drops, const void *from,
+                  size_t from_len);
+
 /* The counter NAME{reason=...} of every reason in M, into OUT (all NULL without M). */
 void mq_drops_series(mq_metrics_t *m, const char *name, mq_metric_t *out[MQ_DROP_COUNT_]);
 /* Sets those counters to COUNT (an mq_drops_t's count, or a copy of it). */

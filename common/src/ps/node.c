@@ -248,12 +248,8 @@ void mq_node_finish(mq_node_t *n, int code, const char *what)
 
 int mq_node_recv(mq_node_t *n, mq_msg_t *msg)
 {
-    mq_drop_t drop;
-    if (mq_wire_recv(n->sched, msg, &drop) != 0) {
-        if (drop != MQ_DROP_NONE)
-            mq_drops_note(&n->drops, drop, (const uint8_t *)"sched", 5, mq_err_last());
+    if (!mq_wire_take(n->sched, msg, &n->drops, "sched", 5))
         return -1;
-    }
     if (n->run_id && msg->run_id != n->run_id && msg->type != MQ_MSG_ERROR) {
         /* A scheduler that runs another run now (it was restarted): this node's state
          * belongs to the old one. */

@@ -385,6 +385,18 @@ int mq_wire_reply_payloads(zsock_t *sock, mq_msg_t *msg, const mq_payload_t *pay
 
 /* ---- receiving ---------------------------------------------------------------------- */
 
+bool mq_wire_take(zsock_t *sock, mq_msg_t *msg, mq_drops_t *drops, const void *from,
+                  size_t from_len)
+{
+    mq_drop_t drop;
+    if (mq_wire_recv(sock, msg, &drop) == 0)
+        return true;
+    if (drop != MQ_DROP_NONE)
+        mq_drops_note(drops, drop, from ? from : msg->peer, from ? from_len : msg->peer_len,
+                      mq_err_last());
+    return false;
+}
+
 typedef struct {
     uint8_t mem[S_ARENA_SIZE];
     size_t used;
