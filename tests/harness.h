@@ -149,6 +149,44 @@ static inline int cluster_wait(cluster_t *c, int timeout_s)
     return code;
 }
 
+/* A worker played by the test (an insider, or a worker wedged behind a live heartbeat): a
+ * DEALER with the workers' key that registers at ENDPOINT as INCARNATION and takes the
+ * WELCOME (its rank, the run's id, its token, the servers) into *WELCOME. */
+static inline zsock_t *test_stand_in(const char *endpoint, uint64_t incarnation,
+                                     mq_msg_t *welcome)
+{
+    zsock_t *s = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(s);
+    mq_wire_prepare(s, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_rcvtimeo(s, 200);
+    test_sec_client(s, "worker", MQ_KEY_SCHEDULER);
+    cr_assert_eq(zsock_connect(s, "%s", endpoint), 0);
+    static mq_msg_t m;
+    mq_msg_init(&m, MQ_MSG_REGISTER);
+    m.role = MQ_ROLE_WORKER;
+    m.incarnation = incarnation;
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    memset(welcome, 0, sizeof *welcome);
+    mq_drop_t drop;
+    for (int i = 0; i < 100 && welcome->type != MQ_MSG_WELCOME; i++)
+        mq_wire_recv(s, welcome, &drop);
+    cr_assert_eq(welcome->type, MQ_MSG_WELCOME, "the stand-in worker was not welcomed");
+    return s;
+}
+
+/* MSG as the stand-in's message of TYPE: its role, rank, incarnation, run id and token. */
+static inline void test_stand_in_msg(mq_msg_t *msg, mq_msg_type_t type, const mq_msg_t *welcome,
+                                     uint64_t incarnation)
+{
+    mq_msg_init(msg, type);
+    msg->role = MQ_ROLE_WORKER;
+    msg->rank = welcome->rank;
+    msg->incarnation = incarnation;
+    msg->run_id = welcome->run_id;
+    msg->has_token = welcome->has_token;
+    memcpy(msg->token, welcome->token, MQ_TOKEN_LEN);
+}
+
 static inline void cluster_stop(cluster_t *c)
 {
     for (int i = 0; i < c->W; i++)

@@ -124,6 +124,19 @@ Test(checkpoint, cut_or_corrupt_files_are_refused_and_left_alone)
     free(data);
 }
 
+/* Of the checkpoints of iterations 100, 200, .. LAST in DIR, exactly those from FROM on are
+ * there. */
+static void s_expect_kept_from(const char *dir, uint64_t last, uint64_t from)
+{
+    for (uint64_t it = 100; it <= last; it += 100) {
+        mq_ckpt_meta_t m = s_meta(it);
+        char path[512];
+        mq_ckpt_path(dir, &m, path, sizeof path);
+        bool kept = access(path, F_OK) == 0;
+        cr_expect_eq(kept, it >= from, "iteration %llu: kept %d", (unsigned long long)it, kept);
+    }
+}
+
 Test(checkpoint, the_two_newest_are_kept)
 {
     char dir[256];
@@ -134,13 +147,7 @@ Test(checkpoint, the_two_newest_are_kept)
         mq_ckpt_meta_t m = s_meta(it);
         cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 0), 0, "%s", mq_err_last());
     }
-    for (uint64_t it = 100; it <= 500; it += 100) {
-        mq_ckpt_meta_t m = s_meta(it);
-        char path[512];
-        mq_ckpt_path(dir, &m, path, sizeof path);
-        bool kept = access(path, F_OK) == 0;
-        cr_expect_eq(kept, it >= 400, "iteration %llu: kept %d", (unsigned long long)it, kept);
-    }
+    s_expect_kept_from(dir, 500, 400);
     /* another shard's files are not this shard's to remove */
     mq_ckpt_meta_t other = s_meta(100);
     other.shard = 0;
@@ -165,21 +172,9 @@ Test(checkpoint, the_last_consistent_one_is_never_pruned)
         mq_ckpt_meta_t m = s_meta(it);
         cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 200), 0, "%s", mq_err_last());
     }
-    for (uint64_t it = 100; it <= 500; it += 100) {
-        mq_ckpt_meta_t m = s_meta(it);
-        char path[512];
-        mq_ckpt_path(dir, &m, path, sizeof path);
-        bool kept = access(path, F_OK) == 0;
-        cr_expect_eq(kept, it >= 200, "iteration %llu: kept %d", (unsigned long long)it, kept);
-    }
+    s_expect_kept_from(dir, 500, 200);
     /* Once a newer one is consistent, the older ones go as before. */
     mq_ckpt_meta_t m = s_meta(600);
     cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 500), 0);
-    for (uint64_t it = 100; it <= 600; it += 100) {
-        mq_ckpt_meta_t k = s_meta(it);
-        char path[512];
-        mq_ckpt_path(dir, &k, path, sizeof path);
-        cr_expect_eq(access(path, F_OK) == 0, it >= 500, "iteration %llu",
-                     (unsigned long long)it);
-    }
+    s_expect_kept_from(dir, 600, 500);
 }

@@ -369,35 +369,14 @@ Test(cluster, a_worker_stuck_but_heartbeating_is_taken_out, .timeout = 180)
     cluster_start_core(&c, 3, 1, "stuck", extra);
     c.W = 2; /* the third member is the stuck one below */
     cluster_start_workers(&c);
-    zsock_t *s = zsock_new(ZMQ_DEALER);
-    cr_assert_not_null(s);
-    mq_wire_prepare(s, 0, MQ_WIRE_MAX_MSG);
-    zsock_set_rcvtimeo(s, 200);
-    test_sec_client(s, "worker", MQ_KEY_SCHEDULER);
-    cr_assert_eq(zsock_connect(s, "%s", c.endpoint), 0);
-    mq_msg_t m;
-    memset(&m, 0, sizeof m);
-    mq_msg_init(&m, MQ_MSG_REGISTER);
-    m.role = MQ_ROLE_WORKER;
-    m.incarnation = 77;
-    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    static mq_msg_t m, welcome;
+    zsock_t *s = test_stand_in(c.endpoint, 77, &welcome);
     mq_drop_t drop;
-    mq_msg_t welcome;
-    memset(&welcome, 0, sizeof welcome);
-    for (int i = 0; i < 100 && welcome.type != MQ_MSG_WELCOME; i++)
-        mq_wire_recv(s, &welcome, &drop);
-    cr_assert_eq(welcome.type, MQ_MSG_WELCOME, "the stand-in was not welcomed");
     /* READY, then heartbeats and nothing else, as a wedged worker's thread would send. */
     mq_msg_type_t say = MQ_MSG_READY;
     int code = -1;
     for (int64_t end = zclock_mono() + 120000; code < 0 && zclock_mono() < end;) {
-        mq_msg_init(&m, say);
-        m.role = MQ_ROLE_WORKER;
-        m.rank = welcome.rank;
-        m.incarnation = 77;
-        m.run_id = welcome.run_id;
-        m.has_token = welcome.has_token;
-        memcpy(m.token, welcome.token, MQ_TOKEN_LEN);
+        test_stand_in_msg(&m, say, &welcome, 77);
         mq_wire_send(s, &m, NULL, 0);
         say = MQ_MSG_HEARTBEAT;
         while (mq_wire_recv(s, &m, &drop) == 0) /* ITERATE and the rest: not acted on */

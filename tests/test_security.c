@@ -542,25 +542,9 @@ Test(security, unread_pulls_cannot_grow_a_servers_memory, .timeout = 180)
     }
     c.W = 1;
     cluster_start_workers(&c);
-    zsock_t *s = s_dealer(c.endpoint, "worker", MQ_KEY_SCHEDULER);
-    mq_msg_t m, welcome;
-    memset(&m, 0, sizeof m);
-    memset(&welcome, 0, sizeof welcome);
-    mq_msg_init(&m, MQ_MSG_REGISTER);
-    m.role = MQ_ROLE_WORKER;
-    m.incarnation = 5;
-    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
-    mq_drop_t drop;
-    for (int i = 0; i < 20 && welcome.type != MQ_MSG_WELCOME; i++)
-        mq_wire_recv(s, &welcome, &drop);
-    cr_assert_eq(welcome.type, MQ_MSG_WELCOME, "the insider was not welcomed");
-    mq_msg_init(&m, MQ_MSG_READY);
-    m.role = MQ_ROLE_WORKER;
-    m.rank = welcome.rank;
-    m.incarnation = 5;
-    m.run_id = welcome.run_id;
-    m.has_token = welcome.has_token;
-    memcpy(m.token, welcome.token, MQ_TOKEN_LEN);
+    static mq_msg_t m, welcome;
+    zsock_t *s = test_stand_in(c.endpoint, 5, &welcome);
+    test_stand_in_msg(&m, MQ_MSG_READY, &welcome, 5);
     cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
     zsock_t *d = zsock_new(ZMQ_DEALER);
     mq_wire_prepare(d, 0, MQ_WIRE_MAX_MSG);
@@ -586,13 +570,7 @@ Test(security, unread_pulls_cannot_grow_a_servers_memory, .timeout = 180)
     double before = s_rss_mb(server), peak = before;
     long sent = 0;
     for (int64_t end = zclock_mono() + 6000; zclock_mono() < end && sent < 2000;) {
-        mq_msg_init(&m, MQ_MSG_PULL);
-        m.role = MQ_ROLE_WORKER;
-        m.rank = welcome.rank;
-        m.iter = 0;
-        m.run_id = welcome.run_id;
-        m.has_token = welcome.has_token;
-        memcpy(m.token, welcome.token, MQ_TOKEN_LEN);
+        test_stand_in_msg(&m, MQ_MSG_PULL, &welcome, 5);
         if (mq_wire_send(d, &m, NULL, 0) == 0)
             sent++;
         else
