@@ -124,6 +124,17 @@ Test(checkpoint, cut_or_corrupt_files_are_refused_and_left_alone)
     free(data);
 }
 
+/* Writes the checkpoints of iterations 100, 200, .. 500 into DIR with P and ST, each told
+ * KEEP. */
+static void s_write_series(const char *dir, float *p, float *st, uint64_t keep)
+{
+    for (uint64_t it = 100; it <= 500; it += 100) {
+        s_fill(p, st, (float)it);
+        mq_ckpt_meta_t m = s_meta(it);
+        cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, keep), 0, "%s", mq_err_last());
+    }
+}
+
 /* Of the checkpoints of iterations 100, 200, .. LAST in DIR, exactly those from FROM on are
  * there. */
 static void s_expect_kept_from(const char *dir, uint64_t last, uint64_t from)
@@ -142,11 +153,7 @@ Test(checkpoint, the_two_newest_are_kept)
     char dir[256];
     s_dir(dir, sizeof dir, "prune");
     static float p[S_N], st[S_N];
-    for (uint64_t it = 100; it <= 500; it += 100) {
-        s_fill(p, st, (float)it);
-        mq_ckpt_meta_t m = s_meta(it);
-        cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 0), 0, "%s", mq_err_last());
-    }
+    s_write_series(dir, p, st, 0);
     s_expect_kept_from(dir, 500, 400);
     /* another shard's files are not this shard's to remove */
     mq_ckpt_meta_t other = s_meta(100);
@@ -167,11 +174,7 @@ Test(checkpoint, the_last_consistent_one_is_never_pruned)
     char dir[256];
     s_dir(dir, sizeof dir, "keep");
     static float p[S_N], st[S_N];
-    for (uint64_t it = 100; it <= 500; it += 100) {
-        s_fill(p, st, (float)it);
-        mq_ckpt_meta_t m = s_meta(it);
-        cr_assert_eq(mq_ckpt_write(dir, &m, p, S_N, st, S_N, 200), 0, "%s", mq_err_last());
-    }
+    s_write_series(dir, p, st, 200);
     s_expect_kept_from(dir, 500, 200);
     /* Once a newer one is consistent, the older ones go as before. */
     mq_ckpt_meta_t m = s_meta(600);
