@@ -270,11 +270,14 @@ static void s_fail(s_sched_t *self, const char *fmt, ...) __attribute__((format(
 
 /* ---- sending ----------------------------------------------------------------------------- */
 
+/* Sends self->out to NODE without waiting: a node that does not read (wedged, or an insider
+ * holding a rank) loses the message, counted as unread, and never stalls the scheduler; the
+ * heartbeat and iteration timeouts deal with the node. */
 static int s_send_to(s_sched_t *self, const s_node_t *node)
 {
     memcpy(self->out.peer, node->peer, node->peer_len);
     self->out.peer_len = node->peer_len;
-    return mq_wire_send(self->router, &self->out, NULL, 0);
+    return mq_wire_reply(self->router, &self->out, &self->drops);
 }
 
 /* Sends self->out to every node that holds a rank; returns how many could not be reached. */
