@@ -352,7 +352,8 @@ static void s_send_kept(s_server_t *self, const mq_msg_t *push)
         bytes += k->len;
     }
     self->out.sim_time = mq_link_egress(&self->link, bytes);
-    if (mq_wire_send(self->data, &self->out, copy, self->kept_n) != 0)
+    if (mq_wire_reply_payloads(self->data, &self->out, copy, self->kept_n,
+                               &self->node.drops) != 0)
         mq_warn("aggregate %llu to a late worker %u: %s", (unsigned long long)self->kept_iter,
                 push->rank, mq_err_last());
 }
@@ -394,7 +395,9 @@ static void s_complete(s_server_t *self)
         memcpy(self->out.peer, self->slots[r].peer, self->slots[r].peer_len);
         self->out.peer_len = self->slots[r].peer_len;
         self->out.sim_time = mq_link_egress(&self->link, bytes);
-        if (mq_wire_send(self->data, &self->out, copy, nsegs) != 0)
+        /* Without waiting: a member that does not read loses it (counted unread), and the
+         * scheduler's --iter-timeout takes it out; the others are served on time. */
+        if (mq_wire_reply_payloads(self->data, &self->out, copy, nsegs, &self->node.drops) != 0)
             mq_warn("aggregate %llu to worker %u: %s", (unsigned long long)self->out.iter, r,
                     mq_err_last());
     }
