@@ -857,10 +857,11 @@ typedef enum { S_GOES_ON, S_FAILS_CONFIG, S_FAILS } s_verdict_t;
 
 /* A worker or server died (not on the run's STOP): the scheduler takes a worker out of the
  * run, or takes the run back to its checkpoint for a server; the node is started again, at
- * most --restarts times, and joins. Not restarted: a node that refused its configuration
- * (exit 2) or failed the same way as the last time (a setup failure that a restart will not
- * mend). The run cannot go on without a server, or with no worker left to join it: then
- * REASON says why. */
+ * most --restarts times, and joins. Not restarted: a node the scheduler refused (exit 4), one
+ * that refused its configuration (exit 2) or failed its setup the same way as the last time
+ * (a restart will not mend either). The run cannot go on after a configuration refused,
+ * without a server that is not restarted (unless the scheduler refused it: its shard is
+ * another's), or with no worker left to join it: then REASON says why. */
 static s_verdict_t s_node_died(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
                                char *reason, size_t len)
 {
@@ -893,11 +894,11 @@ static s_verdict_t s_node_died(const mq_local_opts_t *o, s_cluster_t *cl, s_chil
         snprintf(reason, len, "cannot restart %s: %s", c->name, mq_err_last());
         return S_FAILS;
     }
-    if (c->server >= 0) /* the run cannot go on without its shard */
-        return c->code == 2 ? S_FAILS_CONFIG : S_FAILS;
     if (c->code == 2)
-        return S_FAILS_CONFIG; /* every worker gets the same configuration */
+        return S_FAILS_CONFIG; /* every node of a role gets the same configuration */
     fprintf(stderr, "mqgrad local: %s; not restarted\n", reason);
+    if (c->server >= 0) /* refused: its shard is another's; else the run cannot go on */
+        return c->code == MQ_EXIT_REFUSED ? S_GOES_ON : S_FAILS;
     for (int i = 0; i < cl->n; i++)
         if (cl->kids[i].worker >= 0 && !cl->kids[i].done)
             return S_GOES_ON;
