@@ -586,11 +586,18 @@ Test(security, unread_pulls_cannot_grow_a_servers_memory, .timeout = 180)
     cr_log_info("%ld pulls unread: the server grew by %.0f MB at most (one copy: %.0f MB)",
                 sent, peak - before, copy);
     cr_expect_gt(sent, 100, "only %ld pulls went out", sent);
+#if defined(__SANITIZE_ADDRESS__)
+    /* AddressSanitizer holds freed memory in quarantine (256 MB by default) and pads every
+     * block: no bound on resident memory holds under it. The flood still runs here, for the
+     * memory errors it could show. */
+    cr_log_info("under AddressSanitizer: the memory bound is not checked");
+#else
     /* At most: the snapshot, and CURVE's encrypted copy of the one reply in flight with its
      * encoder's buffer; however many PULLs came (before the shared snapshot every PULL made a
      * copy of its own, until the send timeout stalled the server). */
     cr_expect_lt(peak - before, 4 * copy, "%ld unread pulls grew the server by %.0f MB",
                  sent, peak - before);
+#endif
     kill(server, SIGTERM);
     waitpid(server, NULL, 0);
     zsock_destroy(&d);
