@@ -38,17 +38,24 @@ Test(util, temporary_files_of_dead_writers_are_swept_and_never_reused)
     if (dead == 0)
         _exit(0);
     waitpid(dead, NULL, 0);
-    char stale[256], live[256], other[256];
+    char stale[256], live[256], other[256], user[256], stale2[256];
     snprintf(stale, sizeof stale, "%s/summary.json.tmp.%d.0", dir, (int)dead);
     snprintf(live, sizeof live, "%s/summary.json.tmp.%d.0", dir, (int)getppid());
     snprintf(other, sizeof other, "%s/notes.tmp.txt", dir);
-    const char *files[] = {stale, live, other};
-    for (int i = 0; i < 3; i++)
+    snprintf(user, sizeof user, "%s/draft.tmp.%d", dir, (int)dead); /* not one of ours */
+    snprintf(stale2, sizeof stale2, "%s/agent.state.tmp.%d.3", dir, (int)dead);
+    const char *files[] = {stale, live, other, user, stale2};
+    for (int i = 0; i < 5; i++)
         cr_assert_eq(mq_write_file_atomic(files[i], "x", 1), 0, "%s", mq_err_last());
-    cr_expect_eq(mq_tmp_sweep(dir), 1);
+    /* With a base, only that file's temporaries go. */
+    cr_expect_eq(mq_tmp_sweep(dir, "agent.state"), 1);
+    cr_expect_neq(access(stale2, F_OK), 0, "the state file's dead temporary was left");
+    cr_expect_eq(access(stale, F_OK), 0, "another file's temporary went with a base given");
+    cr_expect_eq(mq_tmp_sweep(dir, NULL), 1);
     cr_expect_neq(access(stale, F_OK), 0, "a dead writer's file was left");
     cr_expect_eq(access(live, F_OK), 0, "a live writer's file was removed");
     cr_expect_eq(access(other, F_OK), 0, "a file that is no temporary one was removed");
+    cr_expect_eq(access(user, F_OK), 0, "a name not made by the atomic write was removed");
     /* A link planted at the next write's temporary name is refused, not followed. */
     char target[256], planted[256];
     snprintf(target, sizeof target, "%s/victim", dir);

@@ -196,9 +196,11 @@ static int s_load(s_agent_t *self, char *what, size_t cap)
 {
     mq_agent_config_t *cfg = self->cfg;
     mq_policy_t *cur = NULL, *stash = NULL;
-    char dir[sizeof cfg->state];
+    /* Only the state file's own: its folder may be anyone's (the working directory). */
+    char dir[sizeof cfg->state], name[sizeof cfg->state];
     snprintf(dir, sizeof dir, "%s", cfg->state);
-    int swept = mq_tmp_sweep(dirname(dir));
+    snprintf(name, sizeof name, "%s", cfg->state);
+    int swept = mq_tmp_sweep(dirname(dir), basename(name));
     if (swept > 0)
         mq_info("removed %d temporary files that writers which died left beside %s", swept,
                 cfg->state);

@@ -607,7 +607,7 @@ static int s_open_run(s_sched_t *self)
     const mq_scheduler_config_t *c = self->cfg;
     char json[2048];
     mq_sched_config_json(c, json, sizeof json);
-    int swept = mq_tmp_sweep(self->run_dir);
+    int swept = mq_tmp_sweep(self->run_dir, NULL);
     if (swept > 0)
         mq_info("removed %d temporary files that writers which died left in %s", swept,
                 self->run_dir);

@@ -806,7 +806,7 @@ void mq_server_actor(zsock_t *pipe, void *args)
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
     zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
-    int swept = self->cfg->checkpoint_dir[0] ? mq_tmp_sweep(self->cfg->checkpoint_dir) : 0;
+    int swept = self->cfg->checkpoint_dir[0] ? mq_tmp_sweep(self->cfg->checkpoint_dir, NULL) : 0;
     if (swept > 0)
         mq_info("removed %d temporary files that writers which died left in %s", swept,
                 self->cfg->checkpoint_dir);

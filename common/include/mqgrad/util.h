@@ -77,9 +77,11 @@ int mq_write_file_atomic(const char *path, const void *data, size_t len);
 /* The same for a file made of N parts (DATA[k], LEN[k]) written one after another, so a big
  * file needs no buffer of its own. */
 int mq_write_parts_atomic(const char *path, const void *const *data, const size_t *len, int n);
-/* Removes the temporary files (NAME.tmp.PID...) that writers which died left in DIR: those
- * whose process is gone. Returns how many it removed (0 when DIR cannot be read). */
-int mq_tmp_sweep(const char *dir);
+/* Removes the temporary files (NAME.tmp.PID.N, as mq_write_parts_atomic names them) that
+ * writers which died left in DIR: those whose process is gone. BASE, when not NULL, limits it
+ * to NAME = BASE (a directory that is not the project's own, say the one of an agent's state
+ * file). Returns how many it removed (0 when DIR cannot be read). */
+int mq_tmp_sweep(const char *dir, const char *base);
 /* Reads a whole file into a malloc'd buffer (NUL-terminated, length without the NUL). */
 int mq_read_file(const char *path, char **data, size_t *len);
 /* The default run directory for a KIND of run: "runs/KIND-YYYYmmdd-HHMMSS" (UTC). */

@@ -380,17 +380,25 @@ void mq_text_printf(mq_text_t *t, const char *fmt, ...)
         t->len += (size_t)n;
 }
 
-int mq_tmp_sweep(const char *dir)
+int mq_tmp_sweep(const char *dir, const char *base)
 {
     DIR *d = opendir(dir);
     if (!d)
         return 0;
     int removed = 0;
+    size_t blen = base ? strlen(base) : 0;
     for (struct dirent *e; (e = readdir(d));) {
-        const char *t = strstr(e->d_name, ".tmp.");
-        char *end;
+        /* Only the names mq_write_parts_atomic makes: NAME.tmp.PID.N, NAME BASE when given. */
+        if (base && (strncmp(e->d_name, base, blen) != 0 ||
+                     strncmp(e->d_name + blen, ".tmp.", 5) != 0))
+            continue;
+        const char *t = base ? e->d_name + blen : strstr(e->d_name, ".tmp.");
+        char *end, *end2;
         long pid = t ? strtol(t + 5, &end, 10) : 0;
-        if (pid <= 0 || (*end != '\0' && *end != '.') || pid == (long)getpid())
+        if (pid <= 0 || end == t + 5 || *end != '.' || end[1] < '0' || end[1] > '9')
+            continue;
+        strtoul(end + 1, &end2, 10);
+        if (*end2 != '\0' || pid == (long)getpid())
             continue;
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue; /* its writer may still be at work */
