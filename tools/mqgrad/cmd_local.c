@@ -225,21 +225,8 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
                             "it goes to (mqgrad-scheduler --help and\nmqgrad-worker --help "
                             "give their ranges), before anything starts.",
                             NULL, 0, NULL);
-    /* A bad codec or rule is refused here, with the codec's own words, before any process
-     * starts (the scheduler would refuse it too, after the agent is up). */
-    mq_codec_t c;
-    mq_optim_t r;
-    if (rc == 0 && ((o->codec[0] && mq_codec_parse(o->codec, &c) != 0) ||
-                    (o->optimizer[0] && mq_optim_parse(o->optimizer, &r) != 0))) {
-        fprintf(stderr, "mqgrad local: --%s: %s\n", o->codec[0] && mq_codec_parse(o->codec, &c)
-                ? "codec" : "optimizer", mq_err_last());
-        rc = 2;
-    }
-    if (rc == 0 && o->clock[0] && strcmp(o->clock, "real") != 0 &&
-        strcmp(o->clock, "simulated") != 0) {
-        fprintf(stderr, "mqgrad local: --clock '%s' is not 'real' or 'simulated'\n", o->clock);
-        rc = 2;
-    }
+    /* The codec, the update rule, the clock and every other forwarded value are the
+     * services' to check: mq_local_check runs their parsers before anything starts. */
     struct stat st;
     if (rc == 0 && o->bin_dir[0] && (stat(o->bin_dir, &st) != 0 || !S_ISDIR(st.st_mode))) {
         fprintf(stderr, "mqgrad local: --bin-dir %s: not a directory\n", o->bin_dir);
