@@ -15,7 +15,7 @@
 #include "scheduler.h"
 #include "sec_test.h"
 #include "server.h"
-#include "worker.h"
+#include "mqgrad/worker.h"
 
 #define MAXN 4
 

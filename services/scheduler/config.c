@@ -105,8 +105,10 @@ static int s_check(const mq_scheduler_config_t *c)
                 c->bits, c->codec);
         return 2;
     }
-    if (strcmp(c->model, "paper") != 0 && strcmp(c->model, "small") != 0) {
-        fprintf(stderr, "mqgrad-scheduler: --model '%s' is not 'paper' or 'small'\n", c->model);
+    if (strcmp(c->model, "paper") != 0 && strcmp(c->model, "small") != 0 &&
+        strcmp(c->model, "external") != 0) {
+        fprintf(stderr, "mqgrad-scheduler: --model '%s' is not 'paper', 'small' or 'external'\n",
+                c->model);
         return 2;
     }
     if (strcmp(c->dataset, "fashion-mnist") && strcmp(c->dataset, "mnist") &&
@@ -184,7 +186,9 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          "seconds the run may stay paused below --min-workers before it fails"},
         {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &c->servers, 0, 1, MQ_WIRE_MAX_SERVERS,
          "servers expected"},
-        {"model", "MQGRAD_MODEL", MQ_FLAG_STR, c->model, sizeof c->model, 0, 0, "paper | small"},
+        {"model", "MQGRAD_MODEL", MQ_FLAG_STR, c->model, sizeof c->model, 0, 0,
+         "paper | small (the built-in networks) | external (the workers' own model: its layout "
+         "and starting values come from the first libmqgrad worker)"},
         {"dataset", "MQGRAD_DATASET", MQ_FLAG_STR, c->dataset, sizeof c->dataset, 0, 0,
          "fashion-mnist | mnist | cifar10"},
         {"batch", "MQGRAD_BATCH", MQ_FLAG_LONG, &c->batch, 0, 1, 4096, "batch per worker"},

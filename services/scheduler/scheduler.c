@@ -112,6 +112,11 @@ typedef struct {
     double last_acc, last_loss;
     double last_sparsity; /* fraction of parameters exactly zero at the last evaluation */
     mq_codec_t codec;     /* the run's codec (its level range bounds the bits sent) */
+    /* the model's layout: the built-in model's, or with --model external the first worker's;
+     * every worker that declares one must match it */
+    mq_layout_t layout;
+    bool has_layout, external;
+    uint32_t seeder; /* external: the rank whose values the servers start from */
     /* agent */
     bool agent_ok;
     int agent_timer;
@@ -146,6 +151,16 @@ typedef struct {
 } s_sched_t;
 
 /* ---- metrics (mqgrad/metrics.h) ------------------------------------------------------------ */
+
+/* The fp32 push of the model: known from the start for a built-in model, from the first
+ * worker's layout for the workers' own. */
+static void s_metrics_layout(s_sched_t *self)
+{
+    uint64_t n = 0;
+    for (uint32_t i = 0; self->has_layout && i < self->layout.n; i++)
+        n += self->layout.t[i].count;
+    mq_metric_set(self->m.fp32_push, 4.0 * (double)n);
+}
 
 static void s_metrics_init(s_sched_t *self)
 {
@@ -200,8 +215,7 @@ static void s_metrics_init(s_sched_t *self)
     mq_metric_set(self->m.loss, NAN);
     mq_metric_set(self->m.link, self->run.link_mbps);
     mq_metric_set(self->m.simulated, self->run.simulated_clock);
-    int channels = strcmp(self->run.dataset, "cifar10") == 0 ? 3 : 1;
-    mq_metric_set(self->m.fp32_push, 4.0 * (double)mq_model_count(self->run.model, channels));
+    s_metrics_layout(self);
 }
 
 /* Rank R's series, made the first time it reports. */
@@ -562,6 +576,10 @@ static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
     for (uint32_t s = 0; s < self->nservers; s++)
         memcpy(self->out.servers[s], self->servers[s].endpoint, sizeof self->out.servers[s]);
     bool server = s_is_server(self, node);
+    if (self->external) { /* the servers build the model from it; workers check theirs */
+        self->out.layout = self->layout;
+        self->out.seed = !server && rank == self->seeder && self->run.resume_iter == 0;
+    }
     self->out.has_token = true;
     mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, self->out.token);
     if (server) { /* servers check workers' tokens with it */
@@ -690,6 +708,12 @@ static void s_start(s_sched_t *self)
         self->lineage = self->run_id;
     self->run.lineage = self->lineage;
     self->run.resume_iter = self->resumed_at;
+    if (self->external && self->workers[self->seeder].state == N_FREE)
+        for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) /* the first worker left: the next */
+            if (self->workers[r].state != N_FREE) {
+                self->seeder = r;
+                break;
+            }
     s_place_servers(self);
     for (uint32_t i = 0; i < self->nservers; i++)
         s_welcome(self, &self->servers[i], i);
@@ -1295,6 +1319,23 @@ static void s_register_repeat(s_sched_t *self, s_node_t *node, uint32_t rank, co
         s_welcome(self, node, rank);
 }
 
+/* Why a worker's REGISTER cannot join this run's model, or NULL. */
+static const char *s_layout_refusal(s_sched_t *self, const mq_msg_t *msg)
+{
+    static _Thread_local char why[MQ_WIRE_MAX_TEXT];
+    if (msg->layout.n == 0)
+        return self->external ? "this run trains the workers' own model (--model external): its "
+                                "workers join through libmqgrad (the C library or the Python "
+                                "package), which declares the model; mqgrad-worker trains the "
+                                "built-in models"
+                              : NULL;
+    if (!self->has_layout || mq_layout_compare(&self->layout, &msg->layout) == 0)
+        return NULL;
+    snprintf(why, sizeof why, "the model differs from the run's (%s %s): %s",
+             self->external ? "the first worker's," : "built-in", self->run.model, mq_err_last());
+    return why;
+}
+
 static void s_on_register(s_sched_t *self, mq_msg_t *msg)
 {
     bool worker = msg->role == MQ_ROLE_WORKER;
@@ -1327,6 +1368,18 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
                      self->cfg->max_workers);
             s_refuse(self, msg, why, false);
             return;
+        }
+        const char *why = s_layout_refusal(self, msg);
+        if (why) {
+            s_refuse(self, msg, why, false);
+            return;
+        }
+        if (!self->has_layout) { /* external: the first worker's model is the run's */
+            self->layout = msg->layout;
+            self->has_layout = true;
+            self->seeder = rank;
+            s_metrics_layout(self);
+            mq_info("the run's model: worker %u's layout, %u tensors", rank, self->layout.n);
         }
         node = &self->workers[rank];
     } else {
@@ -1867,6 +1920,11 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     self->pipe = pipe;
     self->cfg = args;
     mq_sched_run_config(self->cfg, &self->run);
+    self->external = strcmp(self->run.model, "external") == 0;
+    self->has_layout =
+        !self->external &&
+        mq_model_layout_of(self->run.model, strcmp(self->run.dataset, "cifar10") == 0 ? 3 : 1,
+                           &self->layout) == 0;
     self->bits = (int)self->cfg->bits;
     self->agent_ok = true;
     self->agent_timer = -1;

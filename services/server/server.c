@@ -43,6 +43,7 @@ typedef struct {
     uint32_t rank;
     mq_run_config_t run;
     mq_model_t *model; /* its parameters are the master copy (this shard's range is used) */
+    bool awaiting_seed; /* the workers' model: its values come from a worker's SEED */
     mq_codec_t codec;  /* the run's codec for quantized segments, level set per iteration */
     mq_kv_t *kv;       /* the shard, the round in flight, the reply, the master-copy update */
     s_slot_t *slots;   /* one per worker */
@@ -140,11 +141,14 @@ static void s_fail(s_server_t *self, const char *what)
     mq_node_finish(&self->node, 1, what);
 }
 
-static int s_setup(s_server_t *self)
+static int s_setup(s_server_t *self, const mq_layout_t *layout)
 {
     const mq_run_config_t *r = &self->run;
     int channels = strcmp(r->dataset, "cifar10") == 0 ? 3 : 1;
-    self->model = mq_model_new(r->model, channels, 1, r->l2);
+    if (strcmp(r->model, "external") == 0) /* the workers' own model: its layout */
+        self->model = mq_model_from_layout(layout);
+    else
+        self->model = mq_model_new(r->model, channels, 1, r->l2);
     if (!self->model)
         return -1;
     mq_model_init(self->model, r->seed); /* the same initial parameters as every worker */
@@ -269,6 +273,62 @@ static void s_fail_loudly(s_server_t *self, const char *what)
     s_fail(self, what);
 }
 
+/* Set up and holding the values the run starts from: iterations may start. */
+static void s_ready(s_server_t *self)
+{
+    const mq_shard_t *shard = mq_kv_shard(self->kv);
+    mq_info("ready: shard %u holds [%llu, %llu) in %u segments, %u workers", self->rank,
+            (unsigned long long)shard->begin, (unsigned long long)shard->end, shard->nsegs,
+            self->run.workers);
+    if (mq_node_ready(&self->node, self->rank) != 0)
+        s_fail(self, "ready");
+}
+
+/* A run of the workers' own model starts from the values of the worker the scheduler named
+ * (WELCOME's seed): its SEED holds the shard's segments in fp32. Taken once, before the
+ * first round; the master copy's update-rule state starts at zero. */
+static void s_on_seed(s_server_t *self, const mq_msg_t *msg)
+{
+    const mq_shard_t *shard = mq_kv_shard(self->kv);
+    const char *why = NULL;
+    mq_drop_t d = MQ_DROP_NONE;
+    if (!self->awaiting_seed || msg->iter != 0)
+        d = MQ_DROP_DUPLICATE, why = "values when the shard has its own";
+    else if (msg->shard != self->rank)
+        d = MQ_DROP_SHARD, why = "values for another shard";
+    else if (msg->ntensors != shard->nsegs)
+        d = MQ_DROP_LAYOUT, why = "values not cut as the shard's segments";
+    for (uint32_t i = 0; d == MQ_DROP_NONE && i < shard->nsegs; i++) {
+        const mq_tensor_hdr_t *h = &msg->tensors[i];
+        const mq_segment_t *seg = &shard->segs[i];
+        if (h->codec.id != MQ_CODEC_ID_none || strcmp(h->name, seg->name) != 0 ||
+            h->offset != seg->offset || h->count != seg->count)
+            d = MQ_DROP_LAYOUT, why = "values not as the shard's segments in fp32";
+    }
+    if (d != MQ_DROP_NONE) {
+        mq_drops_note(&self->node.drops, d, msg->peer, msg->peer_len, why);
+        return;
+    }
+    float *params, *state;
+    size_t n, nstate;
+    if (s_shard_buffers(self, &params, &state, &n, &nstate) != 0) {
+        s_fail_loudly(self, "seed");
+        return;
+    }
+    size_t at = 0;
+    for (uint32_t i = 0; i < shard->nsegs; i++) {
+        memcpy(params + at, msg->payload[i], shard->segs[i].count * sizeof(float));
+        at += shard->segs[i].count;
+    }
+    memset(state, 0, nstate * sizeof(float));
+    mq_kv_restore(self->kv, 0, params, state);
+    free(params);
+    free(state);
+    self->awaiting_seed = false;
+    mq_info("took worker %u's values of the shard", msg->rank);
+    s_ready(self);
+}
+
 static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
 {
     if (self->welcomed)
@@ -290,7 +350,7 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
     mq_log_set_tag("server %u", self->rank);
     self->welcomed = true;
     if (mq_node_welcomed(&self->node, self->loop, msg) != 0 ||
-        s_setup(self) != 0) {
+        s_setup(self, &msg->layout) != 0) {
         s_fail_loudly(self, "setup");
         return;
     }
@@ -298,13 +358,12 @@ static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
         s_fail_loudly(self, "resume");
         return;
     }
-    const mq_shard_t *shard = mq_kv_shard(self->kv);
     mq_metric_set(self->m.shard, self->rank);
-    mq_info("ready: shard %u holds [%llu, %llu) in %u segments, %u workers", self->rank,
-            (unsigned long long)shard->begin, (unsigned long long)shard->end, shard->nsegs,
-            self->run.workers);
-    if (mq_node_ready(&self->node, self->rank) != 0)
-        s_fail(self, "ready");
+    self->awaiting_seed = strcmp(self->run.model, "external") == 0 && self->run.resume_iter == 0;
+    if (self->awaiting_seed)
+        mq_info("set up: waiting for the first worker's values of the shard");
+    else
+        s_ready(self);
 }
 
 /* ---- aggregation --------------------------------------------------------------------- */
@@ -701,6 +760,15 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
     } else if (msg->type == MQ_MSG_PUSH) {
         if (!self->node.finished)
             s_on_push(self, msg);
+    } else if (msg->type == MQ_MSG_SEED) {
+        if (!self->kv || msg->run_id != self->node.run_id)
+            mq_drops_note(&self->node.drops, MQ_DROP_RUN, msg->peer, msg->peer_len,
+                          "values before the run started, or of another run");
+        else if (!s_owner_ok(self, msg))
+            mq_drops_note(&self->node.drops, MQ_DROP_AUTH, msg->peer, msg->peer_len,
+                          "values from a peer that does not hold the rank's token");
+        else if (!self->node.finished)
+            s_on_seed(self, msg);
     } else if (msg->type == MQ_MSG_PULL) {
         if (!self->welcomed || msg->run_id != self->node.run_id)
             mq_drops_note(&self->node.drops, MQ_DROP_RUN, msg->peer, msg->peer_len,

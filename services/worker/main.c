@@ -1,5 +1,5 @@
 /* mqgrad-worker: flags and environment → the worker actor → wait until it is done or a signal. */
-#include "worker.h"
+#include "mqgrad/worker.h"
 
 #include "mqgrad/nn.h"
 #include "mqgrad/service.h"

@@ -30,7 +30,7 @@
 #include "scheduler.h"
 #include "scheduler_internal.h"
 #include "server.h"
-#include "worker.h"
+#include "mqgrad/worker.h"
 
 #define S_MAX_ARGS 64
 

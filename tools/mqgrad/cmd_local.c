@@ -25,7 +25,7 @@
 #include "agent.h"
 #include "scheduler.h"
 #include "server.h"
-#include "worker.h"
+#include "mqgrad/worker.h"
 #include "mqgrad/data.h"
 #include "mqgrad/runlog.h"
 #include "mqgrad/service.h"

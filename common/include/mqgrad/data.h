@@ -67,6 +67,10 @@ void mq_batcher_take(mq_batcher_t *b, uint64_t pos, float *x, uint8_t *y);
 /* Writes the whole dataset as 28x28 images (centre crop if needed) into x (n x C x 28 x 28). */
 void mq_dataset_export28(const mq_dataset_t *d, float *x);
 
+/* The run's order of epoch EPOCH over N examples (run seed SEED): PERM[0..N) is a seeded
+ * permutation, the one the batcher takes position epoch*N + k from (perm[k]). */
+void mq_epoch_perm(uint64_t seed, uint64_t epoch, int32_t *perm, int n);
+
 #ifdef __cplusplus
 }
 #endif

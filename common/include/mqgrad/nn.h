@@ -20,6 +20,39 @@ typedef struct {
 
 typedef struct mq_model_t mq_model_t;
 
+/* ---- a model's layout: its tensors' names and sizes in order ---------------------------
+ * What the cluster needs of a model it does not compute (a libmqgrad worker's): the servers
+ * hold and update a layout model (mq_model_from_layout), the scheduler checks that every
+ * worker of a run declares the same layout. */
+#define MQ_LAYOUT_MAX 128 /* tensors */
+#define MQ_LAYOUT_NAME 64 /* bytes of a name, its terminating zero included */
+typedef struct {
+    char name[MQ_LAYOUT_NAME];
+    uint64_t count;
+} mq_layout_entry_t;
+typedef struct {
+    uint32_t n;
+    mq_layout_entry_t t[MQ_LAYOUT_MAX];
+} mq_layout_t;
+
+/* Checks L: 1..MQ_LAYOUT_MAX tensors, each with a unique, non-empty name of printable ASCII
+ * without spaces and at least one element, fewer than 2^31 elements in all. Returns 0, or -1
+ * with an error naming the first bad tensor. */
+int mq_layout_check(const mq_layout_t *l);
+/* Whether GOT equals the run's layout RUN: 0, or -1 with an error naming the first tensor
+ * that differs (its name, its size, or one missing or extra). */
+int mq_layout_compare(const mq_layout_t *run, const mq_layout_t *got);
+/* The layout of built-in model NAME for C input channels; -1 with an error for a bad name. */
+int mq_model_layout_of(const char *name, int channels, mq_layout_t *out);
+/* The layout of M. */
+void mq_model_layout(const mq_model_t *m, mq_layout_t *out);
+/* A model of layout L (checked) and no layers: zeroed parameters and gradients with a view per
+ * tensor, and nothing to compute (mq_model_grad returns NaN, mq_model_eval adds nothing,
+ * mq_model_init leaves the zeros). Its name is "external". NULL with an error. */
+mq_model_t *mq_model_from_layout(const mq_layout_t *l);
+/* Whether tensor T's gradient is added onto what mq_model_grads holds (set_accumulate). */
+bool mq_model_accumulates(const mq_model_t *m, size_t tensor);
+
 /* Builds model NAME ("paper" or "small") for C input channels of 28x28 images, able to run
  * batches of up to MAX_BATCH, with L2 coefficient L2 on the big FC weights (fc1.w, fc2.w; the
  * paper's loss). Parameters are zero until mq_model_init. NULL with an error on a bad name. */

@@ -49,6 +49,8 @@ typedef struct {
     mq_sec_t *sec;       /* the node's keys (mqgrad/security.h); outlives the node */
     bool has_token;
     uint8_t token[MQ_TOKEN_LEN]; /* WELCOME's: on every message to the scheduler */
+    const mq_layout_t *layout; /* a libmqgrad worker's REGISTER: its model's layout; set
+                                * before mq_node_open (NULL: none) */
     uint32_t prefer_shard; /* a server's REGISTER: 1 + the shard it asks for, 0 = any; set
                             * before mq_node_open */
     /* A worker's loop stores 1 + the iteration it last pushed; the heartbeat thread sends it,
@@ -97,6 +99,9 @@ void mq_node_check_peer(mq_node_t *n);
 /* zloop reader for the actor pipe (ARG is the mq_node_t): "PORT" → port, "DROPS" →
  * mq_drops_format, "$TERM" → ends the loop. */
 int mq_node_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg);
+/* The same for a command CMD the actor's own pipe reader took (NULL: the pipe closed):
+ * -1 ends the loop. */
+int mq_node_command(mq_node_t *n, const char *cmd);
 
 #ifdef __cplusplus
 }

@@ -67,6 +67,8 @@ int mq_service_run(zactor_fn *actor_fn, void *args);
 
 /* For actors: tell the owner the service is over with exit CODE. */
 void mq_service_done(zsock_t *pipe, int code);
+/* The same with the reason, "DONE <code> <why>" (a caller of the worker library shows it). */
+void mq_service_done_why(zsock_t *pipe, int code, const char *why);
 
 #ifdef __cplusplus
 }

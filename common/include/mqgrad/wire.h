@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "mqgrad/metrics.h"
+#include "mqgrad/nn.h"
 #include "mqgrad/quant.h"
 
 #ifdef __cplusplus
@@ -25,7 +26,9 @@ extern "C" {
 #endif
 
 #define MQ_WIRE_VERSION 2
-#define MQ_WIRE_MAX_TENSORS 32
+/* Payload frames in a message, and so segments in a shard: a model of MQ_LAYOUT_MAX tensors
+ * fits in one shard. */
+#define MQ_WIRE_MAX_TENSORS MQ_LAYOUT_MAX
 #define MQ_WIRE_MAX_SERVERS 64
 #define MQ_WIRE_MAX_PEER 256
 #define MQ_WIRE_MAX_TEXT 256
@@ -51,7 +54,7 @@ extern "C" {
     X(POLICY_SET, "policy-set") X(PING, "ping") X(PONG, "pong") X(STOP, "stop")              \
     X(ERROR, "error") X(HEARTBEAT, "heartbeat") X(READY, "ready") X(HAVE, "have")           \
     X(COMMIT, "commit") X(PULL, "pull") X(PARAMS, "params") X(LEAVE, "leave")               \
-    X(SAVED, "saved") X(PROGRESS, "progress")
+    X(SAVED, "saved") X(PROGRESS, "progress") X(SEED, "seed")
 
 typedef enum {
     MQ_MSG_UNKNOWN = 0,
@@ -93,7 +96,7 @@ typedef enum {
 const char *mq_drop_name(mq_drop_t r);
 
 typedef struct {
-    char name[32];
+    char name[MQ_LAYOUT_NAME];
     uint64_t offset, count;
     mq_codec_t codec;
     uint64_t payload_len;
@@ -198,6 +201,9 @@ typedef struct {
     bool checkpoint;     /* ITERATE to servers: write the shard checkpoint first */
     uint64_t keep_from;  /* ... and keep the one of this iteration (the last consistent) */
     bool retry;          /* ERROR: the node may register again */
+    /* REGISTER from a libmqgrad worker: its model's layout; WELCOME: the run's (nn.h) */
+    mq_layout_t layout;
+    bool seed;           /* WELCOME to a worker: it gives the servers their values (SEED) */
     /* ownership (SECURITY.md): the sender's token (0 when sent: the thread's, see
      * mq_wire_set_token), WELCOME to servers: the run key */
     bool has_token;

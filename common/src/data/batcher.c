@@ -27,19 +27,23 @@ static uint64_t s_mix(uint64_t x)
 }
 
 /* Fisher-Yates over 0..n-1 from a generator seeded with (seed, epoch). */
-static void s_shuffle(mq_batcher_t *b)
+void mq_epoch_perm(uint64_t seed, uint64_t epoch, int32_t *perm, int n)
 {
     mq_rng_t rng;
-    mq_rng_seed(&rng, s_mix(b->seed) ^ s_mix(b->epoch + 0x5eed));
-    int n = b->d->n;
+    mq_rng_seed(&rng, s_mix(seed) ^ s_mix(epoch + 0x5eed));
     for (int i = 0; i < n; i++)
-        b->perm[i] = i;
+        perm[i] = i;
     for (int i = n - 1; i > 0; i--) {
         int j = (int)mq_rng_below(&rng, (uint64_t)i + 1);
-        int32_t t = b->perm[i];
-        b->perm[i] = b->perm[j];
-        b->perm[j] = t;
+        int32_t t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
     }
+}
+
+static void s_shuffle(mq_batcher_t *b)
+{
+    mq_epoch_perm(b->seed, b->epoch, b->perm, b->d->n);
 }
 
 /* Contract (beyond data.h): NULL with an error if rank is not in 0..nparts-1, batch < 1, or

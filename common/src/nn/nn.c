@@ -23,7 +23,11 @@
 struct mq_model_t {
     char name[16];
     mq_arch_t arch;
-    mq_tensor_view_t views[MQ_NTENSORS];
+    mq_tensor_view_t *views; /* builtin_, or one per tensor of layout */
+    size_t nviews;
+    mq_tensor_view_t builtin_[MQ_NTENSORS];
+    mq_layout_t *layout; /* a layout model's (mq_model_from_layout): no net */
+    bool accumulate[MQ_LAYOUT_MAX]; /* mq_model_set_accumulate's */
     size_t nparams;
     float *params, *grads;
     mq_net_f_t *net;
@@ -132,6 +136,8 @@ mq_model_t *mq_model_new(const char *name, int channels, int max_batch, float l2
     if (mq_arch_for(name, channels, l2, &m->arch) < 0)
         goto err;
     snprintf(m->name, sizeof m->name, "%s", name);
+    m->views = m->builtin_;
+    m->nviews = MQ_NTENSORS;
     m->nparams = mq_arch_views(&m->arch, m->views);
     m->params = calloc(m->nparams, sizeof(float));
     m->grads = calloc(m->nparams, sizeof(float));
@@ -161,6 +167,10 @@ void mq_model_destroy(mq_model_t **self_p)
         return;
     mq_model_t *m = *self_p;
     mq_net_destroy_f(&m->net);
+    if (m->layout) {
+        free(m->views);
+        free(m->layout);
+    }
     free(m->params);
     free(m->grads);
     free(m);
@@ -179,12 +189,138 @@ size_t mq_model_nparams(const mq_model_t *m)
 
 size_t mq_model_ntensors(const mq_model_t *m)
 {
-    return MQ_NTENSORS;
+    return m->nviews;
 }
 
 const mq_tensor_view_t *mq_model_tensor(const mq_model_t *m, size_t i)
 {
-    return i < MQ_NTENSORS ? &m->views[i] : NULL;
+    return i < m->nviews ? &m->views[i] : NULL;
+}
+
+/* ---- layouts ----------------------------------------------------------------------------- */
+
+int mq_layout_check(const mq_layout_t *l)
+{
+    if (l->n < 1 || l->n > MQ_LAYOUT_MAX) {
+        mq_err_set("a model has 1 to %d tensors, this one %u", MQ_LAYOUT_MAX, l->n);
+        return -1;
+    }
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < l->n; i++) {
+        const mq_layout_entry_t *e = &l->t[i];
+        size_t len = strnlen(e->name, MQ_LAYOUT_NAME);
+        if (len == 0 || len == MQ_LAYOUT_NAME) {
+            mq_err_set("tensor %u: a name has 1 to %d bytes", i, MQ_LAYOUT_NAME - 1);
+            return -1;
+        }
+        for (size_t k = 0; k < len; k++)
+            if (e->name[k] <= ' ' || e->name[k] > '~') {
+                mq_err_set("tensor %u ('%.*s'): a name is printable ASCII without spaces", i,
+                           (int)len, e->name);
+                return -1;
+            }
+        for (uint32_t j = 0; j < i; j++)
+            if (strcmp(l->t[j].name, e->name) == 0) {
+                mq_err_set("tensors %u and %u are both named '%s'", j, i, e->name);
+                return -1;
+            }
+        if (e->count < 1 || e->count >= (1ULL << 31) - total) {
+            mq_err_set("tensor '%s': %llu elements (a model holds 1 to 2^31 - 1 in all)",
+                       e->name, (unsigned long long)e->count);
+            return -1;
+        }
+        total += e->count;
+    }
+    return 0;
+}
+
+int mq_layout_compare(const mq_layout_t *run, const mq_layout_t *got)
+{
+    for (uint32_t i = 0; i < run->n || i < got->n; i++) {
+        if (i >= got->n) {
+            mq_err_set("the run's tensor %u '%s' (%llu elements) is missing", i, run->t[i].name,
+                       (unsigned long long)run->t[i].count);
+            return -1;
+        }
+        if (i >= run->n) {
+            mq_err_set("tensor %u '%s' is one the run does not have (it has %u tensors)", i,
+                       got->t[i].name, run->n);
+            return -1;
+        }
+        if (strcmp(run->t[i].name, got->t[i].name) != 0) {
+            mq_err_set("tensor %u is '%s', the run's is '%s'", i, got->t[i].name,
+                       run->t[i].name);
+            return -1;
+        }
+        if (run->t[i].count != got->t[i].count) {
+            mq_err_set("tensor %u '%s' has %llu elements, the run's has %llu", i, got->t[i].name,
+                       (unsigned long long)got->t[i].count,
+                       (unsigned long long)run->t[i].count);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void s_views_layout(const mq_tensor_view_t *v, size_t n, mq_layout_t *out)
+{
+    out->n = (uint32_t)n;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(out->t[i].name, sizeof out->t[i].name, "%s", v[i].name);
+        out->t[i].count = v[i].count;
+    }
+}
+
+int mq_model_layout_of(const char *name, int channels, mq_layout_t *out)
+{
+    mq_arch_t arch;
+    mq_tensor_view_t views[MQ_NTENSORS];
+    if (mq_arch_for(name, channels, 0, &arch) < 0)
+        return -1;
+    mq_arch_views(&arch, views);
+    s_views_layout(views, MQ_NTENSORS, out);
+    return 0;
+}
+
+void mq_model_layout(const mq_model_t *m, mq_layout_t *out)
+{
+    s_views_layout(m->views, m->nviews, out);
+}
+
+mq_model_t *mq_model_from_layout(const mq_layout_t *l)
+{
+    if (mq_layout_check(l) != 0)
+        return NULL;
+    mq_model_t *m = calloc(1, sizeof *m);
+    if (!m) {
+        mq_err_set("out of memory");
+        return NULL;
+    }
+    snprintf(m->name, sizeof m->name, "external");
+    m->layout = malloc(sizeof *m->layout);
+    m->views = calloc(l->n, sizeof *m->views);
+    if (!m->layout || !m->views)
+        goto oom;
+    *m->layout = *l;
+    m->nviews = l->n;
+    for (uint32_t i = 0; i < l->n; i++) {
+        m->views[i] = (mq_tensor_view_t){m->layout->t[i].name, m->nparams, l->t[i].count};
+        m->nparams += l->t[i].count;
+    }
+    m->params = calloc(m->nparams, sizeof(float));
+    m->grads = calloc(m->nparams, sizeof(float));
+    if (!m->params || !m->grads)
+        goto oom;
+    return m;
+oom:
+    mq_err_set("out of memory for a model of %zu parameters", m->nparams);
+    mq_model_destroy(&m);
+    return NULL;
+}
+
+bool mq_model_accumulates(const mq_model_t *m, size_t tensor)
+{
+    return tensor < m->nviews && m->accumulate[tensor];
 }
 
 float *mq_model_params(mq_model_t *m)
@@ -203,6 +339,8 @@ float *mq_model_grads(mq_model_t *m)
  * result depends on the seed only. */
 void mq_model_init(mq_model_t *m, uint64_t seed)
 {
+    if (m->layout)
+        return; /* its values come from its owner (a libmqgrad worker's SEED) */
     mq_rng_t rng;
     mq_rng_seed(&rng, seed);
     const mq_arch_t *a = &m->arch;
@@ -227,6 +365,8 @@ void mq_model_init(mq_model_t *m, uint64_t seed)
 
 float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch)
 {
+    if (!m->net)
+        return NAN;
     mq_nn_prof = m->prof;
     mq_nn_prof_t = m->prof ? mq_now_s() : 0;
     float loss =
@@ -237,14 +377,18 @@ float mq_model_grad(mq_model_t *m, const float *x, const uint8_t *y, int batch)
 
 void mq_model_set_accumulate(mq_model_t *m, size_t tensor, bool on)
 {
-    if (tensor < MQ_NTENSORS)
+    if (tensor >= m->nviews)
+        return;
+    m->accumulate[tensor] = on;
+    if (m->net)
         mq_net_accumulate_f(m->net, tensor, on);
 }
 
 void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, double *loss_sum,
                    long *correct)
 {
-    mq_net_eval_f(m->net, m->params, x, y, n, loss_sum, correct);
+    if (m->net)
+        mq_net_eval_f(m->net, m->params, x, y, n, loss_sum, correct);
 }
 
 typedef struct {

@@ -48,6 +48,8 @@ int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t ro
     n->msg.incarnation = n->incarnation;
     n->msg.shard = n->prefer_shard;
     snprintf(n->msg.endpoint, sizeof n->msg.endpoint, "%s", advertise ? advertise : "");
+    if (n->layout)
+        n->msg.layout = *n->layout;
     return mq_wire_send(n->sched, &n->msg, NULL, 0);
 }
 
@@ -242,7 +244,13 @@ void mq_node_finish(mq_node_t *n, int code, const char *what)
         mq_error("%s: %s", what, mq_err_last());
     if (!n->finished) {
         n->finished = true;
-        mq_service_done(n->pipe, code);
+        if (code != 0) {
+            char why[600];
+            snprintf(why, sizeof why, "%s: %s", what ? what : "failed", mq_err_last());
+            mq_service_done_why(n->pipe, code, why);
+        } else {
+            mq_service_done(n->pipe, code);
+        }
     }
 }
 
@@ -302,18 +310,21 @@ void mq_node_check_peer(mq_node_t *n)
     }
 }
 
+int mq_node_command(mq_node_t *n, const char *cmd)
+{
+    if (!cmd || streq(cmd, "$TERM"))
+        return -1;
+    if (streq(cmd, "PORT"))
+        zstr_sendf(n->pipe, "%d", n->port);
+    else if (streq(cmd, "DROPS"))
+        mq_sec_send_drops(n->pipe, &n->drops, n->sec);
+    return 0;
+}
+
 int mq_node_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
 {
-    mq_node_t *n = arg;
     char *cmd = zstr_recv(pipe);
-    int rc = 0;
-    if (!cmd || streq(cmd, "$TERM")) {
-        rc = -1;
-    } else if (streq(cmd, "PORT")) {
-        zstr_sendf(pipe, "%d", n->port);
-    } else if (streq(cmd, "DROPS")) {
-        mq_sec_send_drops(pipe, &n->drops, n->sec);
-    }
+    int rc = mq_node_command(arg, cmd);
     zstr_free(&cmd);
     return rc;
 }

@@ -153,6 +153,11 @@ void mq_service_done(zsock_t *pipe, int code)
     zstr_sendf(pipe, "DONE %d", code);
 }
 
+void mq_service_done_why(zsock_t *pipe, int code, const char *why)
+{
+    zstr_sendf(pipe, "DONE %d %s", code, why);
+}
+
 static void s_stop_signals(sigset_t *set)
 {
     sigemptyset(set);

@@ -161,6 +161,8 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     Mqgrad__Status status = MQGRAD__STATUS__INIT;
     Mqgrad__TensorHeader th[MQ_WIRE_MAX_TENSORS];
     Mqgrad__TensorHeader *thp[MQ_WIRE_MAX_TENSORS];
+    Mqgrad__TensorHeader lh[MQ_LAYOUT_MAX];
+    Mqgrad__TensorHeader *lhp[MQ_LAYOUT_MAX];
     uint8_t params[MQ_WIRE_MAX_TENSORS][4 * MQ_CODEC_NPARAMS];
     char *servers[MQ_WIRE_MAX_SERVERS];
 
@@ -190,6 +192,19 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.checkpoint = msg->checkpoint;
     meta.keep_from = msg->keep_from;
     meta.retry = msg->retry;
+    meta.seed = msg->seed;
+    if (msg->layout.n > MQ_LAYOUT_MAX) {
+        mq_err_set("a layout of %u tensors (at most %d)", msg->layout.n, MQ_LAYOUT_MAX);
+        return -1;
+    }
+    for (uint32_t i = 0; i < msg->layout.n; i++) {
+        mqgrad__tensor_header__init(&lh[i]);
+        lh[i].name = (char *)msg->layout.t[i].name;
+        lh[i].count = msg->layout.t[i].count;
+        lhp[i] = &lh[i];
+    }
+    meta.n_layout = msg->layout.n;
+    meta.layout = lhp;
     if (msg->has_token || s_has_token) {
         meta.token.data = msg->has_token ? msg->token : s_token;
         meta.token.len = MQ_TOKEN_LEN;
@@ -603,6 +618,23 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->checkpoint = meta->checkpoint;
     msg->keep_from = meta->keep_from;
     msg->retry = meta->retry;
+    msg->seed = meta->seed;
+    if (meta->n_layout > MQ_LAYOUT_MAX) {
+        mq_err_set("a layout of %zu tensors (at most %d)", meta->n_layout, MQ_LAYOUT_MAX);
+        return MQ_DROP_TOO_MANY;
+    }
+    msg->layout.n = (uint32_t)meta->n_layout;
+    for (size_t i = 0; i < meta->n_layout; i++) {
+        const Mqgrad__TensorHeader *t = meta->layout[i];
+        if (strlen(t->name) >= MQ_LAYOUT_NAME) {
+            mq_err_set("layout: tensor %zu's name has over %d bytes", i, MQ_LAYOUT_NAME - 1);
+            return MQ_DROP_LAYOUT;
+        }
+        s_copy_str(msg->layout.t[i].name, sizeof msg->layout.t[i].name, t->name);
+        msg->layout.t[i].count = t->count;
+    }
+    if (msg->layout.n > 0 && mq_layout_check(&msg->layout) != 0)
+        return MQ_DROP_LAYOUT;
     if (meta->token.len != 0 && meta->token.len != MQ_TOKEN_LEN) {
         mq_err_set("token of %zu bytes (%d expected)", meta->token.len, MQ_TOKEN_LEN);
         return MQ_DROP_GARBAGE;

@@ -7,7 +7,7 @@
  * A replica is in step when it has applied every round before the one it is asked to run.
  * One that is not (it joins late, or a round closed without it) first PULLs every server's
  * master shard, as of that round, and then runs it like the others. */
-#include "worker.h"
+#include "mqgrad/worker.h"
 
 #include <float.h>
 #include <math.h>
@@ -16,6 +16,7 @@
 
 #include "mqgrad/data.h"
 #include "mqgrad/kv.h"
+#include "mqgrad/mqgrad.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/node.h"
 #include "mqgrad/ps.h"
@@ -78,6 +79,14 @@ typedef struct {
     bool has_pending;
     double t_pending;
     mq_sec_t *sec;
+    /* a libmqgrad worker (cfg->ext): the round is computed by the library's caller, who
+     * asks for it ("NEXT"); an ITERATE that comes before is held until then */
+    const mq_worker_ext_t *ext;
+    bool caller_waiting, caller_pushing, caller_evaluating;
+    mq_msg_t *held;
+    bool has_held;
+    double t_step; /* when the caller got the round */
+    double t_done; /* when the round's last aggregate was applied */
     struct {
         mq_metric_t *rank, *iterations, *loss, *bits, *pushed, *pulled, *link_mbps;
         mq_metric_t *phase[4]; /* compute, encode, wait, decode */
@@ -171,21 +180,41 @@ static void s_evaluate(s_worker_t *self, uint32_t limit)
     rep->zero_params = mq_optim_count_zeros(mq_model_params(self->model), rep->params);
 }
 
+/* The model a libmqgrad worker declared, with its starting values. It is in step with no
+ * round: before its first it pulls the servers' values (those of the run's first worker). */
+static int s_setup_ext(s_worker_t *self)
+{
+    self->model = mq_model_from_layout(&self->ext->layout);
+    if (!self->model)
+        return -1;
+    if (self->ext->init)
+        memcpy(mq_model_params(self->model), self->ext->init,
+               mq_model_nparams(self->model) * sizeof(float));
+    self->synced = UINT64_MAX;
+    return 0;
+}
+
 static int s_setup(s_worker_t *self)
 {
     const mq_run_config_t *r = &self->run;
-    /* The simulated clock charges a node's compute as its thread's CPU time: one thread. */
-    int threads = r->simulated_clock ? 1 : (int)self->cfg->threads;
-    if (r->simulated_clock && self->cfg->threads > 1)
-        mq_info("simulated clock: OpenBLAS runs on 1 thread, not %ld", self->cfg->threads);
-    mq_nn_set_threads(threads);
-    if (s_load_data(self) != 0)
-        return -1;
-    self->model = mq_model_new(r->model, mq_dataset_channels(self->train), (int)r->batch, r->l2);
-    if (!self->model)
-        return -1;
-    mq_model_init(self->model, r->seed);
-    mq_model_on_grad_ready(self->model, s_on_grad_ready, self);
+    if (self->ext) {
+        if (s_setup_ext(self) != 0)
+            return -1;
+    } else {
+        /* The simulated clock charges a node's compute as its thread's CPU time: one thread. */
+        int threads = r->simulated_clock ? 1 : (int)self->cfg->threads;
+        if (r->simulated_clock && self->cfg->threads > 1)
+            mq_info("simulated clock: OpenBLAS runs on 1 thread, not %ld", self->cfg->threads);
+        mq_nn_set_threads(threads);
+        if (s_load_data(self) != 0)
+            return -1;
+        self->model =
+            mq_model_new(r->model, mq_dataset_channels(self->train), (int)r->batch, r->l2);
+        if (!self->model)
+            return -1;
+        mq_model_init(self->model, r->seed);
+        mq_model_on_grad_ready(self->model, s_on_grad_ready, self);
+    }
     mq_kv_worker_config_t kc = {
         .servers = self->nservers,
         .rank = self->rank,
@@ -230,6 +259,57 @@ static int s_connect_servers(s_worker_t *self, const mq_msg_t *welcome)
     return 0;
 }
 
+/* A message to the library's caller: a command and its binary body. */
+static void s_tell(s_worker_t *self, const char *cmd, const void *data, size_t len)
+{
+    zmsg_t *m = zmsg_new();
+    zmsg_addstr(m, cmd);
+    zmsg_addmem(m, data, len);
+    zmsg_send(&m, self->node.pipe);
+}
+
+/* The run's first worker of a run of the workers' own model: each server's segments of its
+ * values, in fp32, once (copied: this is no round's traffic). */
+static int s_seed(s_worker_t *self)
+{
+    const float *w = mq_model_params(self->model);
+    mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
+    mq_msg_t *out = &self->out;
+    for (uint32_t s = 0; s < self->nservers; s++) {
+        const mq_shard_t *sh = mq_kv_worker_shard(self->kv, s);
+        mq_msg_init(out, MQ_MSG_SEED);
+        out->peer_len = 0;
+        out->rank = self->rank;
+        out->shard = s;
+        out->ntensors = sh->nsegs;
+        for (uint32_t i = 0; i < sh->nsegs; i++) {
+            const mq_segment_t *seg = &sh->segs[i];
+            mq_tensor_hdr_t *h = &out->tensors[i];
+            snprintf(h->name, sizeof h->name, "%s", seg->name);
+            h->offset = seg->offset;
+            h->count = seg->count;
+            h->codec = (mq_codec_t){.id = MQ_CODEC_ID_none, .bits = 32};
+            payloads[i] = (mq_payload_t){.data = w + seg->flat, .len = seg->count * sizeof(float)};
+        }
+        if (mq_wire_send(self->servers[s], out, payloads, sh->nsegs) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Tells the library's caller the run and where the model's arrays are. */
+static void s_welcome_caller(s_worker_t *self)
+{
+    mq_worker_welcome_t w = {.params = mq_model_params(self->model),
+                             .grads = mq_model_grads(self->model),
+                             .nparams = mq_model_nparams(self->model),
+                             .rank = self->rank,
+                             .run = self->run};
+    for (size_t t = 0; t < mq_model_ntensors(self->model); t++)
+        w.accumulate[t] = mq_model_accumulates(self->model, t);
+    s_tell(self, "WELCOME", &w, sizeof w);
+}
+
 static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
 {
     if (self->welcomed)
@@ -249,6 +329,14 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
         s_fail(self, "welcome");
         return;
     }
+    if (self->ext && self->run.simulated_clock) {
+        /* it charges a node's compute as its actor thread's CPU time; the caller computes
+         * on a thread of its own, which that clock would not see */
+        mq_err_set("the run is on the simulated clock, which cannot time a libmqgrad worker's "
+                   "compute: run it on the real clock");
+        s_fail(self, "welcome");
+        return;
+    }
     mq_log_set_tag("worker %u", self->rank);
     self->welcomed = true;
     if (mq_node_welcomed(&self->node, self->loop, msg) != 0 ||
@@ -258,8 +346,19 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
     }
     mq_metric_set(self->m.rank, self->rank);
     mq_metric_set(self->m.link_mbps, self->run.link_mbps);
-    mq_info("ready: model %s (%zu parameters), %d training examples, %u servers",
-            self->run.model, mq_model_nparams(self->model), self->train->n, self->nservers);
+    if (self->ext) {
+        if (msg->seed && s_seed(self) != 0) {
+            s_fail(self, "seed");
+            return;
+        }
+        s_welcome_caller(self);
+        mq_info("ready: the caller's model, %u tensors (%zu parameters), %u servers%s",
+                self->ext->layout.n, mq_model_nparams(self->model), self->nservers,
+                msg->seed ? "; gave the servers its values" : "");
+    } else {
+        mq_info("ready: model %s (%zu parameters), %d training examples, %u servers",
+                self->run.model, mq_model_nparams(self->model), self->train->n, self->nservers);
+    }
     if (mq_node_ready(&self->node, self->rank) != 0)
         s_fail(self, "ready");
 }
@@ -419,7 +518,10 @@ static void s_on_grad_ready(void *arg, size_t from)
     self->early_s += mq_link_now(&self->link) - t0;
 }
 
-/* Computes the round's gradient and pushes it: the replica is in step. */
+static void s_pushes(s_worker_t *self, double t0, double loss);
+
+/* Computes the round's gradient and pushes it: the replica is in step. A libmqgrad worker's
+ * caller computes it: the round goes to the caller, and its "PUSH" goes on (s_pushes). */
 static void s_compute(s_worker_t *self)
 {
     double t0 = mq_link_now(&self->link);
@@ -428,16 +530,39 @@ static void s_compute(s_worker_t *self)
         s_fail(self, "gradient buffer");
         return;
     }
-    mq_batcher_take(self->batcher, self->cursor + (uint64_t)self->member * self->run.batch,
-                    self->x, self->y);
     mq_kv_worker_round(self->kv, self->iter); /* the round's draws, whatever came before */
     memset(self->pushed, 0, sizeof self->pushed);
     self->gs.sq = 0, self->gs.n = 0, self->gs.lo = INFINITY, self->gs.hi = -INFINITY;
     self->early_s = 0;
     self->push_failed = false;
+    if (self->ext) {
+        mqgrad_step_t st = {.iter = self->iter,
+                            .member = self->member,
+                            .members = self->nmembers,
+                            .cursor = self->cursor,
+                            .bits = self->bits,
+                            .lr = self->lr,
+                            .evaluate = self->evaluate,
+                            .eval_limit = self->eval_limit};
+        self->caller_waiting = false;
+        self->caller_pushing = true;
+        self->computing = true; /* the caller's: the iteration timeout waits for its push */
+        self->t_step = t0;
+        s_tell(self, "STEP", &st, sizeof st);
+        return;
+    }
+    mq_batcher_take(self->batcher, self->cursor + (uint64_t)self->member * self->run.batch,
+                    self->x, self->y);
     self->computing = true;
     double loss = mq_model_grad(self->model, self->x, self->y, (int)self->run.batch);
     self->computing = false;
+    s_pushes(self, t0, loss);
+}
+
+/* The round's gradient is in place (since T0, the node's time): every shard not pushed yet
+ * goes. */
+static void s_pushes(s_worker_t *self, double t0, double loss)
+{
     double t1 = mq_link_now(&self->link);
     if (self->push_failed) {
         s_fail(self, "push");
@@ -487,6 +612,24 @@ static void s_pull(s_worker_t *self)
     }
 }
 
+/* A libmqgrad worker's round in flight closed without it: its caller, waiting in
+ * mqgrad_push, hears so, and MSG waits for the caller's next "NEXT". True when it does. */
+static bool s_abandoned(s_worker_t *self, const mq_msg_t *msg)
+{
+    if (!self->ext || !self->caller_pushing)
+        return false;
+    self->caller_pushing = false;
+    self->busy = false;
+    int applied = 0;
+    s_tell(self, "APPLIED", &applied, sizeof applied);
+    if (msg) {
+        memcpy(self->held, msg, offsetof(mq_msg_t, frames_));
+        self->held->nframes_ = 0;
+        self->has_held = true;
+    }
+    return true;
+}
+
 static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
 {
     bool bits_ok = self->run.fp32 ? msg->bits == 32 : mq_bits_ok(&self->codec, (int)msg->bits);
@@ -497,6 +640,14 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     int member = mq_msg_member_index(msg, self->rank);
     if (member < 0) /* not in this round: joins at a later one */
         return;
+    if (self->ext && !self->busy && !self->caller_waiting && msg != self->held) {
+        /* the caller is still on the last round: this one waits for its "NEXT" */
+        memcpy(self->held, msg, offsetof(mq_msg_t, frames_));
+        self->held->nframes_ = 0;
+        self->has_held = true;
+        return;
+    }
+    self->has_held = false;
     if (self->busy && msg->iter <= self->iter) {
         mq_drops_note(&self->node.drops, MQ_DROP_ITER, NULL, 0, "iterate out of order");
         return;
@@ -511,9 +662,12 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
         return;
     }
     self->has_pending = false;
-    if (self->busy) /* the round in flight closed without us: its aggregates will not come */
+    if (self->busy) { /* the round in flight closed without us: its aggregates will not come */
         mq_warn("iteration %llu closed without this worker; on to %llu",
                 (unsigned long long)self->iter, (unsigned long long)msg->iter);
+        if (s_abandoned(self, msg))
+            return;
+    }
     self->busy = true;
     self->pulling = false;
     self->iter = msg->iter;
@@ -595,6 +749,8 @@ static void s_metrics_iteration(s_worker_t *self, const mq_report_t *r)
         mq_metric_observe(self->m.phase[i], ms[i] * 1e-3);
 }
 
+static void s_report(s_worker_t *self, double done);
+
 static void s_finish_iteration(s_worker_t *self)
 {
     mq_report_t *r = &self->report;
@@ -602,10 +758,27 @@ static void s_finish_iteration(s_worker_t *self)
     double done = mq_link_settle(&self->link);
     r->decode_ms = self->decode_s * 1e3;
     r->wait_ms += (done - self->t_pushed - self->decode_s) * 1e3;
+    if (self->ext) { /* the caller evaluates, if asked; the report waits for its "EVAL" */
+        int applied = 1;
+        self->caller_pushing = false;
+        self->caller_evaluating = self->evaluate;
+        self->t_done = done;
+        s_tell(self, "APPLIED", &applied, sizeof applied);
+        if (!self->evaluate)
+            s_report(self, done);
+        return;
+    }
     mq_link_pause(&self->link); /* evaluation is not training time */
     if (self->evaluate)
         s_evaluate(self, self->eval_limit);
     mq_link_resume(&self->link);
+    s_report(self, done);
+}
+
+/* The round's report to the scheduler (its evaluation included): the worker is in step. */
+static void s_report(s_worker_t *self, double done)
+{
+    mq_report_t *r = &self->report;
     mq_msg_t *out = &self->out;
     mq_msg_init(out, MQ_MSG_REPORT);
     out->peer_len = 0;
@@ -753,10 +926,12 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     mq_drops_publish(self->m.drops, self->node.drops.count);
     if (!self->node.finished && self->has_pending && mq_now_s() - self->t_pending > S_PENDING_S) {
         self->has_pending = false; /* the aggregates did not come: pull instead */
-        self->busy = false;
-        s_on_iterate(self, self->pending);
+        if (!s_abandoned(self, self->pending)) {
+            self->busy = false;
+            s_on_iterate(self, self->pending);
+        }
     }
-    if (!self->node.finished && self->busy &&
+    if (!self->node.finished && self->busy && !self->computing &&
         mq_now_s() - self->t_pushed_wall > self->cfg->iter_timeout) {
         mq_err_set("iteration %llu: %u of %u servers replied within %.0f s",
                    (unsigned long long)self->iter, self->got, self->nservers,
@@ -764,6 +939,71 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
         s_fail(self, "servers silent");
     }
     return 0;
+}
+
+/* ---- the library's caller (cfg->ext) -------------------------------------------------- */
+
+static void s_caller_push(s_worker_t *self, zframe_t *body)
+{
+    double loss;
+    if (!self->computing || !self->caller_pushing || !body ||
+        zframe_size(body) != sizeof loss) {
+        mq_warn("the caller pushed outside a round: ignored");
+        return;
+    }
+    memcpy(&loss, zframe_data(body), sizeof loss);
+    self->computing = false;
+    /* every shard: the statistics, the non-finite check, the encode, the send */
+    s_pushes(self, self->t_step, loss);
+}
+
+static void s_caller_eval(s_worker_t *self, zframe_t *body)
+{
+    struct {
+        uint64_t correct, total;
+        double loss_sum;
+    } e;
+    if (!self->caller_evaluating || !body || zframe_size(body) != sizeof e) {
+        mq_warn("the caller reported an evaluation it was not asked for: ignored");
+        return;
+    }
+    memcpy(&e, zframe_data(body), sizeof e);
+    self->caller_evaluating = false;
+    mq_report_t *rep = &self->report;
+    rep->evaluated = true;
+    rep->eval_correct = e.correct <= e.total ? e.correct : e.total;
+    rep->eval_total = e.total;
+    rep->eval_loss_sum = isfinite(e.loss_sum) ? e.loss_sum : 0;
+    rep->eval_ms = (mq_link_now(&self->link) - self->t_done) * 1e3;
+    rep->params = mq_model_nparams(self->model);
+    rep->zero_params = mq_optim_count_zeros(mq_model_params(self->model), rep->params);
+    s_report(self, self->t_done);
+}
+
+/* The caller's commands ("NEXT", "PUSH", "EVAL"), and the node's (PORT, DROPS, $TERM). */
+static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
+{
+    s_worker_t *self = arg;
+    zmsg_t *m = zmsg_recv(pipe);
+    char *cmd = m ? zmsg_popstr(m) : NULL;
+    zframe_t *body = m ? zmsg_first(m) : NULL;
+    int rc = 0;
+    if (cmd && streq(cmd, "NEXT")) {
+        self->caller_waiting = true;
+        if (self->has_held && !self->node.finished)
+            s_on_iterate(self, self->held);
+    } else if (cmd && streq(cmd, "PUSH")) {
+        if (!self->node.finished)
+            s_caller_push(self, body);
+    } else if (cmd && streq(cmd, "EVAL")) {
+        if (!self->node.finished)
+            s_caller_eval(self, body);
+    } else {
+        rc = mq_node_command(&self->node, cmd);
+    }
+    zstr_free(&cmd);
+    zmsg_destroy(&m);
+    return rc;
 }
 
 static void s_destroy(s_worker_t *self)
@@ -783,6 +1023,7 @@ static void s_destroy(s_worker_t *self)
     mq_model_destroy(&self->model);
     mq_msg_reset(&self->in);
     free(self->pending);
+    free(self->held);
     zloop_destroy(&self->loop);
     free(self);
     mq_wire_thread_cleanup();
@@ -794,13 +1035,19 @@ void mq_worker_actor(zsock_t *pipe, void *args)
     self->node.pipe = pipe;
     self->cfg = args;
     self->pending = calloc(1, sizeof *self->pending);
+    self->ext = self->cfg->ext;
+    self->node.layout = self->ext ? &self->ext->layout : NULL;
+    self->held = self->ext ? calloc(1, sizeof *self->held) : NULL;
     mq_log_set_tag("worker");
     s_metrics_init(self);
     self->loop = zloop_new();
     zloop_set_nonstop(self->loop, true);
-    zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
+    if (self->ext)
+        zloop_reader(self->loop, pipe, s_on_pipe, self);
+    else
+        zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
     zsock_signal(pipe, 0);
-    if (!self->pending) {
+    if (!self->pending || (self->ext && !self->held)) {
         mq_err_set("out of memory");
         s_fail(self, "start");
     } else if (!(self->sec = mq_sec_open(&self->cfg->sec, MQ_KEY_WORKER)) ||

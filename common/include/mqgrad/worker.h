@@ -7,8 +7,39 @@
 
 #include <czmq.h>
 
+#include "mqgrad/wire.h"
+
 #include "mqgrad/http.h"
+#include "mqgrad/nn.h"
 #include "mqgrad/security.h"
+
+/* A libmqgrad worker's model (mqgrad/mqgrad.h): the actor computes nothing itself. It
+ * registers with LAYOUT, starts from INIT (nparams floats, or NULL: zeros) when the scheduler
+ * names it the run's first worker, pulls the servers' values before its first round, and
+ * hands every round to the library's caller through its pipe:
+ *
+ *   actor -> caller  "WELCOME" <mq_worker_welcome_t>   set up; the model's arrays
+ *                    "STEP" <mqgrad_step_t>            compute this round (after "NEXT")
+ *                    "APPLIED" <0|1>                   the aggregates are applied (1), or the
+ *                                                      round closed without this worker (0)
+ *                    "DONE <code>"                     the actor is over (mqgrad/service.h)
+ *   caller -> actor  "NEXT"                            waiting for a round
+ *                    "PUSH" <double loss>              the gradient is in place
+ *                    "EVAL" <u64 correct, u64 total, double loss_sum>
+ *
+ * Between "STEP" and "PUSH" the caller owns the arrays; otherwise the actor may write them. */
+typedef struct {
+    mq_layout_t layout;
+    const float *init;
+} mq_worker_ext_t;
+
+typedef struct {
+    float *params, *grads;
+    size_t nparams;
+    bool accumulate[MQ_LAYOUT_MAX];
+    uint32_t rank;
+    mq_run_config_t run;
+} mq_worker_welcome_t;
 
 typedef struct {
     char scheduler[256];  /* endpoint of the scheduler */
@@ -20,6 +51,7 @@ typedef struct {
     mq_sec_config_t sec;  /* keys (mqgrad/security.h) */
     mq_http_cfg_t http;   /* /metrics (mqgrad/http.h) */
     mq_metrics_t *metrics; /* the registry main serves, or NULL: no metrics */
+    const mq_worker_ext_t *ext; /* a libmqgrad worker's model, or NULL: the built-in ones */
 } mq_worker_config_t;
 
 /* Fills CFG from defaults, MQGRAD_* variables and ARGV. Returns 0, 1 (help printed) or 2
