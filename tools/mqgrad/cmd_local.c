@@ -3,6 +3,7 @@
  * run ends, when a service fails, or on Ctrl-C. A worker that dies is started again (bounded)
  * and joins the run, which goes on without it meanwhile. Each child's log goes to RUN/logs/
  * (a restarted worker's is appended to). */
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
@@ -147,7 +148,14 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
          "run directory (default runs/local-<time>)"},
         {"bin-dir", "MQGRAD_BIN_DIR", MQ_FLAG_STR, o->bin_dir, sizeof o->bin_dir, 0, 0,
          "directory of the mqgrad-* executables (default: found beside mqgrad)"},
-        {"model", NULL, MQ_FLAG_STR, o->model, sizeof o->model, 1, 0, "paper | small"},
+        {"model", NULL, MQ_FLAG_STR, o->model, sizeof o->model, 1, 0,
+         "paper | small | external (the workers' own: the default with --worker-exec)"},
+        {"worker-exec", "MQGRAD_WORKER_EXEC", MQ_FLAG_STR, o->worker_exec,
+         sizeof o->worker_exec, 1, 0,
+         "run this command (sh -c) as each worker: a program on libmqgrad, e.g. 'python3 "
+         "examples/torch/paper_cnn.py'; its flags come as MQGRAD_* variables (MQGRAD_SCHEDULER, "
+         "MQGRAD_KEYS, MQGRAD_DATA_DIR, MQGRAD_THREADS, ...), with PYTHONPATH and MQGRAD_LIB "
+         "naming this build's Python package and library"},
         {"dataset", NULL, MQ_FLAG_STR, o->dataset, sizeof o->dataset, 1, 0,
          "fashion-mnist | mnist | cifar10 (fashion-mnist)"},
         {"iterations", NULL, MQ_FLAG_STR, o->iterations, sizeof o->iterations, 1, 0,
@@ -298,6 +306,8 @@ typedef struct {
     char buf[8192];
     size_t used;
     bool full; /* an argument did not fit: the vector is refused, never cut */
+    char *env[32]; /* NAME=VALUE set in the child before it starts (s_exec_worker) */
+    int nenv;
 } s_args_t;
 
 static void s_arg(s_args_t *a, const char *s)
@@ -316,6 +326,7 @@ static void s_arg(s_args_t *a, const char *s)
 static void s_args_init(s_args_t *a, const char *exe)
 {
     a->n = 0;
+    a->nenv = 0;
     a->used = 0;
     a->full = false;
     a->v[0] = NULL;
@@ -351,6 +362,8 @@ static int s_spawn(s_child_t *c, const s_args_t *a, const char *logdir, bool sho
         dup2(fd, STDERR_FILENO);
         if (!show)
             dup2(fd, STDOUT_FILENO);
+        for (int i = 0; i < a->nenv; i++)
+            putenv(a->env[i]);
         execv(a->v[0], a->v);
         fprintf(stderr, "exec %s: %s\n", a->v[0], strerror(errno));
         _exit(127);
@@ -393,6 +406,7 @@ typedef struct {
     int sched, agent; /* indexes, -1 if none */
     bool with_agent;  /* the run has an agent (a policy, and a codec with levels) */
     char exe[S_ROLES][PATH_MAX];
+    char pythonpath[PATH_MAX], libpath[PATH_MAX]; /* this build's, for --worker-exec */
     char sched_ep[64], agent_ep[64];
     int http_port;    /* the agent's HTTP port */
     /* The scheduler's settings as it will read them (s_preflight): what a summary written
@@ -475,6 +489,17 @@ static int s_plan(const mq_local_opts_t *o, s_cluster_t *cl)
     for (int r = 0; r < S_ROLES; r++)
         if (s_find_exe(o, s_role_names[r], cl->exe[r], sizeof cl->exe[r]) != 0)
             return -1;
+    /* the Python package and libmqgrad of this build tree, when there is one (an installed
+     * mqgrad has them where Python and the loader look) */
+    char self[PATH_MAX] = "";
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    self[n > 0 ? n : 0] = '\0';
+    snprintf(cl->libpath, sizeof cl->libpath, "%s/../common/libmqgrad.so", dirname(self));
+    if (access(cl->libpath, R_OK) != 0)
+        cl->libpath[0] = '\0';
+    snprintf(cl->pythonpath, sizeof cl->pythonpath, "%s/python", MQGRAD_SOURCE_DIR);
+    if (access(cl->pythonpath, R_OK) != 0)
+        cl->pythonpath[0] = '\0';
     int sport = s_free_port(), aport = s_free_port(), hport = s_free_port();
     if (sport < 0 || aport < 0 || hport < 0) {
         mq_err_set("no free TCP port on 127.0.0.1: %s", strerror(errno));
@@ -522,7 +547,7 @@ static void s_scheduler_args(const mq_local_opts_t *o, const s_cluster_t *cl, s_
         s_fwd(a, "--codec", "none");
     else if (cl->with_agent)
         s_fwd(a, "--agent", cl->agent_ep);
-    s_fwd(a, "--model", o->model);
+    s_fwd(a, "--model", o->model[0] ? o->model : o->worker_exec[0] ? "external" : NULL);
     s_fwd(a, "--dataset", o->dataset);
     s_fwd(a, "--iterations", o->iterations);
     s_fwd(a, "--time-budget", o->time_budget);
@@ -584,6 +609,68 @@ static void s_worker_args(const mq_local_opts_t *o, const s_cluster_t *cl, s_chi
     s_http_flags(o, c, false, a);
 }
 
+/* A NAME=VALUE for the child's environment, its bytes in A's buffer. */
+static void s_env(s_args_t *a, const char *name, const char *value)
+{
+    size_t len = strlen(name) + strlen(value) + 2;
+    if (a->nenv >= (int)(sizeof a->env / sizeof a->env[0]) || a->used + len > sizeof a->buf) {
+        a->full = true;
+        return;
+    }
+    a->env[a->nenv] = a->buf + a->used;
+    snprintf(a->env[a->nenv++], len, "%s=%s", name, value);
+    a->used += len;
+}
+
+/* --worker-exec: the worker's flags (s_worker_args, checked by the preflight) become the
+ * MQGRAD_* variables libmqgrad reads them from (every worker flag has one: "--data-dir" is
+ * MQGRAD_DATA_DIR), and the command runs under sh -c. */
+static void s_exec_worker(const mq_local_opts_t *o, const s_cluster_t *cl, s_args_t *a)
+{
+    static s_args_t flags;
+    flags = *a;
+    s_args_init(a, "/bin/sh");
+    for (int i = 1; i + 1 < flags.n; i += 2) {
+        char name[64] = "MQGRAD_";
+        size_t k = 7;
+        for (const char *f = flags.v[i] + 2; *f && k + 1 < sizeof name; f++)
+            name[k++] = *f == '-' ? '_' : (char)toupper((unsigned char)*f);
+        name[k] = '\0';
+        s_env(a, name, flags.v[i + 1]);
+    }
+    if (cl->pythonpath[0]) {
+        const char *old = getenv("PYTHONPATH");
+        char path[PATH_MAX + 512];
+        snprintf(path, sizeof path, "%s%s%s", cl->pythonpath, old && old[0] ? ":" : "",
+                 old ? old : "");
+        s_env(a, "PYTHONPATH", path);
+    }
+    if (cl->libpath[0])
+        s_env(a, "MQGRAD_LIB", cl->libpath);
+    s_arg(a, "-c");
+    s_arg(a, o->worker_exec);
+}
+
+/* Whether --worker-exec's program (its first word) can be run: a path that is executable or
+ * a file, or a name found on PATH. */
+static int s_check_exec(const char *cmd)
+{
+    char word[PATH_MAX];
+    size_t n = strcspn(cmd + strspn(cmd, " \t"), " \t");
+    snprintf(word, sizeof word, "%.*s", (int)n, cmd + strspn(cmd, " \t"));
+    if (!word[0] || strchr(word, '/'))
+        return word[0] && access(word, R_OK) == 0 ? 0 : -1;
+    const char *path = getenv("PATH");
+    char copy[4096], full[PATH_MAX + 8];
+    snprintf(copy, sizeof copy, "%s", path ? path : "/usr/local/bin:/usr/bin:/bin");
+    for (char *save, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+        snprintf(full, sizeof full, "%s/%s", d, word);
+        if (access(full, X_OK) == 0)
+            return 0;
+    }
+    return -1;
+}
+
 /* Every flag each child will be started with, checked here by that service's own parser
  * (the code the child runs on them) before anything starts or is written: a value a child
  * would refuse is refused now, with exit 2 and the service's words naming the flag. The
@@ -623,6 +710,14 @@ static int s_preflight(const mq_local_opts_t *o, s_cluster_t *cl)
         s_worker_args(o, cl, &scratch, &a);
         a.v[0] = "mqgrad local";
         rc = a.full ? 2 : mq_worker_config_parse(&wc, a.n, a.v);
+    }
+    if (rc == 0 && o->worker_exec[0]) {
+        s_exec_worker(o, cl, &a);
+        if (s_check_exec(o->worker_exec) != 0) {
+            fprintf(stderr, "mqgrad local: --worker-exec '%s': its program is not found (not a "
+                            "file, nor a command on PATH)\n", o->worker_exec);
+            rc = 2;
+        }
     }
     if (a.full)
         fprintf(stderr, "mqgrad local: too many flags or values too long for one service\n");
@@ -669,9 +764,11 @@ static int s_spawn_node(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
                         const char *logdir)
 {
     static s_args_t a;
-    if (c->worker >= 0)
+    if (c->worker >= 0) {
         s_worker_args(o, cl, c, &a);
-    else
+        if (o->worker_exec[0])
+            s_exec_worker(o, cl, &a);
+    } else
         s_server_args(o, cl, c, &a);
     c->done = false;
     c->code = 0;

@@ -23,6 +23,7 @@ typedef struct {
     bool stochastic, error_feedback;
     /* forwarded to the workers */
     char data_dir[512], threads[8];
+    char worker_exec[1024]; /* a program on libmqgrad to run as each worker (sh -c), or "" */
     bool quiet;         /* no progress lines (experiment prints its own) */
     bool insecure;      /* every service --insecure; else throw-away keys in RUN/keys */
     long http_port;     /* the scheduler's /metrics port; the others get free ones (0: none) */

@@ -127,8 +127,9 @@ int mqgrad_examples(mqgrad_t *w, uint64_t size, uint64_t pos, size_t n, int64_t 
 const char *mqgrad_error(const mqgrad_t *w);
 
 /* Leaves the cluster (the scheduler takes the worker out at once when the run is not over)
- * and frees W, NULLing *W_P. Returns the worker's exit code: 0 (the run is over), 1 (it failed)
- * or 3 (refused). Safe on NULL. */
+ * and frees W, NULLing *W_P. Returns the exit code a worker process should end with, as
+ * mqgrad-worker's: 0 (the run is over, or the worker left it), 1 (it failed), 4 (the
+ * scheduler refused it: not to be started again as it is). Safe on NULL. */
 int mqgrad_leave(mqgrad_t **w_p);
 
 #ifdef __cplusplus

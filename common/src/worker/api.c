@@ -5,10 +5,13 @@
 
 #include <czmq.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "mqgrad/data.h"
+#include "mqgrad/http.h"
 #include "mqgrad/service.h"
 #include "mqgrad/util.h"
 #include "mqgrad/worker.h"
@@ -21,6 +24,7 @@ struct mqgrad {
     mq_worker_ext_t ext;
     float *init;
     zactor_t *actor;
+    mq_http_t *http; /* /metrics, with --http-port */
     mq_worker_welcome_t welcome;
     mqgrad_run_t run;
     int code;       /* the actor's DONE code, -1 while it runs */
@@ -154,7 +158,22 @@ mqgrad_t *mqgrad_join(int argc, char **argv, const mqgrad_tensor_t *tensors, siz
     }
     w->ext.init = w->init;
     w->cfg.ext = &w->ext;
+    /* The caller's process keeps its signals: CZMQ installs no handler, and the threads the
+     * library starts (the actor, ZeroMQ's, the heartbeat's) block SIGINT and SIGTERM, so the
+     * caller's thread takes them (Python's KeyboardInterrupt, a handler that leaves). */
+    zsys_handler_set(NULL);
+    if (mq_http_open_service("worker", &w->cfg.http, &w->cfg.metrics, &w->http) != 0) {
+        s_fail(NULL, "cannot serve /metrics on --http-port %ld (the message above says why)",
+               w->cfg.http.port);
+        goto fail;
+    }
+    sigset_t stop, old;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop, &old);
     w->actor = zactor_new(mq_worker_actor, &w->cfg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (!w->actor) {
         s_fail(NULL, "cannot start the worker thread");
         goto fail;
@@ -305,9 +324,10 @@ int mqgrad_leave(mqgrad_t **w_p)
     mqgrad_t *w = *w_p;
     /* $TERM: the actor tells the scheduler it leaves unless the run is over (mq_node_leave) */
     zactor_destroy(&w->actor);
-    int code = w->code < 0 ? 1 : w->code == MQ_EXIT_REFUSED ? 3 : w->code;
-    if (w->code < 0 && w->welcome.params)
-        code = 0; /* left on its own between rounds: not a failure */
+    mq_http_destroy(&w->http);
+    mq_metrics_destroy(&w->cfg.metrics);
+    /* left on its own (the run goes on without it) is no failure; a failed join is */
+    int code = w->code >= 0 ? w->code : w->welcome.params ? 0 : 1;
     free(w->init);
     free(w->perm);
     free(w);
