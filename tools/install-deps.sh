@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mqgrad needs that are missing (Debian 12). Idempotent and quick
-# when everything is there. Usage: tools/install-deps.sh [build|test|bench|all]
+# when everything is there. Usage: tools/install-deps.sh [build|test|torch|bench|all]
+# (torch: what PyTorch workers need, examples/torch and python/)
 set -euo pipefail
 what="${1:-test}"
 pkgs=(build-essential cmake pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev
@@ -9,11 +10,12 @@ pkgs=(build-essential cmake pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev
 case "$what" in
     build) ;;
     test) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev python3
-                 tmux) ;;
+                 tmux python3-torch python3-numpy python3-pytest) ;;
+    torch) pkgs+=(python3 python3-torch python3-numpy) ;;
     bench) pkgs+=(libcriterion-dev gnuplot-nox python3-torch iproute2) ;;
     all) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev python3
-              tmux python3-torch iproute2) ;;
-    *) echo "usage: $0 [build|test|bench|all]" >&2; exit 2 ;;
+              tmux python3-torch python3-numpy python3-pytest iproute2) ;;
+    *) echo "usage: $0 [build|test|torch|bench|all]" >&2; exit 2 ;;
 esac
 missing=()
 for p in "${pkgs[@]}"; do

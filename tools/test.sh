@@ -24,7 +24,7 @@ if [ "${MQGRAD_SANITIZE:-1}" != 0 ]; then
     # processes (there they take many minutes each; docs/results.md, "The test suite"); the
     # in-process cluster, protocol and security tests run the same services' code.
     # MQGRAD_SANITIZE_EXCLUDE= (empty) runs them all.
-    exclude="${MQGRAD_SANITIZE_EXCLUDE-^test_(elastic|local|methods|clock)$}"
+    exclude="${MQGRAD_SANITIZE_EXCLUDE-^test_(elastic|local|methods|clock|python)$}"
     tools/sanitize.sh ${exclude:+-E "$exclude"}
 else
     echo "SKIP: the suite under ASan and UBSan (MQGRAD_SANITIZE=0)"

@@ -123,8 +123,14 @@ int mqgrad_evaluated(mqgrad_t *w, uint64_t correct, uint64_t total, double loss_
  * N = run.batch. Returns 0, or -1 (SIZE 0, or out of memory). */
 int mqgrad_examples(mqgrad_t *w, uint64_t size, uint64_t pos, size_t n, int64_t *out);
 
-/* Why the last call failed ("" if none); W may be NULL (a failed mqgrad_join). */
+/* Why the last call failed ("" if none); W may be NULL (a failed mqgrad_join). A wait that
+ * a signal interrupts (the caller's Ctrl-C or SIGTERM) fails, saying so, so the caller's own
+ * handling runs. */
 const char *mqgrad_error(const mqgrad_t *w);
+/* The exit code the last failed mqgrad_join of this thread means for the process, as
+ * mqgrad_leave's: 4 when the scheduler refused the worker (its model is not the run's, the
+ * run is over, no rank is free: starting it again as it is cannot help), else 1. */
+int mqgrad_join_code(void);
 
 /* Leaves the cluster (the scheduler takes the worker out at once when the run is not over)
  * and frees W, NULLing *W_P. Returns the exit code a worker process should end with, as

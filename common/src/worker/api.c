@@ -4,6 +4,7 @@
 #include "mqgrad/mqgrad.h"
 
 #include <czmq.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -38,6 +39,7 @@ struct mqgrad {
 };
 
 static _Thread_local char s_join_error[512];
+static _Thread_local int s_join_code; /* the exit code a failed join means */
 
 static int s_fail(mqgrad_t *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int s_fail(mqgrad_t *w, const char *fmt, ...)
@@ -63,6 +65,8 @@ static int s_await(mqgrad_t *w, const char *want, void *body, size_t len, double
                           want);
         zsock_set_rcvtimeo(pipe, (int)fmin(left * 1e3 + 1, 1000));
         zmsg_t *m = zmsg_recv(pipe);
+        if (!m && errno == EINTR) /* a signal for the caller: it decides (Ctrl-C, SIGTERM) */
+            return s_fail(w, "interrupted by a signal (waiting for %s)", want);
         if (!m)
             continue; /* a slice of the wait passed */
         char *cmd = zmsg_popstr(m);
@@ -127,6 +131,9 @@ mqgrad_t *mqgrad_join(int argc, char **argv, const mqgrad_tensor_t *tensors, siz
                       const float *init)
 {
     s_join_error[0] = 0;
+    s_join_code = 1;
+    /* before anything that may start CZMQ: it must install no signal handler of its own */
+    zsys_handler_set(NULL);
     mqgrad_t *w = calloc(1, sizeof *w);
     if (!w) {
         s_fail(NULL, "out of memory");
@@ -161,7 +168,6 @@ mqgrad_t *mqgrad_join(int argc, char **argv, const mqgrad_tensor_t *tensors, siz
     /* The caller's process keeps its signals: CZMQ installs no handler, and the threads the
      * library starts (the actor, ZeroMQ's, the heartbeat's) block SIGINT and SIGTERM, so the
      * caller's thread takes them (Python's KeyboardInterrupt, a handler that leaves). */
-    zsys_handler_set(NULL);
     if (mq_http_open_service("worker", &w->cfg.http, &w->cfg.metrics, &w->http) != 0) {
         s_fail(NULL, "cannot serve /metrics on --http-port %ld (the message above says why)",
                w->cfg.http.port);
@@ -181,6 +187,7 @@ mqgrad_t *mqgrad_join(int argc, char **argv, const mqgrad_tensor_t *tensors, siz
     if (s_await(w, "WELCOME", &w->welcome, sizeof w->welcome, w->cfg.peer_timeout) != 1) {
         snprintf(s_join_error, sizeof s_join_error, "joining the cluster at %.180s: %.300s",
                  w->cfg.scheduler, w->error);
+        s_join_code = w->code == MQ_EXIT_REFUSED ? MQ_EXIT_REFUSED : 1;
         goto fail;
     }
     const mq_run_config_t *r = &w->welcome.run;
@@ -315,6 +322,11 @@ int mqgrad_examples(mqgrad_t *w, uint64_t size, uint64_t pos, size_t n, int64_t 
 const char *mqgrad_error(const mqgrad_t *w)
 {
     return w ? w->error : s_join_error;
+}
+
+int mqgrad_join_code(void)
+{
+    return s_join_code;
 }
 
 int mqgrad_leave(mqgrad_t **w_p)

@@ -115,7 +115,7 @@ int mq_worker_config_parse(mq_worker_config_t *cfg, int argc, char **argv)
          "seconds of scheduler silence before giving up"},
         {"iter-timeout", "MQGRAD_ITER_TIMEOUT", MQ_FLAG_DOUBLE, &cfg->iter_timeout, 0, 1, 86400,
          "seconds to wait for the servers' replies"},
-        {"dump", NULL, MQ_FLAG_STR, cfg->dump, sizeof cfg->dump, 0, 0,
+        {"dump", "MQGRAD_DUMP", MQ_FLAG_STR, cfg->dump, sizeof cfg->dump, 0, 0,
          "write the final parameters (raw float32) to this file"},
         MQ_SEC_FLAGS(&cfg->sec),
         MQ_HTTP_FLAGS(&cfg->http),
