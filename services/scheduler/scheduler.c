@@ -152,14 +152,20 @@ typedef struct {
 
 /* ---- metrics (mqgrad/metrics.h) ------------------------------------------------------------ */
 
-/* The fp32 push of the model: known from the start for a built-in model, from the first
- * worker's layout for the workers' own. */
-static void s_metrics_layout(s_sched_t *self)
+/* The model's parameters: known from the start for a built-in model, from the first worker's
+ * layout for the workers' own (0 before). */
+static uint64_t s_params(const s_sched_t *self)
 {
     uint64_t n = 0;
     for (uint32_t i = 0; self->has_layout && i < self->layout.n; i++)
         n += self->layout.t[i].count;
-    mq_metric_set(self->m.fp32_push, 4.0 * (double)n);
+    return n;
+}
+
+/* The fp32 push of the model. */
+static void s_metrics_layout(s_sched_t *self)
+{
+    mq_metric_set(self->m.fp32_push, 4.0 * (double)s_params(self));
 }
 
 static void s_metrics_init(s_sched_t *self)
@@ -785,6 +791,7 @@ static void s_summary(s_sched_t *self, const char *status)
         .bytes_down = self->bytes_down,
         .policy = self->policy[0] ? self->policy : "unknown (the agent never answered)",
         .model = self->cfg->model,
+        .params = s_params(self),
         .dataset = self->cfg->dataset,
         .workers = (int)self->cfg->workers,
         .servers = (int)self->cfg->servers,

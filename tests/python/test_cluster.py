@@ -69,14 +69,16 @@ def test_two_torch_workers_train_the_paper_cnn(tmp_path):
     paper's CNN on Fashion-MNIST: above 80 % test accuracy, the bits the agent's."""
     run = tmp_path / "run"
     p = _local(run, ["--worker-exec", "%s %s" % (PYTHON, EXAMPLE), "--workers", "2",
-                     "--iterations", "400", "--eval-every", "100", "--eval-limit", "1000"],
+                     "--iterations", "400", "--eval-every", "100", "--eval-limit", "1000",
+                     "--final-eval-limit", "0"],
                timeout=1500)
     assert p.returncode == 0, p.stderr[-4000:] + _tail(run / "logs" / "worker-0.log")
     s = _summary(run)
     assert s["status"] == "completed"
     assert s["model"] == "external"
     assert s["policy"] == "mqgrad"
-    assert s["final_test_acc"] >= 0.80, s
+    assert s["final_test_acc"] >= 0.80, s  # on the whole test set
+    assert s["params"] == 16221386, s  # the paper's CNN, as the first worker declared it
     with open(run / "metrics.csv") as f:
         head = f.readline().strip().split(",")
         bits = {row.split(",")[head.index("bits")] for row in f if row.strip()}
@@ -202,3 +204,43 @@ def test_layout_mismatch_refused(tmp_path):
     assert w.returncode != 0, text
     assert "the model differs from the run's (built-in paper): tensor 0 'conv1.w' has 200 " \
            "elements, the run's has 1600" in text, text[-3000:]
+
+
+def test_external_model_resumes_from_its_checkpoint(tmp_path):
+    """A run of the workers' own model, interrupted: --resume goes on from the servers' shard
+    checkpoints of that layout (no worker's values are taken again) and completes."""
+    run = tmp_path / "run"
+    cmd = [MQGRAD, "local", "--run-dir", str(run), "--quiet", "--insecure", "--worker-exec",
+           "%s %s --size small" % (PYTHON, EXAMPLE), "--workers", "2", "--iterations", "300",
+           "--checkpoint-every", "50", "--eval-every", "0", "--final-eval-limit", "2000",
+           "--lr", "0.05", "--threshold", "1000"]
+    p = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and p.poll() is None:
+            if (run / "checkpoint.json").exists() and \
+                    sum(1 for _ in open(run / "metrics.csv")) > 120:
+                break
+            time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert p.returncode == 130, err[-3000:]
+    assert _summary(run)["status"] == "interrupted"
+    done = json.loads((run / "checkpoint.json").read_text())["iter"]
+    assert done >= 50
+    r = subprocess.run([MQGRAD, "local", "--resume", str(run)], env=_env(), capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    s = _summary(run)
+    assert s["status"] == "completed" and s["iterations"] == 300, s
+    assert s["final_test_acc"] > 0.5, s
+    logs = (run / "logs" / "server-0.log").read_text() + \
+        (run / "logs" / "server-1.log").read_text()
+    for shard in (0, 1):
+        assert "resumed shard %d from its checkpoint of iteration %d" % (shard, done) in logs, \
+            logs[-3000:]

@@ -624,7 +624,7 @@ static void s_env(s_args_t *a, const char *name, const char *value)
 
 /* --worker-exec: the worker's flags (s_worker_args, checked by the preflight) become the
  * MQGRAD_* variables libmqgrad reads them from (every worker flag has one: "--data-dir" is
- * MQGRAD_DATA_DIR), and the command runs under sh -c. */
+ * MQGRAD_DATA_DIR), and the command runs under sh -c "exec ...". */
 static void s_exec_worker(const mq_local_opts_t *o, const s_cluster_t *cl, s_args_t *a)
 {
     static s_args_t flags;
@@ -647,8 +647,12 @@ static void s_exec_worker(const mq_local_opts_t *o, const s_cluster_t *cl, s_arg
     }
     if (cl->libpath[0])
         s_env(a, "MQGRAD_LIB", cl->libpath);
+    /* exec: the program is the child itself, so the signals mqgrad local sends (SIGTERM to
+     * stop, SIGKILL) reach it, not a shell that would die and leave it behind */
+    char cmd[sizeof o->worker_exec + 8];
+    snprintf(cmd, sizeof cmd, "exec %s", o->worker_exec);
     s_arg(a, "-c");
-    s_arg(a, o->worker_exec);
+    s_arg(a, cmd);
 }
 
 /* Whether --worker-exec's program (its first word) can be run: a path that is executable or

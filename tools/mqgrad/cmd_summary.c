@@ -84,6 +84,7 @@ typedef struct {
     char clock[16]; /* "real", "simulated"; "" when the run does not say */
     double iterations, train_time, workers, servers, link_mbps, div_iter;
     double wall_time; /* -1 when the run does not say */
+    double params;    /* the model's parameters, 0 when the run does not say */
     double eval_limit, final_eval_limit; /* -1 when absent */
 } s_run_t;
 
@@ -111,7 +112,8 @@ static int s_load_json(const char *cfg_path, const char *sum_path, s_run_t *r)
         s_jnum(&sum, NULL, "train_time_s", 0, 1e12, &r->train_time) < 0 ||
         s_jtext(&sum, &cfg, "clock", r->clock, sizeof r->clock) < 0 ||
         s_jtext(&sum, NULL, "reason", r->reason, sizeof r->reason) < 0 ||
-        s_jnum(&sum, NULL, "wall_time_s", 0, 1e12, &r->wall_time) < 0)
+        s_jnum(&sum, NULL, "wall_time_s", 0, 1e12, &r->wall_time) < 0 ||
+        s_jnum(&sum, NULL, "params", 1, 1e15, &r->params) < 0)
         goto done;
     int w = s_jnum(&cfg, &sum, "workers", 1, 1e6, &r->workers);
     int s = w < 0 ? -1 : s_jnum(&cfg, &sum, "servers", 0, 1e6, &r->servers);
@@ -620,10 +622,13 @@ static void s_print_files(FILE *out, const char *dir)
 }
 
 /* 4 x the model's parameter count, the fp32 gradient one worker sends; 0 (and WHY) if the
- * model is unknown. Building the model is the one exact count; its arrays are calloc'ed and
+ * model is unknown. Runs say it in summary.json; for those before that, building the model
+ * is the one exact count; its arrays are calloc'ed and
  * never touched, so it costs little. */
 static double s_param_bytes(const s_run_t *r, char *why, size_t len)
 {
+    if (r->params > 0) /* the run says (a model of the workers' own has no other source) */
+        return 4.0 * r->params;
     mq_model_t *m = mq_model_new(r->model, strcmp(r->dataset, "cifar10") == 0 ? 3 : 1, 1, 0);
     if (!m) {
         snprintf(why, len, "%s", mq_err_last());

@@ -59,6 +59,7 @@ typedef struct {
     uint64_t bytes_up, bytes_down;
     const char *policy;    /* "fixed:4", "mqgrad", "none" (fp32), ... */
     const char *model, *dataset;
+    uint64_t params;       /* the model's parameters (written when known, > 0) */
     int workers, servers;
     uint64_t seed;
     double link_mbps;      /* 0 = no emulation */

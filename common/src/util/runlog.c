@@ -361,18 +361,21 @@ static int s_summary_text(const mq_summary_t *s, char *text, size_t size)
     s_num(acc, sizeof acc, s->final_test_acc);
     s_num(sparsity, sizeof sparsity, s->final_sparsity);
     s_num(link, sizeof link, s->link_mbps);
+    char params[48] = "";
+    if (s->params > 0)
+        snprintf(params, sizeof params, "\n  \"params\": %llu,", (unsigned long long)s->params);
     int n = snprintf(text, size,
                      "{\n  \"iterations\": %llu,\n  \"train_time_s\": %.4f,\n"
                      "  \"final_loss\": %s,\n  \"final_test_acc\": %s,\n"
                      "  \"final_sparsity\": %s,\n"
                      "  \"bytes_up\": %llu,\n  \"bytes_down\": %llu,\n  \"policy\": \"%s\",\n"
-                     "  \"model\": \"%s\",\n  \"dataset\": \"%s\",\n  \"workers\": %d,\n"
+                     "  \"model\": \"%s\",%s\n  \"dataset\": \"%s\",\n  \"workers\": %d,\n"
                      "  \"servers\": %d,\n  \"seed\": %llu,\n  \"link_mbps\": %s,\n"
                      "  \"clock\": \"%s\",\n  \"wall_time_s\": %.4f,\n"
                      "  \"status\": \"%s\"%s%s\n}\n",
                      (unsigned long long)s->iterations, s->train_time_s, loss, acc, sparsity,
                      (unsigned long long)s->bytes_up, (unsigned long long)s->bytes_down, pol,
-                     model, ds, s->workers, s->servers, (unsigned long long)s->seed, link,
+                     model, params, ds, s->workers, s->servers, (unsigned long long)s->seed, link,
                      s->clock && strcmp(s->clock, "simulated") == 0 ? "simulated" : "real",
                      s->wall_time_s, st, div, why);
     return n < 0 || (size_t)n >= size ? -1 : n;
