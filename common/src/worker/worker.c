@@ -619,6 +619,7 @@ static bool s_abandoned(s_worker_t *self, const mq_msg_t *msg)
     if (!self->ext || !self->caller_pushing)
         return false;
     self->caller_pushing = false;
+    self->computing = false; /* a "PUSH" still to come from the caller is ignored */
     self->busy = false;
     int applied = 0;
     s_tell(self, "APPLIED", &applied, sizeof applied);
