@@ -253,10 +253,9 @@ int mqgrad_next(mqgrad_t *w, mqgrad_step_t *step)
     if (rc == 1) {
         w->in_round = true;
         w->asked = step->evaluate != 0;
+        return 1;
     }
-    else if (rc == 0 && w->code == 0)
-        return 0;
-    return rc == 1 ? 1 : -1;
+    return rc == 0 && w->code == 0 ? 0 : -1;
 }
 
 int mqgrad_push(mqgrad_t *w, double loss)
