@@ -14,5 +14,5 @@ cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-release -j"$(nproc)" --target mqgrad mqgrad-scheduler mqgrad-server \
     mqgrad-worker mqgrad-agent mqgrad_shared
 exec build-release/tools/mqgrad local --worker-exec '/usr/bin/python3 examples/torch/paper_cnn.py' \
-    --workers 2 --iterations 400 --eval-every 100 --eval-limit 1000 --final-eval-limit 0 \
+    --workers 2 --iterations 400 --lr-decay 0.3 --eval-every 100 --eval-limit 1000 --final-eval-limit 0 \
     --threads 1 --progress-every 15 --run-dir "runs/torch-$(date +%Y%m%d-%H%M%S)" "$@"
