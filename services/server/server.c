@@ -742,6 +742,25 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
 
 /* ---- event handlers -------------------------------------------------------------------- */
 
+/* Whether a worker's PULL or SEED may be served: the run is this server's and under way, and
+ * the sender holds the token of the rank it names; else the drop is counted. */
+static bool s_rank_request_ok(s_server_t *self, const mq_msg_t *msg)
+{
+    const char *what = mq_msg_type_name(msg->type);
+    char why[96];
+    if (!self->kv || msg->run_id != self->node.run_id) {
+        snprintf(why, sizeof why, "%s before the run started, or of another run", what);
+        mq_drops_note(&self->node.drops, MQ_DROP_RUN, msg->peer, msg->peer_len, why);
+        return false;
+    }
+    if (!s_owner_ok(self, msg)) {
+        snprintf(why, sizeof why, "%s from a peer that does not hold the rank's token", what);
+        mq_drops_note(&self->node.drops, MQ_DROP_AUTH, msg->peer, msg->peer_len, why);
+        return false;
+    }
+    return !self->node.finished;
+}
+
 static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_server_t *self = arg;
@@ -761,22 +780,10 @@ static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
         if (!self->node.finished)
             s_on_push(self, msg);
     } else if (msg->type == MQ_MSG_SEED) {
-        if (!self->kv || msg->run_id != self->node.run_id)
-            mq_drops_note(&self->node.drops, MQ_DROP_RUN, msg->peer, msg->peer_len,
-                          "values before the run started, or of another run");
-        else if (!s_owner_ok(self, msg))
-            mq_drops_note(&self->node.drops, MQ_DROP_AUTH, msg->peer, msg->peer_len,
-                          "values from a peer that does not hold the rank's token");
-        else if (!self->node.finished)
+        if (s_rank_request_ok(self, msg))
             s_on_seed(self, msg);
     } else if (msg->type == MQ_MSG_PULL) {
-        if (!self->welcomed || msg->run_id != self->node.run_id)
-            mq_drops_note(&self->node.drops, MQ_DROP_RUN, msg->peer, msg->peer_len,
-                          "pull before the run started, or of another run");
-        else if (!s_owner_ok(self, msg))
-            mq_drops_note(&self->node.drops, MQ_DROP_AUTH, msg->peer, msg->peer_len,
-                          "pull from a peer that does not hold the rank's token");
-        else if (!self->node.finished)
+        if (s_rank_request_ok(self, msg))
             s_on_pull(self, msg);
     } else {
         mq_drops_note(&self->node.drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
