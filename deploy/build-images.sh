@@ -5,6 +5,7 @@
 #
 # usage: deploy/build-images.sh [--base-only] [--force-base] [--tag IMAGE]
 #                               [--prometheus | --prometheus-only] [--prometheus-tag IMAGE]
+#                               [--torch | --torch-only] [--torch-tag IMAGE]
 #   --base-only    make debian:bookworm and debian:bookworm-slim, not the project image
 #   --force-base   rebuild the base images even when they exist
 #   --tag IMAGE    name of the project image (default: $MQGRAD_IMAGE or mqgrad:latest)
@@ -14,6 +15,11 @@
 #   --prometheus-only   the base images and the Prometheus image, not the project image
 #   --prometheus-tag IMAGE  its name (default: $MQGRAD_PROMETHEUS_IMAGE or
 #                  mqgrad-prometheus:latest)
+#   --torch        also build the PyTorch worker image of the compose profile "torch"
+#                  (deploy/torch: Debian's python3-torch, libmqgrad, the Python package and
+#                  examples/torch)
+#   --torch-only   the base images and the PyTorch worker image, not the project image
+#   --torch-tag IMAGE  its name (default: $MQGRAD_TORCH_IMAGE or mqgrad-torch:latest)
 # env: MQGRAD_DEBIAN_MIRROR / MQGRAD_DEBIAN_SECURITY_MIRROR override the mirror read
 #      from this host's apt sources; MQGRAD_SUITE (default bookworm).
 # Idempotent: existing base images are kept, the project image reuses the build cache.
@@ -24,10 +30,12 @@ repo="$(cd "$here/.." && pwd)"
 suite="${MQGRAD_SUITE:-bookworm}"
 image="${MQGRAD_IMAGE:-mqgrad:latest}"
 prometheus_image="${MQGRAD_PROMETHEUS_IMAGE:-mqgrad-prometheus:latest}"
+torch_image="${MQGRAD_TORCH_IMAGE:-mqgrad-torch:latest}"
 base_only=0
 force_base=0
 project=1
 prometheus=0
+torch=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -37,7 +45,10 @@ while [ $# -gt 0 ]; do
         --prometheus) prometheus=1 ;;
         --prometheus-only) prometheus=1; project=0 ;;
         --prometheus-tag) prometheus_image="$2"; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        --torch) torch=1 ;;
+        --torch-only) torch=1; project=0 ;;
+        --torch-tag) torch_image="$2"; shift ;;
+        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "build-images: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -165,4 +176,13 @@ if [ "$prometheus" = 1 ]; then
     docker build --build-arg RUNTIME_IMAGE="debian:${suite}-slim" \
         -f "$here/prometheus/Dockerfile" -t "$prometheus_image" "$here/prometheus" >&2
     log "$prometheus_image built in $(( $(date +%s) - start )) s: $(docker image inspect -f '{{.Size}}' "$prometheus_image" | awk '{printf "%.0f MB", $1/1e6}')"
+fi
+
+# The PyTorch worker image: the repository is its build context, as for the project image
+# (it compiles libmqgrad alone, with the project image's build packages).
+if [ "$torch" = 1 ]; then
+    log "building $torch_image from deploy/torch/Dockerfile ..."
+    start=$(date +%s)
+    docker build -f "$here/torch/Dockerfile" -t "$torch_image" "$repo" >&2
+    log "$torch_image built in $(( $(date +%s) - start )) s: $(docker image inspect -f '{{.Size}}' "$torch_image" | awk '{printf "%.0f MB", $1/1e6}')"
 fi

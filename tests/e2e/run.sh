@@ -20,15 +20,22 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 export E2E_FIGURES="${E2E_FIGURES:-$scratch/figures}"
 build_log="$scratch/build.log"
-echo "e2e: building images offline (deploy/build-images.sh)"
-if ! timeout 3600 "$repo/deploy/build-images.sh" --tag "${MQGRAD_IMAGE:-mqgrad:latest}" >"$build_log" 2>&1; then
+# The PyTorch worker image too when test_7_torch is among the tests to run.
+images=(debian:bookworm debian:bookworm-slim "${MQGRAD_IMAGE:-mqgrad:latest}")
+build_args=(--tag "${MQGRAD_IMAGE:-mqgrad:latest}")
+if [[ test_7_torch =~ ${E2E_ONLY:-.} ]]; then
+    build_args+=(--torch --torch-tag "${MQGRAD_TORCH_IMAGE:-mqgrad-torch:latest}")
+    images+=("${MQGRAD_TORCH_IMAGE:-mqgrad-torch:latest}")
+fi
+echo "e2e: building images offline (deploy/build-images.sh ${build_args[*]})"
+if ! timeout 3600 "$repo/deploy/build-images.sh" "${build_args[@]}" >"$build_log" 2>&1; then
     tail -n 60 "$build_log"
     echo "e2e: image build failed"
     echo "e2e: 0 passed, 1 failed"
     exit 1
 fi
 grep '^build-images:' "$build_log" | sed 's/^/e2e: /'
-for img in debian:bookworm debian:bookworm-slim "${MQGRAD_IMAGE:-mqgrad:latest}"; do
+for img in "${images[@]}"; do
     docker image inspect -f "e2e: image {{index .RepoTags 0}} {{.Size}} bytes" "$img"
 done
 echo "build_s=$(( $(date +%s) - start ))" >>"$E2E_FIGURES"

@@ -61,7 +61,8 @@ converged() {
         want=${replicas#*/}; have=${replicas%/*}
         [ "$have" = "$want" ] || ok=0
     done < <(docker service ls --filter "label=com.docker.stack.namespace=$stack" --format '{{.Name}} {{.Replicas}}')
-    [ "$(docker service ls -q --filter "label=com.docker.stack.namespace=$stack" | wc -l)" = 4 ] && [ "$ok" = 1 ]
+    # scheduler, server, worker, agent, and worker-torch with no replica (MQGRAD_TORCH_WORKERS)
+    [ "$(docker service ls -q --filter "label=com.docker.stack.namespace=$stack" | wc -l)" = 5 ] && [ "$ok" = 1 ]
 }
 e2e_wait 300 "the stack to converge" converged
 e2e_log "converged in $(( $(date +%s) - t0 ))s:"
