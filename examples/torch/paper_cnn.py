@@ -121,7 +121,7 @@ def main(argv=None):
     check_dataset(args)
     r = mq.run()
     l2 = float(r["l2"])
-    print("joined: rank %d of %d workers, model %s (run's: %s), %d parameters, batch %d, "
+    print("joined: rank %d (of at most %d workers), model %s (run's: %s), %d parameters, batch %d, "
           "codec %s, optimizer %s, l2 %g"
           % (r["rank"], r["workers"], args.size, r["model"],
              sum(t.numel() for t in model.parameters()), r["batch"], r["codec"],

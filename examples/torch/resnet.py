@@ -77,7 +77,7 @@ def main(argv=None):
     opt = join(model, torch.optim.SGD(model.parameters(), lr=0.1))
     check_dataset(args)
     r = mq.run()
-    print("joined: rank %d of %d workers, ResNet-%d, %d tensors, %d parameters, batch %d, "
+    print("joined: rank %d (of at most %d workers), ResNet-%d, %d tensors, %d parameters, batch %d, "
           "codec %s, optimizer %s"
           % (r["rank"], r["workers"], args.depth, len(list(model.parameters())),
              sum(t.numel() for t in model.parameters()), r["batch"], r["codec"],
