@@ -176,6 +176,8 @@ static const s_text_case_t s_text_cases[] = {
     {"local", "bin-dir", "/nonexistent/mqgrad-bin"},
     {"local", "resume", "/nonexistent/mqgrad-run"},
     {"local", "run-dir", "/proc/mqgrad-cannot-be-made"},
+    {"local", "worker-exec", "/nonexistent/mqgrad-worker-program --flag"},
+    {"local", "worker-exec", "mqgrad-no-such-command"},
     {"train", "model", "resnet"},
     {"train", "dataset", "imagenet"},
     {"train", "dataset", "mnist"},
