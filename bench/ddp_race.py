@@ -4,7 +4,10 @@
 One process per rank (bench/netns_race.sh starts them in the worker namespaces, over
 tc-shaped veths). Everything is chosen to match a `mqgrad-scheduler --model paper` run:
 
-- model: PaperCNN imported from bench/torch_cnn.py (the same network as common/nn);
+- model: PaperCNN imported from bench/torch_cnn.py (the same network as common/nn), or with
+  --model paper_cnn the one of examples/torch/paper_cnn.py (the C model tensor for tensor: what
+  mqgrad's PyTorch workers train, so a race of PyTorch workers runs the same code on both
+  sides);
 - data: Fashion-MNIST read from Debian's gzip idx files (dataset-fashion-mnist, the files
   mqgrad's workers read), pixels scaled to [-1, 1] as common/src/data/data.c does;
 - batching: per epoch a seeded permutation of the training set cut into global batches of
@@ -34,6 +37,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_cnn import PaperCNN  # noqa: E402  (exits 3 when torch is missing)
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "torch")
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -109,7 +114,11 @@ def main():
     ap.add_argument("--l2", type=float, default=1e-4)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--init", choices=["mqgrad", "torch"], default="mqgrad",
-                    help="mqgrad = mqgrad's scheme (same distribution, not the same draws)")
+                    help="mqgrad = mqgrad's scheme (same distribution, not the same draws); "
+                         "paper_cnn's model always starts so")
+    ap.add_argument("--model", choices=["torch_cnn", "paper_cnn"], default="torch_cnn",
+                    help="torch_cnn = bench/torch_cnn.py's PaperCNN; paper_cnn = "
+                         "examples/torch/paper_cnn.py's, what mqgrad's PyTorch workers train")
     ap.add_argument("--floor-iters", type=int, default=8)
     ap.add_argument("--warmup", type=int, default=3, help="iterations left out of the median")
     ap.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
@@ -124,9 +133,20 @@ def main():
 
     dist.init_process_group("gloo", init_method="tcp://%s:%d" % (a.master_addr, a.master_port),
                             rank=a.rank, world_size=a.world)
-    model = PaperCNN(1)  # same seed on every rank; DDP broadcasts rank 0's parameters anyway
-    if a.init == "mqgrad":
-        init_like_mqgrad(model)
+    if a.model == "paper_cnn":
+        sys.path.insert(0, EXAMPLES)
+        import paper_cnn  # noqa: E402  (its own initialization is mqgrad's scheme)
+        model = paper_cnn.PaperCNN("paper", channels=1)
+
+        def l2_term():
+            return model.l2_term(a.l2)
+    else:
+        model = PaperCNN(1)  # same seed on every rank; DDP broadcasts rank 0's parameters anyway
+        if a.init == "mqgrad":
+            init_like_mqgrad(model)
+
+        def l2_term():
+            return a.l2 * 0.5 * (model.fc1.weight.pow(2).sum() + model.fc2.weight.pow(2).sum())
     ddp = DDP(model)
     if a.hook == "fp16":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -153,8 +173,7 @@ def main():
         return x_train[idx], y_train[idx]
 
     def loss_of(x, y):
-        loss = F.cross_entropy(ddp(x), y)
-        return loss + a.l2 * 0.5 * (model.fc1.weight.pow(2).sum() + model.fc2.weight.pow(2).sum())
+        return F.cross_entropy(ddp(x), y) + l2_term()
 
     # Compute floor: forward + backward without communication, every rank at once. The
     # barrier lines the ranks up: DDP's initial broadcast of the parameters lets them go at
@@ -221,6 +240,7 @@ def main():
         body = steps[a.warmup:] if len(steps) > a.warmup else steps
         with open(a.out, "w") as f:
             f.write("hook %s\n" % a.hook)
+            f.write("model %s\n" % a.model)
             f.write("world %d\n" % a.world)
             f.write("params %d\n" % params)
             f.write("grad_bytes %d\n" % (params * (2 if a.hook == "fp16" else 4)))

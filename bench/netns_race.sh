@@ -28,6 +28,14 @@
 #   WARMUP (3)                   iterations left out of the medians
 #   SECURE (0)                   1 = CURVE keys as `mqgrad local` makes them; 0 = --insecure
 #                                (gloo is unencrypted too, so the race compares transports)
+#   MQGRAD_WORKER (c)            c: mqgrad-worker; torch: each mqgrad worker is
+#                                examples/torch/paper_cnn.py on libmqgrad (PyTorch computes the
+#                                gradient), given what the C worker is given, as the MQGRAD_*
+#                                variables libmqgrad reads (MQGRAD_SCHEDULER, MQGRAD_INSECURE or
+#                                MQGRAD_KEYS, MQGRAD_THREADS, MQGRAD_DATA_DIR)
+#   DDP_MODEL (torch_cnn; paper_cnn when MQGRAD_WORKER=torch)   ddp_race.py --model: DDP's
+#                                network, bench/torch_cnn.py's or examples/torch/paper_cnn.py's
+#                                (then both sides run the same PyTorch code)
 #   BUILD (build)                the build directory; PYTHON (/usr/bin/python3, has torch)
 #   DATA (/usr/share/datasets/fashion-mnist, Debian's dataset-fashion-mnist)
 #
@@ -92,6 +100,12 @@ SECURE=${SECURE:-0}
 BUILD=${BUILD:-$here/build}
 case $BUILD in /*) ;; *) BUILD=$here/$BUILD ;; esac
 PYTHON=${PYTHON:-/usr/bin/python3}
+MQGRAD_WORKER=${MQGRAD_WORKER:-c}
+case $MQGRAD_WORKER in
+    c) DDP_MODEL=${DDP_MODEL:-torch_cnn} ;;
+    torch) DDP_MODEL=${DDP_MODEL:-paper_cnn} ;;
+    *) echo "netns_race.sh: MQGRAD_WORKER '$MQGRAD_WORKER' is not c or torch" >&2; exit 2 ;;
+esac
 DATA=${DATA:-/usr/share/datasets/fashion-mnist}
 P=mqr$$
 NET=10.214.0
@@ -154,7 +168,11 @@ reach_iter() { # reach_iter mq|ddp BITS|HOOK
     echo none
 }
 
-label_mq() { [ "$1" = 32 ] && echo "mqgrad fp32" || echo "mqgrad $1-bit"; }
+label_mq() {
+    local w=""
+    [ "${MQGRAD_WORKER:-c}" = torch ] && w=" (PyTorch workers)"
+    [ "$1" = 32 ] && echo "mqgrad fp32$w" || echo "mqgrad $1-bit$w"
+}
 label_ddp() { echo "DDP $1"; }
 
 summarize() {
@@ -163,6 +181,7 @@ summarize() {
     echo "evaluated every $EVAL_EVERY iterations; medians after $WARMUP warm-up iterations; times are training"
     echo "time (evaluation excluded). comm floor: busiest NIC's payload bytes / rate (see the header)."
     [ -f "$out/transport" ] && echo "mqgrad transport: $(cat "$out/transport")"
+    echo "mqgrad workers: ${MQGRAD_WORKER:-c} ($([ "${MQGRAD_WORKER:-c}" = torch ] && echo "examples/torch/paper_cnn.py on libmqgrad" || echo mqgrad-worker)); DDP's model: ${DDP_MODEL:-torch_cnn}"
     for r in $RATES; do
         echo
         if [ "$r" = none ]; then echo "## unshaped (veths at memory speed)"; else echo "## $r Mbit/s per NIC"; fi
@@ -235,6 +254,12 @@ for s in scheduler server worker agent; do
     [ -x "$BUILD/services/mqgrad-$s" ] ||
         { echo "netns_race.sh: $BUILD/services/mqgrad-$s is not executable (build first, or set BUILD)" >&2; exit 2; }
 done
+if [ "$MQGRAD_WORKER" = torch ]; then
+    [ -f "$BUILD/common/libmqgrad.so" ] ||
+        { echo "netns_race.sh: no $BUILD/common/libmqgrad.so (cmake --build $BUILD --target mqgrad_shared)" >&2; exit 2; }
+    "$PYTHON" -c 'import torch, numpy' 2>/dev/null ||
+        { echo "netns_race.sh: MQGRAD_WORKER=torch needs torch and numpy in $PYTHON" >&2; exit 2; }
+fi
 [ -f "$DATA/train-images-idx3-ubyte.gz" ] ||
     { echo "netns_race.sh: no Fashion-MNIST in $DATA (apt-get install dataset-fashion-mnist)" >&2; exit 2; }
 have_torch=1
@@ -381,8 +406,17 @@ run_mq() { # run_mq BITS RATE
             --scheduler "tcp://$CTL_IP:$SCHED_PORT" --bind "tcp://$ip:7100" --advertise "tcp://$ip:7100" "${sec[@]}"
     done
     for i in $(seq 0 $((WORKERS - 1))); do
-        spawn "w$i" "$dir/logs/worker-$i.log" "$BUILD/services/mqgrad-worker" \
-            --scheduler "tcp://$CTL_IP:$SCHED_PORT" --data-dir "$DATA" --threads 1 "${sec[@]}"
+        if [ "$MQGRAD_WORKER" = torch ]; then
+            # the C worker's flags as the variables libmqgrad (and the example) read; the keys
+            # (SECURE=1) are in MQGRAD_KEYS already
+            spawn "w$i" "$dir/logs/worker-$i.log" env MQGRAD_SCHEDULER="tcp://$CTL_IP:$SCHED_PORT" \
+                MQGRAD_DATA_DIR="$DATA" MQGRAD_THREADS=1 $([ "$SECURE" = 1 ] || echo MQGRAD_INSECURE=1) \
+                PYTHONPATH="$here/python" MQGRAD_LIB="$BUILD/common/libmqgrad.so" \
+                "$PYTHON" "$here/examples/torch/paper_cnn.py"
+        else
+            spawn "w$i" "$dir/logs/worker-$i.log" "$BUILD/services/mqgrad-worker" \
+                --scheduler "tcp://$CTL_IP:$SCHED_PORT" --data-dir "$DATA" --threads 1 "${sec[@]}"
+        fi
     done
     rc=""
     while kill -0 "$sched" 2>/dev/null; do
@@ -416,7 +450,8 @@ run_ddp() { # run_ddp fp32|fp16 RATE
         spawn "w$i" "$l" env GLOO_SOCKET_IFNAME=eth0 "$PYTHON" "$here/bench/ddp_race.py" --rank "$i" --world "$WORKERS" \
             --master-addr "$(node_ip w0)" --master-port "$DDP_PORT" --hook "$hook" --iters "$ITERS" \
             --time-budget "$CAP" --eval-every "$EVAL_EVERY" --eval-limit "$EVAL_LIMIT" --target "$TARGET" \
-            --stop-at-target "$STOP_AT_TARGET" --warmup "$WARMUP" --data-dir "$DATA" --out "$res"
+            --stop-at-target "$STOP_AT_TARGET" --warmup "$WARMUP" --data-dir "$DATA" --model "$DDP_MODEL" \
+            --out "$res"
     done
     DDP_PORT=$((DDP_PORT + 1))
     # A rank that fails leaves the others blocked in gloo: then stop them all.
@@ -448,6 +483,7 @@ mkdir -p "$out"
 cat >"$out/env" <<EOF
 WORKERS="$WORKERS"; SERVERS="$SERVERS"; LAYOUT="$LAYOUT"; RATES="$RATES"; BITS="$BITS"; DDP="$DDP"
 TARGET="$TARGET"; EVAL_EVERY="$EVAL_EVERY"; EVAL_LIMIT="$EVAL_LIMIT"; WARMUP="$WARMUP"
+MQGRAD_WORKER="$MQGRAD_WORKER"; DDP_MODEL="$DDP_MODEL"
 EOF
 if [ "$SECURE" = 1 ]; then
     echo "CURVE (throw-away keys per run, as mqgrad local)" >"$out/transport"
@@ -456,6 +492,7 @@ else
 fi
 [ "$have_torch" = 1 ] || { echo "netns_race.sh: $PYTHON has no torch (apt-get install python3-torch): DDP runs skipped" >&2; DDP=""; }
 echo "netns_race.sh: runs in $out; $WORKERS workers, $SERVERS servers ($LAYOUT), rates $RATES Mbit/s, mqgrad bits $BITS, DDP $DDP"
+echo "  mqgrad workers: $MQGRAD_WORKER; DDP's model: $DDP_MODEL"
 echo "  ITERS=$ITERS CAP=$CAP s TARGET=$TARGET EVAL_EVERY=$EVAL_EVERY EVAL_LIMIT=$EVAL_LIMIT STOP_AT_TARGET=$STOP_AT_TARGET; mqgrad transport: $(cat "$out/transport")"
 echo "  start $(date -u '+%Y-%m-%d %H:%M:%S') UTC, load $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $RATES; do

@@ -37,6 +37,7 @@ import math
 import numbers
 import os
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -327,6 +328,39 @@ def _plain_sgd(optimizer):
     return sorted(set(why))
 
 
+class _Profile(object):
+    """MQGRAD_PROFILE=PATH (off by default; bench/torch_overhead.sh sets it): one line per
+    round appended to PATH.<rank>, "iter next pre zero check push post span" in ms: mqgrad_next
+    (the wait for the round), the binding before the Step is yielded (lr, accumulation flags,
+    zeroing), zero_grad() calls, step() before mqgrad_push (the loss, the checks, gradients
+    collected), mqgrad_push's wall time (encode, send, wait, decode in libmqgrad), the binding
+    after it (step()'s end, the loop's checks) and the span from the Step to mqgrad_push
+    (what libmqgrad counts as the round's compute). Timing only: behaviour is unchanged."""
+
+    def __init__(self, path):
+        self.f = open(path, "a")
+        self.iter = None
+        self.t_got = self.t_resume = None
+        self.next = self.pre = self.zero = self.check = self.push = self.post = 0.0
+        self.span = 0.0
+
+    def end_round(self, now):
+        if self.t_resume is not None:
+            self.post += now - self.t_resume
+            self.t_resume = None
+        if self.iter is not None:
+            self.f.write("%d %.3f %.3f %.3f %.3f %.3f %.3f %.3f\n" % (
+                self.iter, 1e3 * self.next, 1e3 * self.pre, 1e3 * self.zero, 1e3 * self.check,
+                1e3 * self.push, 1e3 * self.post, 1e3 * self.span))
+            self.iter = None
+        self.next = self.pre = self.zero = self.check = self.push = self.post = 0.0
+        self.span = 0.0
+
+    def close(self):
+        self.end_round(time.perf_counter())
+        self.f.close()
+
+
 class DistributedOptimizer(object):
     """Wraps OPTIMIZER and joins the run with NAMED_PARAMETERS (model.named_parameters(); None:
     the optimizer's parameters, named param.0, param.1, ...) as the model's tensors, in that
@@ -357,11 +391,16 @@ class DistributedOptimizer(object):
         self._w = None
         self._exit_code = None
         self._step = None
+        self._members = 0     # the last round's member count (size())
         self._pushed = self._reported = False
         self._acc = []
+        self._zeroed = None   # the flat gradient's version when it was last zeroed
+        self._prof = None
         self._entries, self._total = layout(named_parameters, optimizer)
         self._lib = _lib.load()
         self._join()
+        if os.environ.get("MQGRAD_PROFILE"):
+            self._prof = _Profile("%s.%d" % (os.environ["MQGRAD_PROFILE"], self.rank()))
         _current = self
         _register_atexit()
         self._warn_rule()
@@ -460,7 +499,10 @@ class DistributedOptimizer(object):
         return int(self._run["rank"])
 
     def size(self):
-        return int(self._run["workers"])
+        """The workers of the latest round (an elastic run's count changes as workers join
+        and leave); before the first round, the run's rank space (run()['workers'])."""
+        self._joined("size")
+        return self._members or int(self._run["workers"])
 
     def accumulates(self, i):
         """Whether tensor I's gradient adds onto what the flat gradient holds (error feedback:
@@ -474,14 +516,22 @@ class DistributedOptimizer(object):
         self._acc = [self._lib.mqgrad_accumulates(w, i) == 1
                      for i in range(len(self._entries))]
 
-    def _zero_grads(self):
+    def _zero_grads(self, unless_clean=False):
         with torch.no_grad():
-            if not any(self._acc):
-                self.flat_grads.zero_()
-            else:
-                for e, acc in zip(self._entries, self._acc):
-                    if not acc:
-                        e.gview.zero_()
+            # UNLESS_CLEAN (zero_grad): nothing was written into the flat gradient since
+            # rounds() zeroed it, as its version counter (shared by its views, bumped by
+            # autograd's accumulation and every in-place op on them) tells: no second pass
+            # over it. Writes that bypass the counter (.data, numpy, ctypes) are not seen.
+            if not (unless_clean and self._zeroed == self.flat_grads._version):
+                if not any(self._acc):
+                    # memset, faster than zero_() on a large array (bench/README.md,
+                    # torch_overhead.sh); it bumps no version: _zeroed takes it as it is
+                    ctypes.memset(self.flat_grads.data_ptr(), 0, 4 * self._total)
+                else:
+                    for e, acc in zip(self._entries, self._acc):
+                        if not acc:
+                            e.gview.zero_()
+                self._zeroed = self.flat_grads._version
             for e in self._entries:
                 if not _same_view(e.param.grad, e.gview):
                     e.param.grad = e.gview
@@ -489,9 +539,16 @@ class DistributedOptimizer(object):
     def zero_grad(self, set_to_none=False):
         """Zeroes the gradients, except tensors whose gradient accumulates (error feedback
         keeps a residual there). Gradients are never set to None (SET_TO_NONE is ignored):
-        they are views of libmqgrad's array. rounds() zeroes them before each round too."""
+        they are views of libmqgrad's array. rounds() zeroes them before each round too, so a
+        zero_grad() before anything has written into them (autograd's accumulation, in-place
+        ops: their version counter) has nothing left to zero and only re-attaches the views."""
         self._joined("zero_grad")
-        self._zero_grads()
+        p = self._prof
+        if p is not None:
+            t = time.perf_counter()
+        self._zero_grads(unless_clean=True)
+        if p is not None:
+            p.zero += time.perf_counter() - t
 
     def _check_params(self):
         for e in self._entries:
@@ -534,6 +591,9 @@ class DistributedOptimizer(object):
         applies them to the parameters (in place). Once per round, inside rounds()."""
         if closure is not None:
             raise TypeError("step(loss): closures are not supported")
+        p = self._prof
+        if p is not None:
+            t_in = time.perf_counter()
         w = self._joined("step")
         if self._step is None or self._pushed:
             raise RuntimeError("step(loss) is called once per round, inside "
@@ -546,10 +606,20 @@ class DistributedOptimizer(object):
         loss = float(loss)
         self._check_params()
         self._collect_grads()
-        if self._lib.mqgrad_push(w, loss) != 0:
+        if p is not None:
+            t_call = time.perf_counter()
+            p.check += t_call - t_in
+            p.span = t_call - p.t_got
+        rc = self._lib.mqgrad_push(w, loss)
+        if p is not None:
+            t_ret = time.perf_counter()
+            p.push = t_ret - t_call
+        if rc != 0:
             raise RuntimeError("mqgrad: pushing round %d failed: %s"
                                % (self._step.iter, _lib.error(self._lib, w)))
         self._pushed = True
+        if p is not None:
+            p.post += time.perf_counter() - t_ret
 
     def report(self, accuracy=None, loss=None, correct=None, total=None, loss_sum=None):
         """After step(loss) in a round with step.evaluate: this member's evaluation (see
@@ -578,6 +648,7 @@ class DistributedOptimizer(object):
         self._joined("rounds")
         lib = self._lib
         st = _lib.StepT()
+        p = self._prof
         try:
             while True:
                 w = self._joined("rounds")  # shutdown() may have been called in the loop
@@ -589,7 +660,13 @@ class DistributedOptimizer(object):
                         raise RuntimeError("round %d asked for an evaluation (step.evaluate): "
                                            "call report(...) after step(loss)"
                                            % self._step.iter)
+                if p is not None:
+                    p.end_round(time.perf_counter())
+                    t_next = time.perf_counter()
                 rc = lib.mqgrad_next(w, ctypes.byref(st))
+                if p is not None:
+                    p.t_got = time.perf_counter()
+                    p.next = p.t_got - t_next
                 if rc == 0:
                     self._step = None
                     return
@@ -599,11 +676,17 @@ class DistributedOptimizer(object):
                 step = Step(int(st.iter), int(st.member), int(st.members), int(st.cursor),
                             int(st.bits), float(st.lr), bool(st.evaluate), int(st.eval_limit))
                 self._step, self._pushed, self._reported = step, False, not step.evaluate
+                self._members = step.members
                 for g in self.optimizer.param_groups:
                     g["lr"] = step.lr
                 self._refresh_acc()
                 self._zero_grads()
+                if p is not None:
+                    p.iter = step.iter
+                    p.pre = time.perf_counter() - p.t_got
                 yield step
+                if p is not None:
+                    p.t_resume = time.perf_counter()
         finally:
             self._step = None
             self.shutdown()
@@ -624,6 +707,9 @@ class DistributedOptimizer(object):
         self.flat_params = self.flat_grads = None
 
     def _leave(self):
+        if self._prof is not None:
+            self._prof.close()
+            self._prof = None
         if self._w is None:
             return self._exit_code
         try:
@@ -683,7 +769,8 @@ def rank():
 
 
 def size():
-    """The run's workers (its rank space: the most workers the run holds)."""
+    """The workers of the latest round, as hvd.size() (an elastic run's count changes as
+    workers join and leave); before the first round, the run's rank space."""
     return _require("size()").size()
 
 

@@ -39,7 +39,8 @@ def _env(**extra):
     env = dict(os.environ)
     for k in [k for k in env if k.startswith("MQGRAD_")]:
         del env[k]  # the caller's shell must not configure the test's services
-    env.update(MQGRAD_INSECURE="1", MQGRAD_LIB=LIB, MQGRAD_THREADS="1",
+    env.update(MQGRAD_INSECURE="1", MQGRAD_LIB=LIB, MQGRAD_THREADS="1", OPENBLAS_NUM_THREADS="1",
+               OMP_NUM_THREADS="1",
                PYTHONPATH=os.path.join(ROOT, "python"))
     env.update(extra)
     return env

@@ -647,6 +647,10 @@ static void s_exec_worker(const mq_local_opts_t *o, const s_cluster_t *cl, s_arg
     }
     if (cl->libpath[0])
         s_env(a, "MQGRAD_LIB", cl->libpath);
+    if (o->threads[0]) { /* the BLAS a PyTorch calls has pools of its own: as many threads */
+        s_env(a, "OPENBLAS_NUM_THREADS", o->threads);
+        s_env(a, "OMP_NUM_THREADS", o->threads);
+    }
     /* exec: the program is the child itself, so the signals mqgrad local sends (SIGTERM to
      * stop, SIGKILL) reach it, not a shell that would die and leave it behind */
     char cmd[sizeof o->worker_exec + 8];
