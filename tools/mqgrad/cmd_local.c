@@ -38,6 +38,11 @@
 #include "mqgrad/util.h"
 
 #define S_MAX_CHILDREN 80
+/* The source tree this mqgrad was built from (its python/ is --worker-exec's package): set by
+ * tools/CMakeLists.txt; a build of this file without it (the fuzz targets) names none. */
+#ifndef MQGRAD_SOURCE_DIR
+#define MQGRAD_SOURCE_DIR ""
+#endif
 
 typedef struct {
     pid_t pid;
@@ -498,7 +503,7 @@ static int s_plan(const mq_local_opts_t *o, s_cluster_t *cl)
     if (access(cl->libpath, R_OK) != 0)
         cl->libpath[0] = '\0';
     snprintf(cl->pythonpath, sizeof cl->pythonpath, "%s/python", MQGRAD_SOURCE_DIR);
-    if (access(cl->pythonpath, R_OK) != 0)
+    if (!MQGRAD_SOURCE_DIR[0] || access(cl->pythonpath, R_OK) != 0)
         cl->pythonpath[0] = '\0';
     int sport = s_free_port(), aport = s_free_port(), hport = s_free_port();
     if (sport < 0 || aport < 0 || hport < 0) {
