@@ -5,7 +5,8 @@
 # ASan and UBSan (tools/sanitize.sh), then the end-to-end tests on real containers (skipped
 # with a message when no Docker engine answers), after rendering and validating the Kubernetes
 # manifests offline (tools/check-k8s.sh). MQGRAD_FUZZ=0, MQGRAD_SANITIZE=0, MQGRAD_K8S=0 and
-# MQGRAD_E2E=0 skip a stage. Fails if a test fails.
+# MQGRAD_E2E=0 skip a stage. Fails if a test fails. ctest runs the Python tests too (pytest under
+# Debian's /usr/bin/python3, test_python).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
