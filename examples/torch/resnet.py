@@ -12,15 +12,8 @@ parameters: each worker keeps its own (evaluation uses them); the parameters are
 import os
 import sys
 
-try:
-    import torch
-except ImportError:
-    # `python3 examples/...` where another python3 comes first on PATH (pyenv, a venv):
-    # Debian's has python3-torch (tools/install-deps.sh torch)
-    DEBIAN = "/usr/bin/python3"
-    if os.access(DEBIAN, os.X_OK) and os.path.realpath(sys.executable) != os.path.realpath(DEBIAN):
-        os.execv(DEBIAN, [DEBIAN] + sys.argv)
-    raise
+import need_torch  # noqa: F401  (first: it finds a python3 that has PyTorch)
+import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
