@@ -271,18 +271,35 @@ static int s_free_port(void)
     return port;
 }
 
-/* Finds mqgrad-NAME: in --bin-dir, beside this executable, in ../services (build tree), on
- * PATH. */
-static int s_find_exe(const mq_local_opts_t *o, const char *name, char *out, size_t len)
+/* The folder of this executable into DIR. */
+static void s_self_dir(char *dir, size_t len)
 {
     char self[PATH_MAX] = "";
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     self[n > 0 ? n : 0] = '\0';
-    char *dir = dirname(self);
-    const char *dirs[] = {o->bin_dir, dir, NULL};
-    char build[PATH_MAX];
+    snprintf(dir, len, "%s", dirname(self));
+}
+
+/* Finds the executable NAME in a folder of PATH into OUT: 0, or -1. */
+static int s_on_path(const char *name, char *out, size_t len)
+{
+    const char *path = getenv("PATH");
+    char copy[4096];
+    snprintf(copy, sizeof copy, "%s", path ? path : "/usr/local/bin:/usr/bin:/bin");
+    for (char *save, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save))
+        if (snprintf(out, len, "%s/%s", d, name) < (int)len && access(out, X_OK) == 0)
+            return 0;
+    return -1;
+}
+
+/* Finds mqgrad-NAME: in --bin-dir, beside this executable, in ../services (build tree), on
+ * PATH. */
+static int s_find_exe(const mq_local_opts_t *o, const char *name, char *out, size_t len)
+{
+    char dir[PATH_MAX], build[PATH_MAX + 16], exe[64];
+    s_self_dir(dir, sizeof dir);
     snprintf(build, sizeof build, "%s/../services", dir);
-    dirs[2] = build;
+    const char *dirs[] = {o->bin_dir, dir, build};
     for (int i = 0; i < 3; i++) {
         if (!dirs[i][0])
             continue;
@@ -291,15 +308,9 @@ static int s_find_exe(const mq_local_opts_t *o, const char *name, char *out, siz
         if (access(out, X_OK) == 0)
             return 0;
     }
-    const char *path = getenv("PATH");
-    char copy[4096];
-    snprintf(copy, sizeof copy, "%s", path ? path : "/usr/local/bin:/usr/bin");
-    for (char *save, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        if (snprintf(out, len, "%s/mqgrad-%s", d, name) >= (int)len)
-            continue;
-        if (access(out, X_OK) == 0)
-            return 0;
-    }
+    snprintf(exe, sizeof exe, "mqgrad-%s", name);
+    if (s_on_path(exe, out, len) == 0)
+        return 0;
     mq_err_set("cannot find the executable mqgrad-%s (use --bin-dir)", name);
     return -1;
 }
@@ -496,10 +507,9 @@ static int s_plan(const mq_local_opts_t *o, s_cluster_t *cl)
             return -1;
     /* the Python package and libmqgrad of this build tree, when there is one (an installed
      * mqgrad has them where Python and the loader look) */
-    char self[PATH_MAX] = "";
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    self[n > 0 ? n : 0] = '\0';
-    snprintf(cl->libpath, sizeof cl->libpath, "%s/../common/libmqgrad.so", dirname(self));
+    char dir[PATH_MAX - 32];
+    s_self_dir(dir, sizeof dir);
+    snprintf(cl->libpath, sizeof cl->libpath, "%s/../common/libmqgrad.so", dir);
     if (access(cl->libpath, R_OK) != 0)
         cl->libpath[0] = '\0';
     snprintf(cl->pythonpath, sizeof cl->pythonpath, "%s/python", MQGRAD_SOURCE_DIR);
@@ -673,15 +683,8 @@ static int s_check_exec(const char *cmd)
     snprintf(word, sizeof word, "%.*s", (int)n, cmd + strspn(cmd, " \t"));
     if (!word[0] || strchr(word, '/'))
         return word[0] && access(word, R_OK) == 0 ? 0 : -1;
-    const char *path = getenv("PATH");
-    char copy[4096], full[PATH_MAX + 8];
-    snprintf(copy, sizeof copy, "%s", path ? path : "/usr/local/bin:/usr/bin:/bin");
-    for (char *save, *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
-        snprintf(full, sizeof full, "%s/%s", d, word);
-        if (access(full, X_OK) == 0)
-            return 0;
-    }
-    return -1;
+    char full[PATH_MAX];
+    return s_on_path(word, full, sizeof full);
 }
 
 /* Every flag each child will be started with, checked here by that service's own parser

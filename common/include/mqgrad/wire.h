@@ -201,8 +201,6 @@ typedef struct {
     bool checkpoint;     /* ITERATE to servers: write the shard checkpoint first */
     uint64_t keep_from;  /* ... and keep the one of this iteration (the last consistent) */
     bool retry;          /* ERROR: the node may register again */
-    /* REGISTER from a libmqgrad worker: its model's layout; WELCOME: the run's (nn.h) */
-    mq_layout_t layout;
     bool seed;           /* WELCOME to a worker: it gives the servers their values (SEED) */
     /* ownership (SECURITY.md): the sender's token (0 when sent: the thread's, see
      * mq_wire_set_token), WELCOME to servers: the run key */
@@ -224,6 +222,10 @@ typedef struct {
     size_t wire_bytes; /* bytes of all frames, as received or sent */
     zmq_msg_t frames_[MQ_WIRE_MAX_TENSORS];
     uint32_t nframes_;
+    /* REGISTER from a libmqgrad worker: its model's layout; WELCOME: the run's (nn.h). After
+     * the fields mq_msg_init clears, which empties it (n = 0) without clearing its 9 KB on
+     * every message sent; copies of the header fields do not take it. */
+    mq_layout_t layout;
 } mq_msg_t;
 
 /* Zeroes the header fields of MSG for a new message of TYPE (keeps nothing of the last). */

@@ -53,6 +53,7 @@ void mq_msg_init(mq_msg_t *msg, mq_msg_type_t type)
     size_t peer_len = msg->peer_len;
     memcpy(peer, msg->peer, peer_len);
     memset(msg, 0, offsetof(mq_msg_t, frames_));
+    msg->layout.n = 0;
     memcpy(msg->peer, peer, peer_len);
     msg->peer_len = peer_len;
     msg->type = type;
