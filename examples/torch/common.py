@@ -10,8 +10,18 @@ import os
 import sys
 import time
 
-import numpy as np
-import torch
+try:
+    import torch
+except ImportError:
+    # Run as `python3 examples/torch/...` where another python3 comes first on PATH (pyenv, a
+    # venv) without PyTorch: run again under Debian's /usr/bin/python3, which has
+    # python3-torch (tools/install-deps.sh torch). The examples import this module first.
+    DEBIAN = "/usr/bin/python3"
+    if os.access(DEBIAN, os.X_OK) and os.path.realpath(sys.executable) != os.path.realpath(DEBIAN):
+        os.execv(DEBIAN, [DEBIAN] + sys.argv)
+    sys.exit("%s: PyTorch is not installed for %s; install it with tools/install-deps.sh torch "
+             "(Debian's python3-torch) or pip install torch" % (sys.argv[0], sys.executable))
+import numpy as np  # noqa: E402
 
 try:
     import mqgrad.torch as mq

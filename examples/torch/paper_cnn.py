@@ -26,13 +26,13 @@ import math
 import os
 import sys
 
-import need_torch  # noqa: F401  (first: it finds a python3 that has PyTorch)
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# common first: it finds a python3 that has PyTorch
+from common import check_dataset, join, mq, parser, setup, train  # noqa: E402
+import torch  # noqa: E402
 import torch.nn as nn
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import check_dataset, join, mq, parser, setup, train  # noqa: E402
 
 SIZES = {  # (k1, k2, h1, h2) of the C models (mq_arch_for)
     "paper": (64, 64, 2304, 3840),
