@@ -108,11 +108,11 @@ static void s_egress_slack(mq_link_t *link, size_t bytes, double slack)
 {
     link->bytes_out += bytes;
     mq_bucket_t *b = &link->egress;
-    if (b->bytes_per_s <= 0)
+    if (!mq_link_enabled(link))
         return;
     double now = mq_now_s();
     double start = fmax(b->next_free, now - slack);
-    b->next_free = start + (double)bytes / b->bytes_per_s;
+    b->next_free = start + (double)bytes / link->rate.step[0].bytes_per_s; /* one rate here */
     double d = b->next_free - now;
     if (d <= 0)
         return;
@@ -129,11 +129,11 @@ static void s_egress_credit_fn(mq_link_t *link, size_t bytes, double *owed)
 {
     link->bytes_out += bytes;
     mq_bucket_t *b = &link->egress;
-    if (b->bytes_per_s <= 0)
+    if (!mq_link_enabled(link))
         return;
     double now = mq_now_s();
     double start = fmax(b->next_free, now - *owed);
-    b->next_free = start + (double)bytes / b->bytes_per_s;
+    b->next_free = start + (double)bytes / link->rate.step[0].bytes_per_s;
     double d = b->next_free - now;
     if (d > 0) {
         struct timespec ts = {(time_t)d, (long)((d - floor(d)) * 1e9)};

@@ -165,6 +165,8 @@ static const s_text_case_t s_text_cases[] = {
     {"local", "codec", "topk:ratio=2"},
     {"local", "optimizer", "adam"},
     {"local", "clock", "sundial"},
+    {"local", "link", "80@0,8@0"},
+    {"local", "link", "80;gpu=8"},
     {"local", "model", "resnet"},
     {"local", "dataset", "imagenet"},
     {"local", "dataset", "mnist"}, /* not installed: how to get it */
@@ -187,6 +189,8 @@ static const s_text_case_t s_text_cases[] = {
     {"scheduler", "optimizer", "adam"},
     {"scheduler", "stragglers", "deadline:0"},
     {"scheduler", "clock", "sundial"},
+    {"scheduler", "link", "80@5"},
+    {"scheduler", "link", "worker:x=80"},
     {"scheduler", "model", "resnet"},
     {"scheduler", "dataset", "imagenet"},
     {"scheduler", "on-divergence", "maybe"},

@@ -94,6 +94,15 @@ static int s_check(const mq_scheduler_config_t *c)
         fprintf(stderr, "mqgrad-scheduler: --optimizer: %s\n", mq_err_last());
         return 2;
     }
+    char why[256];
+    if (c->link[0] && c->link_mbps > 0) {
+        fprintf(stderr, "mqgrad-scheduler: give --link or --link-mbps, not both\n");
+        return 2;
+    }
+    if (c->link[0] && mq_link_spec_check(c->link, why, sizeof why) != 0) {
+        fprintf(stderr, "mqgrad-scheduler: --link: %s\n", why);
+        return 2;
+    }
     if (c->error_feedback && mq_codec_state_floats(&k, 1024) > 0) {
         fprintf(stderr,
                 "mqgrad-scheduler: --error-feedback: codec '%s' keeps its own residual\n",
@@ -227,6 +236,10 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
          "tensors smaller than this travel as fp32"},
         {"link-mbps", "MQGRAD_LINK_MBPS", MQ_FLAG_DOUBLE, &c->link_mbps, 0, 0, 1e6,
          "emulated NIC speed of every node in Mbit/s (0 = off)"},
+        {"link", "MQGRAD_LINK", MQ_FLAG_STR, c->link, sizeof c->link, 0, 0,
+         "emulated NICs' rates over the run's time, per role or rank, instead of --link-mbps: "
+         "'80@0,10000@30/60' (a square wave), '1000@0,300@60,80@120', '1000;worker:0=80', "
+         "'1000;server=200' (docs/operations.md, Link schedules)"},
         {"clock", "MQGRAD_CLOCK", MQ_FLAG_STR, c->clock, sizeof c->clock, 0, 0,
          "real (links sleep) | simulated (link time computed, compute charged as CPU time)"},
         {"seed", "MQGRAD_SEED", MQ_FLAG_LONG, &c->seed, 0, 0, 1L << 62, "seed"},
@@ -312,6 +325,7 @@ void mq_sched_run_config(const mq_scheduler_config_t *c, mq_run_config_t *r)
     snprintf(r->optimizer, sizeof r->optimizer, "%s", c->optimizer);
     r->error_feedback = c->error_feedback;
     r->link_mbps = c->link_mbps;
+    snprintf(r->link, sizeof r->link, "%s", c->link);
     r->simulated_clock = strcmp(c->clock, "simulated") == 0;
     r->fp32 = k.id == MQ_CODEC_ID_none;
     r->eval_limit = (uint32_t)c->eval_limit;
@@ -334,7 +348,7 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
         "\"eval_limit\":%ld,\"agent\":\"%s\",\"agent_deadline_ms\":%g,\"initial_bits\":%ld,"
         "\"codec\":\"%s\",\"codec_spec\":\"%s\",\"optimizer\":\"%s\",\"bucket\":%ld,"
         "\"stochastic\":%s,\"error_feedback\":%s,"
-        "\"quant_threshold\":%ld,\"link_mbps\":%g,\"clock\":\"%s\",\"seed\":%ld,\"final_eval_limit\":%ld,"
+        "\"quant_threshold\":%ld,\"link_mbps\":%g,\"link\":\"%s\",\"clock\":\"%s\",\"seed\":%ld,\"final_eval_limit\":%ld,"
         "\"diverge_factor\":%g,\"diverge_patience\":%ld,\"learn_within\":%ld,\"on_divergence\":\"%s\","
         "\"guard_spike\":%g,\"guard_iters\":%ld,\"guard_bits\":%ld,\"stragglers\":\"%s\","
         "\"checkpoint_every\":%ld}",
@@ -343,7 +357,7 @@ int mq_sched_config_json(const mq_scheduler_config_t *c, char *buf, size_t len)
         c->iterations, c->time_budget, c->eval_every, c->eval_limit, agent, c->agent_deadline_ms, c->bits,
         ops ? ops->name : "none", spec, c->optimizer, uniform ? (long)k.param[0] : 0L,
         uniform && k.param[1] ? "true" : "false",
-        c->error_feedback ? "true" : "false", c->threshold, c->link_mbps, c->clock, c->seed,
+        c->error_feedback ? "true" : "false", c->threshold, c->link_mbps, c->link, c->clock, c->seed,
         c->final_eval_limit < 0 ? c->eval_limit : c->final_eval_limit, c->diverge_factor,
         c->diverge_patience, c->learn_within, c->on_divergence, c->guard_spike, c->guard_iters, c->guard_bits,
         c->stragglers, c->checkpoint_every);

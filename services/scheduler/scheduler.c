@@ -329,6 +329,8 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
     self->out.keep_from = checkpoint ? self->consistent : 0;
     if (type == MQ_MSG_COMMIT)
         self->out.sim_time = self->commit_sim;
+    else
+        self->out.run_time = self->train_time;
     self->out.iter = self->iter;
     self->out.view = self->view;
     self->out.nmembers = self->nmembers;
@@ -468,6 +470,7 @@ static void s_issue(s_sched_t *self)
      * at the training time so far; the agent's and the evaluations' time is not counted. */
     self->sim_issued = self->sim_done = self->run.simulated_clock ? self->train_time : 0;
     self->out.sim_time = self->sim_issued;
+    self->out.run_time = self->train_time; /* the links' schedules run on it (mqgrad/ps.h) */
     for (uint32_t k = 0; k < self->nmembers; k++)
         if (s_send_to(self, &self->workers[self->members[k]]) != 0)
             mq_warn("iteration %llu: cannot reach worker %u: %s", (unsigned long long)self->iter,

@@ -49,6 +49,7 @@ typedef struct {
     char optimizer[MQ_OPTIM_MAX_SPEC]; /* update rule (mqgrad/optim.h) */
     long threshold;       /* tensors with fewer elements travel as fp32 */
     double link_mbps;     /* NIC emulation on every node, 0 = off */
+    char link[MQ_LINK_MAX_SPEC]; /* the links' schedules (mqgrad/ps.h); "" = link_mbps */
     char clock[16];       /* real | simulated: the clock of links and compute (mqgrad/ps.h) */
     long seed;
     char run_dir[512];

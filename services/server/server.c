@@ -171,8 +171,7 @@ static int s_setup(s_server_t *self, const mq_layout_t *layout)
         mq_err_set("out of memory");
         return -1;
     }
-    mq_link_init(&self->link, r->link_mbps, r->simulated_clock);
-    return 0;
+    return mq_link_setup(&self->link, r, "server", self->rank);
 }
 
 /* The checkpoint's identity for iteration ITER. */
@@ -522,6 +521,8 @@ static void s_on_iterate(s_server_t *self, const mq_msg_t *msg)
                       (const uint8_t *)"sched", 5, "member set for another round");
         return;
     }
+    if (!self->set_known) /* a round's first view: its time is the round's start */
+        mq_link_anchor(&self->link, msg->run_time);
     if (msg->checkpoint && !self->set_known) {
         self->keep_from = msg->keep_from;
         s_checkpoint(self); /* the shard as of the round's start (only its commit changes it) */

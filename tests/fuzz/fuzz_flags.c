@@ -8,13 +8,15 @@
  *                       policy spec with common/src/rl's registry)
  *   4 mqgrad local      mq_local_parse (tools/mqgrad/cmd_local.c)
  *   5 specs             each string as a codec spec (mq_codec_parse), a policy spec
- *                       (mq_policy_new), an update rule (mq_optim_parse), an experiment method
+ *                       (mq_policy_new), an update rule (mq_optim_parse), a link schedule
+ *                       (mq_link_spec_check, mq_link_rate_for), an experiment method
  *                       (mq_method_resolve), a straggler policy and a log level
  *   6 numbers           each string through mq_parse_long and mq_parse_double
  * Input: byte 0 picks one (modulo 7); the rest is cut at NUL bytes into strings. A string
  * "MQGRAD_NAME=VALUE" sets that environment variable for this input (unset after it); the
  * others are the arguments after argv[0]. Checked besides the sanitizers: a codec or update
  * rule spec that parses formats to one that parses to the same. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +26,7 @@
 #include "local.h"
 #include "methods.h"
 #include "mqgrad/optim.h"
+#include "mqgrad/ps.h"
 #include "mqgrad/quant.h"
 #include "mqgrad/rl.h"
 #include "mqgrad/util.h"
@@ -33,6 +36,29 @@
 #include "mqgrad/worker.h"
 
 #define S_MAX_ARGS 64
+
+/* A link schedule that parses: every node's schedule carries bytes forward and back to where
+ * they started (mq_link_rate_finish, mq_link_rate_start). */
+static void s_link(const char *spec)
+{
+    char err[256];
+    if (mq_link_spec_check(spec, err, sizeof err) != 0)
+        return;
+    static const char *const roles[] = {"worker", "server"};
+    for (int k = 0; k < 4; k++) {
+        mq_link_rate_t r;
+        if (mq_link_rate_for(spec, roles[k % 2], k / 2, &r, err, sizeof err) != 0)
+            mq_fuzz_fail("fuzz_flags: link '%s' checks but does not resolve: %s", spec, err);
+        for (double t = 0; t < 100; t += 7.3) {
+            double bytes = 1e3 + t * 1e5, end = mq_link_rate_finish(&r, t, bytes);
+            double back = mq_link_rate_start(&r, end, bytes);
+            if (!(end >= t) || fabs(back - t) > 1e-6 * (1 + fabs(end)))
+                mq_fuzz_fail("fuzz_flags: link '%s': %g bytes from %g end at %g, which go back "
+                             "to %g",
+                             spec, bytes, t, end, back);
+        }
+    }
+}
 
 static void s_specs(char *const *s, int n)
 {
@@ -65,6 +91,7 @@ static void s_specs(char *const *s, int n)
             mq_policy_status(p, &st);
             mq_policy_destroy(&p);
         }
+        s_link(s[i]);
         mq_method_t m;
         volatile int sink = mq_method_resolve(s[i], &m);
         mq_stragglers_t kind;

@@ -588,13 +588,13 @@ static int s_run_all(const s_opts_t *o, s_run_t *runs, int n)
 /* The report of the completed runs, by the report command itself. */
 static int s_report(const s_opts_t *o, const s_run_t *runs, int n)
 {
-    char out[PATH_MAX], title[256];
+    char out[PATH_MAX], title[512];
     snprintf(out, sizeof out, "%s/report", o->out);
     const mq_local_opts_t *b = &o->base;
     snprintf(title, sizeof title, "mqgrad experiment: %s model, %ld workers, %ld servers, link %s",
              b->model[0] ? b->model : "default", b->workers, b->servers,
-             b->link_mbps[0] ? b->link_mbps : "unlimited");
-    if (b->link_mbps[0])
+             b->link[0] ? b->link : b->link_mbps[0] ? b->link_mbps : "unlimited");
+    if (b->link_mbps[0] && !b->link[0])
         strncat(title, " Mbit/s", sizeof title - strlen(title) - 1);
     if (strcmp(b->clock, "simulated") == 0)
         strncat(title, ", simulated clock", sizeof title - strlen(title) - 1);

@@ -181,6 +181,9 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
         {"seed", NULL, MQ_FLAG_STR, o->seed, sizeof o->seed, 1, 0, "the run's seed (1)"},
         {"link-mbps", NULL, MQ_FLAG_STR, o->link_mbps, sizeof o->link_mbps, 1, 0,
          "emulated NIC speed per node, Mbit/s (0 = none)"},
+        {"link", NULL, MQ_FLAG_STR, o->link, sizeof o->link, 1, 0,
+         "emulated NICs' rates over time, per role or rank, instead of --link-mbps: "
+         "'80@0,10000@30/60' (square wave), '1000;worker:0=80' (docs/operations.md)"},
         {"clock", NULL, MQ_FLAG_STR, o->clock, sizeof o->clock, 1, 0,
          "real (links sleep; default) | simulated (link time computed from bytes, compute "
          "charged as CPU time: nodes behave like separate machines)"},
@@ -581,6 +584,7 @@ static void s_scheduler_args(const mq_local_opts_t *o, const s_cluster_t *cl, s_
     s_fwd(a, "--lr-decay", o->lr_decay);
     s_fwd(a, "--seed", o->seed);
     s_fwd(a, "--link-mbps", o->link_mbps);
+    s_fwd(a, "--link", o->link);
     s_fwd(a, "--clock", o->clock);
     if (!fp32)
         s_fwd(a, "--codec", o->codec);

@@ -16,7 +16,7 @@ typedef struct {
         agent_args[256], final_eval_limit[24], diverge_factor[24], diverge_patience[24], learn_within[24],
         on_divergence[16], guard_spike[24], guard_iters[24], guard_bits[8], progress_every[24],
         lr_decay[24], codec[128], optimizer[64], clock[16], min_workers[24],
-        heartbeat_timeout[24];
+        heartbeat_timeout[24], link[256];
     long restarts;      /* times a worker that dies is started again (each worker) */
     char resume[512];   /* --resume RUN_DIR: continue that run (its flags come from local.args) */
     char checkpoint_every[24], stragglers[32];

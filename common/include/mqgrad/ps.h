@@ -125,10 +125,53 @@ void mq_ps_apply(const mq_optim_t *o, const mq_codec_t *c, const uint8_t *payloa
  *    the order in which messages really arrived does not matter. Nodes sharing cores thus
  *    behave like separate machines, and a link of any speed costs no waiting. */
 typedef struct {
-    double bytes_per_s;
     double next_free; /* the time at which the link is idle again */
     double overslept; /* real: how late the last egress sleep returned, credited to the next */
 } mq_bucket_t;
+
+/* ---- link schedules --------------------------------------------------------------------
+ * A node's rate over the run's time: steps of a rate from a time on, repeated every PERIOD
+ * seconds when PERIOD > 0, else the last step lasts. The time is the run's training time (the
+ * scheduler's train_time_s: evaluations not counted), on either clock. The run's SPEC gives
+ * every node its schedule:
+ *
+ *   SPEC     := PART (';' PART)*
+ *   PART     := [WHO '='] SCHEDULE          (no WHO: every node)
+ *   WHO      := 'worker' | 'server' | 'worker:' RANK | 'server:' RANK
+ *   SCHEDULE := MBPS ['@' SECONDS] (',' MBPS '@' SECONDS)* ['/' PERIOD]
+ *
+ * A node takes the part naming its rank, else its role's, else the one for every node, else
+ * no emulation. The first step starts at 0, times increase and stay below PERIOD, rates are
+ * Mbit/s in (0, 1e6]; a lone "0" is no emulation. Examples: "80" (every link 80 Mbit/s);
+ * "80@0,10000@30/60" (a square wave: 30 s at 80, 30 s at 10 Gbit/s); "1000@0,300@60,80@120"
+ * (a link that degrades); "1000;worker:0=80" (one slow worker); "1000;server=200". */
+#define MQ_LINK_MAX_STEPS 16 /* per schedule; MQ_LINK_MAX_SPEC (wire.h) bounds a SPEC */
+
+typedef struct {
+    double at;          /* seconds of run time (within the period) */
+    double bytes_per_s; /* > 0 */
+} mq_link_step_t;
+
+typedef struct {
+    mq_link_step_t step[MQ_LINK_MAX_STEPS];
+    uint32_t n;    /* 0: no emulation */
+    double period; /* 0: the last step lasts */
+} mq_link_rate_t;
+
+/* Checks SPEC; on error returns -1 with a message naming the part that is wrong in ERR. */
+int mq_link_spec_check(const char *spec, char *err, size_t len);
+/* The schedule of the node ROLE ("worker" or "server") of RANK under SPEC. Returns 0, or -1
+ * with ERR as mq_link_spec_check. */
+int mq_link_rate_for(const char *spec, const char *role, int rank, mq_link_rate_t *out,
+                     char *err, size_t len);
+/* A schedule of one rate, MBPS (0: no emulation). */
+void mq_link_rate_const(mq_link_rate_t *out, double mbps);
+/* The rate at run time T, Mbit/s (0: no emulation). */
+double mq_link_rate_mbps(const mq_link_rate_t *r, double t);
+/* When BYTES that start at run time T have all gone (the rate changing on the way). */
+double mq_link_rate_finish(const mq_link_rate_t *r, double t, double bytes);
+/* When BYTES that have all gone by run time T started (mq_link_rate_finish backwards). */
+double mq_link_rate_start(const mq_link_rate_t *r, double t, double bytes);
 
 #define MQ_LINK_MAX_PENDING 256
 
@@ -140,6 +183,8 @@ typedef struct {
 
 typedef struct {
     mq_bucket_t egress, ingress;
+    mq_link_rate_t rate; /* both directions' */
+    double origin;       /* real: mq_now_s() at run time 0 (mq_link_anchor); simulated: 0 */
     uint64_t bytes_out, bytes_in;
     bool simulated;
     double sim_now;  /* simulated: the node's time at cpu_mark */
@@ -153,6 +198,16 @@ typedef struct {
 /* A link of MBPS (0 = unlimited) on the real or the simulated clock; its time starts at 0
  * (simulated) and it must be used from one thread only (the CPU time is that thread's). */
 void mq_link_init(mq_link_t *link, double mbps, bool simulated);
+/* The same with a schedule (mq_link_rate_for). */
+void mq_link_init_rate(mq_link_t *link, const mq_link_rate_t *rate, bool simulated);
+/* The link of the node ROLE ("worker", "server") of RANK in the run R: its schedule from
+ * R->link, else R->link_mbps. Returns 0, or -1 with an error (a bad schedule). */
+int mq_link_setup(mq_link_t *link, const mq_run_config_t *r, const char *role, uint32_t rank);
+/* The run's time is RUN_TIME now (ITERATE carries it): on the real clock, the schedule's time
+ * follows from it (the simulated clock's time is the run's time already). */
+void mq_link_anchor(mq_link_t *link, double run_time);
+/* The rate now, Mbit/s (0: no emulation). */
+double mq_link_mbps_now(mq_link_t *link);
 bool mq_link_enabled(const mq_link_t *link);
 /* The node's time now, seconds: mq_now_s() on the real clock. */
 double mq_link_now(mq_link_t *link);

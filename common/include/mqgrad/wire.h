@@ -95,6 +95,8 @@ typedef enum {
 
 const char *mq_drop_name(mq_drop_t r);
 
+#define MQ_LINK_MAX_SPEC 256 /* a link schedule SPEC's bytes, with its NUL (mqgrad/ps.h) */
+
 typedef struct {
     char name[MQ_LAYOUT_NAME];
     uint64_t offset, count;
@@ -113,7 +115,8 @@ typedef struct {
     char codec[MQ_CODEC_MAX_SPEC]; /* the quantized tensors' codec, without a level */
     char optimizer[64];            /* the update rule (mqgrad/optim.h) */
     bool error_feedback;
-    double link_mbps;
+    double link_mbps;              /* every node's rate when LINK is empty */
+    char link[MQ_LINK_MAX_SPEC];   /* the links' schedules (mqgrad/ps.h), or "" */
     bool simulated_clock; /* links and compute on the simulated clock (mqgrad/ps.h) */
     bool fp32;
     uint32_t eval_limit;
@@ -191,6 +194,7 @@ typedef struct {
     bool evaluate;
     uint32_t eval_limit; /* ITERATE: test examples for this evaluation (0 = all) */
     double sim_time;     /* simulated clock: the sender's time (s) when the message left */
+    double run_time;     /* ITERATE: the run's training time (s) as the scheduler issued it */
     /* membership (proto/mqgrad.proto): ITERATE's, HAVE's and COMMIT's member set in rank
      * order (the wire refuses an unsorted or repeated one), its version, the data position */
     uint32_t nmembers;

@@ -3,6 +3,8 @@
 #include "mqgrad/ps.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -221,21 +223,332 @@ void mq_sendbuf_release(mq_sendbuf_t *buf)
     buf->cap = 0;
 }
 
+/* ---- link schedules ------------------------------------------------------------------ */
+
+#define S_MAX_PARTS 16
+
+typedef struct {
+    int role; /* 0: every node, 1: workers, 2: servers */
+    int rank; /* -1: every rank of the role */
+    mq_link_rate_t rate;
+} s_part_t;
+
+static int s_spec_err(char *err, size_t len, const char *part, const char *why)
+{
+    if (err && len)
+        snprintf(err, len, "link schedule part '%s': %s", part, why);
+    return -1;
+}
+
+/* A number from *P to the next delimiter; the rest of the text from there in *P. */
+static bool s_spec_num(const char **p, double *v)
+{
+    char *end;
+    if (!isdigit((unsigned char)**p) && **p != '.')
+        return false;
+    *v = strtod(*p, &end);
+    if (end == *p || !isfinite(*v))
+        return false;
+    *p = end;
+    return true;
+}
+
+/* SCHEDULE (ps.h) in TEXT, of the part PART (for messages). */
+static int s_spec_schedule(const char *text, const char *part, mq_link_rate_t *r, char *err,
+                           size_t len)
+{
+    memset(r, 0, sizeof *r);
+    const char *p = text;
+    double period = 0;
+    for (;;) {
+        double mbps, at = 0;
+        if (!s_spec_num(&p, &mbps))
+            return s_spec_err(err, len, part, "expected a rate in Mbit/s");
+        if (*p == '@') {
+            p++;
+            if (!s_spec_num(&p, &at))
+                return s_spec_err(err, len, part, "expected a time in seconds after '@'");
+        } else if (r->n > 0) {
+            return s_spec_err(err, len, part, "every step after the first needs @SECONDS");
+        }
+        if (r->n == MQ_LINK_MAX_STEPS)
+            return s_spec_err(err, len, part, "more than 16 steps");
+        if (r->n == 0 && at != 0)
+            return s_spec_err(err, len, part, "the first step must start at 0");
+        if (r->n > 0 && at < r->step[r->n - 1].at + 1e-3)
+            return s_spec_err(err, len, part,
+                              "each step's time must be after the one before (by 1 ms or more)");
+        if (at > 1e7)
+            return s_spec_err(err, len, part, "a time must be at most 10000000 s");
+        if (mbps == 0 && (r->n > 0 || *p != '\0'))
+            return s_spec_err(err, len, part, "a rate of 0 (no emulation) must stand alone");
+        if (mbps != 0 && (mbps < 1e-3 || mbps > 1e6))
+            return s_spec_err(err, len, part, "a rate must be in [0.001, 1000000] Mbit/s");
+        if (mbps == 0)
+            return 0; /* no emulation: n = 0 */
+        r->step[r->n++] = (mq_link_step_t){.at = at, .bytes_per_s = mbps * 1e6 / 8.0};
+        if (*p == ',') {
+            p++;
+            continue;
+        }
+        if (*p == '/') {
+            p++;
+            if (!s_spec_num(&p, &period) || *p != '\0')
+                return s_spec_err(err, len, part, "expected a period in seconds after '/'");
+            if (period < r->step[r->n - 1].at + 1e-3 || period > 1e7)
+                return s_spec_err(err, len, part, "the period must be after the last step (by 1 "
+                                                  "ms or more) and at most 10000000 s");
+            if (r->n < 2)
+                return s_spec_err(err, len, part, "a period repeats two steps or more");
+        }
+        if (*p != '\0')
+            return s_spec_err(err, len, part, "unexpected text after a step");
+        r->period = period;
+        return 0;
+    }
+}
+
+/* Every part of SPEC into PARTS (*N of them). */
+static int s_spec_parse(const char *spec, s_part_t *parts, int *n, char *err, size_t len)
+{
+    *n = 0;
+    if (!spec || !*spec)
+        return s_spec_err(err, len, "", "empty");
+    if (strlen(spec) >= MQ_LINK_MAX_SPEC)
+        return s_spec_err(err, len, "", "longer than 255 characters");
+    char buf[MQ_LINK_MAX_SPEC];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *part = strtok_r(buf, ";", &save); part; part = strtok_r(NULL, ";", &save)) {
+        if (*n == S_MAX_PARTS)
+            return s_spec_err(err, len, part, "more than 16 parts");
+        s_part_t *pt = &parts[*n];
+        pt->role = 0;
+        pt->rank = -1;
+        const char *sched = part;
+        char *eq = strchr(part, '=');
+        if (eq) {
+            *eq = '\0';
+            sched = eq + 1;
+            char *colon = strchr(part, ':');
+            if (colon)
+                *colon = '\0';
+            if (strcmp(part, "worker") == 0)
+                pt->role = 1;
+            else if (strcmp(part, "server") == 0)
+                pt->role = 2;
+            else
+                return s_spec_err(err, len, part, "expected worker, server, worker:RANK or "
+                                                  "server:RANK before '='");
+            if (colon) {
+                char *end;
+                errno = 0;
+                long r = strtol(colon + 1, &end, 10);
+                if (end == colon + 1 || *end || errno || r < 0 || r > 1000000)
+                    return s_spec_err(err, len, colon + 1, "expected a rank (0, 1, ...)");
+                pt->rank = (int)r;
+                *colon = ':';
+            }
+            *eq = '=';
+        }
+        if (s_spec_schedule(sched, part, &pt->rate, err, len) != 0)
+            return -1;
+        for (int k = 0; k < *n; k++)
+            if (parts[k].role == pt->role && parts[k].rank == pt->rank)
+                return s_spec_err(err, len, part, "names the same nodes as an earlier part");
+        (*n)++;
+    }
+    if (*n == 0)
+        return s_spec_err(err, len, spec, "no schedule");
+    return 0;
+}
+
+int mq_link_spec_check(const char *spec, char *err, size_t len)
+{
+    s_part_t parts[S_MAX_PARTS];
+    int n;
+    return s_spec_parse(spec, parts, &n, err, len);
+}
+
+int mq_link_rate_for(const char *spec, const char *role, int rank, mq_link_rate_t *out,
+                     char *err, size_t len)
+{
+    s_part_t parts[S_MAX_PARTS];
+    int n;
+    if (s_spec_parse(spec, parts, &n, err, len) != 0)
+        return -1;
+    int want = strcmp(role, "worker") == 0 ? 1 : strcmp(role, "server") == 0 ? 2 : 0;
+    const s_part_t *best = NULL;
+    int best_score = -1;
+    for (int k = 0; k < n; k++) {
+        const s_part_t *p = &parts[k];
+        int score = p->role == 0 ? 0 : p->role != want ? -1 : p->rank < 0 ? 1 : p->rank == rank ? 2 : -1;
+        if (score > best_score)
+            best = p, best_score = score;
+    }
+    if (best)
+        *out = best->rate;
+    else
+        mq_link_rate_const(out, 0);
+    return 0;
+}
+
+void mq_link_rate_const(mq_link_rate_t *out, double mbps)
+{
+    memset(out, 0, sizeof *out);
+    if (mbps > 0)
+        out->step[out->n++] = (mq_link_step_t){.at = 0, .bytes_per_s = mbps * 1e6 / 8.0};
+}
+
+/* The step in force at T (*I) and the start of T's period (*BASE; 0 without a period). */
+static void s_locate(const mq_link_rate_t *r, double t, uint32_t *i, double *base)
+{
+    double w = t;
+    *base = 0;
+    if (r->period > 0) {
+        *base = floor(t / r->period) * r->period;
+        w = t - *base;
+    }
+    uint32_t k = 0;
+    while (k + 1 < r->n && r->step[k + 1].at <= w)
+        k++;
+    *i = k;
+}
+
+/* The end of step I of the period starting at BASE. */
+static double s_step_end(const mq_link_rate_t *r, uint32_t i, double base)
+{
+    if (i + 1 < r->n)
+        return base + r->step[i + 1].at;
+    return r->period > 0 ? base + r->period : INFINITY;
+}
+
+/* The bytes one period carries. */
+static double s_period_bytes(const mq_link_rate_t *r)
+{
+    double b = 0;
+    for (uint32_t i = 0; i < r->n; i++)
+        b += (s_step_end(r, i, 0) - r->step[i].at) * r->step[i].bytes_per_s;
+    return b;
+}
+
+double mq_link_rate_mbps(const mq_link_rate_t *r, double t)
+{
+    if (r->n == 0)
+        return 0;
+    uint32_t i;
+    double base;
+    s_locate(r, t, &i, &base);
+    return r->step[i].bytes_per_s * 8.0 / 1e6;
+}
+
+double mq_link_rate_finish(const mq_link_rate_t *r, double t, double bytes)
+{
+    if (r->n == 0 || bytes <= 0)
+        return t;
+    if (r->n == 1)
+        return t + bytes / r->step[0].bytes_per_s;
+    uint32_t i;
+    double base;
+    s_locate(r, t, &i, &base);
+    /* At most a period's steps, whole periods at once, then less than a period's bytes; only a
+     * time so large that a step is lost in its rounding gets further: the mean rate then. */
+    for (uint32_t guard = 0; guard < 3 * r->n + 3; guard++) {
+        double end = s_step_end(r, i, base), rate = r->step[i].bytes_per_s;
+        if (bytes <= (end - t) * rate)
+            return t + bytes / rate;
+        bytes -= (end - t) * rate;
+        t = end;
+        if (++i == r->n) { /* a new period: whole periods at once */
+            i = 0;
+            base += r->period;
+            double per = s_period_bytes(r), k = floor(bytes / per);
+            if (k >= 1) {
+                base += k * r->period;
+                t += k * r->period;
+                bytes -= k * per;
+            }
+        }
+    }
+    return t + bytes * r->period / s_period_bytes(r);
+}
+
+double mq_link_rate_start(const mq_link_rate_t *r, double t, double bytes)
+{
+    if (r->n == 0 || bytes <= 0)
+        return t;
+    if (r->n == 1)
+        return t - bytes / r->step[0].bytes_per_s;
+    uint32_t i;
+    double base;
+    s_locate(r, t, &i, &base);
+    for (uint32_t guard = 0; guard < 3 * r->n + 3; guard++) { /* as mq_link_rate_finish */
+        double from = i == 0 && r->period <= 0 ? -INFINITY : base + r->step[i].at;
+        double rate = r->step[i].bytes_per_s;
+        if (bytes <= (t - from) * rate)
+            return t - bytes / rate;
+        bytes -= (t - from) * rate;
+        t = from;
+        if (i-- == 0) { /* the period before: whole periods at once */
+            i = r->n - 1;
+            base -= r->period;
+            double per = s_period_bytes(r), k = floor(bytes / per);
+            if (k >= 1) {
+                base -= k * r->period;
+                t -= k * r->period;
+                bytes -= k * per;
+            }
+        }
+    }
+    return t - bytes * r->period / s_period_bytes(r);
+}
+
 /* ---- links and clocks ---------------------------------------------------------------- */
+
+void mq_link_init_rate(mq_link_t *link, const mq_link_rate_t *rate, bool simulated)
+{
+    memset(link, 0, sizeof *link);
+    link->rate = *rate;
+    link->simulated = simulated;
+    link->cpu_mark = simulated ? mq_thread_cpu_s() : 0;
+    link->origin = simulated ? 0 : mq_now_s();
+}
 
 void mq_link_init(mq_link_t *link, double mbps, bool simulated)
 {
-    memset(link, 0, sizeof *link);
-    double rate = mbps > 0 ? mbps * 1e6 / 8.0 : 0;
-    link->egress.bytes_per_s = rate;
-    link->ingress.bytes_per_s = rate;
-    link->simulated = simulated;
-    link->cpu_mark = simulated ? mq_thread_cpu_s() : 0;
+    mq_link_rate_t r;
+    mq_link_rate_const(&r, mbps);
+    mq_link_init_rate(link, &r, simulated);
+}
+
+int mq_link_setup(mq_link_t *link, const mq_run_config_t *r, const char *role, uint32_t rank)
+{
+    mq_link_rate_t rate;
+    char err[256];
+    if (!r->link[0])
+        mq_link_rate_const(&rate, r->link_mbps);
+    else if (mq_link_rate_for(r->link, role, (int)rank, &rate, err, sizeof err) != 0) {
+        mq_err_set("the run's %s", err);
+        return -1;
+    }
+    mq_link_init_rate(link, &rate, r->simulated_clock);
+    return 0;
+}
+
+void mq_link_anchor(mq_link_t *link, double run_time)
+{
+    if (!link->simulated)
+        link->origin = mq_now_s() - run_time;
 }
 
 bool mq_link_enabled(const mq_link_t *link)
 {
-    return link->egress.bytes_per_s > 0;
+    return link->rate.n > 0;
+}
+
+double mq_link_mbps_now(mq_link_t *link)
+{
+    return mq_link_rate_mbps(&link->rate, mq_link_now(link) - link->origin);
 }
 
 double mq_link_now(mq_link_t *link)
@@ -287,12 +600,14 @@ static bool s_stamp_trusted(double local, double dur, double now)
 
 /* The ingress model: a message of BYTES whose last byte left at STAMP streamed in during the
  * `dur` seconds before it, unless the link was still busy; returns when it is all in. */
-static double s_ingress_at(mq_bucket_t *b, size_t bytes, double stamp)
+static double s_ingress_at(mq_link_t *link, size_t bytes, double stamp)
 {
-    if (b->bytes_per_s <= 0)
+    if (!mq_link_enabled(link))
         return stamp;
-    double dur = (double)bytes / b->bytes_per_s;
-    b->next_free = fmax(b->next_free, stamp - dur) + dur;
+    mq_bucket_t *b = &link->ingress;
+    const mq_link_rate_t *r = &link->rate;
+    double o = link->origin, from = o + mq_link_rate_start(r, stamp - o, (double)bytes);
+    b->next_free = o + mq_link_rate_finish(r, fmax(b->next_free, from) - o, (double)bytes);
     return b->next_free;
 }
 
@@ -303,10 +618,11 @@ static double s_egress_queue(mq_link_t *link, size_t bytes)
 {
     link->bytes_out += bytes;
     mq_bucket_t *b = &link->egress;
-    double now = mq_link_now(link);
-    if (b->bytes_per_s <= 0)
+    double now = mq_link_now(link), o = link->origin;
+    if (!mq_link_enabled(link))
         return now;
-    b->next_free = fmax(b->next_free, now - b->overslept) + (double)bytes / b->bytes_per_s;
+    double start = fmax(b->next_free, now - b->overslept);
+    b->next_free = o + mq_link_rate_finish(&link->rate, start - o, (double)bytes);
     b->overslept = 0;
     return b->next_free;
 }
@@ -318,7 +634,7 @@ double mq_link_egress(mq_link_t *link, size_t bytes)
         s_set(link, done); /* the sender is blocked until its last byte is out */
         return done;
     }
-    if (link->egress.bytes_per_s <= 0)
+    if (!mq_link_enabled(link))
         return 0;
     s_sleep_until(done);
     link->egress.overslept = fmax(0, mq_now_s() - done);
@@ -330,26 +646,28 @@ double mq_link_egress_async(mq_link_t *link, size_t bytes)
     double done = s_egress_queue(link, bytes); /* the node's time stays: the sender goes on */
     if (link->simulated)
         return done;
-    return link->egress.bytes_per_s > 0 ? done + s_wall_offset() : 0;
+    return mq_link_enabled(link) ? done + s_wall_offset() : 0;
 }
 
 void mq_link_arrive(mq_link_t *link, size_t bytes, double stamp)
 {
     link->bytes_in += bytes;
     if (!link->simulated) {
-        if (link->ingress.bytes_per_s <= 0)
+        if (!mq_link_enabled(link))
             return;
         double now = mq_now_s(), at = now, local = stamp - s_wall_offset();
+        double dur = mq_link_rate_finish(&link->rate, now - link->origin, (double)bytes) -
+                     (now - link->origin);
         if (stamp <= 0) /* a blocking send: its last byte left as it was taken */
             ;
-        else if (s_stamp_trusted(local, (double)bytes / link->ingress.bytes_per_s, now))
+        else if (s_stamp_trusted(local, dur, now))
             at = local;
         else if (!link->untrusted++)
             mq_warn("link emulation: a message stamped %.3f s from this host's clock, more than "
                     "its sender could have queued (are the hosts' clocks synchronised?): taken "
                     "as arriving now; further ones are not reported",
                     local - now);
-        s_sleep_until(s_ingress_at(&link->ingress, bytes, at));
+        s_sleep_until(s_ingress_at(link, bytes, at));
         return;
     }
     if (link->npending == MQ_LINK_MAX_PENDING)
@@ -380,7 +698,7 @@ double mq_link_settle(mq_link_t *link)
         p[j] = a;
     }
     for (uint32_t i = 0; i < n; i++)
-        t = fmax(t, s_ingress_at(&link->ingress, p[i].bytes, p[i].stamp)) + p[i].cpu;
+        t = fmax(t, s_ingress_at(link, p[i].bytes, p[i].stamp)) + p[i].cpu;
     link->npending = 0;
     link->sim_now = t;
     link->cpu_mark = cpu_now;

@@ -96,6 +96,7 @@ static void s_config_to_pb(const mq_run_config_t *c, Mqgrad__RunConfig *pb)
     pb->optimizer = (char *)c->optimizer;
     pb->error_feedback = c->error_feedback;
     pb->link_mbps = c->link_mbps;
+    pb->link = (char *)c->link;
     pb->simulated_clock = c->simulated_clock;
     pb->fp32 = c->fp32;
     pb->eval_limit = c->eval_limit;
@@ -180,6 +181,7 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.evaluate = msg->evaluate;
     meta.eval_limit = msg->eval_limit;
     meta.sim_time = msg->sim_time;
+    meta.run_time = msg->run_time;
     meta.text = msg->text;
     if (msg->nmembers > MQ_WIRE_MAX_WORKERS) {
         mq_err_set("%u members (at most %d)", msg->nmembers, MQ_WIRE_MAX_WORKERS);
@@ -508,6 +510,7 @@ static void s_config_from_pb(const Mqgrad__RunConfig *pb, mq_run_config_t *c)
     s_copy_str(c->optimizer, sizeof c->optimizer, pb->optimizer);
     c->error_feedback = pb->error_feedback;
     c->link_mbps = pb->link_mbps;
+    s_copy_str(c->link, sizeof c->link, pb->link);
     c->simulated_clock = pb->simulated_clock;
     c->fp32 = pb->fp32;
     c->eval_limit = pb->eval_limit;
@@ -573,7 +576,7 @@ static bool s_scalars_finite(const mq_msg_t *m)
            isfinite(o->update_norm) &&
            isfinite(o->iter_ms) && isfinite(o->grad_sqmean) && isfinite(o->grad_range) &&
            isfinite(o->progress) && isfinite(m->config.link_mbps) && isfinite(m->config.l2) &&
-           isfinite(m->sim_time);
+           isfinite(m->sim_time) && isfinite(m->run_time);
 }
 
 /* Converts an unpacked Meta into MSG and validates the payload frames against it. */
@@ -613,6 +616,7 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->evaluate = meta->evaluate;
     msg->eval_limit = meta->eval_limit;
     msg->sim_time = meta->sim_time;
+    msg->run_time = meta->run_time;
     msg->view = meta->view;
     msg->cursor = meta->cursor;
     msg->run_id = meta->run_id;
@@ -693,9 +697,10 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
         mq_err_set("%s: a numeric field is not finite", mq_msg_type_name(msg->type));
         return MQ_DROP_NONFINITE;
     }
-    if (msg->sim_time < 0) {
-        mq_err_set("%s: simulated time %g before the run's start", mq_msg_type_name(msg->type),
-                   msg->sim_time);
+    if (msg->sim_time < 0 || msg->run_time < 0) {
+        mq_err_set("%s: %s time %g before the run's start", mq_msg_type_name(msg->type),
+                   msg->sim_time < 0 ? "simulated" : "run",
+                   msg->sim_time < 0 ? msg->sim_time : msg->run_time);
         return MQ_DROP_NONFINITE;
     }
     msg->ntensors = (uint32_t)meta->n_tensors;

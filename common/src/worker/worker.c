@@ -230,8 +230,7 @@ static int s_setup(s_worker_t *self)
     self->kv = mq_kv_worker_new(self->model, &kc);
     if (!self->kv)
         return -1;
-    mq_link_init(&self->link, r->link_mbps, r->simulated_clock);
-    return 0;
+    return mq_link_setup(&self->link, r, "worker", self->rank);
 }
 
 static int s_on_server(zloop_t *loop, zsock_t *sock, void *arg);
@@ -345,7 +344,7 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
         return;
     }
     mq_metric_set(self->m.rank, self->rank);
-    mq_metric_set(self->m.link_mbps, self->run.link_mbps);
+    mq_metric_set(self->m.link_mbps, mq_link_mbps_now(&self->link));
     if (self->ext) {
         if (msg->seed && s_seed(self) != 0) {
             s_fail(self, "seed");
@@ -685,6 +684,8 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     self->egress_s = 0;
     self->decode_s = 0;
     mq_link_sync(&self->link, msg->sim_time);
+    mq_link_anchor(&self->link, msg->run_time);
+    mq_metric_set(self->m.link_mbps, mq_link_mbps_now(&self->link));
     if (self->synced != self->iter)
         s_pull(self);
     else
