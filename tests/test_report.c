@@ -996,6 +996,34 @@ Test(report, link_speeds_get_a_panel_each)
     free(md);
 }
 
+/* Runs under a link schedule (config.json's "link"; summary.json's link_mbps is 0) are not
+ * runs without emulation: they get a panel of their own. */
+Test(report, runs_under_a_link_schedule_are_not_shown_as_unemulated)
+{
+    s_write_three_seeds("fixed:2", "none", 0);
+    s_write_three_seeds("fixed:2", "wave", 0);
+    for (int s = 1; s <= 3; s++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/wave-%d", s_root, s);
+        test_write_file(dir, "config.json", "{\"link_mbps\":0,\"link\":\"80@0,10000@30/60\"}\n");
+    }
+    const char *args[] = {"--out", "repl", "none-1", "none-2", "none-3",
+                          "wave-1", "wave-2", "wave-3", NULL};
+    cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
+    char *gp = s_slurp("repl/accuracy.gp");
+    cr_expect(strstr(gp, "set title 'no link emulation'"), "%s", gp);
+    cr_expect(strstr(gp, "set title 'link schedule (--link)'"), "%s", gp);
+    cr_expect(strstr(gp, "'data/accuracy_fixed-2_link-schedule.dat'"), "%s", gp);
+    free(gp);
+    dat_row_t rows[512];
+    double marks[16][2];
+    int n_marks, n = s_read_dat("repl/data/accuracy_fixed-2_link-schedule.dat", rows, 512, marks,
+                                &n_marks);
+    const dat_row_t *mid = s_row_at(rows, n, 10.0);
+    cr_assert_not_null(mid);
+    cr_expect_eq(mid->seeds, 3, "the schedule's runs alone");
+}
+
 /* Welch's test against hand computations: {1,2,3} vs {4,5,6} has t = -3.674, df = 4 and a
  * two-sided p of 0.0213; t = 4.303 at 2 df and t = 12.706 at 1 df are the 5 % points. */
 Test(report, welch_test_matches_the_t_distribution)

@@ -44,7 +44,8 @@ typedef struct {
      * mq_rep_group, report_stats.c, which states the rule). */
     char method[128];
     uint64_t seed;
-    double link_mbps; /* the emulated link speed; 0 = no emulation, NaN = not recorded */
+    double link_mbps; /* the emulated link speed; 0 = no emulation, NaN = not recorded, -1 =
+                       * a schedule (config.json's "link": every such run in one panel) */
     char status[32];
     bool diverged;     /* status "diverged": never counted as the method's accuracy */
     char div_rule[16]; /* the rule that fired, the iteration and the evidence */

@@ -83,14 +83,14 @@ done:
 /* The codec settings of config.json (codec, bucket, stochastic, error_feedback), and its
  * link speed when summary.json had none. An fp32 run has no codec; a run without
  * config.json, or with one from before these fields, has them unknown (and is shown under its
- * plain policy). An fp32 run's config.json is read only for a link speed it may hold. */
+ * plain policy). An fp32 run's config.json gives only its link. */
 static int s_load_config(const char *dir, mq_rep_run_t *run)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     run->codec = (mq_rep_codec_t){.known = false};
     bool fp32 = strcmp(run->policy, "none") == 0;
-    if ((fp32 && !isnan(run->link_mbps)) || access(path, F_OK) != 0)
+    if (access(path, F_OK) != 0)
         return 0;
     mq_json_t json, *j = &json;
     int rc = -1;
@@ -99,6 +99,9 @@ static int s_load_config(const char *dir, mq_rep_run_t *run)
     const mq_json_field_t *link = mq_json_get(j, "link_mbps");
     if (isnan(run->link_mbps) && link && link->kind == MQ_JSON_NUM && link->num >= 0)
         run->link_mbps = link->num;
+    const mq_json_field_t *sched = mq_json_get(j, "link");
+    if (sched && sched->kind == MQ_JSON_STR && sched->str[0])
+        run->link_mbps = -1; /* its rates change or differ per node: no one speed */
     if (fp32) {
         rc = 0;
         goto done;

@@ -91,6 +91,8 @@ void mq_rep_link_name(double mbps, char *buf, size_t len)
 {
     if (isnan(mbps))
         snprintf(buf, len, "link speed not recorded");
+    else if (mbps < 0)
+        snprintf(buf, len, "link schedule (--link)");
     else if (mbps == 0)
         snprintf(buf, len, "no link emulation");
     else
@@ -117,6 +119,8 @@ static void s_dat_name(const s_plot_t *p, const mq_rep_method_t *m, double link,
     s_slug(m->name, slug, sizeof slug);
     if (panels && isnan(link))
         snprintf(suffix, sizeof suffix, "_link-unknown");
+    else if (panels && link < 0)
+        snprintf(suffix, sizeof suffix, "_link-schedule");
     else if (panels && link == 0)
         snprintf(suffix, sizeof suffix, "_no-link");
     else if (panels)
