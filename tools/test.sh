@@ -2,41 +2,114 @@
 # The test command: installs what is missing, builds with warnings as errors, runs every
 # Criterion test through ctest, every fuzz target for a bounded time with ASan and UBSan
 # (tools/fuzz.sh; MQGRAD_FUZZ_SECONDS, default 30 each), the Criterion suite once more under
-# ASan and UBSan (tools/sanitize.sh), then the end-to-end tests on real containers (skipped
-# with a message when no Docker engine answers), after rendering and validating the Kubernetes
-# manifests offline (tools/check-k8s.sh). MQGRAD_FUZZ=0, MQGRAD_SANITIZE=0, MQGRAD_K8S=0 and
-# MQGRAD_E2E=0 skip a stage. Fails if a test fails. ctest runs the Python tests too (pytest under
-# Debian's /usr/bin/python3, test_python).
+# ASan and UBSan (tools/sanitize.sh), then the end-to-end tests on real containers, after
+# rendering and validating the Kubernetes manifests offline (tools/check-k8s.sh).
+# MQGRAD_FUZZ=0, MQGRAD_SANITIZE=0, MQGRAD_K8S=0 and MQGRAD_E2E=0 skip a stage. ctest runs the
+# Python tests too (pytest under Debian's /usr/bin/python3, test_python).
+#
+# Every stage ends passed, failed or skipped, and the last lines say which: a stage or a test
+# that could not run (MQGRAD_E2E=0, no Docker engine, a ctest test that exits 77) is counted
+# as skipped, never as passed. Exits non-zero when a stage fails, and when one was skipped
+# under MQGRAD_REQUIRE_ALL=1 (CI sets it: there everything must run).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
 tools/install-deps.sh test
 build="${MQGRAD_BUILD_DIR:-build}"
-cmake -S . -B "$build" -DMQGRAD_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build "$build" -j"$(nproc)"
-ctest --test-dir "$build" --output-on-failure --timeout 900
+case "$build" in /*) ;; *) build="$repo/$build" ;; esac
+
+results=()      # "stage: passed|failed|skipped (why)", in order
+passed=0 skipped=0 failed=0 t_all=$(date +%s)
+s_summary() {
+    echo "== test command: $(( $(date +%s) - t_all )) s"
+    for r in "${results[@]}"; do echo "   $r"; done
+    echo "== $passed stage(s) passed, $skipped skipped, $failed failed"
+}
+trap s_summary EXIT
+
+# ctest's skipped tests (exit 77, SKIP_RETURN_CODE) from its JUnit file, as "a, b".
+s_ctest_skipped() {
+    grep -o '<testcase name="[^"]*"[^>]*status="notrun"' "$1" 2>/dev/null |
+        sed -E 's/<testcase name="([^"]*)".*/\1/' | paste -sd, - | sed 's/,/, /g'
+}
+
+# Runs stage NAME: COMMAND...; exit 77 from it means "could not run".
+s_stage() {
+    local name="$1" t0 rc=0
+    shift
+    t0=$(date +%s)
+    echo "== stage $name"
+    "$@" || rc=$?
+    local took="$(( $(date +%s) - t0 )) s"
+    if [ "$rc" = 77 ]; then
+        skipped=$((skipped + 1)); results+=("$name: skipped ($took; it could not run here)")
+    elif [ "$rc" != 0 ]; then
+        failed=$((failed + 1)); results+=("$name: FAILED ($took, exit $rc)")
+        exit "$rc"
+    else
+        passed=$((passed + 1)); results+=("$name: passed ($took)")
+    fi
+}
+
+# A stage turned off by its variable.
+s_off() {
+    skipped=$((skipped + 1)); results+=("$1: skipped ($2)")
+    echo "SKIP: $1 ($2)"
+}
+
+# ctest in DIR with ARGS; tests that could not run are named and make the stage "skipped" only
+# if nothing failed (the stage's other tests did run and pass).
+s_ctest() {
+    local junit="$1/ctest-junit.xml" rc=0 not_run
+    shift
+    ctest --output-junit "$junit" "$@" || rc=$?
+    not_run="$(s_ctest_skipped "$junit")"
+    [ "$rc" = 0 ] || return "$rc"
+    if [ -n "$not_run" ]; then
+        echo "SKIP: tests that could not run: $not_run"
+        results+=("  (tests that could not run: $not_run)")
+        [ "${MQGRAD_REQUIRE_ALL:-0}" = 1 ] && return 77
+    fi
+    return 0
+}
+
+s_build() {
+    cmake -S . -B "$build" -DMQGRAD_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+        cmake --build "$build" -j"$(nproc)"
+}
+s_stage build s_build
+s_stage ctest s_ctest "$build" --test-dir "$build" --output-on-failure --timeout 900
 if [ "${MQGRAD_FUZZ:-1}" != 0 ]; then
-    tools/fuzz.sh "${MQGRAD_FUZZ_SECONDS:-30}"
+    s_stage fuzz tools/fuzz.sh "${MQGRAD_FUZZ_SECONDS:-30}"
 else
-    echo "SKIP: fuzzing (MQGRAD_FUZZ=0)"
+    s_off fuzz "MQGRAD_FUZZ=0"
 fi
 if [ "${MQGRAD_SANITIZE:-1}" != 0 ]; then
-    # Under ASan and UBSan, every test but the four that train for minutes in separate
-    # processes (there they take many minutes each; docs/results.md, "The test suite"); the
-    # in-process cluster, protocol and security tests run the same services' code.
+    # Under ASan and UBSan, every test but the five that train for minutes in separate
+    # processes (there they take many minutes each; docs/testing.md); the in-process cluster,
+    # protocol and security tests run the same services' code.
     # MQGRAD_SANITIZE_EXCLUDE= (empty) runs them all.
     exclude="${MQGRAD_SANITIZE_EXCLUDE-^test_(elastic|local|methods|clock|python)$}"
-    tools/sanitize.sh ${exclude:+-E "$exclude"}
+    asan="${MQGRAD_ASAN_BUILD_DIR:-build-asan}"
+    case "$asan" in /*) ;; *) asan="$repo/$asan" ;; esac
+    mkdir -p "$asan"
+    s_stage sanitize tools/sanitize.sh ${exclude:+-E "$exclude"} --output-junit "$asan/ctest-junit.xml"
+    not_run="$(s_ctest_skipped "$asan/ctest-junit.xml")"
+    [ -z "$not_run" ] || results+=("  (tests that could not run: $not_run)")
 else
-    echo "SKIP: the suite under ASan and UBSan (MQGRAD_SANITIZE=0)"
+    s_off sanitize "MQGRAD_SANITIZE=0"
 fi
 if [ "${MQGRAD_K8S:-1}" != 0 ]; then
-    tools/check-k8s.sh --self-test
+    s_stage k8s tools/check-k8s.sh --self-test
 else
-    echo "SKIP: the Kubernetes manifests (MQGRAD_K8S=0)"
+    s_off k8s "MQGRAD_K8S=0"
 fi
 if [ "${MQGRAD_E2E:-1}" != 0 ]; then
-    tests/e2e/run.sh
+    s_stage e2e tests/e2e/run.sh
 else
-    echo "SKIP: e2e tests (MQGRAD_E2E=0)"
+    s_off e2e "MQGRAD_E2E=0"
+fi
+if [ "$skipped" != 0 ] && [ "${MQGRAD_REQUIRE_ALL:-0}" = 1 ]; then
+    echo "test command: $skipped stage(s) skipped under MQGRAD_REQUIRE_ALL=1: failing" >&2
+    exit 1
 fi
