@@ -681,8 +681,10 @@ Test(report, paper_exact_and_bucketed_runs_are_two_methods)
     cr_expect(strstr(md, "\"paper-exact codec\" is the paper's: one range per tensor slice, "
                          "nearest rounding"),
               "%s", md);
-    const char *none = strstr(md, "\n| none |"), *plain = strstr(md, "\n| fixed:4 |"),
-               *exact = strstr(md, "\n| fixed:4 (paper-exact codec) |");
+    const char *runs = strstr(md, "## Runs");
+    cr_assert_not_null(runs, "%s", md);
+    const char *none = strstr(runs, "\n| none |"), *plain = strstr(runs, "\n| fixed:4 |"),
+               *exact = strstr(runs, "\n| fixed:4 (paper-exact codec) |");
     cr_expect(none && plain && exact && none < plain && plain < exact, "order:\n%s", md);
     free(md);
 }
@@ -1022,6 +1024,67 @@ Test(report, runs_under_a_link_schedule_are_not_shown_as_unemulated)
     const dat_row_t *mid = s_row_at(rows, n, 10.0);
     cr_assert_not_null(mid);
     cr_expect_eq(mid->seeds, 3, "the schedule's runs alone");
+}
+
+/* ---- the headline: against the best fixed setting, paired by seed ------------------------ */
+
+/* Seed S's run of POLICY that reaches 85 % at exactly SCALE x T_s (T = 10, 12, 11, 9, 13 s):
+ * 20 evaluations, 0.085 per step to 0.85 at the 10th, then 0.860, 0.861, ..., 0.869: the mean
+ * of the last five is 0.867. */
+static void s_write_headline_run(const char *policy, int s, double scale)
+{
+    static const double T[5] = {10, 12, 11, 9, 13};
+    double t[20], acc[20];
+    for (int i = 0; i < 20; i++) {
+        t[i] = scale * T[s - 1] * (i + 1) / 10.0;
+        acc[i] = i < 10 ? 0.085 * (i + 1) : 0.860 + 0.001 * (i - 10);
+    }
+    char dirname[64];
+    snprintf(dirname, sizeof dirname, "h-%s-%d", policy, s);
+    for (char *c = dirname; *c; c++)
+        *c = *c == ':' ? '-' : *c;
+    s_write_curve(dirname, policy, s, 80, 20, t, acc);
+}
+
+Test(report, the_headline_pairs_seeds_against_the_best_fixed_setting)
+{
+    static const double adaptive[5] = {0.5, 1, 2, 1, 1}; /* geometric mean 1, spread */
+    const char *args[32] = {"--out", "reph"};
+    int n = 2;
+    static char names[20][64];
+    const char *policies[4] = {"fixed:2", "fixed:4", "mqgrad", "adaptive"};
+    for (int p = 0; p < 4; p++)
+        for (int s = 1; s <= 5; s++) {
+            double scale = p == 0 ? 1 : p == 1 ? 1.5 : p == 2 ? 0.8 : adaptive[s - 1];
+            s_write_headline_run(policies[p], s, scale);
+            snprintf(names[p * 5 + s - 1], 64, "h-%s-%d", policies[p], s);
+            for (char *c = names[p * 5 + s - 1]; *c; c++)
+                *c = *c == ':' ? '-' : *c;
+            args[n++] = names[p * 5 + s - 1];
+        }
+    args[n] = NULL;
+    cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
+    char *md = s_slurp("reph/report.md");
+    const char *head = strstr(md, "## Against the best fixed setting, paired by seed");
+    cr_assert(head && head < strstr(md, "## Runs"), "the headline comes first:\n%s", md);
+    cr_expect(strstr(md, "Best fixed setting in hindsight: **fixed:2** (time to 85 %: 10.9 s"),
+              "fixed:2 is the fastest fixed setting (geometric mean of 10, 12, 11, 9, 13):\n%s",
+              md);
+    char cells[16][96];
+    cr_assert_eq(s_row(md, "Against the best fixed setting, paired by seed", "mqgrad", cells), 6);
+    cr_expect_str_eq(cells[1], "5 of 5");
+    cr_expect_str_eq(cells[2], "0.80 [0.80, 0.80]", "0.8x on every seed: no spread");
+    cr_expect_str_eq(cells[3], "86.70", "the mean of the last 5 evaluations, not the last one");
+    cr_expect_str_eq(cells[4], "+0.00 [+0.00, +0.00]");
+    cr_assert_eq(s_row(md, "Against the best fixed setting, paired by seed", "fixed:4", cells), 6);
+    cr_expect_str_eq(cells[2], "1.50 [1.50, 1.50]");
+    cr_assert_eq(s_row(md, "Against the best fixed setting, paired by seed", "adaptive", cells),
+                 6);
+    double mean, lo, hi;
+    cr_assert_eq(sscanf(cells[2], "%lf [%lf, %lf]", &mean, &lo, &hi), 3, "%s", cells[2]);
+    cr_expect_float_eq(mean, 1.0, 1e-9, "geometric mean of 0.5, 1, 2, 1, 1");
+    cr_expect(lo < 1 && hi > 1 && lo >= 0.5 && hi <= 2, "a spread interval: %s", cells[2]);
+    free(md);
 }
 
 /* Welch's test against hand computations: {1,2,3} vs {4,5,6} has t = -3.674, df = 4 and a

@@ -19,6 +19,7 @@ typedef struct {
     double checkpoints[S_MAX_CHECKPOINTS];
     size_t n_checkpoints;
     double target_acc;
+    long last_k;
     char **runs;
     int n_runs;
 } s_opts_t;
@@ -47,7 +48,7 @@ static int s_parse_checkpoints(const char *list, s_opts_t *o)
  * printed, 2 after a message naming the bad flag or value. */
 static int s_parse_args(int argc, char **argv, s_opts_t *o)
 {
-    *o = (s_opts_t){.out = "report", .title = "mqgrad report", .target_acc = 0.85};
+    *o = (s_opts_t){.out = "report", .title = "mqgrad report", .target_acc = 0.85, .last_k = 5};
     char checkpoints[512] = "";
     o->runs = calloc((size_t)argc + 1, sizeof *o->runs);
     if (!o->runs) {
@@ -61,6 +62,8 @@ static int s_parse_args(int argc, char **argv, s_opts_t *o)
          "of the shortest run)"},
         {"target-acc", NULL, MQ_FLAG_DOUBLE, &o->target_acc, 0, 0, 1,
          "test accuracy for the time-to-target table"},
+        {"last", NULL, MQ_FLAG_LONG, &o->last_k, 0, 1, 1000,
+         "the final accuracy: the mean of each run's last N evaluations"},
         {"title", NULL, MQ_FLAG_STR, o->title, sizeof o->title, 0, 0,
          "heading of the report and the plots"},
         {0},
@@ -157,6 +160,7 @@ static int s_write_markdown(const mq_rep_set_t *set, const s_opts_t *o, bool dra
                            .checkpoints = o->checkpoints,
                            .n_checkpoints = o->n_checkpoints,
                            .target_acc = o->target_acc,
+                           .last_k = (size_t)o->last_k,
                            .plots_drawn = drawn};
     mq_rep_markdown(f, set, &mo);
     int bad = ferror(f);

@@ -156,6 +156,16 @@ void mq_rep_curve_free(mq_rep_curve_t *c);
  * (the usual "type 7": the median of 3 is the middle one, of 2 their mean). */
 double mq_rep_quantile(const double *v, size_t n, double q);
 
+/* The mean test accuracy of RUN's last K evaluations (fewer if it has fewer) into *ACC, and
+ * how many it took; 0 (and NaN) without any. The endpoint that one evaluation's swing does not
+ * decide. */
+size_t mq_rep_endpoint(const mq_rep_run_t *run, size_t k, double *acc);
+/* A 95 % interval of the mean of the N values in V by the percentile bootstrap: B resamples of
+ * the N values drawn with replacement from a generator seeded with SEED (the same numbers give
+ * the same interval), into *LO and *HI. N = 1: the value itself. */
+void mq_rep_bootstrap_mean(const double *v, size_t n, size_t b, uint64_t seed, double *lo,
+                           double *hi);
+
 /* ---- report_plot.c ------------------------------------------------------------------ */
 typedef enum { MQ_REP_PLOTS_DRAWN, MQ_REP_PLOTS_NO_GNUPLOT } mq_rep_plots_t;
 /* Writes OUT/data/<plot>_<method>.dat (<plot>_<method>_<link>mbit.dat when the runs span
@@ -184,6 +194,7 @@ typedef struct {
     const double *checkpoints;
     size_t n_checkpoints;
     double target_acc;
+    size_t last_k; /* the endpoint: the mean of each run's last K evaluations */
     bool plots_drawn;
 } mq_rep_md_opts_t;
 /* Writes the whole report.md to F. */

@@ -28,6 +28,12 @@ static const char *s_stat(char *buf, const double *v, size_t n, size_t total, do
     return buf;
 }
 
+static int s_cmp_dbl(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
 /* A table header; columns from LEFT_FROM on hold text and are left-aligned. */
 static void s_header(FILE *f, const char *first, const char *const *cols, size_t n,
                      size_t left_from)
@@ -402,6 +408,202 @@ static void s_versus_table(FILE *f, const mq_rep_set_t *set)
                "correction is made for comparing many methods.\n\n");
 }
 
+/* ---- the headline: each method against the best fixed setting, paired by seed ----------- */
+
+#define S_BOOT 10000 /* bootstrap resamples */
+
+/* M's run at LINK with SEED, or NULL. */
+static const mq_rep_run_t *s_run_of(const mq_rep_method_t *m, double link, uint64_t seed)
+{
+    for (size_t r = 0; r < m->n_runs; r++)
+        if (m->runs[r]->seed == seed && mq_rep_same_link(m->runs[r]->link_mbps, link))
+            return m->runs[r];
+    return NULL;
+}
+
+/* The geometric mean time to TARGET of M's runs at LINK, if every one of them reached it
+ * without diverging (else false: no reference). */
+static bool s_all_reach(const mq_rep_method_t *m, double link, double target, double *geo)
+{
+    double sum = 0;
+    size_t n = 0;
+    for (size_t r = 0; r < m->n_runs; r++) {
+        const mq_rep_run_t *run = m->runs[r];
+        double t;
+        if (!mq_rep_same_link(run->link_mbps, link))
+            continue;
+        if (run->diverged || !mq_rep_time_to(run, target, &t) || !(t > 0))
+            return false;
+        sum += log(t);
+        n++;
+    }
+    *geo = n ? exp(sum / (double)n) : NAN;
+    return n > 0;
+}
+
+/* The median number of iterations between evaluations over the runs at LINK (0: none). */
+static double s_eval_spacing(const mq_rep_set_t *set, double link)
+{
+    size_t cap = 0, n = 0;
+    for (size_t i = 0; i < set->n_runs; i++)
+        cap += set->runs[i].n_rows;
+    double *gaps = malloc((cap + 1) * sizeof *gaps), spacing = 0;
+    if (!gaps)
+        return 0;
+    for (size_t i = 0; i < set->n_runs; i++) {
+        const mq_rep_run_t *run = &set->runs[i];
+        if (!mq_rep_same_link(run->link_mbps, link))
+            continue;
+        uint64_t last = 0;
+        bool seen = false;
+        for (size_t j = 0; j < run->n_rows; j++)
+            if (run->rows[j].evaluated) {
+                if (seen)
+                    gaps[n++] = (double)(run->rows[j].iter - last);
+                last = run->rows[j].iter, seen = true;
+            }
+    }
+    if (n) {
+        qsort(gaps, n, sizeof *gaps, s_cmp_dbl);
+        spacing = mq_rep_quantile(gaps, n, 0.5);
+    }
+    free(gaps);
+    return spacing;
+}
+
+/* "0.82 [0.75, 0.90]" from the N values V (logs when GEO: the interval of the geometric
+ * mean), "—" without any. */
+static const char *s_interval(char *buf, const double *v, size_t n, bool geo, const char *fmt)
+{
+    if (n == 0)
+        return "—";
+    double mean = 0, lo, hi;
+    for (size_t i = 0; i < n; i++)
+        mean += v[i] / (double)n;
+    mq_rep_bootstrap_mean(v, n, S_BOOT, 1, &lo, &hi);
+    if (geo)
+        mean = exp(mean), lo = exp(lo), hi = exp(hi);
+    char a[32], b[32], c[32];
+    snprintf(a, sizeof a, fmt, mean);
+    snprintf(b, sizeof b, fmt, lo);
+    snprintf(c, sizeof c, fmt, hi);
+    snprintf(buf, S_CELL, n > 1 ? "%s [%s, %s]" : "%s (one seed)", a, b, c);
+    return buf;
+}
+
+/* One condition's table: every method against the fixed setting BEST at LINK. */
+static void s_headline_rows(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o,
+                            double link, size_t best)
+{
+    static const char *const cols[] = {"seeds paired", "time to target ÷ best fixed [95 % CI]",
+                                       "final accuracy (%)", "Δ accuracy (points) [95 % CI]",
+                                       "left out"};
+    s_header(f, "method", cols, 5, 4);
+    const mq_rep_method_t *b = &set->methods[best];
+    for (size_t k = 0; k < set->n_methods; k++) {
+        const mq_rep_method_t *m = &set->methods[k];
+        double lr[m->n_runs + 1], d[m->n_runs + 1], acc[m->n_runs + 1];
+        size_t nr = 0, nd = 0, na = 0, runs = 0, paired = 0, diverged = 0, late = 0;
+        for (size_t r = 0; r < m->n_runs; r++) {
+            const mq_rep_run_t *run = m->runs[r], *ref;
+            if (!mq_rep_same_link(run->link_mbps, link))
+                continue;
+            runs++;
+            if (run->diverged) {
+                diverged++;
+                continue;
+            }
+            double ea, eb, ta, tb;
+            if (mq_rep_endpoint(run, o->last_k, &ea))
+                acc[na++] = 100 * ea;
+            if (!(ref = s_run_of(b, link, run->seed)))
+                continue;
+            paired++;
+            if (mq_rep_time_to(run, o->target_acc, &ta) && mq_rep_time_to(ref, o->target_acc, &tb) &&
+                ta > 0 && tb > 0)
+                lr[nr++] = log(ta / tb);
+            else
+                late++;
+            if (mq_rep_endpoint(ref, o->last_k, &eb) && !isnan(ea))
+                d[nd++] = 100 * (ea - eb);
+        }
+        if (runs == 0)
+            continue;
+        char name[S_NAME], c0[S_CELL], c1[S_CELL], c2[S_CELL], why[S_CELL] = "";
+        size_t w = 0;
+        if (diverged)
+            w += (size_t)snprintf(why + w, sizeof why - w, "%zu diverged", diverged);
+        if (late)
+            w += (size_t)snprintf(why + w, sizeof why - w, "%s%zu never at the target",
+                                  w ? ", " : "", late);
+        if (runs - diverged > paired)
+            snprintf(why + w, sizeof why - w, "%s%zu without a paired seed", w ? ", " : "",
+                     runs - diverged - paired);
+        double mean, std;
+        mq_rep_mean_std(acc, na, &mean, &std);
+        snprintf(c1, sizeof c1, na ? "%.2f" : "—", mean);
+        fprintf(f, "| %s%s%s | %zu of %zu | %s | %s | %s | %s |\n", k == best ? "**" : "",
+                s_name(name, m), k == best ? "**" : "", paired, runs,
+                s_interval(c0, lr, nr, true, "%.2f"), c1,
+                s_interval(c2, d, nd, false, "%+.2f"), why[0] ? why : "—");
+    }
+    fputc('\n', f);
+}
+
+/* The table the comparison stands on: per condition (link), each method's time to the target
+ * over the best fixed setting's, seed by seed, and its final accuracy as the mean of its last
+ * K evaluations, with 95 % intervals over seeds. */
+static void s_headline(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o)
+{
+    double links[set->n_runs + 1];
+    size_t nl = mq_rep_links(set, links);
+    fprintf(f, "## Against the best fixed setting, paired by seed\n\n");
+    for (size_t l = 0; l < nl; l++) {
+        char lname[64];
+        mq_rep_link_name(links[l], lname, sizeof lname);
+        if (nl > 1)
+            fprintf(f, "### %s\n\n", lname);
+        size_t best = set->n_methods, n_fixed = 0;
+        double best_t = INFINITY, t;
+        for (size_t k = 0; k < set->n_methods; k++) {
+            const mq_rep_method_t *m = &set->methods[k];
+            if (strncmp(m->policy, "fixed:", 6) != 0)
+                continue;
+            n_fixed++;
+            if (s_all_reach(m, links[l], o->target_acc, &t) && t < best_t)
+                best = k, best_t = t;
+        }
+        if (best == set->n_methods) {
+            fprintf(f, "_No reference: %s._\n\n",
+                    n_fixed ? "no fixed setting reached the target in every seed without "
+                              "diverging"
+                            : "no fixed:K runs here");
+            continue;
+        }
+        fprintf(f, "Best fixed setting in hindsight: **%s** (time to %g %%: %.1f s, geometric "
+                   "mean over its seeds).\n\n",
+                set->methods[best].name, 100 * o->target_acc, best_t);
+        s_headline_rows(f, set, o, links[l], best);
+        double spacing = s_eval_spacing(set, links[l]);
+        if (spacing > 5)
+            fprintf(f, "_Evaluations every %g iterations (median): a time to target is read "
+                       "at the first evaluation past it, so ratios closer than that spacing "
+                       "are not told apart; `--eval-every 5` or less resolves them._\n\n",
+                    spacing);
+    }
+    fprintf(f,
+            "Best fixed in hindsight: of the fixed:K methods whose every seed reached %g %% "
+            "without diverging, the one with the lowest geometric mean time to it (per "
+            "condition: link). Time ratio: the geometric mean over seeds of this method's time "
+            "to the target divided by the best fixed setting's with the same seed (below 1 is "
+            "faster). Final accuracy: each run's mean over its last %zu evaluations, averaged "
+            "over seeds; Δ: that endpoint minus the same seed's of the best fixed setting. "
+            "Intervals: 95 %% percentile bootstrap over seeds (%d resamples, fixed seed). Left "
+            "out: seeds that diverged, never reached the target (no ratio), or have no run of "
+            "the best fixed setting to pair with.\n\n",
+            100 * o->target_acc, o->last_k, S_BOOT);
+}
+
 /* Mean per-iteration worker times: shows the regime (wait vs compute). */
 static void s_iter_table(FILE *f, const mq_rep_set_t *set)
 {
@@ -464,6 +666,7 @@ void mq_rep_markdown(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o
             "seeds.\n\n",
             set->n_runs, set->n_methods);
     s_intro(f, set);
+    s_headline(f, set, o);
     s_runs(f, set);
     s_plots(f, set, o->plots_drawn);
     s_acc_table(f, set, o);

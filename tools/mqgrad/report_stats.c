@@ -400,6 +400,45 @@ double mq_rep_quantile(const double *v, size_t n, double q)
     return v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]);
 }
 
+size_t mq_rep_endpoint(const mq_rep_run_t *run, size_t k, double *acc)
+{
+    double sum = 0;
+    size_t n = 0;
+    for (size_t i = run->n_rows; i-- > 0 && n < k;)
+        if (run->rows[i].evaluated && !isnan(run->rows[i].acc)) {
+            sum += run->rows[i].acc;
+            n++;
+        }
+    *acc = n ? sum / (double)n : NAN;
+    return n;
+}
+
+void mq_rep_bootstrap_mean(const double *v, size_t n, size_t b, uint64_t seed, double *lo,
+                           double *hi)
+{
+    *lo = *hi = n ? v[0] : NAN;
+    if (n < 2 || b == 0)
+        return;
+    double *means = malloc(b * sizeof *means);
+    if (!means) {
+        *lo = *hi = NAN;
+        return;
+    }
+    uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1; /* xorshift64*: any fixed stream will do */
+    for (size_t i = 0; i < b; i++) {
+        double sum = 0;
+        for (size_t j = 0; j < n; j++) {
+            x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+            sum += v[(x * 0x2545f4914f6cdd1dULL >> 11) % n];
+        }
+        means[i] = sum / (double)n;
+    }
+    qsort(means, b, sizeof *means, s_cmp_double);
+    *lo = mq_rep_quantile(means, b, 0.025);
+    *hi = mq_rep_quantile(means, b, 0.975);
+    free(means);
+}
+
 /* The median of the N values in V (reordered). */
 static double s_median(double *v, size_t n)
 {
