@@ -456,6 +456,9 @@ Test(experiment, diverged_run_is_a_result_and_exact_methods_run, .timeout = 300)
               "the +exact run has one range per tensor and nearest rounding, whatever the "
               "flags: %s",
               config);
+    cr_expect(strstr(config, "\"guard_spike\":0,"),
+              "a fixed baseline runs without the spike guard, which would move its bits: %s",
+              config);
     free(config);
     snprintf(path, sizeof path, "%s/report/report.md", out);
     char *md = s_slurp(path);

@@ -76,6 +76,8 @@ static const char s_usage[] =
     "the paper-exact codec: one range per tensor slice, nearest rounding (--bucket 0, no\n"
     "--stochastic, no --error-feedback); none+exact is refused (fp32 has no codec).\n"
     "Every `mqgrad local` flag is accepted except --policy, --seed and --run-dir.\n"
+    "Seeds: 1,2,3,4,5 unless --seeds. fixed:K methods run without the spike guard (a fixed\n"
+    "baseline's bits do not move) unless --guard-spike is given, for every method.\n"
     "\n"
     "Training an agent across runs: --train-agent N runs N episodes of one learning\n"
     "policy (e.g. --methods learned) into OUT/episode-<k>-seed<s>, taking the --seeds in\n"
@@ -255,7 +257,7 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
 {
     memset(o, 0, sizeof *o);
     strcpy(o->methods, "mqgrad,mqgrad+exact,fixed:2,fixed:4,fixed:8,adaptive,schedule,none");
-    strcpy(o->seeds, "1,2,3");
+    strcpy(o->seeds, "1,2,3,4,5"); /* paired intervals need seeds: 3 tell little apart */
     strcpy(o->out, "experiment");
     const mq_flag_t flags[] = {
         {"methods", NULL, MQ_FLAG_STR, o->methods, sizeof o->methods, 0, 0,
@@ -405,6 +407,10 @@ static int s_run_opts(const s_opts_t *o, const s_run_t *r, mq_local_opts_t *out)
     if (m.optimizer[0])
         snprintf(lo.optimizer, sizeof lo.optimizer, "%s", m.optimizer);
     snprintf(lo.policy, sizeof lo.policy, "%s", m.policy);
+    /* A fixed baseline is fixed: the spike guard would raise its bits and make it another
+     * method. It runs without the guard unless --guard-spike is given for every method. */
+    if (strncmp(m.policy, "fixed:", 6) == 0 && !o->base.guard_spike[0])
+        snprintf(lo.guard_spike, sizeof lo.guard_spike, "0");
     snprintf(lo.run_dir, sizeof lo.run_dir, "%s", r->dir);
     snprintf(lo.seed, sizeof lo.seed, "%ld", r->seed);
     lo.quiet = true;
