@@ -185,6 +185,7 @@ static inline void test_stand_in_msg(mq_msg_t *msg, mq_msg_type_t type, const mq
     msg->run_id = welcome->run_id;
     msg->has_token = welcome->has_token;
     memcpy(msg->token, welcome->token, MQ_TOKEN_LEN);
+    msg->term = welcome->term;
 }
 
 static inline void cluster_stop(cluster_t *c)

@@ -201,6 +201,96 @@ Test(security, servers_take_pushes_only_from_the_holder_of_the_rank, .timeout = 
     cluster_stop(&c);
 }
 
+/* Waits (at most 60 s) until RUN/events.jsonl holds TEXT N times. */
+static void s_wait_events(const char *run, const char *text, int n)
+{
+    char path[400], *data = NULL;
+    size_t len;
+    snprintf(path, sizeof path, "%s/events.jsonl", run);
+    int seen = 0;
+    for (int i = 0; i < 600 && seen < n; i++) {
+        free(data);
+        data = NULL;
+        zclock_sleep(100);
+        seen = 0;
+        if (mq_read_file(path, &data, &len) == 0)
+            for (const char *p = data; (p = strstr(p, text)); p++)
+                seen++;
+    }
+    free(data);
+    cr_assert_geq(seen, n, "%s: %d of %d '%s' events", path, seen, n, text);
+}
+
+/* A rank's token is revoked when the rank changes hands: an insider holds a rank, leaves, and
+ * a worker that joins later takes that rank in a new term; the insider replays its token at the
+ * scheduler (a heartbeat) and at the server (pushes and a pull, its data socket named by the
+ * old token, once claiming the new term). Every replay is refused and counted; the run trains
+ * on with the new holder. */
+Test(security, a_token_is_revoked_when_its_rank_changes_hands, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--time-budget", "15", "--eval-every", "0",
+                     "--final-eval-limit", "1000", NULL};
+    cluster_start_core(&c, 2, 1, "revoke", extra);
+    c.W = 1;
+    cluster_start_workers(&c);
+    static mq_msg_t m, old;
+    zsock_t *s = test_stand_in(c.endpoint, 41, &old);
+    cr_assert_eq(old.term, 1, "the insider holds its rank in the rank's first term");
+    test_stand_in_msg(&m, MQ_MSG_READY, &old, 41);
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    test_stand_in_msg(&m, MQ_MSG_LEAVE, &old, 41);
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    char run[300];
+    snprintf(run, sizeof run, "%s/run", c.dir);
+    s_wait_events(run, "\"worker_lost\"", 1);
+    /* a worker joins late and takes the free rank, in its second term */
+    char *wargv[] = {"worker", "--scheduler", c.endpoint, "--threads", "1", NULL};
+    cr_assert_eq(mq_worker_config_parse(&c.wcfg[1], 5, wargv), 0);
+    c.workers[1] = zactor_new(mq_worker_actor, &c.wcfg[1]);
+    c.W = 2;
+    s_wait_events(run, "\"ready\"", 1); /* the run starts with it */
+    mq_test_wait_rows(run, 3, 60);
+    long sched_auth = s_drops(c.sched, "auth"), server_auth = s_drops(c.servers[0], "auth");
+
+    /* at the scheduler: a heartbeat with the old token */
+    test_stand_in_msg(&m, MQ_MSG_HEARTBEAT, &old, 41);
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    cr_expect_geq(s_drops_reach(c.sched, "auth", sched_auth + 1), sched_auth + 1,
+                  "the scheduler took a heartbeat with a revoked token");
+
+    /* at the server: the old token names the data socket; pushes and a pull for the rank in
+     * the old term, and one claiming the new term with the old term's token */
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    mq_wire_prepare(d, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_sndtimeo(d, 1000);
+    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, old.token, MQ_TOKEN_LEN);
+    test_sec_client(d, "worker", MQ_KEY_SERVER);
+    cr_assert_eq(zsock_connect(d, "%s", old.servers[0]), 0);
+    for (int k = 0; k < 4; k++) {
+        test_stand_in_msg(&m, k < 3 ? MQ_MSG_PUSH : MQ_MSG_PULL, &old, 41);
+        m.shard = 0;
+        m.bits = 32;
+        m.lr = 0.1f;
+        m.term = k == 2 ? 2 : 1;
+        cr_assert_eq(mq_wire_send(d, &m, NULL, 0), 0);
+    }
+    cr_expect_geq(s_drops_reach(c.servers[0], "auth", server_auth + 4), server_auth + 4,
+                  "the server took a push or a pull with a revoked token");
+    cr_expect_eq(cluster_wait(&c, 120), 0, "the run did not complete");
+    char path[400], *text;
+    size_t tlen;
+    snprintf(path, sizeof path, "%s/summary.json", run);
+    cr_assert_eq(mq_read_file(path, &text, &tlen), 0, "%s", mq_err_last());
+    double acc = test_json_num(text, "final_test_acc");
+    free(text);
+    cr_expect_gt(acc, 0.5, "the run did not learn: %.3f (chance is 0.1)", acc);
+    zsock_destroy(&d);
+    zsock_destroy(&s);
+    cluster_stop(&c);
+}
+
 /* An in-process agent serving fixed:3 with the tests' keys; OPEN: QUERY from any key. */
 static zactor_t *s_agent(mq_agent_config_t *cfg, bool open, char *endpoint, size_t len)
 {

@@ -69,6 +69,9 @@ typedef struct {
     int port;
     s_phase_t phase;
     s_node_t workers[MQ_MAX_WORKERS], servers[MQ_WIRE_MAX_SERVERS];
+    /* Each rank's term (mqgrad/security.h): the times it was given out. Kept apart from the
+     * nodes, which a rollback forgets: a term never goes back, so no old token comes back. */
+    uint32_t worker_term[MQ_MAX_WORKERS], server_term[MQ_WIRE_MAX_SERVERS];
     uint32_t nservers;
     uint64_t run_id;
     double t_created, t_paused;
@@ -321,6 +324,15 @@ static uint32_t s_count(const s_sched_t *self, s_state_t state)
     return n;
 }
 
+/* The round's member set, with each member's term, into the message to send. */
+static void s_put_members(s_sched_t *self)
+{
+    self->out.nmembers = self->nmembers;
+    memcpy(self->out.members, self->members, self->nmembers * sizeof *self->members);
+    for (uint32_t k = 0; k < self->nmembers; k++)
+        self->out.member_terms[k] = self->worker_term[self->members[k]];
+}
+
 /* Tells the servers the round's member set (a new view of it). */
 static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
 {
@@ -333,8 +345,7 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
         self->out.run_time = self->train_time;
     self->out.iter = self->iter;
     self->out.view = self->view;
-    self->out.nmembers = self->nmembers;
-    memcpy(self->out.members, self->members, self->nmembers * sizeof *self->members);
+    s_put_members(self);
     if (s_broadcast(self, false, true) != 0)
         mq_warn("iteration %llu: cannot reach every server: %s", (unsigned long long)self->iter,
                 mq_err_last());
@@ -456,8 +467,7 @@ static void s_issue(s_sched_t *self)
     bool final = last || self->final_pending;
     self->out.eval_limit =
         (uint32_t)(final && c->final_eval_limit >= 0 ? c->final_eval_limit : c->eval_limit);
-    self->out.nmembers = self->nmembers;
-    memcpy(self->out.members, self->members, self->nmembers * sizeof *self->members);
+    s_put_members(self);
     self->out.cursor = self->round_cursor;
     bool checkpoint = s_checkpoint_due(self);
     memset(self->got, 0, sizeof self->got);
@@ -590,7 +600,9 @@ static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
         self->out.seed = !server && rank == self->seeder && self->run.resume_iter == 0;
     }
     self->out.has_token = true;
-    mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, self->out.token);
+    self->out.term = server ? self->server_term[rank] : self->worker_term[rank];
+    mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, self->out.term,
+                  self->out.token);
     if (server) { /* servers check workers' tokens with it */
         self->out.has_run_key = true;
         memcpy(self->out.run_key, self->run_key, MQ_RUN_KEY_LEN);
@@ -1414,6 +1426,10 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
     memcpy(node->peer, msg->peer, msg->peer_len);
     node->peer_len = msg->peer_len;
     node->incarnation = msg->incarnation;
+    if (worker) /* a new holder: a new term, and the last holder's token is void */
+        self->worker_term[rank]++;
+    else
+        self->server_term[rank]++;
     node->prefer = worker || msg->shard == 0 ? -1 : (int)msg->shard - 1;
     node->state = N_SETUP;
     node->last_heard = mq_now_s();
@@ -1616,10 +1632,15 @@ static const char *s_refusal(s_sched_t *self, const mq_msg_t *msg)
                       : "a worker's message from a key that is not the workers' key";
     if (msg->type == MQ_MSG_REGISTER || msg->run_id != self->run_id)
         return NULL; /* a node of another run is told to register again, below */
+    uint32_t term = 0; /* the rank's current term: an older one's token is revoked */
+    if (server && msg->rank < MQ_WIRE_MAX_SERVERS)
+        term = self->server_term[msg->rank];
+    else if (!server && msg->rank < MQ_MAX_WORKERS)
+        term = self->worker_term[msg->rank];
     uint8_t token[MQ_TOKEN_LEN];
-    mq_token_make(self->run_key, msg->role, msg->rank, token);
-    if (!msg->has_token || !mq_token_equal(token, msg->token))
-        return "a message without its rank's token";
+    mq_token_make(self->run_key, msg->role, msg->rank, term, token);
+    if (term == 0 || !msg->has_token || msg->term != term || !mq_token_equal(token, msg->token))
+        return "a message without its rank's token (of its current term)";
     return NULL;
 }
 

@@ -47,10 +47,12 @@ typedef struct {
     mq_codec_t codec;  /* the run's codec for quantized segments, level set per iteration */
     mq_kv_t *kv;       /* the shard, the round in flight, the reply, the master-copy update */
     s_slot_t *slots;   /* one per worker */
+    uint32_t *terms;   /* one per worker rank: the newest term seen (mqgrad/security.h) */
     /* the round in flight: its member set as the scheduler last named it */
     bool set_known, have_sent;
     uint32_t view, nmembers;
     uint32_t members[MQ_WIRE_MAX_WORKERS];
+    uint32_t member_terms[MQ_WIRE_MAX_WORKERS]; /* ITERATE's: each member's term */
     /* under a straggler policy: the last round's reply, kept (references on the layer's
      * buffers) until the next round closes, for a member cut from it whose push comes late:
      * it gets the reply too, and stays in step without pulling the whole model */
@@ -167,7 +169,8 @@ static int s_setup(s_server_t *self, const mq_layout_t *layout)
     if (!self->kv)
         return -1;
     self->slots = calloc(r->workers, sizeof *self->slots);
-    if (!self->slots) {
+    self->terms = calloc(r->workers, sizeof *self->terms);
+    if (!self->slots || !self->terms) {
         mq_err_set("out of memory");
         return -1;
     }
@@ -532,6 +535,11 @@ static void s_on_iterate(s_server_t *self, const mq_msg_t *msg)
     self->view = msg->view;
     self->nmembers = msg->nmembers;
     memcpy(self->members, msg->members, msg->nmembers * sizeof *msg->members);
+    for (uint32_t k = 0; k < msg->nmembers; k++) { /* a rank's term only grows */
+        self->member_terms[k] = msg->member_terms[k];
+        if (msg->members[k] < self->run.workers && msg->member_terms[k] > self->terms[msg->members[k]])
+            self->terms[msg->members[k]] = msg->member_terms[k];
+    }
     if (self->nmembers == 0) { /* every member is gone: the round will be run again */
         mq_kv_discard(self->kv);
         s_release_slots(self);
@@ -551,6 +559,8 @@ static void s_on_commit(s_server_t *self, const mq_msg_t *msg)
     }
     self->nmembers = msg->nmembers;
     memcpy(self->members, msg->members, msg->nmembers * sizeof *msg->members);
+    for (uint32_t k = 0; k < msg->nmembers; k++) /* members of the round: their terms' */
+        self->member_terms[k] = msg->members[k] < self->run.workers ? self->terms[msg->members[k]] : 0;
     mq_link_sync(&self->link, msg->sim_time);
     s_complete(self);
 }
@@ -655,13 +665,20 @@ static void s_on_pull(s_server_t *self, mq_msg_t *msg)
 }
 
 /* A worker's message comes from the peer that holds its rank: its routing id is the token
- * the scheduler gave that rank (mqgrad/security.h), not whoever spoke for the rank first. */
+ * the scheduler gave that rank in the term the message names (mqgrad/security.h), not
+ * whoever spoke for the rank first, and that term is the rank's newest this server has seen
+ * (a member of the round: exactly the round's). A token of an older term (its holder left or
+ * was lost, the rank went to another) is revoked. */
 static bool s_owner_ok(const s_server_t *self, const mq_msg_t *msg)
 {
-    if (msg->peer_len != MQ_TOKEN_LEN)
+    if (msg->peer_len != MQ_TOKEN_LEN || msg->rank >= self->run.workers || msg->term == 0 ||
+        msg->term < self->terms[msg->rank])
+        return false;
+    int k = self->set_known ? mq_member_index(self->members, self->nmembers, msg->rank) : -1;
+    if (k >= 0 && msg->term != self->member_terms[k])
         return false;
     uint8_t token[MQ_TOKEN_LEN]; /* a keyed hash of 16 bytes: cheaper than keeping a table */
-    mq_token_make(self->run_key, MQ_ROLE_WORKER, msg->rank, token);
+    mq_token_make(self->run_key, MQ_ROLE_WORKER, msg->rank, msg->term, token);
     return mq_token_equal(token, msg->peer);
 }
 
@@ -901,6 +918,7 @@ void mq_server_actor(zsock_t *pipe, void *args)
     mq_sec_close(&self->sec); /* after its sockets */
     mq_kv_destroy(&self->kv); /* before the model: it holds the master copy's pointer */
     free(self->slots);
+    free(self->terms);
     mq_model_destroy(&self->model);
     mq_msg_reset(&self->in);
     zloop_destroy(&self->loop);

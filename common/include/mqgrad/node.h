@@ -49,6 +49,7 @@ typedef struct {
     mq_sec_t *sec;       /* the node's keys (mqgrad/security.h); outlives the node */
     bool has_token;
     uint8_t token[MQ_TOKEN_LEN]; /* WELCOME's: on every message to the scheduler */
+    uint32_t term;               /* the token's (mqgrad/security.h) */
     const mq_layout_t *layout; /* a libmqgrad worker's REGISTER: its model's layout; set
                                 * before mq_node_open (NULL: none) */
     uint32_t prefer_shard; /* a server's REGISTER: 1 + the shard it asks for, 0 = any; set

@@ -109,11 +109,14 @@ void mq_sec_send_drops(zsock_t *pipe, const mq_drops_t *d, const mq_sec_t *s);
 int mq_sec_keygen(const char *dir, const char *operator_name);
 
 /* Tokens (proto/mqgrad.proto Meta.token): a node's proof, for the run whose scheduler drew
- * RUN_KEY, that it holds rank RANK of role ROLE (MQ_ROLE_WORKER / MQ_ROLE_SERVER): a keyed
- * BLAKE2b of (role, rank). Servers, holding the run key, check workers' tokens without a
- * table. */
+ * RUN_KEY, that it holds rank RANK of role ROLE (MQ_ROLE_WORKER / MQ_ROLE_SERVER) in its
+ * TERM: a keyed BLAKE2b of (role, rank, term). A rank's term counts the times the scheduler
+ * has given the rank out (1, 2, ...), so the token of a node that left or was lost is not its
+ * successor's: the scheduler takes only the current term's, and servers, holding the run key,
+ * check a worker's token against the term its messages name, never older than the newest they
+ * have seen for that rank (ITERATE's member terms). */
 void mq_token_make(const uint8_t run_key[MQ_RUN_KEY_LEN], mq_role_t role, uint32_t rank,
-                   uint8_t token[MQ_TOKEN_LEN]);
+                   uint32_t term, uint8_t token[MQ_TOKEN_LEN]);
 /* A fresh random run key. */
 void mq_run_key_new(uint8_t run_key[MQ_RUN_KEY_LEN]);
 /* A node's incarnation: 64 random bits (never 0), which only the node and the scheduler know

@@ -210,6 +210,8 @@ typedef struct {
      * mq_wire_set_token), WELCOME to servers: the run key */
     bool has_token;
     uint8_t token[MQ_TOKEN_LEN];
+    uint32_t term; /* the token's term (mqgrad/security.h); 0 when sent: the thread's */
+    uint32_t member_terms[MQ_WIRE_MAX_WORKERS]; /* ITERATE: each member's term */
     bool has_run_key;
     uint8_t run_key[MQ_RUN_KEY_LEN];
     /* received over CURVE: the sender's public key (Z85), "" otherwise (mqgrad/security.h) */
@@ -261,7 +263,7 @@ int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop);
 void mq_wire_set_run_id(uint64_t run_id);
 uint64_t mq_wire_run_id(void);
 /* The token this thread stamps on every message it sends without one (NULL: none). */
-void mq_wire_set_token(const uint8_t *token);
+void mq_wire_set_token(const uint8_t *token, uint32_t term);
 
 /* Index of RANK in the member set MEMBERS[0..N) (rank order), or -1 if it is not a member. */
 int mq_member_index(const uint32_t *members, uint32_t n, uint32_t rank);

@@ -94,6 +94,7 @@ typedef struct {
     mq_sec_t *sec;
     bool has_token;
     uint8_t token[MQ_TOKEN_LEN];
+    uint32_t term;
     _Atomic uint64_t *pushed; /* the node's loop's progress (mq_node_t.pushed) */
 } s_beat_args_t;
 
@@ -116,7 +117,7 @@ static void s_beat_actor(zsock_t *pipe, void *args)
     mq_wire_prepare(sock, 0, MQ_WIRE_MAX_CONTROL_MSG);
     zsock_set_sndtimeo(sock, 0);
     mq_wire_set_run_id(a.run_id);
-    mq_wire_set_token(a.has_token ? a.token : NULL);
+    mq_wire_set_token(a.has_token ? a.token : NULL, a.term);
     zpoller_t *poller = zpoller_new(pipe, sock, NULL);
     int64_t next = zclock_mono();
     bool refused = false;
@@ -190,8 +191,9 @@ int mq_node_welcomed(mq_node_t *n, zloop_t *loop, const mq_msg_t *welcome)
     n->run_id = welcome->run_id;
     n->has_token = welcome->has_token;
     memcpy(n->token, welcome->token, MQ_TOKEN_LEN);
+    n->term = welcome->term;
     mq_wire_set_run_id(n->run_id);
-    mq_wire_set_token(n->has_token ? n->token : NULL);
+    mq_wire_set_token(n->has_token ? n->token : NULL, n->term);
     s_beat_args_t *a = calloc(1, sizeof *a);
     if (!a) {
         mq_err_set("out of memory");
@@ -199,7 +201,7 @@ int mq_node_welcomed(mq_node_t *n, zloop_t *loop, const mq_msg_t *welcome)
     }
     *a = (s_beat_args_t){.role = n->role, .rank = n->rank, .incarnation = n->incarnation,
                          .run_id = n->run_id, .sec = n->sec, .has_token = n->has_token,
-                         .pushed = &n->pushed};
+                         .term = n->term, .pushed = &n->pushed};
     memcpy(a->token, n->token, MQ_TOKEN_LEN);
     snprintf(a->endpoint, sizeof a->endpoint, "%s", n->endpoint);
     n->beat = zactor_new(s_beat_actor, a);

@@ -612,12 +612,14 @@ int mq_sec_keygen(const char *dir, const char *operator_name)
 /* ---- tokens -------------------------------------------------------------------------- */
 
 void mq_token_make(const uint8_t run_key[MQ_RUN_KEY_LEN], mq_role_t role, uint32_t rank,
-                   uint8_t token[MQ_TOKEN_LEN])
+                   uint32_t term, uint8_t token[MQ_TOKEN_LEN])
 {
-    uint8_t in[17] = "mqgrad-token"; /* then the role and all four bytes of the rank */
+    uint8_t in[21] = "mqgrad-token"; /* then the role, the rank's four bytes, the term's */
     in[12] = (uint8_t)role;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 4; i++) {
         in[13 + i] = (uint8_t)(rank >> (8 * i));
+        in[17 + i] = (uint8_t)(term >> (8 * i));
+    }
     crypto_generichash(token, MQ_TOKEN_LEN, in, sizeof in, run_key, MQ_RUN_KEY_LEN);
 }
 

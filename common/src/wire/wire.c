@@ -151,6 +151,7 @@ static void s_status_to_pb(mq_status_msg_t *s, Mqgrad__Status *pb)
 static _Thread_local uint64_t s_run_id;
 static _Thread_local bool s_has_token;
 static _Thread_local uint8_t s_token[MQ_TOKEN_LEN];
+static _Thread_local uint32_t s_term;
 static _Thread_local uint8_t *s_pack_buf;
 static _Thread_local size_t s_pack_cap;
 
@@ -189,6 +190,10 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     }
     meta.n_members = msg->nmembers;
     meta.members = msg->members;
+    if (msg->type == MQ_MSG_ITERATE) {
+        meta.n_member_terms = msg->nmembers;
+        meta.member_terms = msg->member_terms;
+    }
     meta.view = msg->view;
     meta.cursor = msg->cursor;
     meta.run_id = msg->run_id ? msg->run_id : s_run_id;
@@ -211,6 +216,7 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     if (msg->has_token || s_has_token) {
         meta.token.data = msg->has_token ? msg->token : s_token;
         meta.token.len = MQ_TOKEN_LEN;
+        meta.term = msg->has_token ? msg->term : s_term;
     }
     if (msg->has_run_key) {
         meta.run_key.data = msg->run_key;
@@ -649,6 +655,7 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
         return MQ_DROP_GARBAGE;
     }
     msg->has_token = meta->token.len == MQ_TOKEN_LEN;
+    msg->term = meta->term;
     if (msg->has_token)
         memcpy(msg->token, meta->token.data, MQ_TOKEN_LEN);
     msg->has_run_key = meta->run_key.len == MQ_RUN_KEY_LEN;
@@ -669,6 +676,12 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
         msg->members[i] = meta->members[i];
     }
     msg->nmembers = (uint32_t)meta->n_members;
+    if (meta->n_member_terms != 0 && meta->n_member_terms != meta->n_members) {
+        mq_err_set("%zu member terms for %zu members", meta->n_member_terms, meta->n_members);
+        return MQ_DROP_RANK;
+    }
+    for (size_t i = 0; i < meta->n_member_terms; i++)
+        msg->member_terms[i] = meta->member_terms[i];
     if (meta->report)
         s_report_from_pb(meta->report, &msg->report);
     if (meta->observation) {
@@ -755,9 +768,10 @@ uint64_t mq_wire_run_id(void)
     return s_run_id;
 }
 
-void mq_wire_set_token(const uint8_t *token)
+void mq_wire_set_token(const uint8_t *token, uint32_t term)
 {
     s_has_token = token != NULL;
+    s_term = token ? term : 0;
     if (token)
         memcpy(s_token, token, MQ_TOKEN_LEN);
 }
