@@ -1087,6 +1087,63 @@ Test(report, the_headline_pairs_seeds_against_the_best_fixed_setting)
     free(md);
 }
 
+/* Runs with another update rule are another comparison: one table per codec setting and rule,
+ * each with its own best fixed setting; fp32 joins the table of its rule. */
+Test(report, the_headline_keeps_update_rules_apart)
+{
+    static const struct {
+        const char *policy, *rule;
+        double scale;
+    } runs[] = {{"fixed:2", "sgd", 1},          {"mqgrad", "sgd", 0.8},
+                {"none", "sgd", 3},             {"fixed:2", "momentum:0.9", 0.5},
+                {"mqgrad", "momentum:0.9", 0.6}};
+    const char *args[32] = {"--out", "repr"};
+    int n = 2;
+    for (size_t i = 0; i < 5; i++)
+        for (int s = 1; s <= 3; s++) {
+            char dirname[64], dir[300], cfg[256];
+            snprintf(dirname, sizeof dirname, "r%zu-%d", i, s);
+            double t[20], acc[20];
+            for (int k = 0; k < 20; k++) {
+                t[k] = runs[i].scale * (9 + s) * (k + 1) / 10.0;
+                acc[k] = k < 10 ? 0.085 * (k + 1) : 0.860 + 0.001 * (k - 10);
+            }
+            s_write_curve(dirname, runs[i].policy, s, 80, 20, t, acc);
+            snprintf(dir, sizeof dir, "%s/%s", s_root, dirname);
+            snprintf(cfg, sizeof cfg,
+                     "{\"codec\":\"uniform\",\"bucket\":512,\"stochastic\":false,"
+                     "\"error_feedback\":false,\"optimizer\":\"%s\"}\n",
+                     runs[i].rule);
+            test_write_file(dir, "config.json", cfg);
+            args[n++] = strdup(dirname);
+        }
+    args[n] = NULL;
+    cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
+    char *md = s_slurp("repr/report.md");
+    const char *sgd = strstr(md, "\n### codec uniform, bucket 512, nearest rounding, no error "
+                                 "feedback, sgd\n"),
+               *mom = strstr(md, "\n### codec uniform, bucket 512, nearest rounding, no error "
+                                 "feedback, momentum:0.9\n");
+    cr_assert(sgd && mom, "a table per update rule:\n%s", md);
+    const char *first = sgd < mom ? sgd : mom, *second = sgd < mom ? mom : sgd;
+    const char *end = strstr(second, "\n## ");
+    char sgd_part[8192], mom_part[8192];
+    snprintf(sgd_part, sizeof sgd_part, "%.*s",
+             (int)((sgd == first ? second : end) - sgd), sgd);
+    snprintf(mom_part, sizeof mom_part, "%.*s",
+             (int)((mom == first ? second : end) - mom), mom);
+    cr_expect(strstr(sgd_part, "| **fixed:2** |"), "%s", sgd_part);
+    cr_expect(strstr(sgd_part, "| mqgrad | 3 of 3 | 0.80 [0.80, 0.80] |"), "%s", sgd_part);
+    cr_expect(strstr(sgd_part, "| none | 3 of 3 | 3.00 [3.00, 3.00] |"), "%s", sgd_part);
+    cr_expect(strstr(mom_part, "| **fixed:2 (momentum:0.9)** |"), "%s", mom_part);
+    cr_expect(strstr(mom_part, "| mqgrad (momentum:0.9) | 3 of 3 | 1.20 [1.20, 1.20] |"), "%s",
+              mom_part);
+    cr_expect(!strstr(mom_part, "| none |"), "fp32 (sgd) in the momentum table:\n%s", mom_part);
+    free(md);
+    for (int i = 2; i < n; i++)
+        free((char *)args[i]);
+}
+
 /* Welch's test against hand computations: {1,2,3} vs {4,5,6} has t = -3.674, df = 4 and a
  * two-sided p of 0.0213; t = 4.303 at 2 df and t = 12.706 at 1 df are the 5 % points. */
 Test(report, welch_test_matches_the_t_distribution)

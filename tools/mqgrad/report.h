@@ -166,6 +166,13 @@ size_t mq_rep_endpoint(const mq_rep_run_t *run, size_t k, double *acc);
 void mq_rep_bootstrap_mean(const double *v, size_t n, size_t b, uint64_t seed, double *lo,
                            double *hi);
 
+/* Whether two runs' codec settings are one comparison's (kind, bucket, rounding, error
+ * feedback, update rule; a codec other than uniform by its whole spec). */
+bool mq_rep_same_setting(const mq_rep_codec_t *a, const mq_rep_codec_t *b);
+/* C's settings in words, e.g. "codec uniform, bucket 512, nearest rounding, no error
+ * feedback, sgd". */
+void mq_rep_setting_name(const mq_rep_codec_t *c, char *buf, size_t len);
+
 /* ---- report_plot.c ------------------------------------------------------------------ */
 typedef enum { MQ_REP_PLOTS_DRAWN, MQ_REP_PLOTS_NO_GNUPLOT } mq_rep_plots_t;
 /* Writes OUT/data/<plot>_<method>.dat (<plot>_<method>_<link>mbit.dat when the runs span

@@ -102,6 +102,9 @@ static int s_load_config(const char *dir, mq_rep_run_t *run)
     const mq_json_field_t *sched = mq_json_get(j, "link");
     if (sched && sched->kind == MQ_JSON_STR && sched->str[0])
         run->link_mbps = -1; /* its rates change or differ per node: no one speed */
+    const mq_json_field_t *sp = mq_json_get(j, "codec_spec"), *op = mq_json_get(j, "optimizer");
+    snprintf(run->codec.optimizer, sizeof run->codec.optimizer, "%.63s",
+             op && op->kind == MQ_JSON_STR ? op->str : "sgd"); /* fp32's rule too */
     if (fp32) {
         rc = 0;
         goto done;
@@ -124,11 +127,8 @@ static int s_load_config(const char *dir, mq_rep_run_t *run)
     run->codec.error_feedback = ef && ef->num != 0;
     snprintf(run->codec.kind, sizeof run->codec.kind, "%.15s",
              k && k->kind == MQ_JSON_STR ? k->str : "uniform");
-    const mq_json_field_t *sp = mq_json_get(j, "codec_spec"), *op = mq_json_get(j, "optimizer");
     snprintf(run->codec.spec, sizeof run->codec.spec, "%.95s",
              sp && sp->kind == MQ_JSON_STR ? sp->str : "");
-    snprintf(run->codec.optimizer, sizeof run->codec.optimizer, "%.63s",
-             op && op->kind == MQ_JSON_STR ? op->str : "sgd");
     rc = 0;
 done:
     mq_json_free(j);

@@ -491,9 +491,9 @@ static const char *s_interval(char *buf, const double *v, size_t n, bool geo, co
     return buf;
 }
 
-/* One condition's table: every method against the fixed setting BEST at LINK. */
+/* One comparison's table: the methods IN[k] against the fixed setting BEST at LINK. */
 static void s_headline_rows(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o,
-                            double link, size_t best)
+                            double link, const bool *in, size_t best)
 {
     static const char *const cols[] = {"seeds paired", "time to target ÷ best fixed [95 % CI]",
                                        "final accuracy (%)", "Δ accuracy (points) [95 % CI]",
@@ -502,6 +502,8 @@ static void s_headline_rows(FILE *f, const mq_rep_set_t *set, const mq_rep_md_op
     const mq_rep_method_t *b = &set->methods[best];
     for (size_t k = 0; k < set->n_methods; k++) {
         const mq_rep_method_t *m = &set->methods[k];
+        if (!in[k])
+            continue;
         double lr[m->n_runs + 1], d[m->n_runs + 1], acc[m->n_runs + 1];
         size_t nr = 0, nd = 0, na = 0, runs = 0, paired = 0, diverged = 0, late = 0;
         for (size_t r = 0; r < m->n_runs; r++) {
@@ -550,40 +552,99 @@ static void s_headline_rows(FILE *f, const mq_rep_set_t *set, const mq_rep_md_op
     fputc('\n', f);
 }
 
-/* The table the comparison stands on: per condition (link), each method's time to the target
- * over the best fixed setting's, seed by seed, and its final accuracy as the mean of its last
- * K evaluations, with 95 % intervals over seeds. */
+/* M's first run at LINK, or NULL. */
+static const mq_rep_run_t *s_first_at(const mq_rep_method_t *m, double link)
+{
+    for (size_t r = 0; r < m->n_runs; r++)
+        if (mq_rep_same_link(m->runs[r]->link_mbps, link))
+            return m->runs[r];
+    return NULL;
+}
+
+/* The comparisons at LINK: one per codec setting and update rule among the quantized methods
+ * (a controller chooses among the fixed widths of its own setting), fp32 joining those of its
+ * update rule; runs of unknown settings (config.json from before them) make one of their
+ * own. Their representatives into REPS, their number. */
+static size_t s_settings(const mq_rep_set_t *set, double link, const mq_rep_codec_t **reps)
+{
+    size_t n = 0;
+    bool unknown = false;
+    for (size_t k = 0; k < set->n_methods; k++) {
+        const mq_rep_run_t *run = s_first_at(&set->methods[k], link);
+        if (!run || strcmp(run->policy, "none") == 0)
+            continue;
+        if (!run->codec.known) {
+            unknown = true;
+            continue;
+        }
+        size_t i = 0;
+        while (i < n && !(reps[i] && mq_rep_same_setting(reps[i], &run->codec)))
+            i++;
+        if (i == n)
+            reps[n++] = &run->codec;
+    }
+    if (unknown || n == 0)
+        reps[n++] = NULL; /* the methods whose setting is not known, and fp32 alone */
+    return n;
+}
+
+/* Whether method M takes part in the comparison of setting REP (NULL: unknown) at LINK. */
+static bool s_in_setting(const mq_rep_method_t *m, double link, const mq_rep_codec_t *rep)
+{
+    const mq_rep_run_t *run = s_first_at(m, link);
+    if (!run)
+        return false;
+    if (strcmp(run->policy, "none") == 0) /* fp32: with the comparisons of its update rule */
+        return !rep || strcmp(run->codec.optimizer[0] ? run->codec.optimizer : "sgd",
+                              rep->optimizer) == 0;
+    return rep ? run->codec.known && mq_rep_same_setting(rep, &run->codec) : !run->codec.known;
+}
+
+/* The table the comparison stands on: per condition (link) and codec setting with its update
+ * rule, each method's time to the target over the best fixed setting's, seed by seed, and its
+ * final accuracy as the mean of its last K evaluations, with 95 % intervals over seeds. */
 static void s_headline(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o)
 {
     double links[set->n_runs + 1];
-    size_t nl = mq_rep_links(set, links);
+    size_t nl = mq_rep_links(set, links), nm = set->n_methods;
+    const mq_rep_codec_t *reps[nm + 1];
+    bool in[nm + 1];
     fprintf(f, "## Against the best fixed setting, paired by seed\n\n");
     for (size_t l = 0; l < nl; l++) {
-        char lname[64];
+        char lname[64], sname[160];
         mq_rep_link_name(links[l], lname, sizeof lname);
-        if (nl > 1)
-            fprintf(f, "### %s\n\n", lname);
-        size_t best = set->n_methods, n_fixed = 0;
-        double best_t = INFINITY, t;
-        for (size_t k = 0; k < set->n_methods; k++) {
-            const mq_rep_method_t *m = &set->methods[k];
-            if (strncmp(m->policy, "fixed:", 6) != 0)
+        size_t ns = s_settings(set, links[l], reps);
+        for (size_t g = 0; g < ns; g++) {
+            if (reps[g])
+                mq_rep_setting_name(reps[g], sname, sizeof sname);
+            else
+                snprintf(sname, sizeof sname, "codec settings not recorded");
+            if (nl > 1 || ns > 1)
+                fprintf(f, "### %s%s%s\n\n", nl > 1 ? lname : "", nl > 1 && ns > 1 ? " — " : "",
+                        ns > 1 ? sname : "");
+            size_t best = nm, n_fixed = 0;
+            double best_t = INFINITY, t;
+            for (size_t k = 0; k < nm; k++) {
+                const mq_rep_method_t *m = &set->methods[k];
+                in[k] = s_in_setting(m, links[l], reps[g]);
+                if (!in[k] || strncmp(m->policy, "fixed:", 6) != 0)
+                    continue;
+                n_fixed++;
+                if (s_all_reach(m, links[l], o->target_acc, &t) && t < best_t)
+                    best = k, best_t = t;
+            }
+            if (best == nm) {
+                fprintf(f, "_No reference: %s._\n\n",
+                        n_fixed ? "no fixed setting reached the target in every seed without "
+                                  "diverging"
+                                : "no fixed:K runs here");
                 continue;
-            n_fixed++;
-            if (s_all_reach(m, links[l], o->target_acc, &t) && t < best_t)
-                best = k, best_t = t;
+            }
+            fprintf(f, "Best fixed setting in hindsight: **%s** (time to %g %%: %.1f s, "
+                       "geometric mean over its seeds).\n\n",
+                    set->methods[best].name, 100 * o->target_acc, best_t);
+            s_headline_rows(f, set, o, links[l], in, best);
         }
-        if (best == set->n_methods) {
-            fprintf(f, "_No reference: %s._\n\n",
-                    n_fixed ? "no fixed setting reached the target in every seed without "
-                              "diverging"
-                            : "no fixed:K runs here");
-            continue;
-        }
-        fprintf(f, "Best fixed setting in hindsight: **%s** (time to %g %%: %.1f s, geometric "
-                   "mean over its seeds).\n\n",
-                set->methods[best].name, 100 * o->target_acc, best_t);
-        s_headline_rows(f, set, o, links[l], best);
         double spacing = s_eval_spacing(set, links[l]);
         if (spacing > 5)
             fprintf(f, "_Evaluations every %g iterations (median): a time to target is read "
@@ -592,15 +653,17 @@ static void s_headline(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t 
                     spacing);
     }
     fprintf(f,
-            "Best fixed in hindsight: of the fixed:K methods whose every seed reached %g %% "
-            "without diverging, the one with the lowest geometric mean time to it (per "
-            "condition: link). Time ratio: the geometric mean over seeds of this method's time "
-            "to the target divided by the best fixed setting's with the same seed (below 1 is "
-            "faster). Final accuracy: each run's mean over its last %zu evaluations, averaged "
-            "over seeds; Δ: that endpoint minus the same seed's of the best fixed setting. "
-            "Intervals: 95 %% percentile bootstrap over seeds (%d resamples, fixed seed). Left "
-            "out: seeds that diverged, never reached the target (no ratio), or have no run of "
-            "the best fixed setting to pair with.\n\n",
+            "One table per condition (link) and codec setting with its update rule: methods "
+            "with another update rule or codec setting are never in one table (fp32 joins the "
+            "tables of its update rule). Best fixed in hindsight: of that table's fixed:K "
+            "methods whose every seed reached %g %% without diverging, the one with the lowest "
+            "geometric mean time to it. Time ratio: the geometric mean over seeds of this "
+            "method's time to the target divided by the best fixed setting's with the same "
+            "seed (below 1 is faster). Final accuracy: each run's mean over its last %zu "
+            "evaluations, averaged over seeds; Δ: that endpoint minus the same seed's of the "
+            "best fixed setting. Intervals: 95 %% percentile bootstrap over seeds (%d "
+            "resamples, fixed seed). Left out: seeds that diverged, never reached the target "
+            "(no ratio), or have no run of the best fixed setting to pair with.\n\n",
             100 * o->target_acc, o->last_k, S_BOOT);
 }
 

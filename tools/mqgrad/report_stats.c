@@ -94,6 +94,17 @@ static void s_describe(const mq_rep_codec_t *c, const mq_rep_codec_t *ref, char 
         s_part(buf, len, c->error_feedback ? "error feedback" : "no error feedback");
 }
 
+bool mq_rep_same_setting(const mq_rep_codec_t *a, const mq_rep_codec_t *b)
+{
+    return s_codec_eq(a, b);
+}
+
+void mq_rep_setting_name(const mq_rep_codec_t *c, char *buf, size_t len)
+{
+    s_describe(c, NULL, buf, len);
+    s_part(buf, len, c->optimizer[0] ? c->optimizer : "sgd");
+}
+
 /* The rule for a run's method, so that the same policy with other codec settings is never
  * merged: fp32 runs and runs whose codec is unknown (older config.json) keep the plain policy;
  * the paper-exact codec is always named ("mqgrad (paper-exact codec)"), whatever the other
