@@ -1067,7 +1067,8 @@ Test(report, the_headline_pairs_seeds_against_the_best_fixed_setting)
     char *md = s_slurp("reph/report.md");
     const char *head = strstr(md, "## Against the best fixed setting, paired by seed");
     cr_assert(head && head < strstr(md, "## Runs"), "the headline comes first:\n%s", md);
-    cr_expect(strstr(md, "Best fixed setting in hindsight: **fixed:2** (time to 85 %: 10.9 s"),
+    cr_expect(strstr(md, "Condition: 80 Mbit/s. Best fixed setting in hindsight: **fixed:2** "
+                         "(time to 85 %: 10.9 s"),
               "fixed:2 is the fastest fixed setting (geometric mean of 10, 12, 11, 9, 13):\n%s",
               md);
     char cells[16][96];

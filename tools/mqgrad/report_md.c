@@ -640,8 +640,9 @@ static void s_headline(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t 
                                 : "no fixed:K runs here");
                 continue;
             }
-            fprintf(f, "Best fixed setting in hindsight: **%s** (time to %g %%: %.1f s, "
+            fprintf(f, "%s%s%sBest fixed setting in hindsight: **%s** (time to %g %%: %.1f s, "
                        "geometric mean over its seeds).\n\n",
+                    nl == 1 ? "Condition: " : "", nl == 1 ? lname : "", nl == 1 ? ". " : "",
                     set->methods[best].name, 100 * o->target_acc, best_t);
             s_headline_rows(f, set, o, links[l], in, best);
         }
