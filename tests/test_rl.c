@@ -838,3 +838,94 @@ Test(rl, bad_options_refused)
     BAD_OPT(o.hidden = 300, "hidden");
     BAD_OPT(o.tau = 0, "tau");
 }
+
+/* ---- per-layer bit-widths under an error budget (L-GreCo) ------------------------------ */
+
+/* The best widths by trying every one: the fewest bits whose error keeps BUDGET; false if
+ * none does. */
+static bool s_alloc_brute(const double *n, const double *e, size_t l, int lo, int hi,
+                          double budget, double *best_cost)
+{
+    int b[8];
+    size_t combos = 1;
+    for (size_t i = 0; i < l; i++)
+        combos *= (size_t)(hi - lo + 1);
+    *best_cost = INFINITY;
+    for (size_t c = 0; c < combos; c++) {
+        size_t x = c;
+        double cost = 0;
+        for (size_t i = 0; i < l; i++) {
+            b[i] = lo + (int)(x % (size_t)(hi - lo + 1));
+            x /= (size_t)(hi - lo + 1);
+            cost += n[i] * b[i];
+        }
+        if (mq_alloc_error(e, l, b) <= budget && cost < *best_cost)
+            *best_cost = cost;
+    }
+    return isfinite(*best_cost);
+}
+
+Test(rl, per_layer_bits_against_brute_force)
+{
+    uint64_t x = 12345;
+    int checked = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        size_t l = 1 + trial % 5;
+        double n[8], e[8];
+        for (size_t i = 0; i < l; i++) { /* sizes 1..1e6 and coefficients over decades */
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            n[i] = (double)(1 + x % 1000000);
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            e[i] = pow(10, (double)(x % 6000) / 1000.0 - 3);
+        }
+        int lo = 1, hi = 8, bits[8];
+        /* budgets around the error of 2..6 bits everywhere */
+        int ref[8];
+        for (size_t i = 0; i < l; i++)
+            ref[i] = 2 + trial % 5;
+        double budget = mq_alloc_error(e, l, ref) * (0.5 + (double)(trial % 7) / 4.0);
+        size_t steps = 2000;
+        double best, tight;
+        bool feasible = s_alloc_brute(n, e, l, lo, hi, budget, &best);
+        int rc = mq_alloc_bits(n, e, l, lo, hi, budget, steps, bits);
+        if (!feasible) {
+            cr_expect_eq(rc, -1, "trial %d: nothing keeps the budget, yet widths came back", trial);
+            continue;
+        }
+        cr_assert_eq(rc, 0, "trial %d: %s", trial, mq_err_last());
+        double cost = 0;
+        for (size_t i = 0; i < l; i++) {
+            cr_assert(bits[i] >= lo && bits[i] <= hi, "trial %d: width %d", trial, bits[i]);
+            cost += n[i] * bits[i];
+        }
+        cr_expect_leq(mq_alloc_error(e, l, bits), budget * (1 + 1e-12),
+                      "trial %d: the widths break the budget", trial);
+        cr_expect_geq(cost, best, "trial %d: cheaper than the optimum?", trial);
+        /* no worse than the best that keeps a budget smaller by one unit per layer */
+        if (s_alloc_brute(n, e, l, lo, hi, budget * (1 - (double)l / (double)steps), &tight))
+            cr_expect_leq(cost, tight, "trial %d: %g bits where %g keep a slightly tighter "
+                                       "budget", trial, cost, tight);
+        checked++;
+    }
+    cr_expect_geq(checked, 200, "only %d feasible cases", checked);
+}
+
+Test(rl, per_layer_bits_spend_where_the_error_is)
+{
+    /* two layers of equal size, one with 256x the error coefficient: at the budget of 4 bits
+     * everywhere, the noisy layer gets more bits than the quiet one (each extra bit cuts a
+     * layer's error about 4x), and the total is not above 8 bits a value */
+    double n[2] = {1000, 1000}, e[2] = {256, 1};
+    int four[2] = {4, 4}, bits[2];
+    cr_assert_eq(mq_alloc_bits(n, e, 2, 1, 8, mq_alloc_error(e, 2, four), 10000, bits), 0, "%s",
+                 mq_err_last());
+    cr_expect_gt(bits[0], bits[1], "noisy layer %d bits, quiet one %d", bits[0], bits[1]);
+    cr_expect_leq(bits[0] + bits[1], 8);
+    /* bad arguments and an impossible budget are refused, with a reason */
+    cr_expect_eq(mq_alloc_bits(n, e, 2, 1, 8, 0, 100, bits), -1);
+    cr_expect(strstr(mq_err_last(), "keep the error"), "%s", mq_err_last());
+    cr_expect_eq(mq_alloc_bits(n, e, 0, 1, 8, 1, 100, bits), -1);
+    cr_expect_eq(mq_alloc_bits(n, e, 2, 3, 2, 1, 100, bits), -1);
+    double bad[2] = {NAN, 1};
+    cr_expect_eq(mq_alloc_bits(bad, e, 2, 1, 8, 1, 100, bits), -1);
+}

@@ -149,6 +149,24 @@ void mq_policy_help(char *buf, size_t len);
  * SEP " | "), for a one-line flag description; NUL-terminated and cut at LEN. */
 void mq_policy_names(char *buf, size_t len, const char *sep);
 
+/* ---- per-layer bit-widths under an error budget (L-GreCo) --------------------------------
+ * L-GreCo (Alimohammadi et al., "L-GreCo: layerwise-adaptive gradient compression") picks
+ * each layer's compression by dynamic programming so that the total error stays within a
+ * budget. Here layer l has N[l] values and an error coefficient E[l]: at b bits its squared
+ * quantization error is E[l] / (2^b - 1)^2 (rounding to nearest within a range of width r
+ * errs by r/(2^b - 1) at most and has variance r^2 / (12 (2^b - 1)^2), so for the uniform codec
+ * E[l] = sum over the layer's ranges of count * r^2 / 12). mq_alloc_bits chooses b[l] in
+ * [LO, HI] minimising the bits sent, sum N[l] b[l], subject to sum E[l] / (2^b[l] - 1)^2 <=
+ * BUDGET: the errors are counted in STEPS units of BUDGET / STEPS, each rounded up, so the
+ * answer always keeps the budget and costs no more than the best that keeps a budget smaller
+ * by L units. Returns 0 with the widths in BITS, or -1 with an error (no widths keep the
+ * budget even at HI bits everywhere, or bad arguments: L in 1..4096, 1 <= LO <= HI <= 16,
+ * STEPS in 1..1000000, finite non-negative N and E). */
+int mq_alloc_bits(const double *n, const double *e, size_t l, int lo, int hi, double budget,
+                  size_t steps, int *bits);
+/* The squared error of BITS under the model above: sum E[l] / (2^bits[l] - 1)^2. */
+double mq_alloc_error(const double *e, size_t l, const int *bits);
+
 #ifdef __cplusplus
 }
 #endif
