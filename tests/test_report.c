@@ -1145,6 +1145,47 @@ Test(report, the_headline_keeps_update_rules_apart)
         free((char *)args[i]);
 }
 
+/* Accuracy is drawn against the iteration too (x: iterations, not seconds), and a codec that
+ * takes no bit-width (top-k here) has no line in the bits plot, where fixed:2 has one. */
+Test(report, accuracy_against_iterations_and_no_bits_for_a_codec_without_them)
+{
+    s_write_three_seeds("fixed:2", "it", 80);
+    s_write_three_seeds("fixed:2", "tk", 80); /* becomes top-k below */
+    for (int s = 1; s <= 3; s++) {
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/it-%d", s_root, s);
+        test_write_file(dir, "config.json",
+                        "{\"codec\":\"uniform\",\"codec_spec\":\"uniform:bucket=512\","
+                        "\"bucket\":512,\"stochastic\":false,\"error_feedback\":false}\n");
+        snprintf(dir, sizeof dir, "%s/tk-%d", s_root, s);
+        test_write_file(dir, "config.json",
+                        "{\"codec\":\"topk\",\"codec_spec\":\"topk:ratio=0.01\","
+                        "\"bucket\":0,\"stochastic\":false,\"error_feedback\":false}\n");
+    }
+    const char *args[] = {"--out", "repi", "it-1", "it-2", "it-3", "tk-1", "tk-2", "tk-3", NULL};
+    cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
+    char *gp = s_slurp("repi/accuracy_iter.gp");
+    cr_expect(strstr(gp, "set xlabel 'iteration'"), "%s", gp);
+    free(gp);
+    dat_row_t rows[512];
+    double marks[16][2];
+    int n_marks, n = s_read_dat("repi/data/accuracy_iter_fixed-2.dat", rows, 512, marks,
+                                &n_marks);
+    /* seed k evaluates at iterations 1..20 whatever its pace: at iteration 10 the three seeds
+     * are at 20 + 2t, 30 + 2t, 10 + 2t % with t = 10 s x 1.0, 1.1, 1.25: 40, 52, 35 */
+    const dat_row_t *mid = s_row_at(rows, n, 10.0);
+    cr_assert_not_null(mid, "no row at iteration 10");
+    cr_expect_eq(mid->seeds, 3);
+    cr_expect_float_eq(mid->median, 40.0, 1e-6, "the median at iteration 10");
+    gp = s_slurp("repi/bits.gp");
+    cr_expect(strstr(gp, "'data/bits_fixed-2.dat'"), "%s", gp);
+    cr_expect(!strstr(gp, "topk"), "a codec without a bit-width in the bits plot:\n%s", gp);
+    free(gp);
+    char *md = s_slurp("repi/report.md");
+    cr_expect(strstr(md, "![test accuracy vs iteration](accuracy_iter.png)"), "%s", md);
+    free(md);
+}
+
 /* Welch's test against hand computations: {1,2,3} vs {4,5,6} has t = -3.674, df = 4 and a
  * two-sided p of 0.0213; t = 4.303 at 2 df and t = 12.706 at 1 df are the 5 % points. */
 Test(report, welch_test_matches_the_t_distribution)

@@ -182,7 +182,7 @@ static void s_print_written(const mq_rep_set_t *set, const s_opts_t *o, const ch
         printf(")");
     }
     printf("\n  tables: %s\n", md);
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < MQ_REP_N_PLOTS; i++)
         if (mq_rep_plot_has_data(set, i)) {
             const char *name = mq_rep_plot_name(i);
             if (drawn)

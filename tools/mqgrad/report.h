@@ -114,7 +114,14 @@ double mq_rep_welch(const double *a, size_t na, const double *b, size_t nb, doub
 
 /* Value of series METRIC of RUN at time T, interpolated from its rows: false where the run
  * has no value (before its first or after its last point). */
-typedef enum { MQ_REP_LOSS, MQ_REP_ACC, MQ_REP_BITS, MQ_REP_BYTES } mq_rep_metric_t;
+/* MQ_REP_ACC_ITER: test accuracy against the iteration (the other metrics: against time). */
+typedef enum {
+    MQ_REP_LOSS,
+    MQ_REP_ACC,
+    MQ_REP_BITS,
+    MQ_REP_BYTES,
+    MQ_REP_ACC_ITER
+} mq_rep_metric_t;
 typedef struct mq_rep_series_t mq_rep_series_t;
 mq_rep_series_t *mq_rep_series_new(const mq_rep_run_t *run, mq_rep_metric_t metric);
 void mq_rep_series_destroy(mq_rep_series_t **self_p);
@@ -181,8 +188,11 @@ typedef enum { MQ_REP_PLOTS_DRAWN, MQ_REP_PLOTS_NO_GNUPLOT } mq_rep_plots_t;
  * PNGs were drawn. -1 if a file cannot be written or gnuplot fails. */
 int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title,
                  mq_rep_plots_t *state);
-/* Name of plot I (0..3) and whether it has any data (accuracy needs evaluations). */
+/* The plots: their number, plot I's file name and what it draws ("test accuracy vs
+ * iteration"), and whether it has any data (accuracy needs evaluations). */
+#define MQ_REP_N_PLOTS 5
 const char *mq_rep_plot_name(int i);
+const char *mq_rep_plot_caption(int i);
 /* Runs gnuplot (MQGRAD_GNUPLOT, else found on PATH) on SCRIPT inside DIR: 0 drawn, 1 no
  * gnuplot here, -1 with an error when it failed. */
 int mq_rep_gnuplot(const char *dir, const char *script);

@@ -166,13 +166,15 @@ static void s_plots(FILE *f, const mq_rep_set_t *set, bool drawn)
     if (!drawn)
         fprintf(f, "_The PNGs were not drawn (gnuplot was not found or failed); draw them in this "
                    "directory with `gnuplot NAME.gp`._\n\n");
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < MQ_REP_N_PLOTS; i++) {
         const char *name = mq_rep_plot_name(i);
         if (mq_rep_plot_has_data(set, i))
-            fprintf(f, "![%s vs training time](%s.png)\n\n", name, name);
+            fprintf(f, "![%s](%s.png)\n\n", mq_rep_plot_caption(i), name);
         else
-            fprintf(f, "_No %s plot: no run has %s data._\n\n", name, name);
+            fprintf(f, "_No %s plot: no run has its data._\n\n", mq_rep_plot_caption(i));
     }
+    fprintf(f, "The bits plot leaves out the methods whose codec takes no bit-width (top-k, "
+               "DGC, sign, ...).\n\n");
 }
 
 /* Tables 1-2: test accuracy (%) at each checkpoint. */

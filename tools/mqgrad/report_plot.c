@@ -10,10 +10,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "mqgrad/quant.h"
 #include "mqgrad/util.h"
 #include "report.h"
 
-#define S_N_PLOTS 4
+#define S_N_PLOTS MQ_REP_N_PLOTS
 #define S_PANEL_W 640 /* pixels of one panel */
 #define S_PANEL_H 460
 #define S_TITLE_H 40 /* the plot's title above the panels */
@@ -25,24 +26,55 @@ typedef struct {
     const char *ylabel;
     double yscale;
     const char *extra; /* more gnuplot settings */
+    const char *xlabel, *caption;
 } s_plot_t;
 
+#define S_TIME "training time (s)"
 static const s_plot_t s_plots[S_N_PLOTS] = {
-    {"loss", MQ_REP_LOSS, "smoothed training loss", 1, ""},
-    {"accuracy", MQ_REP_ACC, "test accuracy (%)", 100, ""},
+    {"loss", MQ_REP_LOSS, "smoothed training loss", 1, "", S_TIME, "loss vs training time"},
+    {"accuracy", MQ_REP_ACC, "test accuracy (%)", 100, "", S_TIME,
+     "test accuracy vs training time"},
     {"bits", MQ_REP_BITS, "gradient bits (32 = fp32)", 1,
-     "set logscale y 2\nset yrange [0.9:40]\nset ytics (1, 2, 4, 8, 16, 32)\n"},
-    {"bytes", MQ_REP_BYTES, "cumulative bytes sent and received, all workers (MB)", 1e-6, ""},
+     "set logscale y 2\nset yrange [0.9:40]\nset ytics (1, 2, 4, 8, 16, 32)\n", S_TIME,
+     "bits vs training time"},
+    {"bytes", MQ_REP_BYTES, "cumulative bytes sent and received, all workers (MB)", 1e-6, "",
+     S_TIME, "bytes vs training time"},
+    {"accuracy_iter", MQ_REP_ACC_ITER, "test accuracy (%)", 100, "", "iteration",
+     "test accuracy vs iteration"},
 };
+
+/* Whether M's runs have a bit-width to draw: fp32 (32) and codecs that take a level do; a
+ * codec without one (top-k, DGC, sign, ...) has a column of no meaning. */
+static bool s_has_bits(const mq_rep_method_t *m)
+{
+    const mq_rep_run_t *run = m->n_runs ? m->runs[0] : NULL;
+    mq_codec_t c;
+    if (!run || strcmp(run->policy, "none") == 0 || !run->codec.known || !run->codec.spec[0] ||
+        mq_codec_parse(run->codec.spec, &c) != 0)
+        return true;
+    const mq_codec_ops_t *ops = mq_codec_ops(&c);
+    return !ops || ops->max_bits > 0;
+}
 
 const char *mq_rep_plot_name(int i)
 {
     return s_plots[i].name;
 }
 
+const char *mq_rep_plot_caption(int i)
+{
+    return s_plots[i].caption;
+}
+
 bool mq_rep_plot_has_data(const mq_rep_set_t *set, int i)
 {
-    if (s_plots[i].metric != MQ_REP_ACC)
+    if (s_plots[i].metric == MQ_REP_BITS) {
+        for (size_t k = 0; k < set->n_methods; k++)
+            if (s_has_bits(&set->methods[k]))
+                return true;
+        return false;
+    }
+    if (s_plots[i].metric != MQ_REP_ACC && s_plots[i].metric != MQ_REP_ACC_ITER)
         return set->n_runs > 0;
     for (size_t k = 0; k < set->n_methods; k++) {
         const mq_rep_method_t *m = &set->methods[k];
@@ -168,7 +200,8 @@ static void s_dat_body(FILE *f, const mq_rep_curve_t *c, const s_plot_t *p)
     else if (c->seeds)
         fprintf(f, "# The line: where all %zu seeds have a value, %.9g .. %.9g s.\n", c->seeds,
                 c->from, c->to);
-    fprintf(f, "# time_s median q25 q75 seeds (NaN: not drawn; the band needs 2 seeds)\n");
+    fprintf(f, "# %s median q25 q75 seeds (NaN: not drawn; the band needs 2 seeds)\n",
+            p->metric == MQ_REP_ACC_ITER ? "iteration" : "time_s");
     for (size_t i = 0; i < c->n_rows; i++) {
         const mq_rep_cpoint_t *r = &c->rows[i];
         fprintf(f, "%.9g", r->t);
@@ -364,12 +397,12 @@ static void s_layout(const s_fig_t *g, size_t n_panels, int *cols, int *w, int *
 static void s_gp_header(FILE *f, const s_plot_t *p, const char *title, int w, int h, size_t nm)
 {
     fprintf(f,
-            "# Written by mqgrad report: %s vs training time, one panel per link speed, one line "
+            "# Written by mqgrad report: %s, one panel per link speed, one line "
             "per\n# method: the median over its seeds where all of them have a value (so it "
             "never jumps\n# where a seed starts or stops); the band: 25..75 %% of the seeds, "
             "where at least 2 have\n# a value; markers on methods with at most %d points per "
             "seed. The numbers are in\n# data/. Run it in this directory: gnuplot %s.gp\n",
-            p->name, MQ_REP_FEW_POINTS, p->name);
+            p->caption, MQ_REP_FEW_POINTS, p->name);
     fprintf(f,
             "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
             "    set terminal pngcairo size %d,%d noenhanced font ',10'\n"
@@ -381,9 +414,9 @@ static void s_gp_header(FILE *f, const s_plot_t *p, const char *title, int w, in
     fprintf(f, "set style fill transparent solid %.2f noborder\nset multiplot title '",
             nm > 6 ? 0.12 : 0.2);
     s_gp_quote(f, title);
-    fprintf(f, ": %s'\nunset key\nset grid\nset xlabel 'training time (s)'\nset ylabel '%s'\n"
+    fprintf(f, ": %s'\nunset key\nset grid\nset xlabel '%s'\nset ylabel '%s'\n"
                "set xrange [0:*]\n%s",
-            p->name, p->ylabel, p->extra);
+            p->caption, p->xlabel, p->ylabel, p->extra);
 }
 
 /* Whether link L of G has anything to draw: it gets a panel. */
@@ -501,15 +534,21 @@ static size_t s_runs_at(const mq_rep_method_t *m, double link, mq_rep_run_t **ru
     return n;
 }
 
-/* The end of a panel's time axis: the longest run at LINK. */
-static double s_panel_end(const mq_rep_set_t *set, double link)
+/* The end of a panel's x axis for plot P: the longest run at LINK, in time or iterations. */
+static double s_panel_end(const mq_rep_set_t *set, const s_plot_t *p, double link)
 {
     double end = 0;
-    for (size_t i = 0; i < set->n_runs; i++)
-        if (mq_rep_same_link(set->runs[i].link_mbps, link))
-            end = fmax(end, mq_rep_run_time(&set->runs[i]));
+    for (size_t i = 0; i < set->n_runs; i++) {
+        const mq_rep_run_t *run = &set->runs[i];
+        if (!mq_rep_same_link(run->link_mbps, link))
+            continue;
+        end = fmax(end, p->metric != MQ_REP_ACC_ITER ? mq_rep_run_time(run)
+                        : run->n_rows                 ? (double)run->rows[run->n_rows - 1].iter
+                                                      : 0);
+    }
     return end;
 }
+
 
 /* The data files of figure G, into OUT/data; false in *ANY if no method has a value. */
 static int s_write_data(s_fig_t *g, const char *out, mq_rep_run_t **runs, bool *any)
@@ -518,13 +557,13 @@ static int s_write_data(s_fig_t *g, const char *out, mq_rep_run_t **runs, bool *
     char name[512], link[64];
     *any = false;
     for (size_t l = 0; l < g->n_links; l++) {
-        double t_end = s_panel_end(set, g->links[l]);
+        double t_end = s_panel_end(set, g->p, g->links[l]);
         mq_rep_link_name(g->links[l], link, sizeof link);
         for (size_t k = 0; k < set->n_methods; k++) {
             const mq_rep_method_t *m = &set->methods[k];
             size_t n = s_runs_at(m, g->links[l], runs);
             s_drawn_t *d = &g->d[l * set->n_methods + k];
-            if (n == 0)
+            if (n == 0 || (g->p->metric == MQ_REP_BITS && !s_has_bits(m)))
                 continue;
             s_dat_name(g->p, m, g->links[l], g->n_links > 1, name, sizeof name);
             if (s_write_dat(m, runs, n, g->p, t_end, link, out, name, d) < 0)

@@ -351,9 +351,11 @@ mq_rep_series_t *mq_rep_series_new(const mq_rep_run_t *run, mq_rep_metric_t metr
         if (metric == MQ_REP_ACC && !r->evaluated)
             continue;
         cum += r->bytes;
-        s->x[s->n] = r->t;
+        if (metric == MQ_REP_ACC_ITER && !r->evaluated)
+            continue;
+        s->x[s->n] = metric == MQ_REP_ACC_ITER ? (double)r->iter : r->t;
         s->y[s->n++] = metric == MQ_REP_LOSS   ? r->smoothed
-                       : metric == MQ_REP_ACC  ? r->acc
+                       : metric == MQ_REP_ACC || metric == MQ_REP_ACC_ITER ? r->acc
                        : metric == MQ_REP_BITS ? r->bits
                                                : cum;
     }
