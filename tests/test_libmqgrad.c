@@ -26,6 +26,8 @@ typedef struct {
     const char *endpoint;
     int code;          /* mqgrad_leave's */
     int rounds, evals; /* rounds computed, evaluations given */
+    bool early;        /* tell the library what is final before the push (mqgrad_ready) */
+    int readies;       /* rounds that did */
     char error[512];
     float *final;      /* the replica's parameters once the run is over */
     size_t n;
@@ -109,6 +111,11 @@ static void *s_worker(void *arg)
         mqgrad_examples(w, (uint64_t)s_train->n, st.cursor + (uint64_t)st.member * run->batch,
                         run->batch, idx);
         double loss = s_grad(mqgrad_params(w), g, idx, (int)run->batch);
+        if (me->early) { /* the bias's values are final, then all: shards go before the push */
+            if (mqgrad_ready(w, S_IN * S_CLASSES) != 0 || (st.iter % 2 && mqgrad_ready(w, 0)))
+                break;
+            me->readies++;
+        }
         if (mqgrad_push(w, loss) != 0)
             break;
         me->rounds++;
@@ -127,6 +134,9 @@ static void *s_worker(void *arg)
     }
     if (rc != 0)
         snprintf(me->error, sizeof me->error, "%s", mqgrad_error(w));
+    else if (me->early && (mqgrad_ready(w, 0) != -1 || !strstr(mqgrad_error(w), "no round")))
+        snprintf(me->error, sizeof me->error, "mqgrad_ready outside a round: '%s'",
+                 mqgrad_error(w));
     me->n = mqgrad_nparams(w);
     me->final = malloc(me->n * sizeof(float));
     memcpy(me->final, mqgrad_params(w), me->n * sizeof(float));
@@ -154,7 +164,8 @@ Test(libmqgrad, workers_own_model_trains, .timeout = 300)
                      "0.05", "--eval-every", "100", "--eval-limit", "2000", "--final-eval-limit",
                      "10000", "--bits", "4", "--threshold", "1000", NULL};
     cluster_start_core(&c, 2, 2, "lib", extra);
-    s_worker_t ws[2] = {{.endpoint = c.endpoint}, {.endpoint = c.endpoint}};
+    /* worker 0 says what is final before each push (mqgrad_ready): its shards go early */
+    s_worker_t ws[2] = {{.endpoint = c.endpoint, .early = true}, {.endpoint = c.endpoint}};
     pthread_t th[2];
     for (int i = 0; i < 2; i++)
         pthread_create(&th[i], NULL, s_worker, &ws[i]);
@@ -166,9 +177,11 @@ Test(libmqgrad, workers_own_model_trains, .timeout = 300)
     cluster_stop(&c);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(ws[i].code, 0, "worker %d: exit %d: %s", i, ws[i].code, ws[i].error);
+        cr_expect_str_empty(ws[i].error, "worker %d: %s", i, ws[i].error);
         cr_expect_eq(ws[i].rounds, 300, "worker %d computed %d rounds", i, ws[i].rounds);
         cr_expect_geq(ws[i].evals, 3, "worker %d gave %d evaluations", i, ws[i].evals);
     }
+    cr_expect_eq(ws[0].readies, 300, "worker 0 readied %d rounds early", ws[0].readies);
     cr_assert_eq(code, 0, "the run did not complete");
 
     char path[400], *summary;

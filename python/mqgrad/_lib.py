@@ -76,6 +76,7 @@ PROTOTYPES = {
     "mqgrad_grads": (_c.c_void_p, [_c.c_void_p]),
     "mqgrad_accumulates": (_c.c_int, [_c.c_void_p, _c.c_size_t]),
     "mqgrad_next": (_c.c_int, [_c.c_void_p, _c.POINTER(StepT)]),
+    "mqgrad_ready": (_c.c_int, [_c.c_void_p, _c.c_size_t]),
     "mqgrad_push": (_c.c_int, [_c.c_void_p, _c.c_double]),
     "mqgrad_evaluated": (_c.c_int, [_c.c_void_p, _c.c_uint64, _c.c_uint64, _c.c_double]),
     "mqgrad_examples": (_c.c_int, [_c.c_void_p, _c.c_uint64, _c.c_uint64, _c.c_size_t,

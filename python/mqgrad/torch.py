@@ -37,6 +37,7 @@ import math
 import numbers
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -377,9 +378,19 @@ class DistributedOptimizer(object):
     RuntimeError, with libmqgrad's reason, if the join fails.
 
     opt.flat_params and opt.flat_grads are libmqgrad's two flat arrays as tensors, valid until
-    the worker leaves (shutdown(), or the end of rounds())."""
+    the worker leaves (shutdown(), or the end of rounds()).
 
-    def __init__(self, optimizer, named_parameters=None):
+    Gradients go as the backward pass finishes them (EARLY_PUSH): a hook after each
+    parameter's gradient accumulation tells libmqgrad which part of the flat gradient is final
+    (mqgrad_ready), and the servers' shards that lie there are sent while the backward pass
+    computes the earlier layers, as Horovod's and DDP's hooks do. BACKWARD_PASSES_PER_STEP
+    (as Horovod's): the backward passes a round adds up before its gradients are final. A
+    gradient changed after its backward pass (clipping, for example) would have gone
+    already: step() refuses it, and early_push=False sends everything at step() instead
+    (None: on unless the environment says MQGRAD_EARLY_PUSH=0)."""
+
+    def __init__(self, optimizer, named_parameters=None, backward_passes_per_step=1,
+                 early_push=None):
         global _current
         if not hasattr(optimizer, "param_groups"):
             raise TypeError("DistributedOptimizer(optimizer, ...): a torch.optim optimizer, "
@@ -387,7 +398,21 @@ class DistributedOptimizer(object):
         if _current is not None and _current._w is not None:
             raise RuntimeError("a DistributedOptimizer has already joined the run in this "
                                "process: one worker per process")
+        if isinstance(backward_passes_per_step, bool) or \
+                not isinstance(backward_passes_per_step, numbers.Integral) or \
+                backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be an integer >= 1, got %r"
+                             % (backward_passes_per_step,))
         self.optimizer = optimizer
+        self._passes = int(backward_passes_per_step)
+        if early_push is None:  # MQGRAD_EARLY_PUSH=0 turns it off (benchmarks, a script's)
+            early_push = os.environ.get("MQGRAD_EARLY_PUSH", "1").strip() not in ("0", "")
+        self._early = bool(early_push)
+        self._thread = threading.get_ident()  # libmqgrad's calls come from one thread
+        self._grad_accs = []  # the AccumulateGrad nodes the hooks hang on (kept alive)
+        self._done = []       # this round: backward passes finished, per entry
+        self._frontier = 0    # entries [frontier:] are final and told (mqgrad_ready)
+        self._told_version = None  # flat_grads' version when the last of them was told
         self._w = None
         self._exit_code = None
         self._step = None
@@ -464,9 +489,43 @@ class DistributedOptimizer(object):
                         raise RuntimeError("internal: parameter %r is not a view of libmqgrad's "
                                            "arrays" % e.name)
             self._acc = [False] * len(entries)
+            if self._early:
+                self._hook_grads()
         except BaseException:
             self._leave()
             raise
+
+    # -- gradients as the backward pass finishes them
+
+    def _hook_grads(self):
+        for i, e in enumerate(self._entries):
+            # the parameter's AccumulateGrad node: its hooks run once the gradient is in .grad
+            # (PyTorch 1.13 has no post-accumulate hook on the tensor itself)
+            with torch.enable_grad():
+                acc = e.param.expand_as(e.param).grad_fn.next_functions[0][0]
+            acc.register_hook(self._make_hook(i))
+            self._grad_accs.append(acc)
+
+    def _make_hook(self, i):
+        def hook(*_):
+            self._grad_final(i)
+        return hook
+
+    def _grad_final(self, i):
+        if self._w is None or self._step is None or self._pushed or \
+                threading.get_ident() != self._thread:
+            return
+        e = self._entries[i]
+        if not _same_view(e.param.grad, e.gview):
+            return  # replaced: step() copies it in and sends it
+        self._done[i] += 1
+        # every accumulation so far is the backward pass's own: step() compares with this
+        self._told_version = self.flat_grads._version
+        f = self._frontier
+        while f > 0 and self._done[f - 1] >= self._passes:
+            f -= 1
+        if f < self._frontier and self._lib.mqgrad_ready(self._w, self._entries[f].offset) == 0:
+            self._frontier = f  # (a refusal: everything goes at step(), which says why)
 
     def _warn_rule(self):
         global _warned_rule
@@ -560,6 +619,17 @@ class DistributedOptimizer(object):
                     "device?): its gradient was computed on other values than the run's"
                     % e.name)
 
+    def _check_sent(self):
+        # the gradients told final (sent early) must be what the servers got
+        changed = self.flat_grads._version != self._told_version
+        for e in self._entries[self._frontier:]:
+            changed = changed or not _same_view(e.param.grad, e.gview)
+        if changed:
+            raise RuntimeError(
+                "round %d: gradients changed after the backward pass had sent them (clipping, "
+                "or a .grad replaced?): create the DistributedOptimizer with early_push=False "
+                "to change gradients before step()" % self._step.iter)
+
     def _collect_grads(self):
         """Makes the flat gradient hold every parameter's gradient: a .grad that is not the
         view any more (set to None, or replaced) is copied in (added, for accumulating
@@ -605,6 +675,8 @@ class DistributedOptimizer(object):
             loss = loss.item()
         loss = float(loss)
         self._check_params()
+        if self._frontier < len(self._entries):
+            self._check_sent()
         self._collect_grads()
         if p is not None:
             t_call = time.perf_counter()
@@ -681,6 +753,8 @@ class DistributedOptimizer(object):
                     g["lr"] = step.lr
                 self._refresh_acc()
                 self._zero_grads()
+                self._done = [0] * len(self._entries)
+                self._frontier = len(self._entries)
                 if p is not None:
                     p.iter = step.iter
                     p.pre = time.perf_counter() - p.t_got

@@ -18,7 +18,7 @@ class FakeLib(object):
                              dataset=b"fashion-mnist", codec=b"qsgd", optimizer=optimizer,
                              threshold=1000, l2=1e-4)
         self.iter = 0
-        self.pushed, self.evaluated, self.left = [], [], 0
+        self.pushed, self.evaluated, self.left, self.readies = [], [], 0, []
         self.argv = self.names = self.counts = None
         self.params = self.grads = None
 
@@ -65,6 +65,12 @@ class FakeLib(object):
         st.eval_limit = 1000
         self.iter += 1
         return 1
+
+    def mqgrad_ready(self, w, frm):
+        self._w(w)
+        assert 0 <= frm <= self.params.size
+        self.readies.append((self.iter - 1, frm, self.grads[frm:].copy()))
+        return 0
 
     def mqgrad_push(self, w, loss):
         self._w(w)

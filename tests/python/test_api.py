@@ -10,6 +10,7 @@ import re
 import time
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -584,3 +585,91 @@ def test_join_with_bad_flags_fails_at_once(real_lib, no_mqgrad_env):
     with pytest.raises(RuntimeError, match="joining the run failed: .+"):
         mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())
     assert time.monotonic() - t0 < 0.5
+
+
+# ---- gradients sent as the backward pass finishes them -----------------------------------
+
+def test_backward_tells_the_library_what_is_final(fake):
+    """The hooks after each parameter's accumulation tell mqgrad_ready the falling offset
+    from which everything is final, the last layer first; what was told is what step() sends;
+    a backward pass outside a round tells nothing."""
+    m = Tiny()
+    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())
+    x = torch.randn(4, 3)
+    for step in opt.rounds():
+        before = len(fake.readies)
+        opt.zero_grad()
+        loss = m.out(m.fc(x)).pow(2).mean()
+        loss.backward()
+        told = fake.readies[before:]
+        offsets = [f for _, f, _ in told]
+        # fc.weight 0..5, fc.bias 6..7, out.weight 8..9, out.bias 10
+        assert offsets == sorted(offsets, reverse=True) and offsets[-1] == 0, offsets
+        assert offsets[0] >= 8  # the output layer, before the first layer is done
+        for it, f, g in told:
+            assert it == step.iter
+            assert np.array_equal(g, fake.grads[f:])  # final when told: nothing changed since
+        opt.step(loss)
+    n = len(fake.readies)
+    m.out(m.fc(x)).sum().backward()  # after the run: not a round
+    assert len(fake.readies) == n
+
+
+def test_gradient_changed_after_backward_refused_unless_late(fake):
+    m = Tiny()
+    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())
+    x = torch.randn(4, 3)
+    with pytest.raises(RuntimeError, match="early_push=False"):
+        for step in opt.rounds():
+            loss = m.out(m.fc(x)).pow(2).mean()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), 1e-3)  # in place, after it went
+            opt.step(loss)
+    assert mq.shutdown() == 0
+
+
+def test_late_push_allows_clipping(fake):
+    m = Tiny()
+    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters(), early_push=False)
+    x = torch.randn(4, 3)
+    for step in opt.rounds():
+        loss = m.out(m.fc(x)).pow(2).mean()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(m.parameters(), 1e-3)
+        g = fake.grads.copy()
+        opt.step(loss)
+        assert np.array_equal(fake.pushed[-1][1], g)  # the clipped gradient went
+        assert float(np.linalg.norm(g)) <= 1e-3 * 1.0001
+    assert fake.readies == []
+
+
+def test_backward_passes_per_step(fake):
+    """Two backward passes add up before anything is final: nothing is told after the first."""
+    m = Tiny()
+    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters(),
+                                  backward_passes_per_step=2)
+    x = torch.randn(4, 3)
+    for step in opt.rounds():
+        before = len(fake.readies)
+        m.out(m.fc(x[:2])).pow(2).mean().backward()
+        assert len(fake.readies) == before
+        loss = m.out(m.fc(x[2:])).pow(2).mean()
+        loss.backward()
+        assert fake.readies[-1][1] == 0
+        opt.step(loss)
+    for bad in (0, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="backward_passes_per_step"):
+            mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters(),
+                                    backward_passes_per_step=bad)
+
+
+def test_early_push_off_from_the_environment(fake, monkeypatch):
+    monkeypatch.setenv("MQGRAD_EARLY_PUSH", "0")
+    m = Tiny()
+    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())
+    x = torch.randn(4, 3)
+    for step in opt.rounds():
+        loss = m.out(m.fc(x)).pow(2).mean()
+        loss.backward()
+        opt.step(loss)
+    assert fake.readies == [] and len(fake.pushed) == fake.nrounds

@@ -106,9 +106,18 @@ int mqgrad_accumulates(const mqgrad_t *w, size_t tensor);
  * the run is over, or -1 when the worker failed or was stopped (mqgrad_error). */
 int mqgrad_next(mqgrad_t *w, mqgrad_step_t *step);
 
-/* The round's gradient is in mqgrad_grads and LOSS is its loss: pushes it, waits for every
- * server's aggregate (at most --iter-timeout) and applies them to mqgrad_params. Returns 0,
- * or -1 (mqgrad_error). */
+/* Optional, during a round's backward pass: every gradient value at flat offset FROM and
+ * after is final for this round. The servers' shards that lie wholly there are encoded and
+ * pushed at once, by the library's thread, while the caller computes the rest (the earlier
+ * tensors, which a backward pass finishes last): the network overlaps the computation, as
+ * the C worker's pushes from inside its backward pass do. The caller must not write there
+ * again before mqgrad_push. Call it with FROM falling as tensors finish; it does not wait.
+ * Returns 0, or -1 outside a round or with FROM beyond the parameters. */
+int mqgrad_ready(mqgrad_t *w, size_t from);
+
+/* The round's gradient is in mqgrad_grads and LOSS is its loss: pushes what mqgrad_ready has
+ * not, waits for every server's aggregate (at most --iter-timeout) and applies them to
+ * mqgrad_params. Returns 0, or -1 (mqgrad_error). */
 int mqgrad_push(mqgrad_t *w, double loss);
 
 /* After a round with evaluate: this member's share of the test examples gave CORRECT right

@@ -258,6 +258,18 @@ int mqgrad_next(mqgrad_t *w, mqgrad_step_t *step)
     return rc == 0 && w->code == 0 ? 0 : -1;
 }
 
+int mqgrad_ready(mqgrad_t *w, size_t from)
+{
+    w->error[0] = 0;
+    if (!w->in_round)
+        return s_fail(w, "no round: mqgrad_ready goes between mqgrad_next and mqgrad_push");
+    if (from > w->welcome.nparams)
+        return s_fail(w, "mqgrad_ready(%zu): the model has %zu parameters", from,
+                      w->welcome.nparams);
+    uint64_t f = from;
+    return s_tell(w, "READY", &f, sizeof f);
+}
+
 int mqgrad_push(mqgrad_t *w, double loss)
 {
     w->error[0] = 0;

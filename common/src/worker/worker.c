@@ -959,6 +959,17 @@ static void s_caller_push(s_worker_t *self, zframe_t *body)
     s_pushes(self, self->t_step, loss);
 }
 
+/* The caller's gradient is final from offset FROM on (mqgrad_ready): the shards there go now,
+ * as the C model's do from inside its backward pass. */
+static void s_caller_ready(s_worker_t *self, zframe_t *body)
+{
+    uint64_t from;
+    if (!self->computing || !self->caller_pushing || !body || zframe_size(body) != sizeof from)
+        return; /* a round the scheduler closed meanwhile: its push is ignored as well */
+    memcpy(&from, zframe_data(body), sizeof from);
+    s_on_grad_ready(self, (size_t)from);
+}
+
 static void s_caller_eval(s_worker_t *self, zframe_t *body)
 {
     struct {
@@ -982,7 +993,8 @@ static void s_caller_eval(s_worker_t *self, zframe_t *body)
     s_report(self, self->t_done);
 }
 
-/* The caller's commands ("NEXT", "PUSH", "EVAL"), and the node's (PORT, DROPS, $TERM). */
+/* The caller's commands ("NEXT", "READY", "PUSH", "EVAL"), and the node's (PORT, DROPS,
+ * $TERM). */
 static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
 {
     s_worker_t *self = arg;
@@ -994,6 +1006,9 @@ static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
         self->caller_waiting = true;
         if (self->has_held && !self->node.finished)
             s_on_iterate(self, self->held);
+    } else if (cmd && streq(cmd, "READY")) {
+        if (!self->node.finished)
+            s_caller_ready(self, body);
     } else if (cmd && streq(cmd, "PUSH")) {
         if (!self->node.finished)
             s_caller_push(self, body);
