@@ -820,6 +820,18 @@ static const dat_row_t *s_row_at(const dat_row_t *rows, int n, double t)
     return NULL;
 }
 
+/* The row of data file NAME (under the root) at time T, which must be there. */
+static dat_row_t s_dat_at(const char *name, double t)
+{
+    dat_row_t rows[512];
+    double marks[16][2];
+    int n_marks, n = s_read_dat(name, rows, 512, marks, &n_marks);
+    const dat_row_t *r = s_row_at(rows, n, t);
+    cr_assert_not_null(r, "%s: no row at %g", name, t);
+    return *r;
+}
+
+
 /* Three seeds of one method at 1.0, 1.1 and 1.25 s per iteration, evaluated at every one of
  * 20 iterations; accuracy (%) 20 + 2t, 30 + 2t and 10 + 2t: the median is seed 1's, the
  * quartiles 15 + 2t and 25 + 2t, exactly (the interpolation of a straight line). */
@@ -969,14 +981,9 @@ Test(report, link_speeds_get_a_panel_each)
     cr_expect_eq(s_count(gp, "\nplot "), 3, "two panels and the key:\n%s", gp);
     cr_expect(strstr(gp, "title 'fixed:2 (3 seeds)'"), "seeds per panel in the key:\n%s", gp);
     free(gp);
-    dat_row_t rows[512];
-    double marks[16][2];
-    int n_marks, n = s_read_dat("rep/data/accuracy_fixed-2_1000mbit.dat", rows, 512, marks,
-                                &n_marks);
-    const dat_row_t *mid = s_row_at(rows, n, 10.0);
-    cr_assert_not_null(mid);
-    cr_expect_eq(mid->seeds, 3, "the 1000 Mbit/s runs alone");
-    cr_expect_float_eq(mid->median, 40.0, 1e-6);
+    dat_row_t mid = s_dat_at("rep/data/accuracy_fixed-2_1000mbit.dat", 10.0);
+    cr_expect_eq(mid.seeds, 3, "the 1000 Mbit/s runs alone");
+    cr_expect_float_eq(mid.median, 40.0, 1e-6);
     char *md = s_slurp("rep/report.md");
     cr_expect(strstr(md, "one panel per link speed (80 Mbit/s, 1000 Mbit/s)"), "%s", md);
     free(md);
@@ -1017,13 +1024,8 @@ Test(report, runs_under_a_link_schedule_are_not_shown_as_unemulated)
     cr_expect(strstr(gp, "set title 'link schedule (--link)'"), "%s", gp);
     cr_expect(strstr(gp, "'data/accuracy_fixed-2_link-schedule.dat'"), "%s", gp);
     free(gp);
-    dat_row_t rows[512];
-    double marks[16][2];
-    int n_marks, n = s_read_dat("repl/data/accuracy_fixed-2_link-schedule.dat", rows, 512, marks,
-                                &n_marks);
-    const dat_row_t *mid = s_row_at(rows, n, 10.0);
-    cr_assert_not_null(mid);
-    cr_expect_eq(mid->seeds, 3, "the schedule's runs alone");
+    dat_row_t mid = s_dat_at("repl/data/accuracy_fixed-2_link-schedule.dat", 10.0);
+    cr_expect_eq(mid.seeds, 3, "the schedule's runs alone");
 }
 
 /* ---- the headline: against the best fixed setting, paired by seed ------------------------ */
@@ -1167,16 +1169,11 @@ Test(report, accuracy_against_iterations_and_no_bits_for_a_codec_without_them)
     char *gp = s_slurp("repi/accuracy_iter.gp");
     cr_expect(strstr(gp, "set xlabel 'iteration'"), "%s", gp);
     free(gp);
-    dat_row_t rows[512];
-    double marks[16][2];
-    int n_marks, n = s_read_dat("repi/data/accuracy_iter_fixed-2.dat", rows, 512, marks,
-                                &n_marks);
     /* seed k evaluates at iterations 1..20 whatever its pace: at iteration 10 the three seeds
      * are at 20 + 2t, 30 + 2t, 10 + 2t % with t = 10 s x 1.0, 1.1, 1.25: 40, 52, 35 */
-    const dat_row_t *mid = s_row_at(rows, n, 10.0);
-    cr_assert_not_null(mid, "no row at iteration 10");
-    cr_expect_eq(mid->seeds, 3);
-    cr_expect_float_eq(mid->median, 40.0, 1e-6, "the median at iteration 10");
+    dat_row_t mid = s_dat_at("repi/data/accuracy_iter_fixed-2.dat", 10.0);
+    cr_expect_eq(mid.seeds, 3);
+    cr_expect_float_eq(mid.median, 40.0, 1e-6, "the median at iteration 10");
     gp = s_slurp("repi/bits.gp");
     cr_expect(strstr(gp, "'data/bits_fixed-2.dat'"), "%s", gp);
     cr_expect(!strstr(gp, "topk"), "a codec without a bit-width in the bits plot:\n%s", gp);

@@ -145,6 +145,18 @@ Test(security, the_scheduler_takes_registrations_only_from_node_keys, .timeout =
     cluster_stop(&c);
 }
 
+/* RUN's summary.json says it learned: a final accuracy well above chance (0.1). */
+static void s_expect_learned(const char *run)
+{
+    char path[400], *text;
+    size_t tlen;
+    snprintf(path, sizeof path, "%s/summary.json", run);
+    cr_assert_eq(mq_read_file(path, &text, &tlen), 0, "%s", mq_err_last());
+    double acc = test_json_num(text, "final_test_acc");
+    free(text);
+    cr_expect_gt(acc, 0.5, "the run did not learn: %.3f (chance is 0.1)", acc);
+}
+
 Test(security, servers_take_pushes_only_from_the_holder_of_the_rank, .timeout = 180)
 {
     mq_log_set_level(MQ_LOG_ERROR);
@@ -189,13 +201,7 @@ Test(security, servers_take_pushes_only_from_the_holder_of_the_rank, .timeout = 
     cr_expect_eq(cluster_wait(&c, 150), 0, "the run did not complete");
     long auth = s_drops(c.servers[0], "auth");
     cr_expect_geq(auth, 2, "pushes without the rank's token were not refused (auth=%ld)", auth);
-    char path[400], *text;
-    size_t tlen;
-    snprintf(path, sizeof path, "%s/summary.json", run);
-    cr_assert_eq(mq_read_file(path, &text, &tlen), 0, "%s", mq_err_last());
-    double acc = test_json_num(text, "final_test_acc");
-    free(text);
-    cr_expect_gt(acc, 0.5, "the run did not learn: %.3f (chance is 0.1)", acc);
+    s_expect_learned(run);
     zsock_destroy(&op);
     zsock_destroy(&ins);
     cluster_stop(&c);
@@ -279,13 +285,7 @@ Test(security, a_token_is_revoked_when_its_rank_changes_hands, .timeout = 180)
     cr_expect_geq(s_drops_reach(c.servers[0], "auth", server_auth + 4), server_auth + 4,
                   "the server took a push or a pull with a revoked token");
     cr_expect_eq(cluster_wait(&c, 120), 0, "the run did not complete");
-    char path[400], *text;
-    size_t tlen;
-    snprintf(path, sizeof path, "%s/summary.json", run);
-    cr_assert_eq(mq_read_file(path, &text, &tlen), 0, "%s", mq_err_last());
-    double acc = test_json_num(text, "final_test_acc");
-    free(text);
-    cr_expect_gt(acc, 0.5, "the run did not learn: %.3f (chance is 0.1)", acc);
+    s_expect_learned(run);
     zsock_destroy(&d);
     zsock_destroy(&s);
     cluster_stop(&c);
