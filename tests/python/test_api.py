@@ -594,7 +594,7 @@ def test_backward_tells_the_library_what_is_final(fake):
     from which everything is final, the last layer first; what was told is what step() sends;
     a backward pass outside a round tells nothing."""
     m = Tiny()
-    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())
+    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters(), early_push=True)
     x = torch.randn(4, 3)
     for step in opt.rounds():
         before = len(fake.readies)
@@ -617,7 +617,7 @@ def test_backward_tells_the_library_what_is_final(fake):
 
 def test_gradient_changed_after_backward_refused_unless_late(fake):
     m = Tiny()
-    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())
+    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters(), early_push=True)
     x = torch.randn(4, 3)
     with pytest.raises(RuntimeError, match="early_push=False"):
         for step in opt.rounds():
@@ -647,7 +647,7 @@ def test_backward_passes_per_step(fake):
     """Two backward passes add up before anything is final: nothing is told after the first."""
     m = Tiny()
     opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters(),
-                                  backward_passes_per_step=2)
+                                  backward_passes_per_step=2, early_push=True)
     x = torch.randn(4, 3)
     for step in opt.rounds():
         before = len(fake.readies)
@@ -663,8 +663,12 @@ def test_backward_passes_per_step(fake):
                                     backward_passes_per_step=bad)
 
 
-def test_early_push_off_from_the_environment(fake, monkeypatch):
-    monkeypatch.setenv("MQGRAD_EARLY_PUSH", "0")
+@pytest.mark.parametrize("env,told", [(None, False), ("0", False), ("1", True)])
+def test_early_push_off_unless_asked(fake, monkeypatch, env, told):
+    if env is None:
+        monkeypatch.delenv("MQGRAD_EARLY_PUSH", raising=False)
+    else:
+        monkeypatch.setenv("MQGRAD_EARLY_PUSH", env)
     m = Tiny()
     opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())
     x = torch.randn(4, 3)
@@ -672,4 +676,4 @@ def test_early_push_off_from_the_environment(fake, monkeypatch):
         loss = m.out(m.fc(x)).pow(2).mean()
         loss.backward()
         opt.step(loss)
-    assert fake.readies == [] and len(fake.pushed) == fake.nrounds
+    assert bool(fake.readies) == told and len(fake.pushed) == fake.nrounds

@@ -91,7 +91,8 @@ def test_two_torch_workers_train_the_paper_cnn(tmp_path):
 def test_c_and_torch_workers_train_one_run(tmp_path):
     """mqgrad-worker and a PyTorch worker of the same model (the small CNN) in one run of the
     built-in model: it learns, and both replicas end equal to the server's master copy, bit
-    for bit."""
+    for bit. The PyTorch worker sends its gradient from inside the backward pass (early
+    push), the C worker from inside its own."""
     port = _free_port()
     ep = "tcp://127.0.0.1:%d" % port
     run = tmp_path / "run"
@@ -114,7 +115,7 @@ def test_c_and_torch_workers_train_one_run(tmp_path):
             env=env, stderr=open(tmp_path / "c-worker.log", "w")))
         procs.append(subprocess.Popen(
             [PYTHON, EXAMPLE, "--size", "small", "--scheduler", ep],
-            env=_env(MQGRAD_DUMP=str(tmp_path / "torch.bin")),
+            env=_env(MQGRAD_DUMP=str(tmp_path / "torch.bin"), MQGRAD_EARLY_PUSH="1"),
             stdout=open(tmp_path / "torch-worker.log", "w"), stderr=subprocess.STDOUT))
         deadline = time.time() + 600
         for p in procs:

@@ -507,9 +507,17 @@ static void s_on_grad_ready(void *arg, size_t from)
     if (!self->computing || self->push_failed)
         return;
     double t0 = mq_link_now(&self->link);
+    /* In this worker's order of the servers (s_pushes: each worker starts with another one, so
+     * that the servers' links fill together), as far as the shards are final: a shard out of
+     * that order would go to the server every worker's backward pass finishes first, all at
+     * once, and that server's link would take them one after another while the others wait. */
     for (uint32_t k = 0; k < self->nservers; k++) {
         uint32_t s = (self->rank + k) % self->nservers;
-        if (mq_kv_worker_shard(self->kv, s)->begin >= from && s_push_shard(self, s, true) != 0) {
+        if (self->pushed[s])
+            continue;
+        if (mq_kv_worker_shard(self->kv, s)->begin < from)
+            break;
+        if (s_push_shard(self, s, true) != 0) {
             self->push_failed = true;
             break;
         }
