@@ -162,6 +162,8 @@ void mq_rep_curve_free(mq_rep_curve_t *c);
 /* The Q-quantile (0..1) of the N sorted values in V, interpolated between neighbours
  * (the usual "type 7": the median of 3 is the middle one, of 2 their mean). */
 double mq_rep_quantile(const double *v, size_t n, double q);
+/* The median of the N values in V (reordered: sorted). */
+double mq_rep_median(double *v, size_t n);
 
 /* The mean test accuracy of RUN's last K evaluations (fewer if it has fewer) into *ACC, and
  * how many it took; 0 (and NaN) without any. The endpoint that one evaluation's swing does not

@@ -28,12 +28,6 @@ static const char *s_stat(char *buf, const double *v, size_t n, size_t total, do
     return buf;
 }
 
-static int s_cmp_dbl(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* A table header; columns from LEFT_FROM on hold text and are left-aligned. */
 static void s_header(FILE *f, const char *first, const char *const *cols, size_t n,
                      size_t left_from)
@@ -465,10 +459,8 @@ static double s_eval_spacing(const mq_rep_set_t *set, double link)
                 last = run->rows[j].iter, seen = true;
             }
     }
-    if (n) {
-        qsort(gaps, n, sizeof *gaps, s_cmp_dbl);
-        spacing = mq_rep_quantile(gaps, n, 0.5);
-    }
+    if (n)
+        spacing = mq_rep_median(gaps, n);
     free(gaps);
     return spacing;
 }

@@ -452,8 +452,7 @@ void mq_rep_bootstrap_mean(const double *v, size_t n, size_t b, uint64_t seed, d
     free(means);
 }
 
-/* The median of the N values in V (reordered). */
-static double s_median(double *v, size_t n)
+double mq_rep_median(double *v, size_t n)
 {
     qsort(v, n, sizeof *v, s_cmp_double);
     return mq_rep_quantile(v, n, 0.5);
@@ -543,17 +542,17 @@ static int s_marks(mq_rep_series_t *const *s, size_t n, mq_rep_curve_t *c, doubl
                 if (isfinite(s[r]->y[k]))
                     vv[mv++] = s[r]->y[k];
             }
-        double t = s_median(vt, m), v;
+        double t = mq_rep_median(vt, m), v;
         if (c->disjoint) {
             if (mv == 0)
                 continue;
-            v = s_median(vv, mv);
+            v = mq_rep_median(vv, mv);
         } else {
             t = fmin(fmax(t, c->from), c->to);
             size_t got = s_values_at(s, n, t, vv);
             if (got < n)
                 continue;
-            v = s_median(vv, got);
+            v = mq_rep_median(vv, got);
         }
         if (c->n_marks && t <= c->mark_t[c->n_marks - 1])
             continue; /* clamped onto the previous one */
