@@ -208,7 +208,7 @@ Test(agent, mqgrad_bits_stay_in_range_never_decrease_and_query_matches, .timeout
     cr_assert_eq(q->status.bits, last->status.bits);
     cr_assert_eq(q->status.step, 12);
     cr_assert_eq(q->status.iter, 59);
-    cr_assert_eq(q->status.nq, 7);
+    cr_assert_eq(q->status.n_q_values, 7);
     cr_assert_eq(q->status.min_bits, 2);
     cr_assert_eq(memcmp(q->status.q_values, last->status.q_values, 7 * sizeof(double)), 0);
     cr_assert(isfinite(q->status.q_values[0]) && isfinite(q->status.last_reward));

@@ -173,3 +173,45 @@ Test(protocol, control_characters_in_received_strings_become_question_marks)
     zsock_destroy(&b);
     zsock_destroy(&a);
 }
+
+/* The nested messages' readers are generated from the proto (proto/gen_c.py): a non-finite
+ * number is refused naming its field, and a field the proto marks [any] (the agent's reward
+ * before its first one) passes as it is. */
+Test(protocol, a_non_finite_field_is_refused_by_name)
+{
+    zsock_t *a = zsock_new_pair("@inproc://mq-test-finite");
+    zsock_t *b = zsock_new_pair(">inproc://mq-test-finite");
+    cr_assert(a && b);
+    static mq_msg_t m;
+    mq_drop_t drop;
+    mq_msg_init(&m, MQ_MSG_REPORT);
+    m.report.loss = 2.0;
+    m.report.update_sq = NAN;
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), -1);
+    cr_expect_eq(drop, MQ_DROP_NONFINITE);
+    cr_expect(strstr(mq_err_last(), "Report.update_sq is not finite"), "%s", mq_err_last());
+
+    mq_msg_init(&m, MQ_MSG_OBSERVE);
+    m.obs.grad_norm = INFINITY;
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), -1);
+    cr_expect_eq(drop, MQ_DROP_NONFINITE);
+    cr_expect(strstr(mq_err_last(), "Observation.grad_norm"), "%s", mq_err_last());
+
+    mq_msg_init(&m, MQ_MSG_STATUS);
+    snprintf(m.status.policy, sizeof m.status.policy, "sarsa");
+    m.status.last_reward = NAN;
+    m.status.n_q_values = 2;
+    m.status.q_values[0] = 1.5;
+    m.status.q_values[1] = NAN;
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
+    cr_expect(isnan(m.status.last_reward));
+    cr_expect_eq(m.status.n_q_values, 2);
+    cr_expect_eq(m.status.q_values[0], 1.5);
+    cr_expect_str_eq(m.status.policy, "sarsa");
+    mq_msg_reset(&m);
+    zsock_destroy(&b);
+    zsock_destroy(&a);
+}

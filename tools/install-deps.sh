@@ -5,7 +5,7 @@
 set -euo pipefail
 what="${1:-test}"
 pkgs=(build-essential cmake pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev
-      protobuf-c-compiler libopenblas-dev libmicrohttpd-dev zlib1g-dev libsodium-dev
+      protobuf-c-compiler python3 libopenblas-dev libmicrohttpd-dev zlib1g-dev libsodium-dev
       dataset-fashion-mnist)
 case "$what" in
     build) ;;

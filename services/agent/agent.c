@@ -139,8 +139,8 @@ static void s_fill_status(const s_agent_t *self, mq_status_msg_t *s)
     s->iter = st->iter > self->iter ? st->iter : self->iter;
     s->observations = self->n.observations;
     s->last_reward = st->last_reward;
-    s->nq = st->nq < 0 ? 0 : st->nq > MQ_WIRE_MAX_Q ? MQ_WIRE_MAX_Q : (uint32_t)st->nq;
-    for (uint32_t i = 0; i < s->nq; i++)
+    s->n_q_values = st->nq < 0 ? 0 : st->nq > MQ_WIRE_MAX_Q ? MQ_WIRE_MAX_Q : (uint32_t)st->nq;
+    for (uint32_t i = 0; i < s->n_q_values; i++)
         s->q_values[i] = st->q_values[i];
     s->decisions = self->n.decisions;
     s->fallbacks = self->n.fallbacks;

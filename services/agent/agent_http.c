@@ -48,7 +48,7 @@ size_t mq_agent_status_json(const mq_status_msg_t *st, char *buf, size_t cap)
              (unsigned long long)st->iter);
     s_json_num(&o, st->last_reward);
     mq_text_printf(&o, ",\"q_values\":[");
-    for (uint32_t i = 0; i < st->nq && i < MQ_WIRE_MAX_Q; i++) {
+    for (uint32_t i = 0; i < st->n_q_values && i < MQ_WIRE_MAX_Q; i++) {
         mq_text_printf(&o, i ? "," : "");
         s_json_num(&o, st->q_values[i]);
     }
@@ -109,7 +109,7 @@ static void s_series_update(s_series_t *s, mq_metrics_t *m, const mq_agent_snaps
     mq_metric_set(s->swaps, (double)snap->swaps);
     /* every bit-width seen so far: the current policy's Q-values, NaN for the others */
     for (uint32_t b = 1; b < MQ_WIRE_MAX_Q * 2; b++) {
-        bool cur = b >= st->min_bits && b - st->min_bits < st->nq && st->nq <= MQ_WIRE_MAX_Q;
+        bool cur = b >= st->min_bits && b - st->min_bits < st->n_q_values && st->n_q_values <= MQ_WIRE_MAX_Q;
         if (!s->q[b - 1] && cur) {
             snprintf(labels, sizeof labels, "bits=\"%u\"", b);
             s->q[b - 1] = mq_metrics_gauge(m, "mqgrad_agent_q_value",

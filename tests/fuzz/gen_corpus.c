@@ -287,7 +287,7 @@ static void s_wire_seeds(void)
         case MQ_MSG_STATUS:
         case MQ_MSG_DECISION:
             m.status = (mq_status_msg_t){.bits = 5, .step = 8, .iter = 41, .observations = 42,
-                                         .last_reward = -3.5, .nq = 7, .decisions = 8,
+                                         .last_reward = -3.5, .n_q_values = 7, .decisions = 8,
                                          .min_bits = 2};
             snprintf(m.status.policy, sizeof m.status.policy, "mqgrad");
             for (int q = 0; q < 7; q++)

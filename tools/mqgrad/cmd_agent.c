@@ -174,14 +174,14 @@ static void s_print_status(const mq_status_msg_t *st)
     printf("decisions     %llu\n", (unsigned long long)st->decisions);
     printf("fallbacks     %llu\n", (unsigned long long)st->fallbacks);
     bool any = false;
-    for (uint32_t i = 0; i < st->nq; i++)
+    for (uint32_t i = 0; i < st->n_q_values; i++)
         any |= !isnan(st->q_values[i]);
     if (!any) {
         printf("Q-values      none (no Q-function in this policy, or no decision yet)\n");
         return;
     }
     printf("Q-values\n");
-    for (uint32_t i = 0; i < st->nq; i++) {
+    for (uint32_t i = 0; i < st->n_q_values; i++) {
         uint32_t b = st->min_bits + i;
         printf("  %u bits  %12.6g%s\n", b, st->q_values[i], b == st->bits ? "   <- current" : "");
     }

@@ -104,65 +104,10 @@ typedef struct {
     uint64_t payload_len;
 } mq_tensor_hdr_t;
 
-typedef struct {
-    char model[16];
-    char dataset[16];
-    uint32_t batch;
-    uint64_t seed;
-    float l2;
-    uint32_t workers, servers;
-    uint64_t quant_threshold;
-    char codec[MQ_CODEC_MAX_SPEC]; /* the quantized tensors' codec, without a level */
-    char optimizer[64];            /* the update rule (mqgrad/optim.h) */
-    bool error_feedback;
-    double link_mbps;              /* every node's rate when LINK is empty */
-    char link[MQ_LINK_MAX_SPEC];   /* the links' schedules (mqgrad/ps.h), or "" */
-    bool simulated_clock; /* links and compute on the simulated clock (mqgrad/ps.h) */
-    bool fp32;
-    uint32_t eval_limit;
-    uint32_t min_workers; /* the run pauses below this many; `workers` is the rank space */
-    uint64_t resume_iter; /* servers start from their shard checkpoint of this iteration */
-    uint64_t lineage;     /* the run's first id: names its checkpoints across restarts */
-    bool report_pushes;   /* a straggler policy runs: servers send PROGRESS on every push */
-} mq_run_config_t;
-
-typedef struct {
-    double loss, grad_sqmean, grad_range;
-    double compute_ms, encode_ms, wait_ms, decode_ms, update_ms;
-    uint64_t bytes_up, bytes_down;
-    bool evaluated;
-    uint64_t eval_correct, eval_total;
-    double eval_loss_sum, eval_ms;
-    uint64_t nonfinite; /* non-finite gradient values (zeroed before the push) + 1 for the loss */
-    double grad_sq;     /* sum of g^2 over the quantized tensors, before quantization */
-    double sent_sq;     /* the same over what the push decodes to */
-    double update_sq;   /* the same over the decoded aggregate applied */
-    bool loss_nonfinite; /* the loss was NaN or infinite (loss is then 0) */
-    uint64_t zero_params, params; /* with evaluated: zeros among the model's parameters */
-} mq_report_t;
-
-typedef struct {
-    double loss, iter_ms, grad_sqmean, grad_range;
-    uint64_t total_iters;
-    double progress;
-    uint32_t bits;      /* bits iteration `iter` used (32 = fp32) */
-    uint64_t fallbacks; /* the scheduler's count of decisions it went on without */
-    double loss_smoothed; /* smoothed loss before this iteration */
-    uint64_t nonfinite;
-    double grad_norm, sent_norm, update_norm; /* |g|, |Q(g)|, |g^| (see proto/mqgrad.proto) */
-    bool guard;         /* the spike guard holds the bits up */
-} mq_obs_msg_t;
-
-typedef struct {
-    char policy[64];
-    uint32_t bits;
-    uint64_t step, iter, observations;
-    double last_reward;
-    uint32_t nq;
-    double q_values[MQ_WIRE_MAX_Q];
-    uint64_t decisions, fallbacks;
-    uint32_t min_bits;
-} mq_status_msg_t;
+/* The run's configuration (WELCOME), a worker's report, the scheduler's observation and the
+ * agent's status: plain C structs generated from proto/mqgrad.proto (proto/gen_c.py), where
+ * each field is documented. */
+#include "mqgrad_msgs.h"
 
 /* A payload to send. With free_fn set, the bytes are sent without copying and free_fn(data,
  * hint) runs (on a ZeroMQ I/O thread) once ZeroMQ no longer needs them; without it they are

@@ -11,6 +11,9 @@
 #include "mqgrad.pb-c.h"
 #include "mqgrad/util.h"
 
+/* mq_run_config_to_pb, mq_report_from_pb, ...: generated from the proto (proto/gen_c.py) */
+#include "mqgrad_msgs.inc"
+
 /* Meta frames are small; anything bigger than this is garbage or an attack. */
 #define S_MAX_META (64 * 1024)
 #define S_ARENA_SIZE (256 * 1024)
@@ -81,71 +84,6 @@ void mq_wire_prepare(zsock_t *sock, int linger_ms, int64_t max_msg)
 }
 
 /* ---- packing ------------------------------------------------------------------------ */
-
-static void s_config_to_pb(const mq_run_config_t *c, Mqgrad__RunConfig *pb)
-{
-    pb->model = (char *)c->model;
-    pb->dataset = (char *)c->dataset;
-    pb->batch = c->batch;
-    pb->seed = c->seed;
-    pb->l2 = c->l2;
-    pb->workers = c->workers;
-    pb->servers = c->servers;
-    pb->quant_threshold = c->quant_threshold;
-    pb->codec = (char *)c->codec;
-    pb->optimizer = (char *)c->optimizer;
-    pb->error_feedback = c->error_feedback;
-    pb->link_mbps = c->link_mbps;
-    pb->link = (char *)c->link;
-    pb->simulated_clock = c->simulated_clock;
-    pb->fp32 = c->fp32;
-    pb->eval_limit = c->eval_limit;
-    pb->min_workers = c->min_workers;
-    pb->resume_iter = c->resume_iter;
-    pb->lineage = c->lineage;
-    pb->report_pushes = c->report_pushes;
-}
-
-static void s_report_to_pb(const mq_report_t *r, Mqgrad__Report *pb)
-{
-    pb->loss = r->loss;
-    pb->grad_sqmean = r->grad_sqmean;
-    pb->grad_range = r->grad_range;
-    pb->compute_ms = r->compute_ms;
-    pb->encode_ms = r->encode_ms;
-    pb->wait_ms = r->wait_ms;
-    pb->decode_ms = r->decode_ms;
-    pb->update_ms = r->update_ms;
-    pb->bytes_up = r->bytes_up;
-    pb->bytes_down = r->bytes_down;
-    pb->evaluated = r->evaluated;
-    pb->eval_correct = r->eval_correct;
-    pb->eval_total = r->eval_total;
-    pb->eval_loss_sum = r->eval_loss_sum;
-    pb->eval_ms = r->eval_ms;
-    pb->nonfinite = r->nonfinite;
-    pb->grad_sq = r->grad_sq;
-    pb->sent_sq = r->sent_sq;
-    pb->update_sq = r->update_sq;
-    pb->loss_nonfinite = r->loss_nonfinite;
-    pb->zero_params = r->zero_params;
-    pb->params = r->params;
-}
-
-static void s_status_to_pb(mq_status_msg_t *s, Mqgrad__Status *pb)
-{
-    pb->policy = s->policy;
-    pb->bits = s->bits;
-    pb->step = s->step;
-    pb->iter = s->iter;
-    pb->observations = s->observations;
-    pb->last_reward = s->last_reward;
-    pb->n_q_values = s->nq > MQ_WIRE_MAX_Q ? MQ_WIRE_MAX_Q : s->nq;
-    pb->q_values = s->q_values;
-    pb->decisions = s->decisions;
-    pb->fallbacks = s->fallbacks;
-    pb->min_bits = s->min_bits;
-}
 
 /* Packs MSG's Meta into a per-thread buffer that grows as needed (rarely: Meta is small). */
 static _Thread_local uint64_t s_run_id;
@@ -232,33 +170,20 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
     meta.servers = servers;
     switch (msg->type) {
     case MQ_MSG_WELCOME:
-        s_config_to_pb(&msg->config, &config);
+        mq_run_config_to_pb(&msg->config, &config);
         meta.config = &config;
         break;
     case MQ_MSG_REPORT:
-        s_report_to_pb(&msg->report, &report);
+        mq_report_to_pb(&msg->report, &report);
         meta.report = &report;
         break;
     case MQ_MSG_OBSERVE:
-        obs.loss = msg->obs.loss;
-        obs.iter_ms = msg->obs.iter_ms;
-        obs.grad_sqmean = msg->obs.grad_sqmean;
-        obs.grad_range = msg->obs.grad_range;
-        obs.total_iters = msg->obs.total_iters;
-        obs.progress = msg->obs.progress;
-        obs.bits = msg->obs.bits;
-        obs.fallbacks = msg->obs.fallbacks;
-        obs.loss_smoothed = msg->obs.loss_smoothed;
-        obs.nonfinite = msg->obs.nonfinite;
-        obs.grad_norm = msg->obs.grad_norm;
-        obs.sent_norm = msg->obs.sent_norm;
-        obs.update_norm = msg->obs.update_norm;
-        obs.guard = msg->obs.guard;
+        mq_obs_msg_to_pb(&msg->obs, &obs);
         meta.observation = &obs;
         break;
     case MQ_MSG_STATUS:
     case MQ_MSG_DECISION:
-        s_status_to_pb(&msg->status, &status);
+        mq_status_msg_to_pb(&msg->status, &status);
         meta.status = &status;
         break;
     default:
@@ -502,87 +427,11 @@ static mq_drop_t s_check_tensor(const Mqgrad__TensorHeader *t, size_t frame_len,
     return MQ_DROP_NONE;
 }
 
-static void s_config_from_pb(const Mqgrad__RunConfig *pb, mq_run_config_t *c)
-{
-    s_copy_str(c->model, sizeof c->model, pb->model);
-    s_copy_str(c->dataset, sizeof c->dataset, pb->dataset);
-    c->batch = pb->batch;
-    c->seed = pb->seed;
-    c->l2 = pb->l2;
-    c->workers = pb->workers;
-    c->servers = pb->servers;
-    c->quant_threshold = pb->quant_threshold;
-    s_copy_str(c->codec, sizeof c->codec, pb->codec);
-    s_copy_str(c->optimizer, sizeof c->optimizer, pb->optimizer);
-    c->error_feedback = pb->error_feedback;
-    c->link_mbps = pb->link_mbps;
-    s_copy_str(c->link, sizeof c->link, pb->link);
-    c->simulated_clock = pb->simulated_clock;
-    c->fp32 = pb->fp32;
-    c->eval_limit = pb->eval_limit;
-    c->min_workers = pb->min_workers;
-    c->resume_iter = pb->resume_iter;
-    c->lineage = pb->lineage;
-    c->report_pushes = pb->report_pushes;
-}
-
-static void s_report_from_pb(const Mqgrad__Report *pb, mq_report_t *r)
-{
-    r->loss = pb->loss;
-    r->grad_sqmean = pb->grad_sqmean;
-    r->grad_range = pb->grad_range;
-    r->compute_ms = pb->compute_ms;
-    r->encode_ms = pb->encode_ms;
-    r->wait_ms = pb->wait_ms;
-    r->decode_ms = pb->decode_ms;
-    r->update_ms = pb->update_ms;
-    r->bytes_up = pb->bytes_up;
-    r->bytes_down = pb->bytes_down;
-    r->evaluated = pb->evaluated;
-    r->eval_correct = pb->eval_correct;
-    r->eval_total = pb->eval_total;
-    r->eval_loss_sum = pb->eval_loss_sum;
-    r->eval_ms = pb->eval_ms;
-    r->nonfinite = pb->nonfinite;
-    r->grad_sq = pb->grad_sq;
-    r->sent_sq = pb->sent_sq;
-    r->update_sq = pb->update_sq;
-    r->loss_nonfinite = pb->loss_nonfinite;
-    r->zero_params = pb->zero_params;
-    r->params = pb->params;
-}
-
-static void s_status_from_pb(const Mqgrad__Status *pb, mq_status_msg_t *s)
-{
-    s_copy_str(s->policy, sizeof s->policy, pb->policy);
-    s->bits = pb->bits;
-    s->step = pb->step;
-    s->iter = pb->iter;
-    s->observations = pb->observations;
-    s->last_reward = pb->last_reward;
-    s->nq = pb->n_q_values > MQ_WIRE_MAX_Q ? MQ_WIRE_MAX_Q : (uint32_t)pb->n_q_values;
-    for (uint32_t i = 0; i < s->nq; i++)
-        s->q_values[i] = pb->q_values[i];
-    s->decisions = pb->decisions;
-    s->fallbacks = pb->fallbacks;
-    s->min_bits = pb->min_bits;
-}
-
-/* The scalar fields a peer could poison the run with must be finite. */
+/* The envelope's scalar fields a peer could poison the run with must be finite (the nested
+ * messages' are checked by their generated readers). */
 static bool s_scalars_finite(const mq_msg_t *m)
 {
-    const mq_report_t *r = &m->report;
-    const mq_obs_msg_t *o = &m->obs;
-    return isfinite(m->lr) && isfinite(r->loss) && isfinite(r->grad_sqmean) &&
-           isfinite(r->grad_range) && isfinite(r->compute_ms) && isfinite(r->encode_ms) &&
-           isfinite(r->wait_ms) && isfinite(r->decode_ms) && isfinite(r->update_ms) &&
-           isfinite(r->eval_loss_sum) && isfinite(r->eval_ms) && isfinite(r->grad_sq) &&
-           isfinite(r->sent_sq) && isfinite(r->update_sq) && isfinite(o->loss) &&
-           isfinite(o->loss_smoothed) && isfinite(o->grad_norm) && isfinite(o->sent_norm) &&
-           isfinite(o->update_norm) &&
-           isfinite(o->iter_ms) && isfinite(o->grad_sqmean) && isfinite(o->grad_range) &&
-           isfinite(o->progress) && isfinite(m->config.link_mbps) && isfinite(m->config.l2) &&
-           isfinite(m->sim_time) && isfinite(m->run_time);
+    return isfinite(m->lr) && isfinite(m->sim_time) && isfinite(m->run_time);
 }
 
 /* Converts an unpacked Meta into MSG and validates the payload frames against it. */
@@ -615,8 +464,9 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->nservers = (uint32_t)meta->n_servers;
     for (size_t i = 0; i < meta->n_servers; i++)
         s_copy_str(msg->servers[i], sizeof msg->servers[i], meta->servers[i]);
-    if (meta->config)
-        s_config_from_pb(meta->config, &msg->config);
+    mq_drop_t d = MQ_DROP_NONE;
+    if (meta->config && (d = mq_run_config_from_pb(meta->config, &msg->config)) != MQ_DROP_NONE)
+        return d;
     msg->bits = meta->bits;
     msg->lr = meta->lr;
     msg->evaluate = meta->evaluate;
@@ -682,29 +532,12 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     }
     for (size_t i = 0; i < meta->n_member_terms; i++)
         msg->member_terms[i] = meta->member_terms[i];
-    if (meta->report)
-        s_report_from_pb(meta->report, &msg->report);
-    if (meta->observation) {
-        const Mqgrad__Observation *o = meta->observation;
-        msg->obs = (mq_obs_msg_t){
-            .loss = o->loss,
-            .iter_ms = o->iter_ms,
-            .grad_sqmean = o->grad_sqmean,
-            .grad_range = o->grad_range,
-            .total_iters = o->total_iters,
-            .progress = o->progress,
-            .bits = o->bits,
-            .fallbacks = o->fallbacks,
-            .loss_smoothed = o->loss_smoothed,
-            .nonfinite = o->nonfinite,
-            .grad_norm = o->grad_norm,
-            .sent_norm = o->sent_norm,
-            .update_norm = o->update_norm,
-            .guard = o->guard,
-        };
-    }
-    if (meta->status)
-        s_status_from_pb(meta->status, &msg->status);
+    if (meta->report && (d = mq_report_from_pb(meta->report, &msg->report)) != MQ_DROP_NONE)
+        return d;
+    if (meta->observation && (d = mq_obs_msg_from_pb(meta->observation, &msg->obs)) != MQ_DROP_NONE)
+        return d;
+    if (meta->status && (d = mq_status_msg_from_pb(meta->status, &msg->status)) != MQ_DROP_NONE)
+        return d;
     s_copy_str(msg->text, sizeof msg->text, meta->text);
     if (!s_scalars_finite(msg)) {
         mq_err_set("%s: a numeric field is not finite", mq_msg_type_name(msg->type));
@@ -720,7 +553,7 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     for (uint32_t i = 0; i < msg->ntensors; i++) {
         const uint8_t *data = zmq_msg_data(&msg->frames_[i]);
         size_t len = zmq_msg_size(&msg->frames_[i]);
-        mq_drop_t d = s_check_tensor(meta->tensors[i], len, &msg->tensors[i], data);
+        d = s_check_tensor(meta->tensors[i], len, &msg->tensors[i], data);
         if (d != MQ_DROP_NONE)
             return d;
         msg->payload[i] = data;
