@@ -1,20 +1,32 @@
 #!/usr/bin/env python3
-"""Generates mqgrad's plain C message structs from proto/mqgrad.proto, the one model.
+"""Generates mqgrad's typed messages in C from proto/mqgrad.proto, the one model.
 
 A message whose `message` line ends in `// c: TYPE_t` becomes a fixed-size C struct named
 TYPE_t (no pointers: it copies by value, lives in other structs and outlives any receive),
-with two functions:
+with, for the wire module only:
 
-  TYPE_to_pb(const TYPE_t *c, Mqgrad__X *pb)    points the protobuf-c struct at C's fields
-  TYPE_from_pb(const Mqgrad__X *pb, TYPE_t *c)  copies in and validates; returns an
-                                                 mq_drop_t and sets the error (mq_err_set)
+  TYPE_to_pb(const TYPE_t *c, s_TYPE_pbx *x)      the protobuf-c struct (in X's storage)
+                                                    pointing at C's fields
+  TYPE_from_pb(const Mqgrad__X *pb, TYPE_t *c)    copies in and validates; returns an
+                                                    mq_drop_t and sets the error (mq_err_set)
+
+Meta's `oneof body` is the list of message types, once: each entry `Body name = N;` is the
+type MQ_MSG_NAME ("name" in logs, '_' written '-'), whose body is the member NAME of mq_msg_t
+(C keywords get a trailing '_', as protobuf-c does). The header gets MQ_MSG_TYPES(X), the
+body members; the wire module a packer and an unpacker that switch on the type.
 
 Field annotations, in a field's trailing comment:
-  [max N]   a string's bytes with its NUL, or a repeated field's entries (N: a number or a C
-            constant); required on strings and repeated fields. More is refused
-            (MQ_DROP_TOO_MANY), never cut.
-  [any]     a double or float that may be non-finite (otherwise one is refused,
-            MQ_DROP_NONFINITE, naming the field).
+  [max N]    a string's bytes with its NUL, or a repeated field's entries (N: a number or a C
+             constant); required on strings and repeated fields. More is refused
+             (MQ_DROP_TOO_MANY), never cut.
+  [len L]    a repeated string's bytes each, with its NUL.
+  [fixed N]  bytes of exactly N when present: C gets `bool has_NAME; uint8_t NAME[N]`.
+  [set N]    a repeated uint32 in strictly increasing order, each below N (a rank set:
+             receivers search it and count it as a set); otherwise MQ_DROP_RANK.
+  [pairs F]  a repeated field with one entry per entry of F, or none (MQ_DROP_RANK).
+  [req]      a string, bytes, message or list that must be there (MQ_DROP_GARBAGE).
+  [any]      a double or float that may be non-finite (otherwise one is refused,
+             MQ_DROP_NONFINITE, naming the field).
 Received strings have every control character turned into '?': what a peer writes lands
 in logs and files, where it must not forge lines or drive a terminal.
 
@@ -33,12 +45,21 @@ SCALARS = {
     "int64": "int64_t",
     "bool": "bool",
 }
+C_KEYWORDS = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
+    "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
+    "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch",
+    "typedef", "union", "unsigned", "void", "volatile", "while", "bool",
+}
 
 
-def snake_pb(name):
-    """protobuf-c's C name for a message: Mqgrad__RunConfig; its init macro
-    MQGRAD__RUN_CONFIG__INIT."""
-    return "Mqgrad__" + name
+def c_name(name):
+    return name + "_" if name in C_KEYWORDS else name
+
+
+def snake(name):
+    """RunConfig -> run_config (protobuf-c's lower-case names)."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 class Field:
@@ -46,10 +67,20 @@ class Field:
         self.repeated = label == "repeated"
         self.ptype = ptype
         self.name = name
-        m = re.search(r"\[max ([A-Za-z0-9_]+)\]", comment)
-        self.max = m.group(1) if m else None
+        self.cname = c_name(name)
+
+        def opt(key):
+            m = re.search(r"\[%s ([A-Za-z0-9_]+)\]" % key, comment)
+            return m.group(1) if m else None
+
+        self.max = opt("max")
+        self.len = opt("len")
+        self.fixed = opt("fixed")
+        self.set = opt("set")
+        self.pairs = opt("pairs")
+        self.req = "[req]" in comment
         self.any = "[any]" in comment
-        self.doc = re.sub(r"\s*\[(max [A-Za-z0-9_]+|any)\]", "", comment).strip()
+        self.doc = re.sub(r"\s*\[(\w+ [A-Za-z0-9_]+|req|any)\]", "", comment).strip()
 
 
 class Message:
@@ -57,6 +88,15 @@ class Message:
         self.name = name
         self.ctype = ctype
         self.fields = []
+        self.body = []  # Meta's oneof body: (field name, message name)
+
+    @property
+    def fn(self):
+        return self.ctype[:-2] if self.ctype.endswith("_t") else self.ctype
+
+    @property
+    def pb(self):
+        return "Mqgrad__" + self.name
 
 
 def parse(path):
@@ -64,50 +104,78 @@ def parse(path):
     order = []
     cur = None
     depth = 0
+    in_oneof = False
     with open(path, encoding="utf-8") as f:
         for lineno, raw in enumerate(f, 1):
             code, _, comment = raw.partition("//")
             code = code.strip()
             if cur is None:
-                m = re.match(r"message\s+(\w+)\s*\{", code)
+                m = re.match(r"message\s+(\w+)\s*\{\s*(\})?", code)
                 if m:
                     c = re.search(r"\bc:\s*(\w+)", comment)
                     cur = Message(m.group(1), c.group(1) if c else None)
                     depth = 1
+                    if m.group(2):  # message X {}
+                        messages[cur.name] = cur
+                        order.append(cur.name)
+                        cur = None
+                continue
+            if re.match(r"oneof\s+body\s*\{", code):
+                in_oneof = True
+                depth += 1
                 continue
             depth += code.count("{") - code.count("}")
+            if in_oneof and depth == 1:
+                in_oneof = False
+                continue
             if depth <= 0:
                 messages[cur.name] = cur
                 order.append(cur.name)
                 cur = None
                 continue
-            if depth > 1 or not code or code.startswith(("reserved", "oneof", "option")):
+            if depth > 2 or not code or code.startswith(("reserved", "option")):
                 continue
             m = re.match(r"(repeated\s+)?([\w.]+)\s+(\w+)\s*=\s*\d+\s*;", code)
             if not m:
                 sys.exit(f"{path}:{lineno}: cannot read this field: {code}")
-            label = "repeated" if m.group(1) else ""
-            cur.fields.append(Field(label, m.group(2), m.group(3), comment))
+            if in_oneof:
+                cur.body.append((m.group(3), m.group(2)))
+            else:
+                label = "repeated" if m.group(1) else ""
+                cur.fields.append(Field(label, m.group(2), m.group(3), comment))
     return messages, order
 
 
-def c_field(msgs, m, f):
-    """The struct member for F, and its comment."""
+def c_members(msgs, m, f):
+    """The struct members for F."""
     where = f"{m.name}.{f.name}"
+    n = f.cname
     if f.ptype == "string":
-        if f.repeated or not f.max:
-            sys.exit(f"{where}: a string needs [max N] and cannot be repeated here")
-        return [f"char {f.name}[{f.max}];"]
+        if f.repeated:
+            if not (f.max and f.len):
+                sys.exit(f"{where}: a repeated string needs [max N] and [len L]")
+            return [f"uint32_t n_{n};", f"char {n}[{f.max}][{f.len}];"]
+        if not f.max:
+            sys.exit(f"{where}: a string needs [max N]")
+        return [f"char {n}[{f.max}];"]
+    if f.ptype == "bytes":
+        if f.repeated or not f.fixed:
+            sys.exit(f"{where}: bytes need [fixed N] and cannot be repeated")
+        return [f"bool has_{n};", f"uint8_t {n}[{f.fixed}];"]
     if f.ptype in SCALARS:
         if f.repeated:
             if not f.max:
                 sys.exit(f"{where}: a repeated field needs [max N]")
-            return [f"uint32_t n_{f.name};", f"{SCALARS[f.ptype]} {f.name}[{f.max}];"]
-        return [f"{SCALARS[f.ptype]} {f.name};"]
+            return [f"uint32_t n_{n};", f"{SCALARS[f.ptype]} {n}[{f.max}];"]
+        return [f"{SCALARS[f.ptype]} {n};"]
     sub = msgs.get(f.ptype)
     if sub and sub.ctype and not f.repeated:
-        return [f"{sub.ctype} {f.name};"]
+        return [f"{sub.ctype} {n};"]
     sys.exit(f"{where}: type {f.ptype} has no C struct (mark its message `// c: TYPE_t`)")
+
+
+def c_messages(msgs, order):
+    return [msgs[n] for n in order if msgs[n].ctype]
 
 
 def gen_header(msgs, order, out):
@@ -116,18 +184,203 @@ def gen_header(msgs, order, out):
     w(" * The comments are the proto's. */\n")
     w("#ifndef MQGRAD_MSGS_H\n#define MQGRAD_MSGS_H\n\n")
     w("#include <stdbool.h>\n#include <stdint.h>\n\n")
-    for name in order:
-        m = msgs[name]
-        if not m.ctype:
+    for m in c_messages(msgs, order):
+        if not m.fields:
             continue
         w(f"/* proto/mqgrad.proto's {m.name} */\ntypedef struct {{\n")
         for f in m.fields:
-            lines = c_field(msgs, m, f)
+            lines = c_members(msgs, m, f)
             for i, line in enumerate(lines):
                 doc = f" /* {f.doc} */" if f.doc and i == len(lines) - 1 else ""
                 w(f"    {line}{doc}\n")
         w(f"}} {m.ctype};\n\n")
+    meta = msgs.get("Meta")
+    if meta and meta.body:
+        w("/* Every message type once, in the order of Meta's oneof body:\n")
+        w(" * X(ID, \"name\", body member or none_) */\n#define MQ_MSG_TYPES(X) \\\n")
+        for field, mtype in meta.body:
+            member = c_name(field) if msgs[mtype].fields else "none_"
+            w(f"    X({field.upper()}, \"{field.replace('_', '-')}\", {member}) \\\n")
+        w("\n/* The bodies: one member of mq_msg_t's union per type that has fields */\n")
+        w("#define MQ_MSG_BODY_MEMBERS \\\n")
+        for field, mtype in meta.body:
+            if msgs[mtype].fields:
+                w(f"    {msgs[mtype].ctype} {c_name(field)}; \\\n")
+        w("\n")
+        w("struct mq_msg;\n\n")
+        w("/* A service's handlers, one per message type it takes (NULL: it does not take that\n")
+        w(" * type; mq_dispatch then returns false). Each gets the message (its envelope: sender,\n")
+        w(" * iteration, payload frames) and, for a type with fields, its body. */\n")
+        w("typedef struct {\n")
+        for field, mtype in meta.body:
+            cn = c_name(field)
+            if msgs[mtype].fields:
+                w(f"    void (*{cn})(void *self, struct mq_msg *msg, const {msgs[mtype].ctype} *body);\n")
+            else:
+                w(f"    void (*{cn})(void *self, struct mq_msg *msg);\n")
+        w("} mq_handlers_t;\n\n")
     w("#endif\n")
+
+
+def gen_pbx(msgs, m, w):
+    """Storage for the protobuf-c struct of M and everything it points to."""
+    w(f"typedef struct {{\n    {m.pb} pb;\n")
+    for f in m.fields:
+        if f.ptype == "string" and f.repeated:
+            w(f"    char *{f.cname}[{f.max}];\n")
+        elif f.ptype not in SCALARS and f.ptype not in ("string", "bytes"):
+            w(f"    s_{msgs[f.ptype].fn}_pbx {f.cname};\n")
+    w(f"}} s_{m.fn}_pbx;\n\n")
+
+
+def gen_to_pb(msgs, m, w):
+    w(f"static {m.pb} *{m.fn}_to_pb(const {m.ctype} *c, s_{m.fn}_pbx *x)\n{{\n")
+    w(f"    mqgrad__{snake(m.name)}__init(&x->pb);\n")
+    if not m.fields:
+        w("    (void)c;\n")
+    for f in m.fields:
+        n, pn = f.cname, f.cname
+        if f.ptype == "string" and f.repeated:
+            w(f"    x->pb.n_{pn} = c->n_{n} > {f.max} ? {f.max} : c->n_{n};\n")
+            w(f"    for (size_t i = 0; i < x->pb.n_{pn}; i++)\n")
+            w(f"        x->{n}[i] = (char *)c->{n}[i];\n")
+            w(f"    x->pb.{pn} = x->{n};\n")
+        elif f.ptype == "string":
+            w(f"    x->pb.{pn} = (char *)c->{n};\n")
+        elif f.ptype == "bytes":
+            w(f"    if (c->has_{n})\n")
+            w(f"        x->pb.{pn} = (ProtobufCBinaryData){{.len = {f.fixed}, .data = (uint8_t *)c->{n}}};\n")
+        elif f.ptype in SCALARS and f.repeated:
+            w(f"    x->pb.n_{pn} = c->n_{n} > {f.max} ? {f.max} : c->n_{n};\n")
+            w(f"    x->pb.{pn} = ({SCALARS[f.ptype]} *)c->{n};\n")
+        elif f.ptype in SCALARS:
+            w(f"    x->pb.{pn} = c->{n};\n")
+        else:
+            w(f"    x->pb.{pn} = {msgs[f.ptype].fn}_to_pb(&c->{n}, &x->{n});\n")
+    w("    return &x->pb;\n}\n\n")
+
+
+def gen_from_pb(msgs, m, w):
+    w(f"static mq_drop_t {m.fn}_from_pb(const {m.pb} *pb, {m.ctype} *c)\n{{\n")
+    if not m.fields:
+        w("    (void)pb;\n    (void)c;\n    return MQ_DROP_NONE;\n}\n\n")
+        return
+    w("    memset(c, 0, sizeof *c);\n")
+    for f in m.fields:
+        n, pn = f.cname, f.cname
+        where = f"{m.name}.{f.name}"
+
+        def refuse(cond, drop, fmt, *args):
+            a = "".join(", " + x for x in args)
+            w(f"    if ({cond}) {{\n        mq_err_set(\"{fmt}\"{a});\n")
+            w(f"        return {drop};\n    }}\n")
+
+        if f.req:
+            if f.repeated:
+                missing = f"pb->n_{pn} == 0"
+            elif f.ptype == "string":
+                missing = f"!pb->{pn} || !pb->{pn}[0]"
+            elif f.ptype == "bytes":
+                missing = f"pb->{pn}.len == 0"
+            else:
+                missing = f"!pb->{pn}"
+            refuse(missing, "MQ_DROP_GARBAGE", f"{where} is missing")
+        if f.repeated:
+            refuse(f"pb->n_{pn} > {f.max}", "MQ_DROP_TOO_MANY",
+                   f"{where}: %zu entries, at most %d", f"pb->n_{pn}", f"(int){f.max}")
+            if f.pairs:
+                refuse(f"pb->n_{pn} != 0 && pb->n_{pn} != pb->n_{c_name(f.pairs)}",
+                       "MQ_DROP_RANK", f"{where}: %zu entries for %zu {f.pairs}",
+                       f"pb->n_{pn}", f"pb->n_{c_name(f.pairs)}")
+            w(f"    c->n_{n} = (uint32_t)pb->n_{pn};\n")
+            w(f"    for (size_t i = 0; i < pb->n_{pn}; i++) {{\n")
+            if f.ptype == "string":
+                w(f"        if (!s_gen_str(c->{n}[i], sizeof c->{n}[i], pb->{pn}[i], \"{where}\"))\n")
+                w("            return MQ_DROP_TOO_MANY;\n    }\n")
+                continue
+            if f.ptype in ("double", "float") and not f.any:
+                w(f"        if (!isfinite(pb->{pn}[i])) {{\n")
+                w(f"            mq_err_set(\"{where}[%zu] is not finite\", i);\n")
+                w("            return MQ_DROP_NONFINITE;\n        }\n")
+            if f.set:
+                w(f"        if (pb->{pn}[i] >= {f.set} || (i > 0 && pb->{pn}[i] <= pb->{pn}[i - 1])) {{\n")
+                w(f"            mq_err_set(\"{where}: not in strictly increasing order below %d\", (int){f.set});\n")
+                w("            return MQ_DROP_RANK;\n        }\n")
+            w(f"        c->{n}[i] = pb->{pn}[i];\n    }}\n")
+        elif f.ptype == "string":
+            w(f"    if (!s_gen_str(c->{n}, sizeof c->{n}, pb->{pn}, \"{where}\"))\n")
+            w("        return MQ_DROP_TOO_MANY;\n")
+        elif f.ptype == "bytes":
+            refuse(f"pb->{pn}.len != 0 && pb->{pn}.len != {f.fixed}", "MQ_DROP_GARBAGE",
+                   f"{where}: %zu bytes, %d expected", f"pb->{pn}.len", f"(int){f.fixed}")
+            w(f"    c->has_{n} = pb->{pn}.len == {f.fixed};\n")
+            w(f"    if (c->has_{n})\n        memcpy(c->{n}, pb->{pn}.data, {f.fixed});\n")
+        elif f.ptype in SCALARS:
+            if f.ptype in ("double", "float") and not f.any:
+                refuse(f"!isfinite(pb->{pn})", "MQ_DROP_NONFINITE", f"{where} is not finite")
+            w(f"    c->{n} = pb->{pn};\n")
+        else:
+            sub = msgs[f.ptype]
+            w(f"    if (pb->{pn}) {{\n")
+            w(f"        mq_drop_t d = {sub.fn}_from_pb(pb->{pn}, &c->{n});\n")
+            w("        if (d != MQ_DROP_NONE)\n            return d;\n    }\n")
+    w("    return MQ_DROP_NONE;\n}\n\n")
+
+
+def gen_body(msgs, meta, w):
+    """Packs and unpacks mq_msg_t's body by its type."""
+    w("typedef union {\n")
+    for field, mtype in meta.body:
+        if msgs[mtype].fields:
+            w(f"    s_{msgs[mtype].fn}_pbx {c_name(field)};\n")
+    w("    char none_;\n} s_body_pbx;\n\n")
+    w("/* Points META's body at MSG's, in X's storage. */\n")
+    w("static int s_body_to_pb(const mq_msg_t *msg, s_body_pbx *x, Mqgrad__Meta *meta)\n{\n")
+    w("    static Mqgrad__Empty empty = MQGRAD__EMPTY__INIT;\n")
+    w("    switch (msg->type) {\n")
+    for field, mtype in meta.body:
+        mm = msgs[mtype]
+        cn = c_name(field)
+        w(f"    case MQ_MSG_{field.upper()}:\n")
+        w(f"        meta->body_case = MQGRAD__META__BODY_{field.upper()};\n")
+        if mm.fields:
+            w(f"        meta->{cn} = {mm.fn}_to_pb(&msg->{cn}, &x->{cn});\n")
+        else:
+            w(f"        meta->{cn} = &empty;\n")
+        w("        return 0;\n")
+    w("    default:\n        mq_err_set(\"message type %d has no body\", (int)msg->type);\n")
+    w("        return -1;\n    }\n}\n\n")
+    w("/* MSG's type and body from META's; MQ_DROP_TYPE when it has none this side knows. */\n")
+    w("static mq_drop_t s_body_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)\n{\n")
+    w("    switch (meta->body_case) {\n")
+    for field, mtype in meta.body:
+        mm = msgs[mtype]
+        cn = c_name(field)
+        w(f"    case MQGRAD__META__BODY_{field.upper()}:\n")
+        w(f"        msg->type = MQ_MSG_{field.upper()};\n")
+        if mm.fields:
+            w(f"        return {mm.fn}_from_pb(meta->{cn}, &msg->{cn});\n")
+        else:
+            w("        return MQ_DROP_NONE;\n")
+    w("    default:\n        mq_err_set(\"a message without a body of a known type\");\n")
+    w("        return MQ_DROP_TYPE;\n    }\n}\n\n")
+    w("bool mq_dispatch(const mq_handlers_t *on, void *self, mq_msg_t *msg)\n{\n")
+    w("    switch (msg->type) {\n")
+    for field, mtype in meta.body:
+        cn = c_name(field)
+        w(f"    case MQ_MSG_{field.upper()}:\n        if (!on->{cn})\n            return false;\n")
+        if msgs[mtype].fields:
+            w(f"        on->{cn}(self, msg, &msg->{cn});\n")
+        else:
+            w(f"        on->{cn}(self, msg);\n")
+        w("        return true;\n")
+    w("    default:\n        return false;\n    }\n}\n\n")
+    w("/* The bytes mq_msg_init clears for a message of TYPE: its body's. */\n")
+    w("static size_t s_body_size(mq_msg_type_t type)\n{\n    switch (type) {\n")
+    for field, mtype in meta.body:
+        if msgs[mtype].fields:
+            w(f"    case MQ_MSG_{field.upper()}:\n        return sizeof({msgs[mtype].ctype});\n")
+    w("    default:\n        return 0;\n    }\n}\n\n")
 
 
 def gen_inc(msgs, order, out):
@@ -144,62 +397,15 @@ def gen_inc(msgs, order, out):
     w("        if ((unsigned char)*p < 0x20 || *p == 0x7f)\n")
     w("            *p = '?';\n")
     w("    return true;\n}\n\n")
-    for name in order:
-        m = msgs[name]
-        if not m.ctype:
+    for m in c_messages(msgs, order):
+        if not m.fields:
             continue
-        pb = snake_pb(m.name)
-        fn = m.ctype[:-2] if m.ctype.endswith("_t") else m.ctype
-        # to protobuf: pointers into C's fields; nested messages need storage of their own
-        nested = [f for f in m.fields if f.ptype not in SCALARS and f.ptype != "string"]
-        w(f"static void {fn}_to_pb(const {m.ctype} *c, {pb} *pb")
-        for f in nested:
-            w(f", {snake_pb(f.ptype)} *{f.name}_pb")
-        w(")\n{\n")
-        for f in m.fields:
-            if f.ptype == "string":
-                w(f"    pb->{f.name} = (char *)c->{f.name};\n")
-            elif f.ptype in SCALARS and f.repeated:
-                w(f"    pb->n_{f.name} = c->n_{f.name} > {f.max} ? {f.max} : c->n_{f.name};\n")
-                w(f"    pb->{f.name} = ({SCALARS[f.ptype]} *)c->{f.name};\n")
-            elif f.ptype in SCALARS:
-                w(f"    pb->{f.name} = c->{f.name};\n")
-            else:
-                sub = msgs[f.ptype]
-                sfn = sub.ctype[:-2]
-                w(f"    {sfn}_to_pb(&c->{f.name}, {f.name}_pb);\n")
-                w(f"    pb->{f.name} = {f.name}_pb;\n")
-        w("}\n\n")
-        w(f"static mq_drop_t {fn}_from_pb(const {pb} *pb, {m.ctype} *c)\n{{\n")
-        w("    memset(c, 0, sizeof *c);\n")
-        for f in m.fields:
-            where = f"{m.name}.{f.name}"
-            if f.ptype == "string":
-                w(f"    if (!s_gen_str(c->{f.name}, sizeof c->{f.name}, pb->{f.name}, \"{where}\"))\n")
-                w("        return MQ_DROP_TOO_MANY;\n")
-            elif f.ptype in SCALARS and f.repeated:
-                w(f"    if (pb->n_{f.name} > {f.max}) {{\n")
-                w(f"        mq_err_set(\"{where}: %zu entries, at most %d\", pb->n_{f.name}, (int){f.max});\n")
-                w("        return MQ_DROP_TOO_MANY;\n    }\n")
-                w(f"    c->n_{f.name} = (uint32_t)pb->n_{f.name};\n")
-                w(f"    for (size_t i = 0; i < pb->n_{f.name}; i++) {{\n")
-                if f.ptype in ("double", "float") and not f.any:
-                    w(f"        if (!isfinite(pb->{f.name}[i])) {{\n")
-                    w(f"            mq_err_set(\"{where}[%zu] is not finite\", i);\n")
-                    w("            return MQ_DROP_NONFINITE;\n        }\n")
-                w(f"        c->{f.name}[i] = pb->{f.name}[i];\n    }}\n")
-            elif f.ptype in SCALARS:
-                if f.ptype in ("double", "float") and not f.any:
-                    w(f"    if (!isfinite(pb->{f.name})) {{\n")
-                    w(f"        mq_err_set(\"{where} is not finite\");\n")
-                    w("        return MQ_DROP_NONFINITE;\n    }\n")
-                w(f"    c->{f.name} = pb->{f.name};\n")
-            else:
-                sfn = msgs[f.ptype].ctype[:-2]
-                w(f"    if (pb->{f.name}) {{\n")
-                w(f"        mq_drop_t d = {sfn}_from_pb(pb->{f.name}, &c->{f.name});\n")
-                w("        if (d != MQ_DROP_NONE)\n            return d;\n    }\n")
-        w("    return MQ_DROP_NONE;\n}\n\n")
+        gen_pbx(msgs, m, w)
+        gen_to_pb(msgs, m, w)
+        gen_from_pb(msgs, m, w)
+    meta = msgs.get("Meta")
+    if meta and meta.body:
+        gen_body(msgs, meta, w)
 
 
 def main():

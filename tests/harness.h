@@ -180,12 +180,12 @@ static inline void test_stand_in_msg(mq_msg_t *msg, mq_msg_type_t type, const mq
 {
     mq_msg_init(msg, type);
     msg->role = MQ_ROLE_WORKER;
-    msg->rank = welcome->rank;
+    msg->rank = welcome->welcome.rank;
     msg->incarnation = incarnation;
     msg->run_id = welcome->run_id;
-    msg->has_token = welcome->has_token;
-    memcpy(msg->token, welcome->token, MQ_TOKEN_LEN);
-    msg->term = welcome->term;
+    msg->has_token = welcome->welcome.has_token;
+    memcpy(msg->token, welcome->welcome.token, MQ_TOKEN_LEN);
+    msg->term = welcome->welcome.term;
 }
 
 static inline void cluster_stop(cluster_t *c)

@@ -88,7 +88,7 @@ static mq_msg_t *s_ask(zsock_t *s, mq_msg_type_t type, const char *text)
     cr_assert(m);
     mq_msg_init(m, type);
     if (text)
-        snprintf(m->text, sizeof m->text, "%s", text);
+        snprintf(m->policy_set.policy, sizeof m->policy_set.policy, "%s", text);
     cr_assert_eq(mq_wire_send(s, m, NULL, 0), 0);
     mq_drop_t drop;
     cr_assert_eq(mq_wire_recv(s, m, &drop), 0, "no reply to %s: %s", mq_msg_type_name(type),
@@ -108,7 +108,7 @@ static mq_msg_t *s_observe(zsock_t *s, uint64_t i)
     cr_assert(m);
     mq_msg_init(m, MQ_MSG_OBSERVE);
     m->iter = i;
-    m->obs = (mq_obs_msg_t){.loss = s_loss(i),
+    m->observe = (mq_obs_msg_t){.loss = s_loss(i),
                             .iter_ms = 100.0 + (double)(i % 3),
                             .grad_sqmean = 1e-4,
                             .grad_range = 0.05,
@@ -122,14 +122,14 @@ static mq_msg_t *s_observe(zsock_t *s, uint64_t i)
                  (unsigned long long)i);
     cr_assert_eq(m->type, MQ_MSG_DECISION, "got %s", mq_msg_type_name(m->type));
     cr_assert_eq(m->iter, i);
-    cr_assert_eq(m->bits, m->status.bits);
+    cr_assert(m->decision.policy[0], "a decision names its policy");
     return m;
 }
 
 static int s_observe_bits(zsock_t *s, uint64_t i)
 {
     mq_msg_t *m = s_observe(s, i);
-    int b = (int)m->bits;
+    int b = (int)m->decision.bits;
     free(m);
     return b;
 }
@@ -197,7 +197,7 @@ Test(agent, mqgrad_bits_stay_in_range_never_decrease_and_query_matches, .timeout
     for (uint64_t i = 0; i < 60; i++) {
         free(last);
         last = s_observe(c, i);
-        int b = (int)last->bits;
+        int b = (int)last->decision.bits;
         cr_assert(b >= 2 && b <= 8, "bits %d at iteration %llu", b, (unsigned long long)i);
         cr_assert_geq(b, prev, "bits fell from %d to %d at iteration %llu", prev, b,
                       (unsigned long long)i);
@@ -205,12 +205,12 @@ Test(agent, mqgrad_bits_stay_in_range_never_decrease_and_query_matches, .timeout
     }
     cr_assert_gt(prev, 2, "with epsilon 0.5 over 12 decisions the bits should have risen");
     mq_msg_t *q = s_ask(c, MQ_MSG_QUERY, NULL);
-    cr_assert_eq(q->status.bits, last->status.bits);
+    cr_assert_eq(q->status.bits, last->decision.bits);
     cr_assert_eq(q->status.step, 12);
     cr_assert_eq(q->status.iter, 59);
     cr_assert_eq(q->status.n_q_values, 7);
     cr_assert_eq(q->status.min_bits, 2);
-    cr_assert_eq(memcmp(q->status.q_values, last->status.q_values, 7 * sizeof(double)), 0);
+    cr_assert_eq(memcmp(q->status.q_values, last->decision.q_values, 7 * sizeof(double)), 0);
     cr_assert(isfinite(q->status.q_values[0]) && isfinite(q->status.last_reward));
     free(q);
     free(last);
@@ -273,7 +273,7 @@ Test(agent, policy_swap_and_back_resumes_learning, .timeout = 30)
         cr_assert_eq(s_observe_bits(c, i), 4);
     m = s_ask(c, MQ_MSG_POLICY_SET, "bogus");
     cr_assert_eq(m->type, MQ_MSG_ERROR);
-    cr_assert(strstr(m->text, "bogus"), "%s", m->text);
+    cr_assert(strstr(m->error.reason, "bogus"), "%s", m->error.reason);
     free(m);
     m = s_ask(c, MQ_MSG_PING, NULL);
     cr_assert_eq(m->type, MQ_MSG_PONG);
@@ -307,14 +307,15 @@ Test(agent, bad_messages_are_counted_drops_and_service_goes_on, .timeout = 20)
     zsock_t *c = s_client(a->port);
     void *h = zsock_resolve(c);
     zmq_send(h, "hello, not protobuf", 19, 0);
-    /* field 1 (version) and field 2 (type) as one-byte varints */
-    const uint8_t wrong_version[] = {0x08, MQ_WIRE_VERSION + 1, 0x10, 0x0c}; /* a later, PING */
+    /* field 1 (version) as a one-byte varint, then an empty body: field 112 (PING) or 99 (no
+     * type's) */
+    const uint8_t wrong_version[] = {0x08, MQ_WIRE_VERSION + 1, 0x82, 0x07, 0x00}; /* a later */
     zmq_send(h, wrong_version, sizeof wrong_version, 0);
-    const uint8_t unknown_type[] = {0x08, MQ_WIRE_VERSION, 0x10, 0x63}; /* this one, type 99 */
+    const uint8_t unknown_type[] = {0x08, MQ_WIRE_VERSION, 0x9a, 0x06, 0x00}; /* this one */
     zmq_send(h, unknown_type, sizeof unknown_type, 0);
     mq_msg_t *m = s_ask(c, MQ_MSG_REGISTER, NULL); /* a type the agent does not take */
     cr_assert_eq(m->type, MQ_MSG_ERROR);
-    cr_assert(strstr(m->text, "register"), "%s", m->text);
+    cr_assert(strstr(m->error.reason, "register"), "%s", m->error.reason);
     free(m);
     m = s_ask(c, MQ_MSG_PING, NULL);
     cr_assert_eq(m->type, MQ_MSG_PONG);

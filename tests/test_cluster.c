@@ -164,7 +164,8 @@ static void s_agent_ask(const char *endpoint, mq_msg_type_t type, const char *te
     cr_assert_eq(zsock_connect(s, "%s", endpoint), 0);
     memset(reply, 0, sizeof *reply);
     mq_msg_init(reply, type);
-    snprintf(reply->text, sizeof reply->text, "%s", text ? text : "");
+    if (type == MQ_MSG_POLICY_SET)
+        snprintf(reply->policy_set.policy, sizeof reply->policy_set.policy, "%s", text);
     cr_assert_eq(mq_wire_send(s, reply, NULL, 0), 0);
     mq_drop_t drop;
     cr_assert_eq(mq_wire_recv(s, reply, &drop), 0, "the agent did not answer");
@@ -193,7 +194,7 @@ Test(cluster, agent_swaps_and_restarts_while_training, .timeout = 240)
     mq_msg_t reply;
     mq_test_wait_rows(run, 60, 75);
     s_agent_ask(endpoint, MQ_MSG_POLICY_SET, "fixed:4", &reply);
-    cr_assert_eq(reply.type, MQ_MSG_STATUS, "swap refused: %s", reply.text);
+    cr_assert_eq(reply.type, MQ_MSG_STATUS, "swap refused: %s", reply.error.reason);
     mq_test_wait_rows(run, 100, 75);
     s_agent_ask(endpoint, MQ_MSG_POLICY_SET, "mqgrad", &reply);
     cr_assert_eq(reply.type, MQ_MSG_STATUS);

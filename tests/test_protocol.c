@@ -44,9 +44,9 @@ static void s_push(zsock_t *s, uint64_t iter, uint32_t rank, uint32_t shard, uin
     mq_msg_init(&msg, MQ_MSG_PUSH);
     msg.iter = iter;
     msg.rank = rank;
-    msg.shard = shard;
-    msg.bits = 32;
-    msg.lr = 0.1f;
+    msg.push.shard = shard;
+    msg.push.bits = 32;
+    msg.push.lr = 0.1f;
     msg.run_id = s_run_id;
     msg.ntensors = 1;
     snprintf(msg.tensors[0].name, sizeof msg.tensors[0].name, "conv1.w");
@@ -96,8 +96,9 @@ Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
     s_run_id = cluster_run_id(run);
 
     zsock_t *evil = s_dealer(server_ep, "worker", MQ_KEY_SERVER);
-    const uint8_t wrong_version[] = {0x08, 0x01, 0x10, 0x0c}; /* version 1 (old), PING */
-    const uint8_t unknown_type[] = {0x08, 0x02, 0x10, 0x63};  /* version 2, type 99 */
+    /* field 1 (version), then an empty body: field 112 (PING) or 99 (no type's) */
+    const uint8_t wrong_version[] = {0x08, MQ_WIRE_VERSION - 1, 0x82, 0x07, 0x00};
+    const uint8_t unknown_type[] = {0x08, MQ_WIRE_VERSION, 0x9a, 0x06, 0x00};
     s_raw(evil, "garbage!", 8);
     s_raw(evil, wrong_version, sizeof wrong_version);
     s_raw(evil, unknown_type, sizeof unknown_type);
@@ -123,7 +124,8 @@ Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
     report.role = MQ_ROLE_WORKER;
     report.run_id = real;
     cr_assert_eq(mq_wire_send(stranger, &report, NULL, 0), 0);
-    s_raw(stranger, "\x08\x02\x10\x06\x20\x00", 6); /* a REPORT of no run, no role */
+    const uint8_t bare_report[] = {0x08, MQ_WIRE_VERSION, 0xd2, 0x06, 0x00}; /* field 106 */
+    s_raw(stranger, bare_report, sizeof bare_report); /* a REPORT of no run, no role */
     s_raw(stranger, "junk", 4);
     s_ping_ok(stranger);
 
@@ -153,22 +155,47 @@ Test(protocol, bad_messages_are_counted_and_dropped, .timeout = 180)
     cluster_stop(&c);
 }
 
+/* A PAIR socket pair on inproc://NAME: *A sends, *B receives. */
+static void s_pair(const char *name, zsock_t **a, zsock_t **b)
+{
+    *a = zsock_new_pair(NULL);
+    *b = zsock_new_pair(NULL);
+    cr_assert(*a && *b);
+    cr_assert_eq(zsock_bind(*a, "inproc://%s", name), 0);
+    cr_assert_eq(zsock_connect(*b, "inproc://%s", name), 0);
+}
+
+/* Sends M from A (as it is packed, unchecked) and expects B's wire to refuse it for WANT,
+ * saying WHY. */
+static void s_expect_refused(zsock_t *a, zsock_t *b, mq_msg_t *m, mq_drop_t want, const char *why)
+{
+    cr_assert_eq(mq_wire_send(a, m, NULL, 0), 0, "%s", mq_err_last());
+    mq_drop_t drop;
+    cr_assert_eq(mq_wire_recv(b, m, &drop), -1, "a %s the wire should refuse was taken",
+                 mq_msg_type_name(m->type));
+    cr_expect_eq(drop, want, "dropped as %s, not %s", mq_drop_name(drop), mq_drop_name(want));
+    cr_expect(strstr(mq_err_last(), why), "'%s' does not say '%s'", mq_err_last(), why);
+}
+
 /* What a peer writes in a message's strings reaches logs and files: a newline or an escape
  * sequence arrives as '?', so no peer forges a log line or drives the operator's terminal. */
 Test(protocol, control_characters_in_received_strings_become_question_marks)
 {
-    zsock_t *a = zsock_new_pair("@inproc://mq-test-strings");
-    zsock_t *b = zsock_new_pair(">inproc://mq-test-strings");
-    cr_assert(a && b);
+    zsock_t *a, *b;
+    s_pair("mq-test-strings", &a, &b);
     static mq_msg_t m;
     mq_msg_init(&m, MQ_MSG_ERROR);
-    snprintf(m.text, sizeof m.text, "refused\nE 00:00:00.000 [scheduler] forged\x1b[2J\x7f!");
-    snprintf(m.endpoint, sizeof m.endpoint, "tcp://x\r\n");
+    snprintf(m.error.reason, sizeof m.error.reason,
+             "refused\nE 00:00:00.000 [scheduler] forged\x1b[2J\x7f!");
     cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
     mq_drop_t drop;
     cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
-    cr_expect_str_eq(m.text, "refused?E 00:00:00.000 [scheduler] forged?[2J?!");
-    cr_expect_str_eq(m.endpoint, "tcp://x??");
+    cr_expect_str_eq(m.error.reason, "refused?E 00:00:00.000 [scheduler] forged?[2J?!");
+    mq_msg_init(&m, MQ_MSG_REGISTER);
+    snprintf(m.register_.endpoint, sizeof m.register_.endpoint, "tcp://x\r\n");
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
+    cr_expect_str_eq(m.register_.endpoint, "tcp://x??");
     mq_msg_reset(&m);
     zsock_destroy(&b);
     zsock_destroy(&a);
@@ -179,25 +206,17 @@ Test(protocol, control_characters_in_received_strings_become_question_marks)
  * before its first one) passes as it is. */
 Test(protocol, a_non_finite_field_is_refused_by_name)
 {
-    zsock_t *a = zsock_new_pair("@inproc://mq-test-finite");
-    zsock_t *b = zsock_new_pair(">inproc://mq-test-finite");
-    cr_assert(a && b);
+    zsock_t *a, *b;
+    s_pair("mq-test-finite", &a, &b);
     static mq_msg_t m;
     mq_drop_t drop;
     mq_msg_init(&m, MQ_MSG_REPORT);
     m.report.loss = 2.0;
     m.report.update_sq = NAN;
-    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_wire_recv(b, &m, &drop), -1);
-    cr_expect_eq(drop, MQ_DROP_NONFINITE);
-    cr_expect(strstr(mq_err_last(), "Report.update_sq is not finite"), "%s", mq_err_last());
-
+    s_expect_refused(a, b, &m, MQ_DROP_NONFINITE, "Report.update_sq is not finite");
     mq_msg_init(&m, MQ_MSG_OBSERVE);
-    m.obs.grad_norm = INFINITY;
-    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_wire_recv(b, &m, &drop), -1);
-    cr_expect_eq(drop, MQ_DROP_NONFINITE);
-    cr_expect(strstr(mq_err_last(), "Observation.grad_norm"), "%s", mq_err_last());
+    m.observe.grad_norm = INFINITY;
+    s_expect_refused(a, b, &m, MQ_DROP_NONFINITE, "Observation.grad_norm is not finite");
 
     mq_msg_init(&m, MQ_MSG_STATUS);
     snprintf(m.status.policy, sizeof m.status.policy, "sarsa");
@@ -211,6 +230,62 @@ Test(protocol, a_non_finite_field_is_refused_by_name)
     cr_expect_eq(m.status.n_q_values, 2);
     cr_expect_eq(m.status.q_values[0], 1.5);
     cr_expect_str_eq(m.status.policy, "sarsa");
+    mq_msg_reset(&m);
+    zsock_destroy(&b);
+    zsock_destroy(&a);
+}
+
+/* What the generated readers check besides numbers (proto/mqgrad.proto's annotations): a
+ * rank set in strictly increasing order, one term per member, a required field, a string no
+ * longer than its C array, and a body of a type this side knows. Each is refused with the
+ * field named, and the next good message is taken. */
+Test(protocol, the_generated_readers_refuse_malformed_bodies_by_field)
+{
+    zsock_t *a, *b;
+    s_pair("mq-test-bodies", &a, &b);
+    static mq_msg_t m;
+    mq_drop_t drop;
+    mq_msg_init(&m, MQ_MSG_ITERATE); /* members out of order */
+    m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .n_members = 3, .members = {0, 2, 1}};
+    s_expect_refused(a, b, &m, MQ_DROP_RANK, "Iterate.members: not in strictly increasing order");
+    mq_msg_init(&m, MQ_MSG_ITERATE); /* two terms for three members */
+    m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .n_members = 3, .members = {0, 1, 2},
+                               .n_member_terms = 2, .member_terms = {1, 1}};
+    s_expect_refused(a, b, &m, MQ_DROP_RANK, "Iterate.member_terms: 2 entries for 3 members");
+    mq_msg_init(&m, MQ_MSG_WELCOME); /* no token: a welcome the node cannot use */
+    m.welcome.rank = 1;
+    s_expect_refused(a, b, &m, MQ_DROP_GARBAGE, "welcome: Welcome.token is missing");
+
+    /* A POLICY_SET whose policy (300 bytes) would not fit mq_policy_set_t's array: packed by
+     * hand, since no C sender can write it. Meta: version (field 1), then policy_set (field
+     * 111, length-delimited) holding field 1, the string. */
+    uint8_t raw[320];
+    size_t n = 0;
+    raw[n++] = 0x08, raw[n++] = MQ_WIRE_VERSION;
+    raw[n++] = 0xfa, raw[n++] = 0x06;             /* field 111, wire type 2 */
+    raw[n++] = 0xaf, raw[n++] = 0x02;             /* 303 bytes follow */
+    raw[n++] = 0x0a, raw[n++] = 0xac, raw[n++] = 0x02; /* field 1: 300 bytes */
+    memset(raw + n, 'x', 300);
+    n += 300;
+    zframe_t *f = zframe_new(raw, n);
+    cr_assert_eq(zframe_send(&f, a, 0), 0);
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), -1);
+    cr_expect_eq(drop, MQ_DROP_TOO_MANY);
+    cr_expect(strstr(mq_err_last(), "PolicySet.policy: 300 bytes, at most 255"), "%s",
+              mq_err_last());
+
+    const uint8_t unknown[] = {0x08, MQ_WIRE_VERSION, 0x9a, 0x06, 0x00}; /* body field 99 */
+    f = zframe_new(unknown, sizeof unknown);
+    cr_assert_eq(zframe_send(&f, a, 0), 0);
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), -1);
+    cr_expect_eq(drop, MQ_DROP_TYPE);
+
+    mq_msg_init(&m, MQ_MSG_POLICY_SET); /* and the next good one is taken */
+    snprintf(m.policy_set.policy, sizeof m.policy_set.policy, "fixed:4");
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
+    cr_expect_eq(m.type, MQ_MSG_POLICY_SET);
+    cr_expect_str_eq(m.policy_set.policy, "fixed:4");
     mq_msg_reset(&m);
     zsock_destroy(&b);
     zsock_destroy(&a);

@@ -682,7 +682,7 @@ static mq_status_msg_t s_agent_feed(s_agent_t *a, uint64_t from, uint64_t to)
     for (uint64_t i = from; i < to; i++) {
         mq_msg_init(m, MQ_MSG_OBSERVE);
         m->iter = i;
-        m->obs = (mq_obs_msg_t){.loss = 2.0 / (1 + 0.05 * (double)i),
+        m->observe = (mq_obs_msg_t){.loss = 2.0 / (1 + 0.05 * (double)i),
                                 .iter_ms = 100,
                                 .progress = (double)i / 40.0,
                                 .bits = 2};
@@ -691,7 +691,7 @@ static mq_status_msg_t s_agent_feed(s_agent_t *a, uint64_t from, uint64_t to)
         cr_assert_eq(mq_wire_recv(a->client, m, &drop), 0, "no decision for %lu",
                      (unsigned long)i);
         cr_assert_eq(m->type, MQ_MSG_DECISION);
-        st = m->status;
+        st = m->decision;
         mq_msg_reset(m);
     }
     free(m);

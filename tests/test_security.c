@@ -62,7 +62,8 @@ static bool s_send_recv(zsock_t *s, mq_msg_type_t type, mq_role_t role, const ch
     memset(reply, 0, sizeof *reply);
     mq_msg_init(reply, type);
     reply->role = role;
-    snprintf(reply->text, sizeof reply->text, "%s", text ? text : "");
+    if (type == MQ_MSG_POLICY_SET)
+        snprintf(reply->policy_set.policy, sizeof reply->policy_set.policy, "%s", text);
     mq_wire_send(s, reply, NULL, 0); /* a socket that never connects queues it */
     mq_drop_t drop;
     return mq_wire_recv(s, reply, &drop) == 0;
@@ -124,7 +125,7 @@ Test(security, the_scheduler_takes_registrations_only_from_node_keys, .timeout =
         zsock_t *s = s_dealer(c.endpoint, wrong[i], MQ_KEY_SCHEDULER);
         cr_assert(s_send_recv(s, MQ_MSG_REGISTER, MQ_ROLE_WORKER, NULL, &m), "no answer");
         cr_expect_eq(m.type, MQ_MSG_ERROR, "a %s key registered as a worker", wrong[i]);
-        cr_expect(strstr(m.text, "workers' key"), "%s", m.text);
+        cr_expect(strstr(m.error.reason, "workers' key"), "%s", m.error.reason);
         mq_msg_reset(&m);
         zsock_destroy(&s);
     }
@@ -138,8 +139,8 @@ Test(security, the_scheduler_takes_registrations_only_from_node_keys, .timeout =
     mq_drop_t drop;
     cr_assert_eq(mq_wire_recv(s, &m, &drop), 0, "no welcome for the workers' key");
     cr_expect_eq(m.type, MQ_MSG_WELCOME);
-    cr_expect(m.has_token, "a welcome without the rank's token");
-    cr_expect_not(m.has_run_key, "a worker was given the run key");
+    cr_expect(m.welcome.has_token, "a welcome without the rank's token");
+    cr_expect_not(m.welcome.has_run_key, "a worker was given the run key");
     mq_msg_reset(&m);
     zsock_destroy(&s);
     cluster_stop(&c);
@@ -191,10 +192,11 @@ Test(security, servers_take_pushes_only_from_the_holder_of_the_rank, .timeout = 
         for (int k = 0; k < 3; k++) { /* rank 0's pushes and a pull */
             mq_msg_init(&m, k < 2 ? MQ_MSG_PUSH : MQ_MSG_PULL);
             m.rank = 0;
-            m.shard = 0;
+            if (k < 2)
+                m.push = (mq_push_t){.shard = 0, .bits = 32, .lr = 0.1f};
+            else
+                m.pull.shard = 0;
             m.run_id = run_id;
-            m.bits = 32;
-            m.lr = 0.1f;
             cr_assert_eq(mq_wire_send(senders[i], &m, NULL, 0), 0);
         }
     }
@@ -243,7 +245,7 @@ Test(security, a_token_is_revoked_when_its_rank_changes_hands, .timeout = 180)
     cluster_start_workers(&c);
     static mq_msg_t m, old;
     zsock_t *s = test_stand_in(c.endpoint, 41, &old);
-    cr_assert_eq(old.term, 1, "the insider holds its rank in the rank's first term");
+    cr_assert_eq(old.welcome.term, 1, "the insider holds its rank in the rank's first term");
     test_stand_in_msg(&m, MQ_MSG_READY, &old, 41);
     cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
     test_stand_in_msg(&m, MQ_MSG_LEAVE, &old, 41);
@@ -271,14 +273,15 @@ Test(security, a_token_is_revoked_when_its_rank_changes_hands, .timeout = 180)
     zsock_t *d = zsock_new(ZMQ_DEALER);
     mq_wire_prepare(d, 0, MQ_WIRE_MAX_MSG);
     zsock_set_sndtimeo(d, 1000);
-    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, old.token, MQ_TOKEN_LEN);
+    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, old.welcome.token, MQ_TOKEN_LEN);
     test_sec_client(d, "worker", MQ_KEY_SERVER);
-    cr_assert_eq(zsock_connect(d, "%s", old.servers[0]), 0);
+    cr_assert_eq(zsock_connect(d, "%s", old.welcome.servers[0]), 0);
     for (int k = 0; k < 4; k++) {
         test_stand_in_msg(&m, k < 3 ? MQ_MSG_PUSH : MQ_MSG_PULL, &old, 41);
-        m.shard = 0;
-        m.bits = 32;
-        m.lr = 0.1f;
+        if (k < 3)
+            m.push = (mq_push_t){.shard = 0, .bits = 32, .lr = 0.1f};
+        else
+            m.pull.shard = 0;
         m.term = k == 2 ? 2 : 1;
         cr_assert_eq(mq_wire_send(d, &m, NULL, 0), 0);
     }
@@ -328,7 +331,7 @@ Test(security, the_agent_takes_policy_only_from_operators_and_observe_only_from_
     zsock_t *worker = s_dealer(ep, "worker", MQ_KEY_AGENT);
     mq_msg_t *r = s_ask(worker, MQ_MSG_POLICY_SET, "fixed:7");
     cr_expect_eq(r->type, MQ_MSG_ERROR, "a worker key set the policy");
-    cr_expect(strstr(r->text, "operator"), "%s", r->text);
+    cr_expect(strstr(r->error.reason, "operator"), "%s", r->error.reason);
     free(r);
     r = s_ask(worker, MQ_MSG_OBSERVE, NULL);
     cr_expect_eq(r->type, MQ_MSG_ERROR, "a worker key steered the agent");
@@ -341,11 +344,11 @@ Test(security, the_agent_takes_policy_only_from_operators_and_observe_only_from_
     r = s_ask(sched, MQ_MSG_OBSERVE, NULL);
     cr_expect_eq(r->type, MQ_MSG_DECISION, "the scheduler's OBSERVE got %s",
                  mq_msg_type_name(r->type));
-    cr_expect_eq(r->bits, 3);
+    cr_expect_eq(r->decision.bits, 3);
     free(r);
     zsock_t *op = s_dealer(ep, "operator", MQ_KEY_AGENT);
     r = s_ask(op, MQ_MSG_POLICY_SET, "fixed:5");
-    cr_expect_eq(r->type, MQ_MSG_STATUS, "the operator could not set the policy: %s", r->text);
+    cr_expect_eq(r->type, MQ_MSG_STATUS, "the operator could not set the policy: %s", r->error.reason);
     cr_expect_str_eq(r->status.policy, "fixed:5");
     free(r);
     cr_expect_eq(s_drops(agent, "auth"), 2);
@@ -386,7 +389,7 @@ Test(security, an_open_agent_answers_any_key_but_takes_policy_only_from_operator
     zsock_destroy(&s);
     zsock_t *op = s_dealer(ep, "operator", MQ_KEY_AGENT);
     r = s_ask(op, MQ_MSG_POLICY_SET, "fixed:6");
-    cr_expect_eq(r->type, MQ_MSG_STATUS, "the operator could not set the policy: %s", r->text);
+    cr_expect_eq(r->type, MQ_MSG_STATUS, "the operator could not set the policy: %s", r->error.reason);
     free(r);
     zsock_destroy(&op);
     zactor_destroy(&agent);
@@ -578,9 +581,13 @@ Test(security, only_a_shards_server_speaks_for_it, .timeout = 120)
     for (int i = 0; i < 3; i++) {
         mq_msg_init(&m, forged[i]);
         m.run_id = run_id;
-        m.shard = 0;
         m.iter = 1;
-        snprintf(m.text, sizeof m.text, "disk full");
+        if (forged[i] == MQ_MSG_SAVED) {
+            m.saved.shard = 0;
+            snprintf(m.saved.error, sizeof m.saved.error, "disk full");
+        } else { /* PROGRESS and HAVE share their body's type */
+            m.have.shard = 0;
+        }
         cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
     }
     long shard = 0;
@@ -641,9 +648,9 @@ Test(security, unread_pulls_cannot_grow_a_servers_memory, .timeout = 180)
     zsock_set_sndtimeo(d, 0);
     zsock_set_rcvhwm(d, 1);
     /* a worker's data socket is known by its rank's token, as its routing id */
-    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, welcome.token, MQ_TOKEN_LEN);
+    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, welcome.welcome.token, MQ_TOKEN_LEN);
     test_sec_client(d, "worker", MQ_KEY_SERVER);
-    cr_assert_eq(zsock_connect(d, "%s", welcome.servers[0]), 0);
+    cr_assert_eq(zsock_connect(d, "%s", welcome.welcome.servers[0]), 0);
     /* the run is up (every member ready), waiting at iteration 0 for the insider's push */
     char events[400], *text = NULL;
     size_t len;

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "mqgrad/inbox.h"
+
 typedef struct {
     mq_agent_config_t *cfg;
     zsock_t *pipe, *router;
@@ -25,6 +27,8 @@ typedef struct {
     mq_agent_counters_t n;
     mq_drops_t drops;
     mq_msg_t *msg;
+    mq_inbox_t in;      /* the router's */
+    char refusal[128]; /* why it refused a message */
     bool dirty;      /* observations not saved yet (saved at the next decision) */
     bool warned_old; /* an out-of-order iteration was reported */
     zactor_t *saver; /* writes the state file (NULL without one) */
@@ -281,7 +285,7 @@ static void s_reply_error(s_agent_t *self, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     mq_msg_init(self->msg, MQ_MSG_ERROR);
-    snprintf(self->msg->text, sizeof self->msg->text, "%s", text);
+    snprintf(self->msg->error.reason, sizeof self->msg->error.reason, "%s", text);
     s_send(self);
 }
 
@@ -289,8 +293,7 @@ static void s_reply_status(s_agent_t *self, mq_msg_type_t type, uint64_t iter)
 {
     mq_msg_init(self->msg, type);
     self->msg->iter = iter;
-    s_fill_status(self, &self->msg->status);
-    self->msg->bits = self->msg->status.bits;
+    s_fill_status(self, type == MQ_MSG_DECISION ? &self->msg->decision : &self->msg->status);
     s_send(self);
 }
 
@@ -365,23 +368,23 @@ static void s_check_order(s_agent_t *self, uint64_t iter)
 }
 
 /* OBSERVE: one finished iteration. The reply goes out before anything slow (the save). */
-static void s_on_observe(s_agent_t *self)
+static void s_on_observe(void *arg, mq_msg_t *msg, const mq_obs_msg_t *obs)
 {
-    mq_msg_t *m = self->msg;
-    mq_observation_t o = {.iter = m->iter,
-                          .loss = m->obs.loss,
-                          .iter_ms = m->obs.iter_ms,
-                          .grad_sqmean = m->obs.grad_sqmean,
-                          .grad_range = m->obs.grad_range,
-                          .total_iters = m->obs.total_iters,
-                          .progress = m->obs.progress,
-                          .bits = (int)m->obs.bits,
-                          .loss_smoothed = m->obs.loss_smoothed,
-                          .nonfinite = m->obs.nonfinite,
-                          .grad_norm = m->obs.grad_norm,
-                          .sent_norm = m->obs.sent_norm,
-                          .update_norm = m->obs.update_norm,
-                          .guard = m->obs.guard};
+    s_agent_t *self = arg;
+    mq_observation_t o = {.iter = msg->iter,
+                          .loss = obs->loss,
+                          .iter_ms = obs->iter_ms,
+                          .grad_sqmean = obs->grad_sqmean,
+                          .grad_range = obs->grad_range,
+                          .total_iters = obs->total_iters,
+                          .progress = obs->progress,
+                          .bits = (int)obs->bits,
+                          .loss_smoothed = obs->loss_smoothed,
+                          .nonfinite = obs->nonfinite,
+                          .grad_norm = obs->grad_norm,
+                          .sent_norm = obs->sent_norm,
+                          .update_norm = obs->update_norm,
+                          .guard = obs->guard};
     s_check_order(self, o.iter);
     if (mq_policy_observe(self->policy, &o) < 0) {
         s_reply_error(self, "observation of iteration %llu failed: %s", (unsigned long long)o.iter,
@@ -393,7 +396,7 @@ static void s_on_observe(s_agent_t *self)
     uint64_t steps = st.step - self->last.step;
     self->n.decisions += steps;
     self->n.observations += st.observations - self->last.observations;
-    self->n.fallbacks = m->obs.fallbacks;
+    self->n.fallbacks = obs->fallbacks;
     if (st.observations != self->last.observations)
         self->dirty = true;
     if (o.iter > self->iter)
@@ -408,10 +411,11 @@ static void s_on_observe(s_agent_t *self)
     }
 }
 
-static void s_on_policy_set(s_agent_t *self)
+static void s_on_policy_set(void *arg, mq_msg_t *msg, const mq_policy_set_t *set)
 {
+    s_agent_t *self = arg;
     char spec[MQ_WIRE_MAX_TEXT];
-    snprintf(spec, sizeof spec, "%s", self->msg->text);
+    snprintf(spec, sizeof spec, "%s", set->policy);
     if (s_swap(self, spec) != 0) {
         mq_warn("policy swap to '%s' refused: %s", spec, mq_err_last());
         s_reply_error(self, "policy '%s' refused: %s", spec, mq_err_last());
@@ -422,61 +426,48 @@ static void s_on_policy_set(s_agent_t *self)
     s_save(self);
 }
 
-static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
+/* Who may send what (SECURITY.md): the scheduler observes, operators set the policy, any
+ * cluster key (any key at all with --open-query) asks. A refused sender is told why. */
+static mq_drop_t s_refusal(void *arg, mq_msg_t *m, const char **why)
 {
     s_agent_t *self = arg;
-    mq_msg_t *m = self->msg;
-    if (!mq_wire_take(sock, m, &self->drops, NULL, 0)) {
-        s_publish(self);
-        return 0;
-    }
-    /* Who may send what (SECURITY.md): the scheduler observes, operators set the policy,
-     * any cluster key (any key at all with --open-query) asks. */
     unsigned may = m->type == MQ_MSG_OBSERVE      ? MQ_KEYS(MQ_KEY_SCHEDULER)
                    : m->type == MQ_MSG_POLICY_SET ? MQ_KEYS(MQ_KEY_OPERATOR)
                    : self->cfg->sec.open          ? MQ_KEYS_ANY
                                                   : MQ_KEYS_KNOWN;
-    if (!mq_sec_allows(self->sec, m, may)) {
-        char detail[128];
-        snprintf(detail, sizeof detail, "%s needs %s key; this one is %s",
-                 mq_msg_type_name(m->type),
-                 m->type == MQ_MSG_OBSERVE      ? "the scheduler's"
-                 : m->type == MQ_MSG_POLICY_SET ? "an operator"
-                                                : "a cluster",
-                 mq_sec_role(self->sec, m) ? mq_key_role_name(mq_sec_role(self->sec, m))
-                                           : "not the cluster's");
-        mq_drops_note(&self->drops, MQ_DROP_AUTH, m->peer, m->peer_len, detail);
-        s_reply_error(self, "refused: %s", detail);
-        s_publish(self);
-        mq_msg_reset(m);
-        return 0;
-    }
-    switch (m->type) {
-    case MQ_MSG_PING:
-        mq_msg_init(m, MQ_MSG_PONG);
-        s_send(self);
-        break;
-    case MQ_MSG_OBSERVE:
-        s_on_observe(self);
-        break;
-    case MQ_MSG_QUERY:
-        s_reply_status(self, MQ_MSG_STATUS, self->iter);
-        break;
-    case MQ_MSG_POLICY_SET:
-        s_on_policy_set(self);
-        break;
-    default: {
-        char detail[96];
-        snprintf(detail, sizeof detail, "mqgrad-agent does not take %s messages",
-                 mq_msg_type_name(m->type));
-        mq_drops_note(&self->drops, MQ_DROP_TYPE, m->peer, m->peer_len, detail);
-        s_reply_error(self, "%s", detail);
-        s_publish(self);
-    }
-    }
-    mq_msg_reset(m);
-    return 0;
+    if (mq_sec_allows(self->sec, m, may))
+        return MQ_DROP_NONE;
+    snprintf(self->refusal, sizeof self->refusal, "%s needs %s key; this one is %s",
+             mq_msg_type_name(m->type),
+             m->type == MQ_MSG_OBSERVE      ? "the scheduler's"
+             : m->type == MQ_MSG_POLICY_SET ? "an operator"
+                                            : "a cluster",
+             mq_sec_role(self->sec, m) ? mq_key_role_name(mq_sec_role(self->sec, m))
+                                       : "not the cluster's");
+    s_reply_error(self, "refused: %s", self->refusal);
+    *why = self->refusal;
+    return MQ_DROP_AUTH;
 }
+
+static void s_on_query(void *arg, mq_msg_t *msg)
+{
+    s_agent_t *self = arg;
+    s_reply_status(self, MQ_MSG_STATUS, self->iter);
+}
+
+/* A type the agent does not take: the sender is told. */
+static void s_unhandled(void *arg, mq_msg_t *m)
+{
+    s_reply_error(arg, "mqgrad-agent does not take %s messages", mq_msg_type_name(m->type));
+}
+
+static void s_after(void *arg)
+{
+    s_publish(arg);
+}
+
+static const mq_handlers_t s_handlers = {
+    .observe = s_on_observe, .query = s_on_query, .policy_set = s_on_policy_set};
 
 static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
 {
@@ -550,7 +541,10 @@ static int s_open(s_agent_t *self)
     }
     zloop_set_nonstop(self->loop, true); /* ends on $TERM only; main decides on signals */
     zloop_reader(self->loop, self->pipe, s_on_pipe, self);
-    zloop_reader(self->loop, self->router, s_on_router, self);
+    self->in = (mq_inbox_t){.on = &s_handlers, .self = self, .msg = self->msg,
+                            .drops = &self->drops, .refuse = s_refusal,
+                            .unhandled = s_unhandled, .after = s_after};
+    zloop_reader(self->loop, self->router, mq_inbox_read, &self->in);
     return 0;
 }
 

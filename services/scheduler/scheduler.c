@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "mqgrad/inbox.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/ps.h"
 #include "mqgrad/runlog.h"
@@ -128,6 +129,8 @@ typedef struct {
     char reason[512]; /* why the run failed, for summary.json */
     double t_progress;
     mq_msg_t in, out;
+    mq_inbox_t router_in, agent_in; /* the nodes' socket's and the agent's */
+    char refusal[160];              /* why router_in refused a message */
     mq_drops_t drops;
     bool log_failed; /* the run directory refused a write: the run fails */
     /* checkpoints and resume */
@@ -327,25 +330,30 @@ static uint32_t s_count(const s_sched_t *self, s_state_t state)
 /* The round's member set, with each member's term, into the message to send. */
 static void s_put_members(s_sched_t *self)
 {
-    self->out.nmembers = self->nmembers;
-    memcpy(self->out.members, self->members, self->nmembers * sizeof *self->members);
+    mq_iterate_t *it = &self->out.iterate;
+    it->n_members = it->n_member_terms = self->nmembers;
+    memcpy(it->members, self->members, self->nmembers * sizeof *self->members);
     for (uint32_t k = 0; k < self->nmembers; k++)
-        self->out.member_terms[k] = self->worker_term[self->members[k]];
+        it->member_terms[k] = self->worker_term[self->members[k]];
 }
 
 /* Tells the servers the round's member set (a new view of it). */
 static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
 {
     mq_msg_init(&self->out, type);
-    self->out.checkpoint = checkpoint;
-    self->out.keep_from = checkpoint ? self->consistent : 0;
-    if (type == MQ_MSG_COMMIT)
-        self->out.sim_time = self->commit_sim;
-    else
-        self->out.run_time = self->train_time;
     self->out.iter = self->iter;
-    self->out.view = self->view;
-    s_put_members(self);
+    if (type == MQ_MSG_COMMIT) {
+        self->out.sim_time = self->commit_sim;
+        self->out.commit.view = self->view;
+        self->out.commit.n_members = self->nmembers;
+        memcpy(self->out.commit.members, self->members, self->nmembers * sizeof *self->members);
+    } else {
+        s_put_members(self);
+        self->out.iterate.checkpoint = checkpoint;
+        self->out.iterate.keep_from = checkpoint ? self->consistent : 0;
+        self->out.iterate.run_time = self->train_time;
+        self->out.iterate.view = self->view;
+    }
     if (s_broadcast(self, false, true) != 0)
         mq_warn("iteration %llu: cannot reach every server: %s", (unsigned long long)self->iter,
                 mq_err_last());
@@ -461,14 +469,15 @@ static void s_issue(s_sched_t *self)
                                                             : self->used_bits;
     mq_msg_init(&self->out, MQ_MSG_ITERATE);
     self->out.iter = self->iter;
-    self->out.bits = (uint32_t)self->used_bits;
-    self->out.lr = (float)mq_sched_lr(c, s_progress_fraction(self));
-    self->out.evaluate = self->evaluate;
+    mq_iterate_t *it = &self->out.iterate;
+    it->bits = (uint32_t)self->used_bits;
+    it->lr = (float)mq_sched_lr(c, s_progress_fraction(self));
+    it->evaluate = self->evaluate;
     bool final = last || self->final_pending;
-    self->out.eval_limit =
+    it->eval_limit =
         (uint32_t)(final && c->final_eval_limit >= 0 ? c->final_eval_limit : c->eval_limit);
     s_put_members(self);
-    self->out.cursor = self->round_cursor;
+    it->cursor = self->round_cursor;
     bool checkpoint = s_checkpoint_due(self);
     memset(self->got, 0, sizeof self->got);
     memset(&self->sum, 0, sizeof self->sum);
@@ -480,7 +489,7 @@ static void s_issue(s_sched_t *self)
      * at the training time so far; the agent's and the evaluations' time is not counted. */
     self->sim_issued = self->sim_done = self->run.simulated_clock ? self->train_time : 0;
     self->out.sim_time = self->sim_issued;
-    self->out.run_time = self->train_time; /* the links' schedules run on it (mqgrad/ps.h) */
+    it->run_time = self->train_time; /* the links' schedules run on it (mqgrad/ps.h) */
     for (uint32_t k = 0; k < self->nmembers; k++)
         if (s_send_to(self, &self->workers[self->members[k]]) != 0)
             mq_warn("iteration %llu: cannot reach worker %u: %s", (unsigned long long)self->iter,
@@ -529,9 +538,9 @@ static bool s_checkpoint_due(s_sched_t *self)
 /* Whether MSG, a message only servers send (HAVE, SAVED, PROGRESS), comes from the server
  * that holds the shard it names; if not it is dropped and counted: a worker's key cannot speak
  * for a shard (cancel checkpoints, name shard files that do not exist, cut members). */
-static bool s_from_server(s_sched_t *self, const mq_msg_t *msg)
+static bool s_from_server(s_sched_t *self, const mq_msg_t *msg, uint32_t shard)
 {
-    if (msg->shard < self->nservers && s_from_peer(&self->servers[msg->shard], msg))
+    if (shard < self->nservers && s_from_peer(&self->servers[shard], msg))
         return true;
     char why[96];
     snprintf(why, sizeof why, "%s from a peer that is not that shard's server",
@@ -540,26 +549,28 @@ static bool s_from_server(s_sched_t *self, const mq_msg_t *msg)
     return false;
 }
 
-static void s_on_saved(s_sched_t *self, const mq_msg_t *msg)
+static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
 {
-    if (!s_from_server(self, msg))
+    s_sched_t *self = arg;
+    const mq_saved_t *sv = sv_;
+    if (!s_from_server(self, msg, sv->shard))
         return;
-    if (!self->ckpt_pending || msg->iter != self->ckpt.iter || msg->shard >= self->nservers)
+    if (!self->ckpt_pending || msg->iter != self->ckpt.iter)
         return;
-    if (msg->text[0]) {
+    if (sv->error[0]) {
         self->ckpt_pending = false;
         if (!self->ckpt_warned)
             mq_warn("no checkpoint at iteration %llu: %s (further failures are only events)",
-                    (unsigned long long)msg->iter, msg->text);
+                    (unsigned long long)msg->iter, sv->error);
         self->ckpt_warned = true;
         char fields[400], why[300];
-        mq_json_escape(msg->text, why, sizeof why);
+        mq_json_escape(sv->error, why, sizeof why);
         snprintf(fields, sizeof fields, "\"at\":%llu,\"reason\":\"%s\"",
                  (unsigned long long)msg->iter, why);
         s_event(self, "checkpoint_failed", fields);
         return;
     }
-    self->saved[msg->shard] = true;
+    self->saved[sv->shard] = true;
     for (uint32_t s = 0; s < self->nservers; s++)
         if (!self->saved[s])
             return;
@@ -588,24 +599,25 @@ static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
 {
     node->last_heard = mq_now_s(); /* its heartbeats start now */
     mq_msg_init(&self->out, MQ_MSG_WELCOME);
-    self->out.config = self->run;
+    mq_welcome_t *w = &self->out.welcome;
+    w->config = self->run;
     self->out.run_id = self->run_id;
-    self->out.rank = rank;
-    self->out.nservers = self->nservers;
+    w->rank = rank;
+    w->n_servers = self->nservers;
     for (uint32_t s = 0; s < self->nservers; s++)
-        memcpy(self->out.servers[s], self->servers[s].endpoint, sizeof self->out.servers[s]);
+        memcpy(w->servers[s], self->servers[s].endpoint, sizeof w->servers[s]);
     bool server = s_is_server(self, node);
     if (self->external) { /* the servers build the model from it; workers check theirs */
         self->out.layout = self->layout;
-        self->out.seed = !server && rank == self->seeder && self->run.resume_iter == 0;
+        w->seed = !server && rank == self->seeder && self->run.resume_iter == 0;
     }
-    self->out.has_token = true;
-    self->out.term = server ? self->server_term[rank] : self->worker_term[rank];
-    mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, self->out.term,
-                  self->out.token);
+    w->has_token = true;
+    w->term = server ? self->server_term[rank] : self->worker_term[rank];
+    mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, w->term,
+                  w->token);
     if (server) { /* servers check workers' tokens with it */
-        self->out.has_run_key = true;
-        memcpy(self->out.run_key, self->run_key, MQ_RUN_KEY_LEN);
+        w->has_run_key = true;
+        memcpy(w->run_key, self->run_key, MQ_RUN_KEY_LEN);
     }
     if (s_send_to(self, node) != 0)
         mq_warn("welcome to rank %u: %s", rank, mq_err_last());
@@ -753,8 +765,9 @@ static void s_start(s_sched_t *self)
 
 /* A node finished its setup (data, model). Iteration 0 starts when every server and the
  * --workers first workers have; a worker ready later is a member from the next iteration. */
-static void s_on_ready(s_sched_t *self, const mq_msg_t *msg)
+static void s_on_ready(void *arg, mq_msg_t *msg)
 {
+    s_sched_t *self = arg;
     bool worker = msg->role == MQ_ROLE_WORKER;
     s_node_t *node = NULL;
     if (worker && msg->rank < MQ_MAX_WORKERS)
@@ -855,7 +868,7 @@ static void s_finish(s_sched_t *self, const char *status, int code)
      * takes them back (they register again); else they give up after --peer-timeout. */
     if (strcmp(status, "interrupted") != 0) {
         mq_msg_init(&self->out, MQ_MSG_STOP);
-        snprintf(self->out.text, sizeof self->out.text, "run %s", status);
+        snprintf(self->out.stop.reason, sizeof self->out.stop.reason, "run %s", status);
         s_broadcast(self, true, true);
     }
     mq_info("run %s after %llu iterations, %.1f s of training; final loss %.4f, test accuracy "
@@ -1120,7 +1133,7 @@ static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
     double progress = s_progress_fraction(self);
     double grad_norm, sent_norm, update_norm;
     s_norms(self, &grad_norm, &sent_norm, &update_norm);
-    self->out.obs = (mq_obs_msg_t){
+    self->out.observe = (mq_obs_msg_t){
         .loss = self->sum.loss / W,
         .loss_smoothed = smoothed_before,
         .nonfinite = self->sum.nonfinite,
@@ -1151,33 +1164,37 @@ static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
                                     s_on_agent_deadline, self);
 }
 
-static void s_on_decision(s_sched_t *self, const mq_msg_t *msg)
+static void s_on_decision(void *arg, mq_msg_t *msg, const mq_status_msg_t *d_)
 {
-    if (msg->bits < MQ_QUANT_MIN_BITS || msg->bits > MQ_QUANT_MAX_BITS) {
+    s_sched_t *self = arg;
+    const mq_status_msg_t *d = d_;
+    if (self->phase == S_DONE)
+        return;
+    if (d->bits < MQ_QUANT_MIN_BITS || d->bits > MQ_QUANT_MAX_BITS) {
         mq_drops_note(&self->drops, MQ_DROP_CODEC, (const uint8_t *)"agent", 5,
                       "decision with bits out of range");
         return;
     }
-    if (msg->status.policy[0] && !self->policy[0]) {
-        snprintf(self->policy, sizeof self->policy, "%s", msg->status.policy);
-    } else if (msg->status.policy[0] && strcmp(msg->status.policy, self->policy) != 0) {
+    if (d->policy[0] && !self->policy[0]) {
+        snprintf(self->policy, sizeof self->policy, "%s", d->policy);
+    } else if (d->policy[0] && strcmp(d->policy, self->policy) != 0) {
         char fields[256];
         snprintf(fields, sizeof fields, "\"from\":\"%s\",\"to\":\"%s\"", self->policy,
-                 msg->status.policy);
+                 d->policy);
         s_event(self, "policy", fields);
-        snprintf(self->policy, sizeof self->policy, "%s", msg->status.policy);
+        snprintf(self->policy, sizeof self->policy, "%s", d->policy);
     }
     if (!self->agent_ok) {
         self->agent_ok = true;
-        mq_info("agent answers again (bits %u)", msg->bits);
+        mq_info("agent answers again (bits %u)", d->bits);
         s_event(self, "agent_back", NULL);
     }
-    if ((int)msg->bits != self->bits) {
+    if ((int)d->bits != self->bits) {
         char fields[96];
-        snprintf(fields, sizeof fields, "\"from\":%d,\"to\":%u", self->bits, msg->bits);
+        snprintf(fields, sizeof fields, "\"from\":%d,\"to\":%u", self->bits, d->bits);
         s_event(self, "bits", fields);
     }
-    self->bits = (int)msg->bits;
+    self->bits = (int)d->bits;
     if (self->phase == S_WAIT_AGENT && msg->iter + 1 == self->iter) {
         if (self->agent_timer >= 0)
             zloop_timer_end(self->loop, self->agent_timer);
@@ -1223,10 +1240,10 @@ static void s_refuse(s_sched_t *self, mq_msg_t *msg, const char *why, bool retry
 {
     mq_warn("refused a %s: %s", mq_msg_type_name(msg->type), why);
     mq_msg_init(&self->out, MQ_MSG_ERROR);
-    self->out.retry = retry;
+    self->out.error.retry = retry;
     memcpy(self->out.peer, msg->peer, msg->peer_len);
     self->out.peer_len = msg->peer_len;
-    snprintf(self->out.text, sizeof self->out.text, "%s", why);
+    snprintf(self->out.error.reason, sizeof self->out.error.reason, "%s", why);
     mq_wire_reply(self->router, &self->out, &self->drops);
 }
 
@@ -1294,13 +1311,14 @@ static s_node_t *s_node_of(s_sched_t *self, mq_role_t role, uint32_t rank, uint6
     return n && n->state != N_FREE && n->incarnation == incarnation ? n : NULL;
 }
 
-static void s_on_heartbeat(s_sched_t *self, mq_msg_t *msg)
+static void s_on_heartbeat(void *arg, mq_msg_t *msg, const mq_heartbeat_t *hb)
 {
+    s_sched_t *self = arg;
     s_node_t *n = s_node_of(self, msg->role, msg->rank, msg->incarnation);
     if (n && msg->run_id == self->run_id) {
         n->last_heard = mq_now_s();
         if (msg->role == MQ_ROLE_WORKER)
-            n->pushed = msg->iter;
+            n->pushed = hb->pushed;
         return;
     }
     char why[160];
@@ -1310,8 +1328,9 @@ static void s_on_heartbeat(s_sched_t *self, mq_msg_t *msg)
     s_refuse(self, msg, why, true);
 }
 
-static void s_on_leave(s_sched_t *self, mq_msg_t *msg)
+static void s_on_leave(void *arg, mq_msg_t *msg)
 {
+    s_sched_t *self = arg;
     s_node_t *n = s_node_of(self, MQ_ROLE_WORKER, msg->rank, msg->incarnation);
     if (!n || msg->role != MQ_ROLE_WORKER) {
         mq_drops_note(&self->drops, MQ_DROP_RANK, msg->peer, msg->peer_len,
@@ -1358,8 +1377,9 @@ static const char *s_layout_refusal(s_sched_t *self, const mq_msg_t *msg)
     return why;
 }
 
-static void s_on_register(s_sched_t *self, mq_msg_t *msg)
+static void s_on_register(void *arg, mq_msg_t *msg, const mq_register_t *reg)
 {
+    s_sched_t *self = arg;
     bool worker = msg->role == MQ_ROLE_WORKER;
     if (msg->role != MQ_ROLE_WORKER && msg->role != MQ_ROLE_SERVER) {
         s_refuse(self, msg, "unknown role", false);
@@ -1416,7 +1436,7 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
             s_refuse(self, msg, "enough servers already", false);
             return;
         }
-        if (!msg->endpoint[0]) {
+        if (!msg->register_.endpoint[0]) {
             s_refuse(self, msg, "a server must give its endpoint", false);
             return;
         }
@@ -1430,10 +1450,11 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
         self->worker_term[rank]++;
     else
         self->server_term[rank]++;
-    node->prefer = worker || msg->shard == 0 ? -1 : (int)msg->shard - 1;
+    uint32_t prefer = msg->register_.prefer_shard;
+    node->prefer = worker || prefer == 0 ? -1 : (int)prefer - 1;
     node->state = N_SETUP;
     node->last_heard = mq_now_s();
-    snprintf(node->endpoint, sizeof node->endpoint, "%s", msg->endpoint);
+    snprintf(node->endpoint, sizeof node->endpoint, "%s", msg->register_.endpoint);
     uint32_t nworkers = s_count(self, N_FREE);
     mq_info("%s %u registered%s%s (%u/%ld workers, %u/%ld servers)", worker ? "worker" : "server",
             rank, worker ? "" : " at ", node->endpoint, nworkers, self->cfg->workers,
@@ -1446,8 +1467,9 @@ static void s_on_register(s_sched_t *self, mq_msg_t *msg)
         s_start(self);
 }
 
-static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
+static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
 {
+    s_sched_t *self = arg;
     const char *why = NULL;
     mq_drop_t d = MQ_DROP_NONE;
     const s_node_t *w = msg->rank < MQ_MAX_WORKERS ? &self->workers[msg->rank] : NULL;
@@ -1474,7 +1496,7 @@ static void s_on_report(s_sched_t *self, const mq_msg_t *msg)
         self->slowest_ms = took_ms;
         self->slowest_rank = msg->rank;
     }
-    const mq_report_t *r = &msg->report;
+    const mq_report_t *r = rep;
     mq_report_t *s = &self->sum;
     self->got[msg->rank] = true;
     s_metrics_report(self, msg->rank, r);
@@ -1591,24 +1613,28 @@ static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-static void s_on_progress(s_sched_t *self, const mq_msg_t *msg)
+static void s_on_progress(void *arg, mq_msg_t *msg, const mq_members_t *p_)
 {
-    if (!s_from_server(self, msg) || self->phase != S_RUNNING || msg->iter != self->iter)
+    s_sched_t *self = arg;
+    const mq_members_t *p = p_;
+    if (!s_from_server(self, msg, p->shard) || self->phase != S_RUNNING || msg->iter != self->iter)
         return;
-    for (uint32_t k = 0; k < msg->nmembers; k++)
-        if (msg->members[k] < MQ_MAX_WORKERS)
-            self->held[msg->shard][msg->members[k] / 64] |= 1ULL << (msg->members[k] % 64);
+    for (uint32_t k = 0; k < p->n_members; k++)
+        if (p->members[k] < MQ_MAX_WORKERS)
+            self->held[p->shard][p->members[k] / 64] |= 1ULL << (p->members[k] % 64);
     s_try_cut(self);
 }
 
-static void s_on_have(s_sched_t *self, const mq_msg_t *msg)
+static void s_on_have(void *arg, mq_msg_t *msg, const mq_members_t *h_)
 {
-    if (!s_from_server(self, msg))
+    s_sched_t *self = arg;
+    const mq_members_t *h = h_;
+    if (!s_from_server(self, msg, h->shard))
         return;
-    self->servers[msg->shard].last_heard = mq_now_s();
-    if (self->phase != S_RUNNING || msg->iter != self->iter || msg->view != self->view)
+    self->servers[h->shard].last_heard = mq_now_s();
+    if (self->phase != S_RUNNING || msg->iter != self->iter || h->view != self->view)
         return; /* for a member set since cut: the new one's HAVE follows */
-    self->have[msg->shard] = true;
+    self->have[h->shard] = true;
     if (msg->sim_time > self->commit_sim)
         self->commit_sim = msg->sim_time; /* the simulated commit: after the last server's HAVE */
     s_maybe_commit(self);
@@ -1644,32 +1670,19 @@ static const char *s_refusal(s_sched_t *self, const mq_msg_t *msg)
     return NULL;
 }
 
-static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
+/* The router's gate: who may send what (s_refusal), and a node's message of another run is
+ * told to register again (a stranger's is not: it names no run). */
+static mq_drop_t s_router_refusal(void *arg, mq_msg_t *msg, const char **why)
 {
     s_sched_t *self = arg;
-    mq_msg_t *msg = &self->in;
-    if (!mq_wire_take(sock, msg, &self->drops, NULL, 0))
-        return 0;
     const char *refusal = s_refusal(self, msg);
     if (refusal) {
-        mq_drops_note(&self->drops, MQ_DROP_AUTH, msg->peer, msg->peer_len, refusal);
         if (msg->type == MQ_MSG_REGISTER) /* said, so the node stops with the reason */
             s_refuse(self, msg, refusal, false);
-        mq_msg_reset(msg);
-        return 0;
+        *why = refusal;
+        return MQ_DROP_AUTH;
     }
-    bool ours = msg->run_id == self->run_id;
     switch (msg->type) {
-    case MQ_MSG_PING:
-        mq_msg_init(msg, MQ_MSG_PONG);
-        mq_wire_reply(sock, msg, &self->drops);
-        break;
-    case MQ_MSG_REGISTER:
-        s_on_register(self, msg);
-        break;
-    case MQ_MSG_HEARTBEAT:
-        s_on_heartbeat(self, msg);
-        break;
     case MQ_MSG_REPORT:
     case MQ_MSG_READY:
     case MQ_MSG_HAVE:
@@ -1677,57 +1690,42 @@ static int s_on_router(zloop_t *loop, zsock_t *sock, void *arg)
     case MQ_MSG_SAVED:
     case MQ_MSG_ERROR:
     case MQ_MSG_PROGRESS:
-        if (!ours) {
-            char why[160];
-            snprintf(why, sizeof why, "a %s of run %016llx; this scheduler runs %016llx",
-                     mq_msg_type_name(msg->type), (unsigned long long)msg->run_id,
-                     (unsigned long long)self->run_id);
-            mq_drops_note(&self->drops, MQ_DROP_RUN, msg->peer, msg->peer_len, why);
-            if (msg->run_id) /* a node of another run: told, so it stops (a stranger is not) */
-                s_refuse(self, msg, why, true);
-        } else if (msg->type == MQ_MSG_REPORT) {
-            s_on_report(self, msg);
-        } else if (msg->type == MQ_MSG_READY) {
-            s_on_ready(self, msg);
-        } else if (msg->type == MQ_MSG_HAVE) {
-            s_on_have(self, msg);
-        } else if (msg->type == MQ_MSG_SAVED) {
-            s_on_saved(self, msg);
-        } else if (msg->type == MQ_MSG_PROGRESS) {
-            s_on_progress(self, msg);
-        } else if (msg->type == MQ_MSG_ERROR) {
-            if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER)
-                s_fail(self, "server: %s", msg->text);
-            else
-                mq_error("%s", msg->text); /* a node that cannot take part, and says why */
-        } else {
-            s_on_leave(self, msg);
-        }
-        break;
+        if (msg->run_id == self->run_id)
+            return MQ_DROP_NONE;
+        snprintf(self->refusal, sizeof self->refusal,
+                 "a %s of run %016llx; this scheduler runs %016llx", mq_msg_type_name(msg->type),
+                 (unsigned long long)msg->run_id, (unsigned long long)self->run_id);
+        if (msg->run_id) /* a node of another run: told, so it stops (a stranger is not) */
+            s_refuse(self, msg, self->refusal, true);
+        *why = self->refusal;
+        return MQ_DROP_RUN;
     default:
-        mq_drops_note(&self->drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
-                      mq_msg_type_name(msg->type));
+        return MQ_DROP_NONE;
     }
-    mq_msg_reset(msg);
-    return 0;
 }
 
-static int s_on_agent(zloop_t *loop, zsock_t *sock, void *arg)
+/* A node that cannot take part says why; a server's failure ends the run. */
+static void s_on_error(void *arg, mq_msg_t *msg, const mq_reason_t *error)
 {
     s_sched_t *self = arg;
-    mq_msg_t *msg = &self->in;
-    if (!mq_wire_take(sock, msg, &self->drops, "agent", 5))
-        return 0;
-    if (msg->type == MQ_MSG_DECISION && self->phase != S_DONE)
-        s_on_decision(self, msg);
-    else if (msg->type == MQ_MSG_ERROR)
-        mq_warn("agent: %s", msg->text);
-    else if (msg->type != MQ_MSG_DECISION)
-        mq_drops_note(&self->drops, MQ_DROP_TYPE, (const uint8_t *)"agent", 5,
-                      mq_msg_type_name(msg->type));
-    mq_msg_reset(msg);
-    return 0;
+    if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER)
+        s_fail(self, "server: %s", error->reason);
+    else
+        mq_error("%s", error->reason);
 }
+
+static const mq_handlers_t s_router_handlers = {
+    .register_ = s_on_register, .heartbeat = s_on_heartbeat, .report = s_on_report,
+    .ready = s_on_ready, .have = s_on_have, .saved = s_on_saved, .progress = s_on_progress,
+    .error = s_on_error, .leave = s_on_leave};
+
+static void s_on_agent_error(void *arg, mq_msg_t *msg, const mq_reason_t *error)
+{
+    mq_warn("agent: %s", error->reason);
+}
+
+static const mq_handlers_t s_agent_handlers = {.decision = s_on_decision,
+                                               .error = s_on_agent_error};
 
 static void s_missing(s_sched_t *self, char *buf, size_t len)
 {
@@ -1795,8 +1793,8 @@ static void s_recover(s_sched_t *self, uint32_t server, double silent)
             server, silent, (unsigned long long)from, rc == 0 ? "its last checkpoint" : "its start",
             (unsigned long long)(self->iter - from));
     mq_msg_init(&self->out, MQ_MSG_ERROR);
-    self->out.retry = true;
-    snprintf(self->out.text, sizeof self->out.text,
+    self->out.error.retry = true;
+    snprintf(self->out.error.reason, sizeof self->out.error.reason,
              "server %u was lost: the run goes back to iteration %llu", server,
              (unsigned long long)from);
     s_broadcast(self, true, true);
@@ -1935,9 +1933,13 @@ static int s_open(s_sched_t *self)
             mq_err_set("cannot connect to the agent at '%s'", c->agent);
             return -1;
         }
-        zloop_reader(self->loop, self->agent, s_on_agent, self);
+        self->agent_in = (mq_inbox_t){.on = &s_agent_handlers, .self = self, .msg = &self->in,
+                                      .drops = &self->drops, .from = "agent", .from_len = 5};
+        zloop_reader(self->loop, self->agent, mq_inbox_read, &self->agent_in);
     }
-    zloop_reader(self->loop, self->router, s_on_router, self);
+    self->router_in = (mq_inbox_t){.on = &s_router_handlers, .self = self, .msg = &self->in,
+                                   .drops = &self->drops, .refuse = s_router_refusal};
+    zloop_reader(self->loop, self->router, mq_inbox_read, &self->router_in);
     zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     mq_info("listening on %s for %ld workers and %ld servers%s%s", c->bind, c->workers,
             c->servers, c->agent[0] ? "; agent at " : "; no agent, fixed bits",

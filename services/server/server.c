@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "mqgrad/checkpoint.h"
+#include "mqgrad/inbox.h"
 #include "mqgrad/kv.h"
 #include "mqgrad/nn.h"
 #include "mqgrad/node.h"
@@ -66,6 +67,8 @@ typedef struct {
     uint64_t keep_from; /* the run's last consistent checkpoint: never pruned (0: none) */
     mq_link_t link;
     mq_msg_t in, out;
+    mq_inbox_t data_in, sched_in; /* the data socket's and the scheduler link's */
+    char refusal[128];              /* why data_in refused a message */
     mq_sec_t *sec;
     uint8_t run_key[MQ_RUN_KEY_LEN]; /* WELCOME's: workers' tokens derive from it */
     struct {
@@ -238,27 +241,28 @@ static void s_checkpoint(s_server_t *self)
     mq_msg_init(&self->out, MQ_MSG_SAVED);
     self->out.peer_len = 0;
     self->out.iter = iter;
-    self->out.shard = self->rank;
+    self->out.saved.shard = self->rank;
+    char *error = self->out.saved.error;
+    size_t error_len = sizeof self->out.saved.error;
     float *params = NULL, *state = NULL;
     size_t n, nstate;
     if (!self->cfg->checkpoint_dir[0]) {
-        snprintf(self->out.text, sizeof self->out.text, "server %u has no --checkpoint-dir",
-                 self->rank);
+        snprintf(error, error_len, "server %u has no --checkpoint-dir", self->rank);
     } else if (s_shard_buffers(self, &params, &state, &n, &nstate) != 0) {
-        snprintf(self->out.text, sizeof self->out.text, "%s", mq_err_last());
+        snprintf(error, error_len, "%s", mq_err_last());
     } else {
         mq_kv_export(self->kv, params, state);
         mq_ckpt_meta_t m = s_ckpt_meta(self, iter);
         if (mq_ckpt_write(self->cfg->checkpoint_dir, &m, params, n, state, nstate,
                           self->keep_from) != 0)
-            snprintf(self->out.text, sizeof self->out.text, "%s", mq_err_last());
+            snprintf(error, error_len, "%s", mq_err_last());
         else
             mq_metric_set(self->m.checkpoint, (double)time(NULL));
     }
     free(params);
     free(state);
-    if (self->out.text[0])
-        mq_warn("checkpoint of iteration %llu: %s", (unsigned long long)iter, self->out.text);
+    if (error[0])
+        mq_warn("checkpoint of iteration %llu: %s", (unsigned long long)iter, error);
     mq_wire_send(self->node.sched, &self->out, NULL, 0);
 }
 
@@ -267,10 +271,10 @@ static void s_fail_loudly(s_server_t *self, const char *what)
 {
     mq_msg_init(&self->out, MQ_MSG_ERROR);
     self->out.peer_len = 0;
-    self->out.shard = self->rank;
     self->out.role = MQ_ROLE_SERVER;
-    snprintf(self->out.text, sizeof self->out.text, "server %u: %s: %s", self->rank, what,
-             mq_err_last());
+    self->out.rank = self->rank;
+    snprintf(self->out.error.reason, sizeof self->out.error.reason, "server %u: %s: %s",
+             self->rank, what, mq_err_last());
     mq_wire_send(self->node.sched, &self->out, NULL, 0);
     s_fail(self, what);
 }
@@ -289,14 +293,19 @@ static void s_ready(s_server_t *self)
 /* A run of the workers' own model starts from the values of the worker the scheduler named
  * (WELCOME's seed): its SEED holds the shard's segments in fp32. Taken once, before the
  * first round; the master copy's update-rule state starts at zero. */
-static void s_on_seed(s_server_t *self, const mq_msg_t *msg)
+static bool s_rank_request_ok(s_server_t *self, const mq_msg_t *msg);
+
+static void s_on_seed(void *arg, mq_msg_t *msg, const mq_shard_msg_t *seed)
 {
+    s_server_t *self = arg;
+    if (!s_rank_request_ok(self, msg))
+        return;
     const mq_shard_t *shard = mq_kv_shard(self->kv);
     const char *why = NULL;
     mq_drop_t d = MQ_DROP_NONE;
     if (!self->awaiting_seed || msg->iter != 0)
         d = MQ_DROP_DUPLICATE, why = "values when the shard has its own";
-    else if (msg->shard != self->rank)
+    else if (seed->shard != self->rank)
         d = MQ_DROP_SHARD, why = "values for another shard";
     else if (msg->ntensors != shard->nsegs)
         d = MQ_DROP_LAYOUT, why = "values not cut as the shard's segments";
@@ -331,24 +340,25 @@ static void s_on_seed(s_server_t *self, const mq_msg_t *msg)
     s_ready(self);
 }
 
-static void s_on_welcome(s_server_t *self, const mq_msg_t *msg)
+static void s_on_welcome(void *arg, mq_msg_t *msg, const mq_welcome_t *w)
 {
+    s_server_t *self = arg;
     if (self->welcomed)
         return;
-    self->run = msg->config;
-    self->rank = msg->rank;
+    self->run = w->config;
+    self->rank = w->rank;
     if (self->rank >= self->run.servers || self->run.workers == 0) {
         mq_err_set("inconsistent welcome (rank %u of %u servers, %u workers)", self->rank,
                    self->run.servers, self->run.workers);
         s_fail(self, "welcome");
         return;
     }
-    if (!msg->has_run_key) {
+    if (!w->has_run_key) {
         mq_err_set("welcome without the run key");
         s_fail(self, "welcome");
         return;
     }
-    memcpy(self->run_key, msg->run_key, MQ_RUN_KEY_LEN);
+    memcpy(self->run_key, w->run_key, MQ_RUN_KEY_LEN);
     mq_log_set_tag("server %u", self->rank);
     self->welcomed = true;
     if (mq_node_welcomed(&self->node, self->loop, msg) != 0 ||
@@ -402,7 +412,7 @@ static void s_send_kept(s_server_t *self, const mq_msg_t *push)
     memcpy(self->out.peer, push->peer, push->peer_len);
     self->out.peer_len = push->peer_len;
     self->out.iter = self->kept_iter;
-    self->out.shard = self->rank;
+    self->out.aggregate.shard = self->rank;
     self->out.ntensors = self->kept_n;
     memcpy(self->out.tensors, self->kept_hdrs, self->kept_n * sizeof *self->kept_hdrs);
     mq_payload_t copy[MQ_WIRE_MAX_TENSORS];
@@ -433,7 +443,7 @@ static void s_complete(s_server_t *self)
             to[nto++] = r;
     mq_msg_init(&self->out, MQ_MSG_AGGREGATE);
     self->out.iter = mq_kv_iter(self->kv);
-    self->out.shard = self->rank;
+    self->out.aggregate.shard = self->rank;
     self->out.ntensors = nsegs;
     double t0 = mq_now_s();
     if (mq_kv_complete_set(self->kv, self->members, self->nmembers, self->out.tensors,
@@ -488,11 +498,12 @@ static void s_progress(s_server_t *self)
     mq_msg_init(&self->out, MQ_MSG_PROGRESS);
     self->out.peer_len = 0;
     self->out.iter = mq_kv_iter(self->kv);
-    self->out.shard = self->rank;
-    self->out.view = self->view;
+    mq_members_t *p = &self->out.progress;
+    p->shard = self->rank;
+    p->view = self->view;
     for (uint32_t r = 0; r < self->run.workers && r < MQ_WIRE_MAX_WORKERS; r++)
         if (mq_kv_has(self->kv, r))
-            self->out.members[self->out.nmembers++] = r;
+            p->members[p->n_members++] = r;
     mq_wire_send(self->node.sched, &self->out, NULL, 0);
 }
 
@@ -505,8 +516,8 @@ static void s_maybe_have(s_server_t *self)
     mq_msg_init(&self->out, MQ_MSG_HAVE);
     self->out.peer_len = 0;
     self->out.iter = mq_kv_iter(self->kv);
-    self->out.shard = self->rank;
-    self->out.view = self->view;
+    self->out.have.shard = self->rank;
+    self->out.have.view = self->view;
     /* simulated clock: when the last push streamed in; the commit comes after every
      * server's, as it does on the real clock */
     self->out.sim_time = self->link.simulated ? mq_link_settle(&self->link) : 0;
@@ -516,29 +527,32 @@ static void s_maybe_have(s_server_t *self)
 }
 
 /* The scheduler names the round's members (again, with a higher view, after a cut). */
-static void s_on_iterate(s_server_t *self, const mq_msg_t *msg)
+static void s_on_iterate(void *arg, mq_msg_t *msg, const mq_iterate_t *it)
 {
+    s_server_t *self = arg;
+    if (!self->kv)
+        return;
     uint64_t iter = mq_kv_iter(self->kv);
-    if (msg->iter != iter || (self->set_known && msg->view <= self->view)) {
+    if (msg->iter != iter || (self->set_known && it->view <= self->view)) {
         mq_drops_note(&self->node.drops, msg->iter < iter ? MQ_DROP_LATE : MQ_DROP_ITER,
                       (const uint8_t *)"sched", 5, "member set for another round");
         return;
     }
     if (!self->set_known) /* a round's first view: its time is the round's start */
-        mq_link_anchor(&self->link, msg->run_time);
-    if (msg->checkpoint && !self->set_known) {
-        self->keep_from = msg->keep_from;
+        mq_link_anchor(&self->link, it->run_time);
+    if (it->checkpoint && !self->set_known) {
+        self->keep_from = it->keep_from;
         s_checkpoint(self); /* the shard as of the round's start (only its commit changes it) */
     }
     self->set_known = true;
     self->have_sent = false;
-    self->view = msg->view;
-    self->nmembers = msg->nmembers;
-    memcpy(self->members, msg->members, msg->nmembers * sizeof *msg->members);
-    for (uint32_t k = 0; k < msg->nmembers; k++) { /* a rank's term only grows */
-        self->member_terms[k] = msg->member_terms[k];
-        if (msg->members[k] < self->run.workers && msg->member_terms[k] > self->terms[msg->members[k]])
-            self->terms[msg->members[k]] = msg->member_terms[k];
+    self->view = it->view;
+    self->nmembers = it->n_members;
+    memcpy(self->members, it->members, it->n_members * sizeof *it->members);
+    for (uint32_t k = 0; k < it->n_members; k++) { /* a rank's term only grows */
+        self->member_terms[k] = it->member_terms[k];
+        if (it->members[k] < self->run.workers && it->member_terms[k] > self->terms[it->members[k]])
+            self->terms[it->members[k]] = it->member_terms[k];
     }
     if (self->nmembers == 0) { /* every member is gone: the round will be run again */
         mq_kv_discard(self->kv);
@@ -549,18 +563,21 @@ static void s_on_iterate(s_server_t *self, const mq_msg_t *msg)
     s_maybe_have(self);
 }
 
-static void s_on_commit(s_server_t *self, const mq_msg_t *msg)
+static void s_on_commit(void *arg, mq_msg_t *msg, const mq_members_t *c)
 {
-    if (!self->set_known || msg->iter != mq_kv_iter(self->kv) || msg->view != self->view ||
-        msg->nmembers == 0 || !mq_kv_has_all(self->kv, msg->members, msg->nmembers)) {
+    s_server_t *self = arg;
+    if (!self->kv)
+        return;
+    if (!self->set_known || msg->iter != mq_kv_iter(self->kv) || c->view != self->view ||
+        c->n_members == 0 || !mq_kv_has_all(self->kv, c->members, c->n_members)) {
         mq_drops_note(&self->node.drops, MQ_DROP_ITER, (const uint8_t *)"sched", 5,
                       "commit for a round this server cannot close");
         return;
     }
-    self->nmembers = msg->nmembers;
-    memcpy(self->members, msg->members, msg->nmembers * sizeof *msg->members);
-    for (uint32_t k = 0; k < msg->nmembers; k++) /* members of the round: their terms' */
-        self->member_terms[k] = msg->members[k] < self->run.workers ? self->terms[msg->members[k]] : 0;
+    self->nmembers = c->n_members;
+    memcpy(self->members, c->members, c->n_members * sizeof *c->members);
+    for (uint32_t k = 0; k < c->n_members; k++) /* members of the round: their terms' */
+        self->member_terms[k] = c->members[k] < self->run.workers ? self->terms[c->members[k]] : 0;
     mq_link_sync(&self->link, msg->sim_time);
     s_complete(self);
 }
@@ -620,8 +637,11 @@ static s_snapshot_t *s_snapshot(s_server_t *self, uint64_t iter)
  * every reply of one iteration shares one snapshot, sent without copying and without
  * waiting (a peer that does not read loses its reply, counted), so PULLs cannot multiply the
  * server's memory nor stall it. */
-static void s_on_pull(s_server_t *self, mq_msg_t *msg)
+static void s_on_pull(void *arg, mq_msg_t *msg, const mq_shard_msg_t *pull)
 {
+    s_server_t *self = arg;
+    if (!s_rank_request_ok(self, msg))
+        return;
     uint64_t iter = mq_kv_iter(self->kv);
     mq_msg_t *out = &self->out;
     memcpy(out->peer, msg->peer, msg->peer_len); /* the reply goes to whoever asked */
@@ -629,7 +649,7 @@ static void s_on_pull(s_server_t *self, mq_msg_t *msg)
     if (msg->iter != iter) {
         mq_msg_init(out, MQ_MSG_ERROR);
         out->iter = iter;
-        snprintf(out->text, sizeof out->text, "pull for iteration %llu, this server is at %llu",
+        snprintf(out->error.reason, sizeof out->error.reason, "pull for iteration %llu, this server is at %llu",
                  (unsigned long long)msg->iter, (unsigned long long)iter);
         mq_wire_reply(self->data, out, &self->node.drops);
         return;
@@ -642,7 +662,7 @@ static void s_on_pull(s_server_t *self, mq_msg_t *msg)
     }
     mq_msg_init(out, MQ_MSG_PARAMS);
     out->iter = iter;
-    out->shard = self->rank;
+    out->params.shard = self->rank;
     out->ntensors = snap->nstate ? 2 : 1;
     /* One reference per payload: each frame's free function lets go of its own. */
     atomic_fetch_add(&snap->refs, (int)out->ntensors);
@@ -686,12 +706,12 @@ static bool s_owner_ok(const s_server_t *self, const mq_msg_t *msg)
 static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char **why)
 {
     const mq_run_config_t *r = &self->run;
-    bool bits_ok = r->fp32 ? msg->bits == 32 : mq_bits_ok(&self->codec, (int)msg->bits);
+    bool bits_ok = r->fp32 ? msg->push.bits == 32 : mq_bits_ok(&self->codec, (int)msg->push.bits);
     if (!self->welcomed)
         return *why = "push before the run started", MQ_DROP_ITER;
     if (msg->run_id != self->node.run_id)
         return *why = "push of another run", MQ_DROP_RUN;
-    if (msg->shard != self->rank)
+    if (msg->push.shard != self->rank)
         return *why = "push for another shard", MQ_DROP_SHARD;
     if (msg->rank >= r->workers)
         return *why = "push from an unknown rank", MQ_DROP_RANK;
@@ -709,18 +729,21 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char 
         return *why = "push from a worker that is not a member of the round", MQ_DROP_RANK;
     if (mq_kv_has(self->kv, msg->rank))
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
-    if (!bits_ok || !(msg->lr > 0))
+    if (!bits_ok || !(msg->push.lr > 0))
         return *why = "bad bits or learning rate", MQ_DROP_CODEC;
     if (mq_kv_pending(self->kv) > 0 &&
-        ((int)msg->bits != mq_kv_bits(self->kv) || msg->lr != mq_kv_lr(self->kv)))
+        ((int)msg->push.bits != mq_kv_bits(self->kv) || msg->push.lr != mq_kv_lr(self->kv)))
         return *why = "bits or learning rate differ from the other pushes", MQ_DROP_LAYOUT;
-    if (mq_shard_check(mq_kv_shard(self->kv), msg, (int)msg->bits, &self->codec, false) != 0)
+    if (mq_shard_check(mq_kv_shard(self->kv), msg, (int)msg->push.bits, &self->codec, false) != 0)
         return *why = mq_err_last(), MQ_DROP_LAYOUT;
     return MQ_DROP_NONE;
 }
 
-static void s_on_push(s_server_t *self, mq_msg_t *msg)
+static void s_on_push(void *arg, mq_msg_t *msg, const mq_push_t *push)
 {
+    s_server_t *self = arg;
+    if (self->node.finished)
+        return;
     const char *why = "";
     mq_drop_t d = s_check_push(self, msg, &why);
     if (d != MQ_DROP_NONE) {
@@ -733,15 +756,13 @@ static void s_on_push(s_server_t *self, mq_msg_t *msg)
     s_slot_t *slot = &self->slots[msg->rank];
     const uint8_t *data[MQ_WIRE_MAX_TENSORS];
     size_t len[MQ_WIRE_MAX_TENSORS];
-    for (uint32_t i = 0; i < msg->nframes_; i++) {
-        zmq_msg_init(&slot->frames[i]);
-        zmq_msg_move(&slot->frames[i], &msg->frames_[i]);
+    slot->n = mq_msg_take_frames(msg, slot->frames); /* kept, not copied, until the commit */
+    for (uint32_t i = 0; i < slot->n; i++) {
         /* after the move: a small message's bytes live inside its zmq_msg_t */
         data[i] = zmq_msg_data(&slot->frames[i]);
         len[i] = zmq_msg_size(&slot->frames[i]);
     }
-    slot->n = msg->nframes_;
-    int rc = mq_kv_push(self->kv, msg->iter, msg->rank, (int)msg->bits, msg->lr, data, len,
+    int rc = mq_kv_push(self->kv, msg->iter, msg->rank, (int)msg->push.bits, msg->push.lr, data, len,
                         slot->n);
     if (rc < 0) { /* validated above, so a bug: the push is dropped, not kept half-taken */
         for (uint32_t i = 0; i < slot->n; i++)
@@ -779,37 +800,22 @@ static bool s_rank_request_ok(s_server_t *self, const mq_msg_t *msg)
     return !self->node.finished;
 }
 
-static int s_on_data(zloop_t *loop, zsock_t *sock, void *arg)
+/* Who may send what on the data socket (SECURITY.md): workers push, pull and seed; any key
+ * of the cluster may ping. */
+static mq_drop_t s_data_refusal(void *arg, mq_msg_t *msg, const char **why)
 {
     s_server_t *self = arg;
-    if (!mq_wire_take(sock, &self->in, &self->node.drops, NULL, 0))
-        return 0;
-    mq_msg_t *msg = &self->in;
-    if (!mq_sec_allows(self->sec, msg,
-                       msg->type == MQ_MSG_PING ? MQ_KEYS_KNOWN : MQ_KEYS(MQ_KEY_WORKER))) {
-        char why[96];
-        snprintf(why, sizeof why, "%s from a %s key: only workers push and pull",
-                 mq_msg_type_name(msg->type), mq_key_role_name(mq_sec_role(self->sec, msg)));
-        mq_drops_note(&self->node.drops, MQ_DROP_AUTH, msg->peer, msg->peer_len, why);
-    } else if (msg->type == MQ_MSG_PING) {
-        mq_msg_init(msg, MQ_MSG_PONG);
-        mq_wire_reply(sock, msg, &self->node.drops);
-    } else if (msg->type == MQ_MSG_PUSH) {
-        if (!self->node.finished)
-            s_on_push(self, msg);
-    } else if (msg->type == MQ_MSG_SEED) {
-        if (s_rank_request_ok(self, msg))
-            s_on_seed(self, msg);
-    } else if (msg->type == MQ_MSG_PULL) {
-        if (s_rank_request_ok(self, msg))
-            s_on_pull(self, msg);
-    } else {
-        mq_drops_note(&self->node.drops, MQ_DROP_TYPE, msg->peer, msg->peer_len,
-                      mq_msg_type_name(msg->type));
-    }
-    mq_msg_reset(msg);
-    return 0;
+    if (mq_sec_allows(self->sec, msg,
+                      msg->type == MQ_MSG_PING ? MQ_KEYS_KNOWN : MQ_KEYS(MQ_KEY_WORKER)))
+        return MQ_DROP_NONE;
+    snprintf(self->refusal, sizeof self->refusal, "%s from a %s key: only workers push and pull",
+             mq_msg_type_name(msg->type), mq_key_role_name(mq_sec_role(self->sec, msg)));
+    *why = self->refusal;
+    return MQ_DROP_AUTH;
 }
+
+static const mq_handlers_t s_data_handlers = {
+    .push = s_on_push, .seed = s_on_seed, .pull = s_on_pull};
 
 static void s_dump(s_server_t *self)
 {
@@ -821,29 +827,24 @@ static void s_dump(s_server_t *self)
         mq_error("dump: %s", mq_err_last());
 }
 
+static void s_on_stop(void *arg, mq_msg_t *msg, const mq_reason_t *stop)
+{
+    s_server_t *self = arg;
+    mq_info("stop after %llu iterations: %s",
+            (unsigned long long)(self->kv ? mq_kv_iter(self->kv) : 0),
+            stop->reason[0] ? stop->reason : "run over");
+    s_dump(self);
+    mq_node_finish(&self->node, 0, NULL);
+}
+
+static const mq_handlers_t s_sched_handlers = {
+    .welcome = s_on_welcome, .iterate = s_on_iterate, .commit = s_on_commit, .stop = s_on_stop};
+
 static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_server_t *self = arg;
-    mq_msg_t *msg = &self->in;
-    if (mq_node_recv(&self->node, msg) != 0)
-        return 0;
-    if (msg->type == MQ_MSG_WELCOME) {
-        s_on_welcome(self, msg);
-    } else if (msg->type == MQ_MSG_ITERATE && self->kv) {
-        s_on_iterate(self, msg);
-    } else if (msg->type == MQ_MSG_COMMIT && self->kv) {
-        s_on_commit(self, msg);
-    } else if (msg->type == MQ_MSG_STOP) {
-        mq_info("stop after %llu iterations: %s",
-                (unsigned long long)(self->kv ? mq_kv_iter(self->kv) : 0),
-                msg->text[0] ? msg->text : "run over");
-        s_dump(self);
-        mq_node_finish(&self->node, 0, NULL);
-    } else {
-        mq_drops_note(&self->node.drops, MQ_DROP_TYPE, (const uint8_t *)"sched", 5,
-                      mq_msg_type_name(msg->type));
-    }
-    mq_msg_reset(msg);
+    if (mq_node_recv(&self->node, &self->in) == 0)
+        mq_inbox_handle(&self->sched_in, sock);
     return 0;
 }
 
@@ -883,7 +884,11 @@ static int s_start(s_server_t *self, zsock_t *pipe)
         return -1;
     mq_info("listening on %s (advertised as %s), registering with %s", self->cfg->bind,
             self->endpoint, self->cfg->scheduler);
-    zloop_reader(self->loop, self->data, s_on_data, self);
+    self->data_in = (mq_inbox_t){.on = &s_data_handlers, .self = self, .msg = &self->in,
+                                 .drops = &self->node.drops, .refuse = s_data_refusal};
+    self->sched_in = (mq_inbox_t){.on = &s_sched_handlers, .self = self, .msg = &self->in,
+                                  .drops = &self->node.drops, .from = "sched", .from_len = 5};
+    zloop_reader(self->loop, self->data, mq_inbox_read, &self->data_in);
     mq_node_listen(&self->node, self->loop, s_on_sched, self);
     zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     return 0;

@@ -50,22 +50,62 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 /* What a service does with an accepted message, enough to touch every field it reads. */
 static void s_use(const mq_msg_t *m)
 {
-    volatile size_t sink = strlen(mq_msg_type_name(m->type)) + strlen(m->endpoint) +
-                           strlen(m->text) + strlen(m->config.model) +
-                           strlen(m->config.dataset) + strlen(m->status.policy);
-    for (uint32_t i = 0; i < m->nservers; i++)
-        sink += strlen(m->servers[i]);
-    for (uint32_t i = 0; i < m->nmembers; i++)
-        if (mq_msg_member_index(m, m->members[i]) != (int)i)
-            mq_fuzz_fail("fuzz_wire: member %u is not found at its place %u", m->members[i],
-                         i);
-    sink += (size_t)mq_msg_member_index(m, m->rank);
-    if (m->type == MQ_MSG_WELCOME) {
+    volatile size_t sink = strlen(mq_msg_type_name(m->type));
+    const uint32_t *set = NULL;
+    uint32_t nset = 0;
+    switch (m->type) {
+    case MQ_MSG_REGISTER:
+        sink += strlen(m->register_.endpoint);
+        break;
+    case MQ_MSG_WELCOME: {
+        const mq_welcome_t *w = &m->welcome;
+        sink += strlen(w->config.model) + strlen(w->config.dataset) + strlen(w->config.link);
+        for (uint32_t i = 0; i < w->n_servers; i++)
+            sink += strlen(w->servers[i]);
         mq_codec_t c;
         mq_optim_t o;
-        sink += (size_t)mq_codec_parse(m->config.codec, &c);
-        sink += (size_t)mq_optim_parse(m->config.optimizer, &o);
+        sink += (size_t)mq_codec_parse(w->config.codec, &c);
+        sink += (size_t)mq_optim_parse(w->config.optimizer, &o);
+        break;
     }
+    case MQ_MSG_ITERATE:
+        set = m->iterate.members, nset = m->iterate.n_members;
+        break;
+    case MQ_MSG_HAVE:
+        set = m->have.members, nset = m->have.n_members;
+        break;
+    case MQ_MSG_COMMIT:
+        set = m->commit.members, nset = m->commit.n_members;
+        break;
+    case MQ_MSG_PROGRESS:
+        set = m->progress.members, nset = m->progress.n_members;
+        break;
+    case MQ_MSG_STATUS:
+        sink += strlen(m->status.policy);
+        break;
+    case MQ_MSG_DECISION:
+        sink += strlen(m->decision.policy);
+        break;
+    case MQ_MSG_POLICY_SET:
+        sink += strlen(m->policy_set.policy);
+        break;
+    case MQ_MSG_ERROR:
+        sink += strlen(m->error.reason);
+        break;
+    case MQ_MSG_STOP:
+        sink += strlen(m->stop.reason);
+        break;
+    case MQ_MSG_SAVED:
+        sink += strlen(m->saved.error);
+        break;
+    default:
+        break;
+    }
+    for (uint32_t i = 0; i < nset; i++)
+        if (mq_member_index(set, nset, set[i]) != (int)i)
+            mq_fuzz_fail("fuzz_wire: member %u is not found at its place %u", set[i], i);
+    if (set)
+        sink += (size_t)mq_member_index(set, nset, m->rank);
     for (uint32_t i = 0; i < m->ntensors; i++) {
         const mq_tensor_hdr_t *t = &m->tensors[i];
         sink += strlen(t->name);

@@ -211,13 +211,12 @@ static void s_wire(const char *name, mq_msg_t *msg, const mq_payload_t *p, size_
     free(out);
 }
 
-static void s_members(mq_msg_t *m, uint32_t n)
+/* A member set of N ranks (1, 3, 5, ...) into SET and *NSET. */
+static void s_members(uint32_t *set, uint32_t *nset, uint32_t n)
 {
-    m->nmembers = n;
+    *nset = n;
     for (uint32_t i = 0; i < n; i++)
-        m->members[i] = 2 * i + 1;
-    m->view = 3;
-    m->cursor = 4096;
+        set[i] = 2 * i + 1;
 }
 
 /* One message of every type, and a PUSH per codec. */
@@ -237,12 +236,12 @@ static void s_wire_seeds(void)
         mq_msg_init(&m, (mq_msg_type_t)t);
         m.iter = 41;
         m.rank = 1;
-        m.shard = 0;
         m.incarnation = 7;
         switch ((mq_msg_type_t)t) {
         case MQ_MSG_REGISTER:
             m.role = MQ_ROLE_SERVER;
-            snprintf(m.endpoint, sizeof m.endpoint, "tcp://127.0.0.1:7101");
+            snprintf(m.register_.endpoint, sizeof m.register_.endpoint, "tcp://127.0.0.1:7101");
+            m.register_.prefer_shard = 2;
             break;
         case MQ_MSG_WELCOME: {
             static mq_scheduler_config_t cfg;
@@ -250,23 +249,34 @@ static void s_wire_seeds(void)
                             "--optimizer", "momentum", "--run-dir", "/nonexistent", NULL};
             if (mq_scheduler_config_parse(&cfg, 11, argv) != 0)
                 s_die("scheduler flags");
-            mq_sched_run_config(&cfg, &m.config);
-            m.nservers = 2;
-            snprintf(m.servers[0], sizeof m.servers[0], "tcp://127.0.0.1:7100");
-            snprintf(m.servers[1], sizeof m.servers[1], "tcp://127.0.0.1:7101");
-            s_members(&m, 3);
+            mq_welcome_t *w = &m.welcome;
+            mq_sched_run_config(&cfg, &w->config);
+            w->rank = 1;
+            w->has_token = true;
+            memset(w->token, 0x5a, sizeof w->token);
+            w->term = 1;
+            w->n_servers = 2;
+            snprintf(w->servers[0], sizeof w->servers[0], "tcp://127.0.0.1:7100");
+            snprintf(w->servers[1], sizeof w->servers[1], "tcp://127.0.0.1:7101");
             break;
         }
-        case MQ_MSG_ITERATE:
+        case MQ_MSG_ITERATE: {
+            mq_iterate_t *it = &m.iterate;
+            *it = (mq_iterate_t){.bits = 4, .lr = 0.05f, .evaluate = true, .eval_limit = 1000,
+                                 .view = 1, .cursor = 4096, .checkpoint = true, .keep_from = 20,
+                                 .run_time = 31.5};
+            m.sim_time = 12.5;
+            s_members(it->members, &it->n_members, 4);
+            s_members(it->member_terms, &it->n_member_terms, 4);
+            break;
+        }
         case MQ_MSG_HAVE:
         case MQ_MSG_COMMIT:
-            m.bits = 4;
-            m.lr = 0.05f;
-            m.evaluate = true;
-            m.eval_limit = 1000;
+        case MQ_MSG_PROGRESS: /* one body type, one place: m.have is m.commit and m.progress */
+            m.have.shard = 1;
+            m.have.view = 2;
             m.sim_time = 12.5;
-            m.checkpoint = true;
-            s_members(&m, 4);
+            s_members(m.have.members, &m.have.n_members, 4);
             break;
         case MQ_MSG_REPORT:
             m.report = (mq_report_t){.loss = 1.25, .grad_sqmean = 1e-4, .grad_range = 0.5,
@@ -279,13 +289,13 @@ static void s_wire_seeds(void)
                                      .params = 56074};
             break;
         case MQ_MSG_OBSERVE:
-            m.obs = (mq_obs_msg_t){.loss = 1.1, .iter_ms = 210, .grad_sqmean = 1e-4,
-                                   .grad_range = 0.4, .total_iters = 1000, .progress = 0.04,
-                                   .bits = 4, .loss_smoothed = 1.2, .grad_norm = 2,
-                                   .sent_norm = 2.1, .update_norm = 1.9};
+            m.observe = (mq_obs_msg_t){.loss = 1.1, .iter_ms = 210, .grad_sqmean = 1e-4,
+                                       .grad_range = 0.4, .total_iters = 1000, .progress = 0.04,
+                                       .bits = 4, .loss_smoothed = 1.2, .grad_norm = 2,
+                                       .sent_norm = 2.1, .update_norm = 1.9};
             break;
         case MQ_MSG_STATUS:
-        case MQ_MSG_DECISION:
+        case MQ_MSG_DECISION: /* the same body type: one member for both */
             m.status = (mq_status_msg_t){.bits = 5, .step = 8, .iter = 41, .observations = 42,
                                          .last_reward = -3.5, .n_q_values = 7, .decisions = 8,
                                          .min_bits = 2};
@@ -294,9 +304,30 @@ static void s_wire_seeds(void)
                 m.status.q_values[q] = -1.0 - q;
             break;
         case MQ_MSG_POLICY_SET:
+            snprintf(m.policy_set.policy, sizeof m.policy_set.policy, "fixed:4");
+            break;
         case MQ_MSG_ERROR:
-            snprintf(m.text, sizeof m.text, t == MQ_MSG_ERROR ? "rank taken" : "fixed:4");
-            m.retry = true;
+        case MQ_MSG_STOP: {
+            mq_reason_t *r = t == MQ_MSG_ERROR ? &m.error : &m.stop;
+            snprintf(r->reason, sizeof r->reason, "rank taken");
+            r->retry = t == MQ_MSG_ERROR;
+            break;
+        }
+        case MQ_MSG_SAVED:
+            m.saved.shard = 1;
+            snprintf(m.saved.error, sizeof m.saved.error, "disk full");
+            break;
+        case MQ_MSG_HEARTBEAT:
+            m.heartbeat.pushed = 41;
+            break;
+        case MQ_MSG_PUSH:
+            m.push = (mq_push_t){.shard = 1, .bits = 4, .lr = 0.05f};
+            break;
+        case MQ_MSG_AGGREGATE:
+        case MQ_MSG_PULL:
+        case MQ_MSG_PARAMS:
+        case MQ_MSG_SEED: /* one body type, one place */
+            m.aggregate.shard = 1;
             break;
         default:
             break;
@@ -313,6 +344,10 @@ static void s_wire_seeds(void)
         mq_msg_init(&m, s % 2 ? MQ_MSG_AGGREGATE : MQ_MSG_PUSH);
         m.iter = 41;
         m.rank = 1;
+        if (m.type == MQ_MSG_PUSH)
+            m.push = (mq_push_t){.shard = 0, .bits = (uint32_t)c.bits, .lr = 0.05f};
+        else
+            m.aggregate.shard = 0;
         m.ntensors = 2;
         size_t len[2];
         uint8_t *buf[2];

@@ -102,8 +102,8 @@ static int s_request(const s_opts_t *o, const char *endpoint, mq_msg_type_t type
         goto done;
     }
     mq_msg_init(reply, type);
-    if (text)
-        snprintf(reply->text, sizeof reply->text, "%s", text);
+    if (text) /* a POLICY_SET's policy */
+        snprintf(reply->policy_set.policy, sizeof reply->policy_set.policy, "%s", text);
     /* A request no connection took within the timeout (EAGAIN) is answered as one that got
      * no reply: with a refused handshake (wrong or missing keys) either can happen, depending
      * on timing, and both mean the same to the user. */
@@ -142,7 +142,7 @@ static int s_ask(const s_opts_t *o, const char *cmd, mq_msg_type_t type, const c
         return 1;
     }
     if (reply->type == MQ_MSG_ERROR) {
-        fprintf(stderr, "mqgrad %s: the agent answered: %s\n", cmd, reply->text);
+        fprintf(stderr, "mqgrad %s: the agent answered: %s\n", cmd, reply->error.reason);
         return 1;
     }
     if (reply->type != MQ_MSG_STATUS) {

@@ -25,7 +25,7 @@
 extern "C" {
 #endif
 
-#define MQ_WIRE_VERSION 2
+#define MQ_WIRE_VERSION 3
 /* Payload frames in a message, and so segments in a shard: a model of MQ_LAYOUT_MAX tensors
  * fits in one shard. */
 #define MQ_WIRE_MAX_TENSORS MQ_LAYOUT_MAX
@@ -43,22 +43,17 @@ extern "C" {
 /* A node's token for the run (proto/mqgrad.proto Meta.token) and the servers' run key. */
 #define MQ_TOKEN_LEN 16
 #define MQ_RUN_KEY_LEN 32
+#define MQ_LINK_MAX_SPEC 256 /* a link schedule SPEC's bytes, with its NUL (mqgrad/ps.h) */
 
-/* Every message type once: X(ID, name), in the order and with the names of
- * proto/mqgrad.proto's MsgType (wire.c checks each value against the generated enum when it
- * compiles, so the two cannot drift apart). The enum and mq_msg_type_name come from it. */
-#define MQ_MSG_TYPES(X)                                                                     \
-    X(REGISTER, "register") X(WELCOME, "welcome") X(ITERATE, "iterate") X(PUSH, "push")      \
-    X(AGGREGATE, "aggregate") X(REPORT, "report") X(OBSERVE, "observe")                      \
-    X(DECISION, "decision") X(QUERY, "query") X(STATUS, "status")                            \
-    X(POLICY_SET, "policy-set") X(PING, "ping") X(PONG, "pong") X(STOP, "stop")              \
-    X(ERROR, "error") X(HEARTBEAT, "heartbeat") X(READY, "ready") X(HAVE, "have")           \
-    X(COMMIT, "commit") X(PULL, "pull") X(PARAMS, "params") X(LEAVE, "leave")               \
-    X(SAVED, "saved") X(PROGRESS, "progress") X(SEED, "seed")
+/* The run's configuration, the message bodies (one per type) and the list of message types
+ * (MQ_MSG_TYPES: Meta's oneof body) are generated from proto/mqgrad.proto by proto/gen_c.py,
+ * where each field is documented: a field added there touches its writer and its reader,
+ * nothing else. */
+#include "mqgrad_msgs.h"
 
 typedef enum {
     MQ_MSG_UNKNOWN = 0,
-#define MQ_MSG_ENUM_(id, name) MQ_MSG_##id,
+#define MQ_MSG_ENUM_(id, name, member) MQ_MSG_##id,
     MQ_MSG_TYPES(MQ_MSG_ENUM_)
 #undef MQ_MSG_ENUM_
     MQ_MSG_COUNT_
@@ -95,7 +90,6 @@ typedef enum {
 
 const char *mq_drop_name(mq_drop_t r);
 
-#define MQ_LINK_MAX_SPEC 256 /* a link schedule SPEC's bytes, with its NUL (mqgrad/ps.h) */
 
 typedef struct {
     char name[MQ_LAYOUT_NAME];
@@ -104,10 +98,6 @@ typedef struct {
     uint64_t payload_len;
 } mq_tensor_hdr_t;
 
-/* The run's configuration (WELCOME), a worker's report, the scheduler's observation and the
- * agent's status: plain C structs generated from proto/mqgrad.proto (proto/gen_c.py), where
- * each field is documented. */
-#include "mqgrad_msgs.h"
 
 /* A payload to send. With free_fn set, the bytes are sent without copying and free_fn(data,
  * hint) runs (on a ZeroMQ I/O thread) once ZeroMQ no longer needs them; without it they are
@@ -120,51 +110,31 @@ typedef struct {
     void *hint;
 } mq_payload_t;
 
-/* One message: header fields plus, after a receive, the payload frames. Only the fields of
- * the message's type are meaningful. Reuse one per socket: mq_msg_reset releases frames. */
-typedef struct {
+/* One message: the envelope (who sends it about which iteration), the body of its type and,
+ * after a receive, the payload frames. Only the body of the message's type is meaningful
+ * (msg->iterate for an ITERATE, ...). Reuse one per socket: mq_msg_reset releases frames. */
+typedef struct mq_msg {
     mq_msg_type_t type;
     uint8_t peer[MQ_WIRE_MAX_PEER]; /* ROUTER routing id (received from / to send to) */
     size_t peer_len;
-    uint64_t iter;
-    uint32_t rank, shard;
-    uint64_t incarnation;
-    mq_role_t role;
-    char endpoint[MQ_WIRE_MAX_TEXT];
-    uint32_t nservers;
-    char servers[MQ_WIRE_MAX_SERVERS][MQ_WIRE_MAX_TEXT];
-    mq_run_config_t config;
-    uint32_t bits;
-    float lr;
-    bool evaluate;
-    uint32_t eval_limit; /* ITERATE: test examples for this evaluation (0 = all) */
-    double sim_time;     /* simulated clock: the sender's time (s) when the message left */
-    double run_time;     /* ITERATE: the run's training time (s) as the scheduler issued it */
-    /* membership (proto/mqgrad.proto): ITERATE's, HAVE's and COMMIT's member set in rank
-     * order (the wire refuses an unsorted or repeated one), its version, the data position */
-    uint32_t nmembers;
-    uint32_t members[MQ_WIRE_MAX_WORKERS];
-    uint32_t view;
-    uint64_t cursor;
-    uint64_t run_id;     /* 0 when sent: the sending thread's (mq_wire_set_run_id) */
-    bool checkpoint;     /* ITERATE to servers: write the shard checkpoint first */
-    uint64_t keep_from;  /* ... and keep the one of this iteration (the last consistent) */
-    bool retry;          /* ERROR: the node may register again */
-    bool seed;           /* WELCOME to a worker: it gives the servers their values (SEED) */
+    /* the envelope (proto/mqgrad.proto's Meta) */
+    uint64_t iter;        /* the iteration the message is about */
+    uint32_t rank;        /* the sender's rank in its role */
+    uint64_t incarnation; /* the sending process */
+    mq_role_t role;       /* the sender's role */
+    double sim_time;      /* simulated clock: the sender's time (s) when the message left */
+    uint64_t run_id;      /* 0 when sent: the sending thread's (mq_wire_set_run_id) */
     /* ownership (SECURITY.md): the sender's token (0 when sent: the thread's, see
-     * mq_wire_set_token), WELCOME to servers: the run key */
+     * mq_wire_set_token) and its term */
     bool has_token;
     uint8_t token[MQ_TOKEN_LEN];
-    uint32_t term; /* the token's term (mqgrad/security.h); 0 when sent: the thread's */
-    uint32_t member_terms[MQ_WIRE_MAX_WORKERS]; /* ITERATE: each member's term */
-    bool has_run_key;
-    uint8_t run_key[MQ_RUN_KEY_LEN];
+    uint32_t term;
     /* received over CURVE: the sender's public key (Z85), "" otherwise (mqgrad/security.h) */
     char user_id[41];
-    mq_report_t report;
-    mq_obs_msg_t obs;
-    mq_status_msg_t status;
-    char text[MQ_WIRE_MAX_TEXT];
+    /* the body: one member per type (mqgrad_msgs.h), all at the same place */
+    union {
+        MQ_MSG_BODY_MEMBERS
+    };
     uint32_t ntensors;
     mq_tensor_hdr_t tensors[MQ_WIRE_MAX_TENSORS];
     /* received payloads (valid until mq_msg_reset or the next receive) */
@@ -179,10 +149,24 @@ typedef struct {
     mq_layout_t layout;
 } mq_msg_t;
 
-/* Zeroes the header fields of MSG for a new message of TYPE (keeps nothing of the last). */
+/* Zeroes the envelope of MSG and the body of TYPE for a new message of TYPE (keeps nothing
+ * of the last but the peer, so a reply goes back to whoever sent the request). */
 void mq_msg_init(mq_msg_t *msg, mq_msg_type_t type);
 /* Releases received payload frames. Safe to call twice. */
 void mq_msg_reset(mq_msg_t *msg);
+
+/* Copies SRC's envelope, body and tensor headers into DST, without payload frames (DST's
+ * payload pointers are NULL): for a message kept past the next receive (an ITERATE that
+ * waits its turn). DST must hold no frames. */
+void mq_msg_copy(mq_msg_t *dst, const mq_msg_t *src);
+/* Moves MSG's received payload frames into DST[0..n), n returned: the caller keeps the bytes
+ * past the next receive without copying them, and closes each with zmq_msg_close. MSG's
+ * payload pointers are NULL afterwards. */
+uint32_t mq_msg_take_frames(mq_msg_t *msg, zmq_msg_t *dst);
+
+/* Calls ON's handler for MSG's type with SELF, the message and its body; false when ON has
+ * none for that type (the caller counts it as MQ_DROP_TYPE, or answers). */
+bool mq_dispatch(const mq_handlers_t *on, void *self, mq_msg_t *msg);
 
 /* Sets the socket options every mqgrad socket gets: ZMQ_MAXMSGSIZE (MAX_MSG bytes: a control
  * socket takes MQ_WIRE_MAX_CONTROL_MSG, one that carries gradients MQ_WIRE_MAX_MSG), linger,
@@ -212,8 +196,6 @@ void mq_wire_set_token(const uint8_t *token, uint32_t term);
 
 /* Index of RANK in the member set MEMBERS[0..N) (rank order), or -1 if it is not a member. */
 int mq_member_index(const uint32_t *members, uint32_t n, uint32_t rank);
-/* The same in MSG's member set. */
-int mq_msg_member_index(const mq_msg_t *msg, uint32_t rank);
 
 /* Frees this thread's receive arena and pack buffer; actors call it before they end. */
 void mq_wire_thread_cleanup(void);

@@ -46,8 +46,9 @@ int mq_node_open(mq_node_t *n, zsock_t *pipe, const char *endpoint, mq_role_t ro
     mq_msg_init(&n->msg, MQ_MSG_REGISTER);
     n->msg.role = role;
     n->msg.incarnation = n->incarnation;
-    n->msg.shard = n->prefer_shard;
-    snprintf(n->msg.endpoint, sizeof n->msg.endpoint, "%s", advertise ? advertise : "");
+    n->msg.register_.prefer_shard = n->prefer_shard;
+    snprintf(n->msg.register_.endpoint, sizeof n->msg.register_.endpoint, "%s",
+             advertise ? advertise : "");
     if (n->layout)
         n->msg.layout = *n->layout;
     return mq_wire_send(n->sched, &n->msg, NULL, 0);
@@ -128,7 +129,7 @@ static void s_beat_actor(zsock_t *pipe, void *args)
             msg->role = a.role;
             msg->rank = a.rank;
             msg->incarnation = a.incarnation;
-            msg->iter = atomic_load_explicit(a.pushed, memory_order_relaxed);
+            msg->heartbeat.pushed = atomic_load_explicit(a.pushed, memory_order_relaxed);
             mq_wire_send(sock, msg, NULL, 0); /* a full queue drops it: the next one goes */
             next = now + MQ_HEARTBEAT_MS;
         }
@@ -143,7 +144,7 @@ static void s_beat_actor(zsock_t *pipe, void *args)
             mq_drop_t drop;
             if (mq_wire_recv(sock, msg, &drop) == 0 && msg->type == MQ_MSG_ERROR && !refused) {
                 refused = true; /* once: the node ends on it */
-                zstr_sendf(pipe, "REFUSED %d %s", msg->retry ? 1 : 0, msg->text);
+                zstr_sendf(pipe, "REFUSED %d %s", msg->error.retry ? 1 : 0, msg->error.reason);
             }
             mq_msg_reset(msg);
         } else if (zpoller_terminated(poller)) {
@@ -187,11 +188,11 @@ static int s_on_beat(zloop_t *loop, zsock_t *sock, void *arg)
 
 int mq_node_welcomed(mq_node_t *n, zloop_t *loop, const mq_msg_t *welcome)
 {
-    n->rank = welcome->rank;
+    n->rank = welcome->welcome.rank;
     n->run_id = welcome->run_id;
-    n->has_token = welcome->has_token;
-    memcpy(n->token, welcome->token, MQ_TOKEN_LEN);
-    n->term = welcome->term;
+    n->has_token = welcome->welcome.has_token;
+    memcpy(n->token, welcome->welcome.token, MQ_TOKEN_LEN);
+    n->term = welcome->welcome.term;
     mq_wire_set_run_id(n->run_id);
     mq_wire_set_token(n->has_token ? n->token : NULL, n->term);
     s_beat_args_t *a = calloc(1, sizeof *a);
@@ -280,12 +281,12 @@ int mq_node_recv(mq_node_t *n, mq_msg_t *msg)
     case MQ_MSG_STOP:
         return 0;
     case MQ_MSG_ERROR:
-        if (msg->retry) {
+        if (msg->error.retry) {
             mq_warn("the scheduler does not count this node in its run: %s; registering again",
-                    msg->text);
+                    msg->error.reason);
             s_rejoin(n);
         } else {
-            mq_err_set("the scheduler refused us: %s", msg->text);
+            mq_err_set("the scheduler refused us: %s", msg->error.reason);
             mq_node_finish(n, MQ_EXIT_REFUSED, "register");
         }
         break;

@@ -20,30 +20,12 @@
 
 /* ---- names ------------------------------------------------------------------------ */
 
-/* The wire's type numbers are the proto's: a type added to one list and not the other, or
- * in another place, does not compile. */
-#define S_SAME_NUMBER(id, name)                                                             \
-    _Static_assert((int)MQ_MSG_##id == (int)MQGRAD__MSG_TYPE__##id,                        \
-                   "mq_msg_type_t and proto/mqgrad.proto's MsgType differ at " #id);
-MQ_MSG_TYPES(S_SAME_NUMBER)
-#undef S_SAME_NUMBER
-
 const char *mq_msg_type_name(mq_msg_type_t t)
 {
-#define S_NAME(id, name) name,
+#define S_NAME(id, name, member) name,
     static const char *names[] = {"unknown", MQ_MSG_TYPES(S_NAME)};
 #undef S_NAME
     return (t >= 0 && t < MQ_MSG_COUNT_) ? names[t] : "invalid";
-}
-
-const char *mq_drop_name(mq_drop_t r)
-{
-    static const char *names[] = {"none",      "garbage", "version",   "type",   "frames",
-                                  "length",    "codec",   "nonfinite", "rank",   "iter",
-                                  "shard",     "layout",  "duplicate", "too_many",
-                                  "payload",   "run",     "late",      "auth",
-                                  "unread"};
-    return (r >= 0 && r < MQ_DROP_COUNT_) ? names[r] : "invalid";
 }
 
 /* ---- message lifecycle -------------------------------------------------------------- */
@@ -55,7 +37,9 @@ void mq_msg_init(mq_msg_t *msg, mq_msg_type_t type)
     uint8_t peer[MQ_WIRE_MAX_PEER];
     size_t peer_len = msg->peer_len;
     memcpy(peer, msg->peer, peer_len);
-    memset(msg, 0, offsetof(mq_msg_t, frames_));
+    memset(msg, 0, offsetof(mq_msg_t, welcome));
+    memset(&msg->welcome, 0, s_body_size(type)); /* the body of this type, not the largest */
+    memset(&msg->ntensors, 0, offsetof(mq_msg_t, frames_) - offsetof(mq_msg_t, ntensors));
     msg->layout.n = 0;
     memcpy(msg->peer, peer, peer_len);
     msg->peer_len = peer_len;
@@ -71,6 +55,30 @@ void mq_msg_reset(mq_msg_t *msg)
         msg->payload[i] = NULL;
         msg->payload_len[i] = 0;
     }
+}
+
+void mq_msg_copy(mq_msg_t *dst, const mq_msg_t *src)
+{
+    memcpy(dst, src, offsetof(mq_msg_t, frames_));
+    for (uint32_t i = 0; i < MQ_WIRE_MAX_TENSORS; i++) {
+        dst->payload[i] = NULL;
+        dst->payload_len[i] = 0;
+    }
+    dst->nframes_ = 0;
+}
+
+uint32_t mq_msg_take_frames(mq_msg_t *msg, zmq_msg_t *dst)
+{
+    uint32_t n = msg->nframes_;
+    for (uint32_t i = 0; i < n; i++) {
+        zmq_msg_init(&dst[i]);
+        zmq_msg_move(&dst[i], &msg->frames_[i]);
+        zmq_msg_close(&msg->frames_[i]);
+        msg->payload[i] = NULL;
+        msg->payload_len[i] = 0;
+    }
+    msg->nframes_ = 0;
+    return n;
 }
 
 void mq_wire_prepare(zsock_t *sock, int linger_ms, int64_t max_msg)
@@ -96,49 +104,22 @@ static _Thread_local size_t s_pack_cap;
 static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
 {
     Mqgrad__Meta meta = MQGRAD__META__INIT;
-    Mqgrad__RunConfig config = MQGRAD__RUN_CONFIG__INIT;
-    Mqgrad__Report report = MQGRAD__REPORT__INIT;
-    Mqgrad__Observation obs = MQGRAD__OBSERVATION__INIT;
-    Mqgrad__Status status = MQGRAD__STATUS__INIT;
+    s_body_pbx body;
     Mqgrad__TensorHeader th[MQ_WIRE_MAX_TENSORS];
     Mqgrad__TensorHeader *thp[MQ_WIRE_MAX_TENSORS];
     Mqgrad__TensorHeader lh[MQ_LAYOUT_MAX];
     Mqgrad__TensorHeader *lhp[MQ_LAYOUT_MAX];
     uint8_t params[MQ_WIRE_MAX_TENSORS][4 * MQ_CODEC_NPARAMS];
-    char *servers[MQ_WIRE_MAX_SERVERS];
 
     meta.version = MQ_WIRE_VERSION;
-    meta.type = (Mqgrad__MsgType)msg->type;
     meta.iter = msg->iter;
     meta.rank = msg->rank;
-    meta.shard = msg->shard;
     meta.incarnation = msg->incarnation;
     meta.role = (Mqgrad__Role)msg->role;
-    meta.endpoint = msg->endpoint;
-    meta.bits = msg->bits;
-    meta.lr = msg->lr;
-    meta.evaluate = msg->evaluate;
-    meta.eval_limit = msg->eval_limit;
     meta.sim_time = msg->sim_time;
-    meta.run_time = msg->run_time;
-    meta.text = msg->text;
-    if (msg->nmembers > MQ_WIRE_MAX_WORKERS) {
-        mq_err_set("%u members (at most %d)", msg->nmembers, MQ_WIRE_MAX_WORKERS);
-        return -1;
-    }
-    meta.n_members = msg->nmembers;
-    meta.members = msg->members;
-    if (msg->type == MQ_MSG_ITERATE) {
-        meta.n_member_terms = msg->nmembers;
-        meta.member_terms = msg->member_terms;
-    }
-    meta.view = msg->view;
-    meta.cursor = msg->cursor;
     meta.run_id = msg->run_id ? msg->run_id : s_run_id;
-    meta.checkpoint = msg->checkpoint;
-    meta.keep_from = msg->keep_from;
-    meta.retry = msg->retry;
-    meta.seed = msg->seed;
+    if (s_body_to_pb(msg, &body, &meta) != 0)
+        return -1;
     if (msg->layout.n > MQ_LAYOUT_MAX) {
         mq_err_set("a layout of %u tensors (at most %d)", msg->layout.n, MQ_LAYOUT_MAX);
         return -1;
@@ -156,38 +137,9 @@ static int s_pack_meta(mq_msg_t *msg, uint8_t **out, size_t *out_len)
         meta.token.len = MQ_TOKEN_LEN;
         meta.term = msg->has_token ? msg->term : s_term;
     }
-    if (msg->has_run_key) {
-        meta.run_key.data = msg->run_key;
-        meta.run_key.len = MQ_RUN_KEY_LEN;
-    }
-    if (msg->nservers > MQ_WIRE_MAX_SERVERS || msg->ntensors > MQ_WIRE_MAX_TENSORS) {
-        mq_err_set("too many servers (%u) or tensors (%u)", msg->nservers, msg->ntensors);
+    if (msg->ntensors > MQ_WIRE_MAX_TENSORS) {
+        mq_err_set("too many tensors (%u)", msg->ntensors);
         return -1;
-    }
-    for (uint32_t i = 0; i < msg->nservers; i++)
-        servers[i] = msg->servers[i];
-    meta.n_servers = msg->nservers;
-    meta.servers = servers;
-    switch (msg->type) {
-    case MQ_MSG_WELCOME:
-        mq_run_config_to_pb(&msg->config, &config);
-        meta.config = &config;
-        break;
-    case MQ_MSG_REPORT:
-        mq_report_to_pb(&msg->report, &report);
-        meta.report = &report;
-        break;
-    case MQ_MSG_OBSERVE:
-        mq_obs_msg_to_pb(&msg->obs, &obs);
-        meta.observation = &obs;
-        break;
-    case MQ_MSG_STATUS:
-    case MQ_MSG_DECISION:
-        mq_status_msg_to_pb(&msg->status, &status);
-        meta.status = &status;
-        break;
-    default:
-        break;
     }
     for (uint32_t i = 0; i < msg->ntensors; i++) {
         const mq_tensor_hdr_t *h = &msg->tensors[i];
@@ -427,13 +379,6 @@ static mq_drop_t s_check_tensor(const Mqgrad__TensorHeader *t, size_t frame_len,
     return MQ_DROP_NONE;
 }
 
-/* The envelope's scalar fields a peer could poison the run with must be finite (the nested
- * messages' are checked by their generated readers). */
-static bool s_scalars_finite(const mq_msg_t *m)
-{
-    return isfinite(m->lr) && isfinite(m->sim_time) && isfinite(m->run_time);
-}
-
 /* Converts an unpacked Meta into MSG and validates the payload frames against it. */
 static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
 {
@@ -441,45 +386,40 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
         mq_err_set("protocol version %u, expected %u", meta->version, MQ_WIRE_VERSION);
         return MQ_DROP_VERSION;
     }
-    if ((int)meta->type <= 0 || (int)meta->type >= (int)MQ_MSG_COUNT_) {
-        mq_err_set("unknown message type %d", (int)meta->type);
-        return MQ_DROP_TYPE;
-    }
-    if (meta->n_servers > MQ_WIRE_MAX_SERVERS || meta->n_tensors > MQ_WIRE_MAX_TENSORS) {
-        mq_err_set("%zu servers / %zu tensors exceed the limits", meta->n_servers,
-                   meta->n_tensors);
+    if (meta->n_tensors > MQ_WIRE_MAX_TENSORS) {
+        mq_err_set("%zu tensors exceed the limit of %d", meta->n_tensors, MQ_WIRE_MAX_TENSORS);
         return MQ_DROP_TOO_MANY;
     }
     if (meta->n_tensors != msg->nframes_) {
         mq_err_set("%zu tensor headers but %u payload frames", meta->n_tensors, msg->nframes_);
         return MQ_DROP_FRAMES;
     }
-    msg->type = (mq_msg_type_t)meta->type;
+    mq_drop_t d = s_body_from_pb(meta, msg);
+    if (d != MQ_DROP_NONE) {
+        if (msg->type != MQ_MSG_UNKNOWN && d != MQ_DROP_TYPE) {
+            char why[256];
+            snprintf(why, sizeof why, "%s", mq_err_last());
+            mq_err_set("%s: %s", mq_msg_type_name(msg->type), why);
+        }
+        return d;
+    }
     msg->iter = meta->iter;
     msg->rank = meta->rank;
-    msg->shard = meta->shard;
     msg->incarnation = meta->incarnation;
-    msg->role = (mq_role_t)meta->role;
-    s_copy_str(msg->endpoint, sizeof msg->endpoint, meta->endpoint);
-    msg->nservers = (uint32_t)meta->n_servers;
-    for (size_t i = 0; i < meta->n_servers; i++)
-        s_copy_str(msg->servers[i], sizeof msg->servers[i], meta->servers[i]);
-    mq_drop_t d = MQ_DROP_NONE;
-    if (meta->config && (d = mq_run_config_from_pb(meta->config, &msg->config)) != MQ_DROP_NONE)
-        return d;
-    msg->bits = meta->bits;
-    msg->lr = meta->lr;
-    msg->evaluate = meta->evaluate;
-    msg->eval_limit = meta->eval_limit;
+    msg->role = meta->role == MQGRAD__ROLE__ROLE_WORKER   ? MQ_ROLE_WORKER
+                : meta->role == MQGRAD__ROLE__ROLE_SERVER ? MQ_ROLE_SERVER
+                                                          : MQ_ROLE_NONE;
     msg->sim_time = meta->sim_time;
-    msg->run_time = meta->run_time;
-    msg->view = meta->view;
-    msg->cursor = meta->cursor;
     msg->run_id = meta->run_id;
-    msg->checkpoint = meta->checkpoint;
-    msg->keep_from = meta->keep_from;
-    msg->retry = meta->retry;
-    msg->seed = meta->seed;
+    if (!isfinite(msg->sim_time) || msg->sim_time < 0) {
+        mq_err_set("%s: simulated time %g is not a time of the run", mq_msg_type_name(msg->type),
+                   msg->sim_time);
+        return MQ_DROP_NONFINITE;
+    }
+    if (msg->type == MQ_MSG_ITERATE && msg->iterate.run_time < 0) {
+        mq_err_set("iterate: run time %g before the run's start", msg->iterate.run_time);
+        return MQ_DROP_NONFINITE;
+    }
     if (meta->n_layout > MQ_LAYOUT_MAX) {
         mq_err_set("a layout of %zu tensors (at most %d)", meta->n_layout, MQ_LAYOUT_MAX);
         return MQ_DROP_TOO_MANY;
@@ -500,55 +440,10 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
         mq_err_set("token of %zu bytes (%d expected)", meta->token.len, MQ_TOKEN_LEN);
         return MQ_DROP_GARBAGE;
     }
-    if (meta->run_key.len != 0 && meta->run_key.len != MQ_RUN_KEY_LEN) {
-        mq_err_set("run key of %zu bytes (%d expected)", meta->run_key.len, MQ_RUN_KEY_LEN);
-        return MQ_DROP_GARBAGE;
-    }
     msg->has_token = meta->token.len == MQ_TOKEN_LEN;
     msg->term = meta->term;
     if (msg->has_token)
         memcpy(msg->token, meta->token.data, MQ_TOKEN_LEN);
-    msg->has_run_key = meta->run_key.len == MQ_RUN_KEY_LEN;
-    if (msg->has_run_key)
-        memcpy(msg->run_key, meta->run_key.data, MQ_RUN_KEY_LEN);
-    if (meta->n_members > MQ_WIRE_MAX_WORKERS) {
-        mq_err_set("%zu members (at most %d)", meta->n_members, MQ_WIRE_MAX_WORKERS);
-        return MQ_DROP_TOO_MANY;
-    }
-    for (size_t i = 0; i < meta->n_members; i++) {
-        /* in rank order, each once: receivers search it and count it as a set */
-        if (meta->members[i] >= MQ_WIRE_MAX_WORKERS ||
-            (i > 0 && meta->members[i] <= meta->members[i - 1])) {
-            mq_err_set("member set not in strictly increasing rank order below %d",
-                       MQ_WIRE_MAX_WORKERS);
-            return MQ_DROP_RANK;
-        }
-        msg->members[i] = meta->members[i];
-    }
-    msg->nmembers = (uint32_t)meta->n_members;
-    if (meta->n_member_terms != 0 && meta->n_member_terms != meta->n_members) {
-        mq_err_set("%zu member terms for %zu members", meta->n_member_terms, meta->n_members);
-        return MQ_DROP_RANK;
-    }
-    for (size_t i = 0; i < meta->n_member_terms; i++)
-        msg->member_terms[i] = meta->member_terms[i];
-    if (meta->report && (d = mq_report_from_pb(meta->report, &msg->report)) != MQ_DROP_NONE)
-        return d;
-    if (meta->observation && (d = mq_obs_msg_from_pb(meta->observation, &msg->obs)) != MQ_DROP_NONE)
-        return d;
-    if (meta->status && (d = mq_status_msg_from_pb(meta->status, &msg->status)) != MQ_DROP_NONE)
-        return d;
-    s_copy_str(msg->text, sizeof msg->text, meta->text);
-    if (!s_scalars_finite(msg)) {
-        mq_err_set("%s: a numeric field is not finite", mq_msg_type_name(msg->type));
-        return MQ_DROP_NONFINITE;
-    }
-    if (msg->sim_time < 0 || msg->run_time < 0) {
-        mq_err_set("%s: %s time %g before the run's start", mq_msg_type_name(msg->type),
-                   msg->sim_time < 0 ? "simulated" : "run",
-                   msg->sim_time < 0 ? msg->sim_time : msg->run_time);
-        return MQ_DROP_NONFINITE;
-    }
     msg->ntensors = (uint32_t)meta->n_tensors;
     for (uint32_t i = 0; i < msg->ntensors; i++) {
         const uint8_t *data = zmq_msg_data(&msg->frames_[i]);
@@ -607,24 +502,6 @@ void mq_wire_set_token(const uint8_t *token, uint32_t term)
     s_term = token ? term : 0;
     if (token)
         memcpy(s_token, token, MQ_TOKEN_LEN);
-}
-
-int mq_member_index(const uint32_t *members, uint32_t n, uint32_t rank)
-{
-    uint32_t lo = 0, hi = n; /* sorted: the wire checked it */
-    while (lo < hi) {
-        uint32_t mid = (lo + hi) / 2;
-        if (members[mid] < rank)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < n && members[lo] == rank ? (int)lo : -1;
-}
-
-int mq_msg_member_index(const mq_msg_t *msg, uint32_t rank)
-{
-    return mq_member_index(msg->members, msg->nmembers, rank);
 }
 
 void mq_wire_thread_cleanup(void)
@@ -700,58 +577,4 @@ int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop)
         return -1;
     }
     return 0;
-}
-
-/* ---- drop accounting ---------------------------------------------------------------- */
-
-void mq_drops_note(mq_drops_t *d, mq_drop_t reason, const uint8_t *peer, size_t peer_len,
-                   const char *detail)
-{
-    if (reason <= MQ_DROP_NONE || reason >= MQ_DROP_COUNT_)
-        return;
-    d->count[reason]++;
-    uint64_t h = 1469598103934665603ULL ^ (uint64_t)reason;
-    for (size_t i = 0; i < peer_len; i++)
-        h = (h ^ peer[i]) * 1099511628211ULL;
-    for (size_t i = 0; i < d->nseen_; i++)
-        if (d->seen_[i] == h)
-            return;
-    if (d->nseen_ < sizeof d->seen_ / sizeof d->seen_[0])
-        d->seen_[d->nseen_++] = h;
-    mq_warn("dropped a message (%s): %s%s", mq_drop_name(reason), detail ? detail : "",
-            d->nseen_ == sizeof d->seen_ / sizeof d->seen_[0] ? " (further new drops not logged)"
-                                                               : "");
-}
-
-void mq_drops_format(const mq_drops_t *d, char *buf, size_t len)
-{
-    size_t off = 0;
-    buf[0] = '\0';
-    for (int i = 1; i < MQ_DROP_COUNT_ && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%s=%llu", i > 1 ? " " : "",
-                                mq_drop_name((mq_drop_t)i), (unsigned long long)d->count[i]);
-}
-
-void mq_drops_series(mq_metrics_t *m, const char *name, mq_metric_t *out[MQ_DROP_COUNT_])
-{
-    out[MQ_DROP_NONE] = NULL;
-    for (int r = MQ_DROP_NONE + 1; r < MQ_DROP_COUNT_; r++) {
-        char labels[64];
-        snprintf(labels, sizeof labels, "reason=\"%s\"", mq_drop_name((mq_drop_t)r));
-        out[r] = mq_metrics_counter(m, name, "Messages dropped, by reason.", labels);
-    }
-}
-
-void mq_drops_publish(mq_metric_t *const out[MQ_DROP_COUNT_], const uint64_t count[MQ_DROP_COUNT_])
-{
-    for (int r = MQ_DROP_NONE + 1; r < MQ_DROP_COUNT_; r++)
-        mq_metric_set(out[r], (double)count[r]);
-}
-
-uint64_t mq_drops_total(const mq_drops_t *d)
-{
-    uint64_t t = 0;
-    for (int i = 1; i < MQ_DROP_COUNT_; i++)
-        t += d->count[i];
-    return t;
 }

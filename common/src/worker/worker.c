@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "mqgrad/data.h"
+#include "mqgrad/inbox.h"
 #include "mqgrad/kv.h"
 #include "mqgrad/mqgrad.h"
 #include "mqgrad/nn.h"
@@ -26,11 +27,19 @@
 
 #define S_BUF_TIMEOUT_MS 5000
 
+/* Who a message on a server's socket comes from: the worker, and the server's shard. */
+typedef struct {
+    void *worker;
+    uint32_t s;
+} s_from_server_t;
+
 typedef struct {
     mq_node_t node; /* scheduler link, pipe, drops */
     const mq_worker_config_t *cfg;
     zloop_t *loop;
     zsock_t *servers[MQ_WIRE_MAX_SERVERS];
+    s_from_server_t from_server[MQ_WIRE_MAX_SERVERS];
+    mq_inbox_t server_in[MQ_WIRE_MAX_SERVERS], sched_in; /* each socket's inbox */
     bool welcomed;
     uint32_t rank;
     mq_run_config_t run;
@@ -233,7 +242,8 @@ static int s_setup(s_worker_t *self)
     return mq_link_setup(&self->link, r, "worker", self->rank);
 }
 
-static int s_on_server(zloop_t *loop, zsock_t *sock, void *arg);
+static const mq_handlers_t s_server_handlers;
+static mq_drop_t s_server_refusal(void *arg, mq_msg_t *msg, const char **why);
 
 static int s_connect_servers(s_worker_t *self, const mq_msg_t *welcome)
 {
@@ -245,15 +255,20 @@ static int s_connect_servers(s_worker_t *self, const mq_msg_t *welcome)
         }
         mq_wire_prepare(self->servers[s], 2000, MQ_WIRE_MAX_MSG);
         /* the rank's token is this worker's name at the servers (mqgrad/security.h) */
-        zmq_setsockopt(zsock_resolve(self->servers[s]), ZMQ_ROUTING_ID, welcome->token,
+        zmq_setsockopt(zsock_resolve(self->servers[s]), ZMQ_ROUTING_ID, welcome->welcome.token,
                        MQ_TOKEN_LEN);
         if (mq_sec_client(self->node.sec, self->servers[s], MQ_KEY_SERVER) != 0)
             return -1;
-        if (zsock_connect(self->servers[s], "%s", welcome->servers[s]) != 0) {
-            mq_err_set("cannot connect to server %u at '%s'", s, welcome->servers[s]);
+        if (zsock_connect(self->servers[s], "%s", welcome->welcome.servers[s]) != 0) {
+            mq_err_set("cannot connect to server %u at '%s'", s, welcome->welcome.servers[s]);
             return -1;
         }
-        zloop_reader(self->loop, self->servers[s], s_on_server, self);
+        self->from_server[s] = (s_from_server_t){.worker = self, .s = s};
+        self->server_in[s] = (mq_inbox_t){
+            .on = &s_server_handlers, .self = &self->from_server[s], .msg = &self->in,
+            .drops = &self->node.drops, .from = &self->from_server[s].s,
+            .from_len = sizeof self->from_server[s].s, .refuse = s_server_refusal};
+        zloop_reader(self->loop, self->servers[s], mq_inbox_read, &self->server_in[s]);
     }
     return 0;
 }
@@ -279,7 +294,7 @@ static int s_seed(s_worker_t *self)
         mq_msg_init(out, MQ_MSG_SEED);
         out->peer_len = 0;
         out->rank = self->rank;
-        out->shard = s;
+        out->seed.shard = s;
         out->ntensors = sh->nsegs;
         for (uint32_t i = 0; i < sh->nsegs; i++) {
             const mq_segment_t *seg = &sh->segs[i];
@@ -309,13 +324,14 @@ static void s_welcome_caller(s_worker_t *self)
     s_tell(self, "WELCOME", &w, sizeof w);
 }
 
-static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
+static void s_on_welcome(void *arg, mq_msg_t *msg, const mq_welcome_t *w)
 {
+    s_worker_t *self = arg;
     if (self->welcomed)
         return;
-    self->run = msg->config;
-    self->rank = msg->rank;
-    self->nservers = msg->nservers;
+    self->run = msg->welcome.config;
+    self->rank = msg->welcome.rank;
+    self->nservers = msg->welcome.n_servers;
     if (self->rank >= self->run.workers || self->nservers != self->run.servers ||
         self->nservers == 0 || self->run.batch == 0) {
         mq_err_set("inconsistent welcome (rank %u of %u, %u servers listed, %u expected)",
@@ -323,7 +339,7 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
         s_fail(self, "welcome");
         return;
     }
-    if (!msg->has_token) {
+    if (!msg->welcome.has_token) {
         mq_err_set("welcome without the rank's token");
         s_fail(self, "welcome");
         return;
@@ -346,14 +362,14 @@ static void s_on_welcome(s_worker_t *self, mq_msg_t *msg)
     mq_metric_set(self->m.rank, self->rank);
     mq_metric_set(self->m.link_mbps, mq_link_mbps_now(&self->link));
     if (self->ext) {
-        if (msg->seed && s_seed(self) != 0) {
+        if (msg->welcome.seed && s_seed(self) != 0) {
             s_fail(self, "seed");
             return;
         }
         s_welcome_caller(self);
         mq_info("ready: the caller's model, %u tensors (%zu parameters), %u servers%s",
                 self->ext->layout.n, mq_model_nparams(self->model), self->nservers,
-                msg->seed ? "; gave the servers its values" : "");
+                msg->welcome.seed ? "; gave the servers its values" : "");
     } else {
         mq_info("ready: model %s (%zu parameters), %d training examples, %u servers",
                 self->run.model, mq_model_nparams(self->model), self->train->n, self->nservers);
@@ -463,9 +479,9 @@ static int s_push(s_worker_t *self, uint32_t s, bool async)
     out->peer_len = 0;
     out->iter = self->iter;
     out->rank = self->rank;
-    out->shard = s;
-    out->bits = (uint32_t)self->bits;
-    out->lr = self->lr;
+    out->push.shard = s;
+    out->push.bits = (uint32_t)self->bits;
+    out->push.lr = self->lr;
     out->ntensors = mq_kv_worker_shard(self->kv, s)->nsegs;
     mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
     if (mq_kv_worker_encode(self->kv, s, mq_model_grads(self->model), self->bits, self->lr,
@@ -611,7 +627,7 @@ static void s_pull(s_worker_t *self)
         out->peer_len = 0;
         out->iter = self->iter;
         out->rank = self->rank;
-        out->shard = s;
+        out->pull.shard = s;
         if (mq_wire_send(self->servers[s], out, NULL, 0) != 0) {
             s_fail(self, "pull");
             return;
@@ -631,8 +647,7 @@ static bool s_abandoned(s_worker_t *self, const mq_msg_t *msg)
     int applied = 0;
     s_tell(self, "APPLIED", &applied, sizeof applied);
     if (msg) {
-        memcpy(self->held, msg, offsetof(mq_msg_t, frames_));
-        self->held->nframes_ = 0;
+        mq_msg_copy(self->held, msg);
         self->has_held = true;
     }
     return true;
@@ -640,18 +655,18 @@ static bool s_abandoned(s_worker_t *self, const mq_msg_t *msg)
 
 static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
 {
-    bool bits_ok = self->run.fp32 ? msg->bits == 32 : mq_bits_ok(&self->codec, (int)msg->bits);
-    if (!bits_ok || !(msg->lr > 0)) {
+    const mq_iterate_t *it = &msg->iterate;
+    bool bits_ok = self->run.fp32 ? it->bits == 32 : mq_bits_ok(&self->codec, (int)it->bits);
+    if (!bits_ok || !(it->lr > 0)) {
         mq_drops_note(&self->node.drops, MQ_DROP_CODEC, NULL, 0, "iterate with bad bits or lr");
         return;
     }
-    int member = mq_msg_member_index(msg, self->rank);
+    int member = mq_member_index(it->members, it->n_members, self->rank);
     if (member < 0) /* not in this round: joins at a later one */
         return;
     if (self->ext && !self->busy && !self->caller_waiting && msg != self->held) {
         /* the caller is still on the last round: this one waits for its "NEXT" */
-        memcpy(self->held, msg, offsetof(mq_msg_t, frames_));
-        self->held->nframes_ = 0;
+        mq_msg_copy(self->held, msg);
         self->has_held = true;
         return;
     }
@@ -662,8 +677,7 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     }
     if (self->busy && !self->pulling && self->run.report_pushes && msg != self->pending) {
         /* our pushes are out: the aggregates may still come (a straggler's late reply) */
-        memcpy(self->pending, msg, offsetof(mq_msg_t, frames_));
-        self->pending->nframes_ = 0;
+        mq_msg_copy(self->pending, msg);
         if (!self->has_pending) /* a newer one replaces it; the wait counts from the first */
             self->t_pending = mq_now_s();
         self->has_pending = true;
@@ -679,20 +693,20 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     self->busy = true;
     self->pulling = false;
     self->iter = msg->iter;
-    self->bits = (int)msg->bits;
-    self->lr = msg->lr;
-    self->evaluate = msg->evaluate;
-    self->eval_limit = msg->eval_limit;
+    self->bits = (int)it->bits;
+    self->lr = it->lr;
+    self->evaluate = it->evaluate;
+    self->eval_limit = it->eval_limit;
     self->member = (uint32_t)member;
-    self->nmembers = msg->nmembers;
-    self->cursor = msg->cursor;
+    self->nmembers = it->n_members;
+    self->cursor = it->cursor;
     self->got = 0;
     memset(self->got_shard, 0, sizeof self->got_shard);
     memset(&self->report, 0, sizeof self->report);
     self->egress_s = 0;
     self->decode_s = 0;
     mq_link_sync(&self->link, msg->sim_time);
-    mq_link_anchor(&self->link, msg->run_time);
+    mq_link_anchor(&self->link, it->run_time);
     mq_metric_set(self->m.link_mbps, mq_link_mbps_now(&self->link));
     if (self->synced != self->iter)
         s_pull(self);
@@ -811,13 +825,17 @@ static void s_report(s_worker_t *self, double done)
 }
 
 /* One server's master shard for a worker out of step; computes once every shard is in. */
-static void s_on_params(s_worker_t *self, uint32_t s, mq_msg_t *msg)
+static void s_on_params(void *arg, mq_msg_t *msg, const mq_shard_msg_t *params)
 {
+    s_worker_t *self = ((s_from_server_t *)arg)->worker;
+    uint32_t s = ((s_from_server_t *)arg)->s;
+    if (self->node.finished)
+        return;
     const char *why = NULL;
     mq_drop_t reason = MQ_DROP_NONE;
     if (!self->pulling || msg->iter != self->iter)
         reason = MQ_DROP_ITER, why = "parameters for another iteration";
-    else if (msg->shard != s || self->got_shard[s])
+    else if (params->shard != s || self->got_shard[s])
         reason = MQ_DROP_SHARD, why = "parameters for another shard, or twice";
     else if ((msg->ntensors != 1 && msg->ntensors != 2) ||
              msg->tensors[0].codec.id != MQ_CODEC_ID_none ||
@@ -846,15 +864,17 @@ static void s_on_params(s_worker_t *self, uint32_t s, mq_msg_t *msg)
 }
 
 /* Applies one server's aggregate: w += -lr * decode(payload), straight into the parameters. */
-static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
+static void s_on_aggregate(void *arg, mq_msg_t *msg, const mq_shard_msg_t *agg)
 {
+    s_worker_t *self = ((s_from_server_t *)arg)->worker;
+    uint32_t s = ((s_from_server_t *)arg)->s;
+    if (self->node.finished)
+        return;
     const char *why = NULL;
     mq_drop_t reason = MQ_DROP_NONE;
-    if (msg->type != MQ_MSG_AGGREGATE)
-        reason = MQ_DROP_TYPE, why = "servers send only aggregates and parameters";
-    else if (!self->busy || self->pulling || msg->iter != self->iter)
+    if (!self->busy || self->pulling || msg->iter != self->iter)
         reason = MQ_DROP_ITER, why = "aggregate for another iteration";
-    else if (msg->shard != s)
+    else if (agg->shard != s)
         reason = MQ_DROP_SHARD, why = "aggregate for another shard";
     else if (self->got_shard[s])
         reason = MQ_DROP_DUPLICATE, why = "second aggregate for a shard";
@@ -877,27 +897,30 @@ static void s_on_aggregate(s_worker_t *self, uint32_t s, mq_msg_t *msg)
 
 /* ---- event handlers -------------------------------------------------------------------- */
 
-static int s_on_server(zloop_t *loop, zsock_t *sock, void *arg)
+/* A server's ERROR answers a PULL it cannot serve: the worker waits for the next round. */
+static void s_on_server_error(void *arg, mq_msg_t *msg, const mq_reason_t *error)
 {
-    s_worker_t *self = arg;
-    uint32_t s = 0;
-    while (s < self->nservers && self->servers[s] != sock)
-        s++;
-    if (!mq_wire_take(sock, &self->in, &self->node.drops, &s, sizeof s))
-        return 0;
+    s_worker_t *self = ((s_from_server_t *)arg)->worker;
+    uint32_t s = ((s_from_server_t *)arg)->s;
     if (self->node.finished)
-        ;
-    else if (self->in.run_id != self->node.run_id)
-        mq_drops_note(&self->node.drops, MQ_DROP_RUN, (const uint8_t *)&s, sizeof s,
-                      "a message of another run");
-    else if (self->in.type == MQ_MSG_PARAMS)
-        s_on_params(self, s, &self->in);
-    else if (self->in.type == MQ_MSG_ERROR && self->pulling)
-        mq_warn("server %u: %s; waiting for the next round", s, self->in.text);
+        return;
+    if (self->pulling)
+        mq_warn("server %u: %s; waiting for the next round", s, error->reason);
     else
-        s_on_aggregate(self, s, &self->in);
-    mq_msg_reset(&self->in);
-    return 0;
+        mq_drops_note(&self->node.drops, MQ_DROP_TYPE, (const uint8_t *)&s, sizeof s,
+                      "an error from a server that was asked nothing");
+}
+
+static const mq_handlers_t s_server_handlers = {
+    .aggregate = s_on_aggregate, .params = s_on_params, .error = s_on_server_error};
+
+static mq_drop_t s_server_refusal(void *arg, mq_msg_t *msg, const char **why)
+{
+    s_worker_t *self = ((s_from_server_t *)arg)->worker;
+    if (self->node.finished || msg->run_id == self->node.run_id)
+        return MQ_DROP_NONE; /* once finished, the handlers take nothing */
+    *why = "a message of another run";
+    return MQ_DROP_RUN;
 }
 
 static void s_dump(s_worker_t *self)
@@ -909,23 +932,29 @@ static void s_dump(s_worker_t *self)
         mq_error("dump: %s", mq_err_last());
 }
 
+static void s_handle_iterate(void *arg, mq_msg_t *msg, const mq_iterate_t *it)
+{
+    s_worker_t *self = arg;
+    if (self->welcomed)
+        s_on_iterate(self, msg);
+}
+
+static void s_on_stop(void *arg, mq_msg_t *msg, const mq_reason_t *stop)
+{
+    s_worker_t *self = arg;
+    mq_info("stop: %s", stop->reason[0] ? stop->reason : "run over");
+    s_dump(self);
+    mq_node_finish(&self->node, 0, NULL);
+}
+
+static const mq_handlers_t s_sched_handlers = {
+    .welcome = s_on_welcome, .iterate = s_handle_iterate, .stop = s_on_stop};
+
 static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
 {
     s_worker_t *self = arg;
-    mq_msg_t *msg = &self->in;
-    if (mq_node_recv(&self->node, msg) != 0)
-        return 0;
-    if (msg->type == MQ_MSG_WELCOME) {
-        s_on_welcome(self, msg);
-    } else if (msg->type == MQ_MSG_ITERATE) {
-        if (self->welcomed)
-            s_on_iterate(self, msg);
-    } else if (msg->type == MQ_MSG_STOP) {
-        mq_info("stop: %s", msg->text[0] ? msg->text : "run over");
-        s_dump(self);
-        mq_node_finish(&self->node, 0, NULL);
-    }
-    mq_msg_reset(msg);
+    if (mq_node_recv(&self->node, &self->in) == 0)
+        mq_inbox_handle(&self->sched_in, sock);
     return 0;
 }
 
@@ -1080,6 +1109,8 @@ void mq_worker_actor(zsock_t *pipe, void *args)
                             self->cfg->peer_timeout, self->sec) != 0) {
         s_fail(self, "start");
     } else {
+        self->sched_in = (mq_inbox_t){.on = &s_sched_handlers, .self = self, .msg = &self->in,
+                                      .drops = &self->node.drops, .from = "sched", .from_len = 5};
         mq_node_listen(&self->node, self->loop, s_on_sched, self);
         zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     }
