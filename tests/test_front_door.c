@@ -18,6 +18,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <czmq.h>
+
 #include "local_run.h"
 #include "mqgrad/util.h"
 
@@ -506,4 +508,34 @@ Test(front_door, a_worker_that_fails_its_setup_the_same_way_ends_the_run, .timeo
     free(summary);
     free(r);
     test_rmtree(base);
+}
+
+/* A service that cannot start (its port is taken) exits 1, "a failure", and says why: 2 is a
+ * bad flag's (service.h), and nothing was wrong with the flags. */
+Test(front_door, a_service_whose_port_is_taken_exits_1_and_says_so, .timeout = 120)
+{
+    zsock_t *taken = zsock_new(ZMQ_ROUTER);
+    cr_assert_not_null(taken);
+    int port = zsock_bind(taken, "tcp://127.0.0.1:*");
+    cr_assert_gt(port, 0);
+    char bind[64], run[128];
+    snprintf(bind, sizeof bind, "tcp://127.0.0.1:%d", port);
+    snprintf(run, sizeof run, "/tmp/mqgrad-front-taken-%d", (int)getpid());
+    const char *sched[] = {S_SERVICES "/mqgrad-scheduler", "--bind", bind, "--run-dir", run,
+                           "--insecure", "--http-port", "0", NULL};
+    const char *server[] = {S_SERVICES "/mqgrad-server", "--bind", bind, "--scheduler",
+                            "tcp://127.0.0.1:1", "--insecure", "--http-port", "0", NULL};
+    const char *agent[] = {S_SERVICES "/mqgrad-agent", "--bind", bind, "--insecure",
+                           "--http-port", "0", NULL};
+    const char *const *programs[] = {sched, server, agent};
+    s_result_t *r = malloc(sizeof *r);
+    for (int i = 0; i < 3; i++) {
+        s_run(programs[i], 30, r);
+        cr_expect_eq(r->code, 1, "%s: exit %d:\n%s", programs[i][0], r->code, r->out);
+        cr_expect(strstr(r->out, bind) || strstr(r->out, "in use"),
+                  "%s does not say which port it could not take:\n%s", programs[i][0], r->out);
+    }
+    free(r);
+    zsock_destroy(&taken);
+    test_rmtree(run);
 }

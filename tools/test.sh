@@ -4,7 +4,8 @@
 # (tools/fuzz.sh; MQGRAD_FUZZ_SECONDS, default 30 each), the Criterion suite once more under
 # ASan and UBSan (tools/sanitize.sh), then the end-to-end tests on real containers, after
 # rendering and validating the Kubernetes manifests offline (tools/check-k8s.sh).
-# MQGRAD_FUZZ=0, MQGRAD_SANITIZE=0, MQGRAD_K8S=0 and MQGRAD_E2E=0 skip a stage. ctest runs the
+# MQGRAD_FUZZ=0, MQGRAD_SANITIZE=0, MQGRAD_K8S=0 and MQGRAD_E2E=0 skip a stage;
+# MQGRAD_TEST_JOBS (default: the cores) is how many tests run at once. ctest runs the
 # Python tests too (pytest under Debian's /usr/bin/python3, test_python).
 #
 # Every stage ends passed, failed or skipped, and the last lines say which: a stage or a test
@@ -78,7 +79,10 @@ s_build() {
         cmake --build "$build" -j"$(nproc)"
 }
 s_stage build s_build
-s_stage ctest s_ctest "$build" --test-dir "$build" --output-on-failure --timeout 900
+# As many tests at once as there are cores: the cluster tests spend part of their time waiting
+# on sockets and timers, which another test's compute fills.
+jobs="${MQGRAD_TEST_JOBS:-$(nproc)}"
+s_stage ctest s_ctest "$build" --test-dir "$build" --output-on-failure --timeout 900 -j"$jobs"
 if [ "${MQGRAD_FUZZ:-1}" != 0 ]; then
     s_stage fuzz tools/fuzz.sh "${MQGRAD_FUZZ_SECONDS:-30}"
 else
@@ -93,7 +97,8 @@ if [ "${MQGRAD_SANITIZE:-1}" != 0 ]; then
     asan="${MQGRAD_ASAN_BUILD_DIR:-build-asan}"
     case "$asan" in /*) ;; *) asan="$repo/$asan" ;; esac
     mkdir -p "$asan"
-    s_stage sanitize tools/sanitize.sh ${exclude:+-E "$exclude"} --output-junit "$asan/ctest-junit.xml"
+    s_stage sanitize tools/sanitize.sh ${exclude:+-E "$exclude"} -j"$jobs" \
+        --output-junit "$asan/ctest-junit.xml"
     not_run="$(s_ctest_skipped "$asan/ctest-junit.xml")"
     [ -z "$not_run" ] || results+=("  (tests that could not run: $not_run)")
 else

@@ -1903,14 +1903,16 @@ static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
     return rc;
 }
 
+/* Opens the scheduler's sockets: 0, or -1 (with the error) when it cannot, or 2 when the run
+ * directory already holds a run (a bad --run-dir, which exits as a bad flag). */
 static int s_open(s_sched_t *self)
 {
     const mq_scheduler_config_t *c = self->cfg;
     /* Said now, not once the cluster is complete: no node waits for a run that cannot be. */
-    if (!c->resume && mq_sched_run_exists(self->run_dir))
+    if (!c->resume && mq_sched_run_exists(self->run_dir)) /* the flag's fault: exit 2 */
         return mq_err_set("run directory %s already holds a run; pick another --run-dir, or "
                           "continue it with --resume", self->run_dir),
-               -1;
+               2;
     if (!(self->sec = mq_sec_open(&c->sec, MQ_KEY_SCHEDULER)))
         return -1;
     self->router = zsock_new(ZMQ_ROUTER);
@@ -2006,10 +2008,10 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     zloop_reader(self->loop, pipe, s_on_pipe, self);
     int rc = s_open(self);
     zsock_signal(pipe, 0);
-    if (rc != 0) {
-        mq_error("start: %s", mq_err_last());
+    if (rc != 0) { /* a failure (1: a port taken, keys unreadable), or a bad --run-dir (2) */
+        mq_error("cannot start: %s", mq_err_last());
         self->phase = S_DONE;
-        mq_service_done(pipe, 2);
+        mq_service_done(pipe, rc == 2 ? 2 : 1);
     }
     zloop_start(self->loop);
     mq_runlog_destroy(&self->log);
