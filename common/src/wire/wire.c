@@ -320,24 +320,15 @@ static void s_arena_free(void *data, void *ptr)
     (void)ptr; /* released all at once when the arena is reset */
 }
 
-/* Copies a received string, each control character (a newline, an escape sequence's ESC,
- * ...) turned into '?': what a peer writes lands in logs and files, where it must not forge
- * lines or drive a terminal. */
-static void s_copy_str(char *dst, size_t cap, const char *src)
-{
-    snprintf(dst, cap, "%s", src ? src : "");
-    for (char *p = dst; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f)
-            *p = '?';
-}
-
 /* Checks one tensor header against its payload frame: the codec is registered with valid
  * parameters, the length is the header's and within the codec's bound, and the codec accepts
  * the payload (the one validation a payload gets). */
 static mq_drop_t s_check_tensor(const Mqgrad__TensorHeader *t, size_t frame_len,
                                 mq_tensor_hdr_t *out, const uint8_t *data)
 {
-    s_copy_str(out->name, sizeof out->name, t->name);
+    /* s_gen_str (mqgrad_msgs.inc): control characters as '?', an overlong name refused */
+    if (!s_gen_str(out->name, sizeof out->name, t->name, "TensorHeader.name"))
+        return MQ_DROP_LAYOUT;
     out->offset = t->offset;
     out->count = t->count;
     out->payload_len = t->payload_len;
@@ -427,11 +418,9 @@ static mq_drop_t s_from_pb(const Mqgrad__Meta *meta, mq_msg_t *msg)
     msg->layout.n = (uint32_t)meta->n_layout;
     for (size_t i = 0; i < meta->n_layout; i++) {
         const Mqgrad__TensorHeader *t = meta->layout[i];
-        if (strlen(t->name) >= MQ_LAYOUT_NAME) {
-            mq_err_set("layout: tensor %zu's name has over %d bytes", i, MQ_LAYOUT_NAME - 1);
+        if (!s_gen_str(msg->layout.t[i].name, sizeof msg->layout.t[i].name, t->name,
+                       "Meta.layout's name"))
             return MQ_DROP_LAYOUT;
-        }
-        s_copy_str(msg->layout.t[i].name, sizeof msg->layout.t[i].name, t->name);
         msg->layout.t[i].count = t->count;
     }
     if (msg->layout.n > 0 && mq_layout_check(&msg->layout) != 0)
