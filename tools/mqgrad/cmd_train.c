@@ -135,10 +135,19 @@ static void s_config_json(const s_opts_t *o, char *buf, size_t len)
              o->eval_every, o->eval_limit, o->seed, o->threads);
 }
 
-/* Loads the data, builds the model and the run directory. 2 on a usage/data error. */
+/* Makes the run directory, loads the data, builds the model. 2 on a usage/data error. */
 static int s_setup(s_run_t *r)
 {
     s_opts_t *o = r->o;
+    /* The run directory first: a --run-dir that cannot be made is refused before seconds of
+     * loading (the data set's files were checked while parsing). */
+    char cfg[4096];
+    s_config_json(o, cfg, sizeof cfg);
+    r->log = mq_runlog_new(o->run_dir, cfg);
+    if (!r->log) {
+        fprintf(stderr, "mqgrad train: --run-dir %s: %s\n", o->run_dir, mq_err_last());
+        return 2;
+    }
     r->train = mq_dataset_load(o->dataset, o->data_dir, true);
     r->test = r->train ? mq_dataset_load(o->dataset, o->data_dir, false) : NULL;
     if (!r->test) {
@@ -169,13 +178,6 @@ static int s_setup(s_run_t *r)
         r->max_iter = (uint64_t)ceil(o->epochs * per_epoch);
     if (o->iterations && (uint64_t)o->iterations < r->max_iter)
         r->max_iter = (uint64_t)o->iterations;
-    char cfg[4096];
-    s_config_json(o, cfg, sizeof cfg);
-    r->log = mq_runlog_new(o->run_dir, cfg);
-    if (!r->log) {
-        fprintf(stderr, "mqgrad train: --run-dir %s: %s\n", o->run_dir, mq_err_last());
-        return 2;
-    }
     return 0;
 }
 
@@ -331,6 +333,9 @@ int mq_cmd_train(int argc, char **argv)
                    "%.2f%% (%s)\n",
                    (unsigned long long)sum.iterations, sum.train_time_s, sum.final_loss,
                    100 * sum.final_test_acc, sum.status);
+    } else if (r.log) { /* the directory was made: it says the run failed, and why is above */
+        mq_runlog_event(r.log, 0, "end", NULL);
+        (void)mq_runlog_summary(r.log, &sum);
     }
     mq_runlog_destroy(&r.log);
     mq_batcher_destroy(&r.batcher);
