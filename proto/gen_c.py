@@ -290,7 +290,8 @@ def gen_from_pb(msgs, m, w):
                    f"{where}: %zu entries, at most %d", f"pb->n_{pn}", f"(int){f.max}")
             if f.pairs:
                 refuse(f"pb->n_{pn} != 0 && pb->n_{pn} != pb->n_{c_name(f.pairs)}",
-                       "MQ_DROP_RANK", f"{where}: %zu entries for %zu {f.pairs}",
+                       "MQ_DROP_RANK" if f.pairs == "members" else "MQ_DROP_LAYOUT",
+                       f"{where}: %zu entries for %zu {f.pairs}",
                        f"pb->n_{pn}", f"pb->n_{c_name(f.pairs)}")
             w(f"    c->n_{n} = (uint32_t)pb->n_{pn};\n")
             w(f"    for (size_t i = 0; i < pb->n_{pn}; i++) {{\n")

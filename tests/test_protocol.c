@@ -252,6 +252,11 @@ Test(protocol, the_generated_readers_refuse_malformed_bodies_by_field)
     m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .n_members = 3, .members = {0, 1, 2},
                                .n_member_terms = 2, .member_terms = {1, 1}};
     s_expect_refused(a, b, &m, MQ_DROP_RANK, "Iterate.member_terms: 2 entries for 3 members");
+    mq_msg_init(&m, MQ_MSG_OBSERVE); /* per-tensor measurements that do not pair up */
+    m.observe = (mq_obs_msg_t){.n_tensor_count = 2, .tensor_count = {1000, 2000},
+                               .n_tensor_bits = 1, .tensor_bits = {3}};
+    s_expect_refused(a, b, &m, MQ_DROP_LAYOUT,
+                     "Observation.tensor_bits: 1 entries for 2 tensor_count");
     mq_msg_init(&m, MQ_MSG_WELCOME); /* no token: a welcome the node cannot use */
     m.welcome.rank = 1;
     s_expect_refused(a, b, &m, MQ_DROP_GARBAGE, "welcome: Welcome.token is missing");

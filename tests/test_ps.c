@@ -185,30 +185,88 @@ Test(ps, shard_check_tells_a_push_from_a_reply_and_a_wrong_layout)
     mq_codec_t topk = s_parse("topk:ratio=0.05"), uni = s_parse("uniform");
 
     s_headers(msg, sh, 4, &topk, false);
-    cr_assert_eq(mq_shard_check(sh, msg, 4, &topk, false), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_shard_check(sh, msg, 4, &topk, true), -1, "a topk push is not a reply");
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &topk, false), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &topk, true), -1,
+                 "a topk push is not a reply");
     cr_assert(strstr(mq_err_last(), "sparse"), "%s", mq_err_last());
     mq_msg_reset(msg);
     s_headers(msg, sh, 4, &topk, true);
-    cr_assert_eq(mq_shard_check(sh, msg, 4, &topk, true), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_shard_check(sh, msg, 4, &topk, false), -1, "a sparse reply is not a push");
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &topk, true), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &topk, false), -1,
+                 "a sparse reply is not a push");
     mq_msg_reset(msg);
 
     /* uniform replies in its own codec: one set of headers passes both ways */
     s_headers(msg, sh, 3, &uni, false);
-    cr_assert_eq(mq_shard_check(sh, msg, 3, &uni, false), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_shard_check(sh, msg, 3, &uni, true), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_shard_check(sh, msg, 4, &uni, false), -1, "pushed at 3 bits, checked at 4");
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, false), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, true), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &uni, false), -1,
+                 "pushed at 3 bits, checked at 4");
     msg->tensors[0].offset++;
-    cr_assert_eq(mq_shard_check(sh, msg, 3, &uni, false), -1);
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1);
     cr_assert(strstr(mq_err_last(), sh->segs[0].name), "%s", mq_err_last());
     msg->tensors[0].offset--;
     msg->ntensors--;
-    cr_assert_eq(mq_shard_check(sh, msg, 3, &uni, false), -1, "a segment is missing");
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1, "a segment is missing");
     msg->ntensors++;
     snprintf(msg->tensors[1].name, sizeof msg->tensors[1].name, "other");
-    cr_assert_eq(mq_shard_check(sh, msg, 3, &uni, false), -1, "a segment is misnamed");
+    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1, "a segment is misnamed");
     mq_msg_reset(msg);
+    free(msg);
+    mq_model_destroy(&m);
+}
+
+/* Per-tensor levels: read from a message's list (each one the codec takes, one per tensor of
+ * the layout, or none), and each segment checked at its own tensor's level. */
+Test(ps, per_tensor_levels_are_read_checked_and_used_per_segment)
+{
+    mq_model_t *m = s_model();
+    uint32_t nt = (uint32_t)mq_model_ntensors(m);
+    mq_codec_t uni = s_parse("uniform"), qsgd = s_parse("qsgd");
+    mq_widths_t w;
+    uint32_t list[MQ_WIRE_MAX_TENSORS];
+    for (uint32_t t = 0; t < nt; t++)
+        list[t] = 1 + t % 8;
+    cr_assert_eq(mq_widths_read(&w, &uni, false, 4, list, nt, nt), 0, "%s", mq_err_last());
+    cr_expect_eq(w.bits, 4);
+    for (uint32_t t = 0; t < nt; t++)
+        cr_expect_eq(mq_widths_at(&w, t), (int)list[t]);
+    cr_expect_eq(mq_widths_at(MQ_WIDTHS(5), 3), 5, "no list: every tensor at bits");
+    uint32_t back[MQ_WIRE_MAX_TENSORS], nback;
+    mq_widths_write(&w, back, &nback);
+    cr_expect_eq(nback, nt);
+    cr_expect_arr_eq(back, list, nt * sizeof list[0]);
+    cr_expect_eq(mq_widths_read(&w, &uni, false, 4, list, nt - 1, nt), -1, "one short");
+    cr_expect(strstr(mq_err_last(), "layout"), "%s", mq_err_last());
+    cr_expect_eq(mq_widths_read(&w, &qsgd, false, 4, list, nt, nt), -1, "qsgd takes no 1 bit");
+    cr_expect(strstr(mq_err_last(), "tensor 0"), "%s", mq_err_last());
+    list[1] = 33;
+    cr_expect_eq(mq_widths_read(&w, &uni, false, 4, list, nt, nt), -1, "33 bits");
+    list[1] = 2;
+    cr_expect_eq(mq_widths_read(&w, &uni, false, 9, list, 0, nt), -1, "9 bits");
+    cr_expect_eq(mq_widths_read(&w, &uni, true, 32, list, nt, nt), -1, "fp32: 32 only");
+    cr_assert_eq(mq_widths_read(&w, &uni, false, 4, list, nt, nt), 0, "%s", mq_err_last());
+
+    /* a push whose segments go at their tensors' levels passes at those, not at a uniform 4 */
+    mq_shard_t shards[2];
+    cr_assert_eq(mq_shard_plan(m, 2, 1, false, shards), 0);
+    mq_msg_t *msg = calloc(1, sizeof *msg);
+    cr_assert(msg);
+    bool mixed = false;
+    for (uint32_t s = 0; s < 2; s++) {
+        const mq_shard_t *sh = &shards[s];
+        s_headers(msg, sh, 4, &uni, false);
+        for (uint32_t i = 0; i < sh->nsegs; i++) {
+            msg->tensors[i].codec =
+                mq_segment_codec(&sh->segs[i], mq_widths_at(&w, sh->segs[i].tensor), &uni);
+            mixed |= sh->segs[i].quantized && mq_widths_at(&w, sh->segs[i].tensor) != 4;
+        }
+        cr_expect_eq(mq_shard_check(sh, msg, &w, &uni, false), 0, "%s", mq_err_last());
+        cr_expect_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &uni, false), -1);
+        mq_msg_reset(msg);
+    }
+    cr_expect(mixed, "the levels differ from 4 somewhere");
+    cr_expect(!mq_widths_equal(&w, MQ_WIDTHS(4)));
     free(msg);
     mq_model_destroy(&m);
 }
@@ -596,7 +654,7 @@ static void s_round(s_bench_t *b, uint64_t it, int bits, const int order[S_P], b
     for (int k = 0; k < S_P; k++) {
         int r = order[k];
         cr_assert_eq(mq_kv_pending(b->kv), (uint32_t)k);
-        int rc = mq_kv_push(b->kv, it, (uint32_t)r, bits, S_LR, b->workers[r].data,
+        int rc = mq_kv_push(b->kv, it, (uint32_t)r, MQ_WIDTHS(bits), S_LR, b->workers[r].data,
                             b->workers[r].len, b->shard->nsegs);
         cr_assert_eq(rc, k == S_P - 1, "push %d (rank %d): %d, %s", k, r, rc, mq_err_last());
         cr_assert(mq_kv_has(b->kv, (uint32_t)r));
@@ -722,9 +780,11 @@ Test(ps, kv_arrival_order_does_not_change_the_reply_or_the_master_copy)
         }
         for (int k = 0; k < S_P; k++) {
             int ra = s_in_order[k], rb = reverse[k];
-            mq_kv_push(a.kv, it, (uint32_t)ra, 5, S_LR, a.workers[ra].data, a.workers[ra].len,
+            mq_kv_push(a.kv, it, (uint32_t)ra, MQ_WIDTHS(5), S_LR, a.workers[ra].data,
+                       a.workers[ra].len,
                        a.shard->nsegs);
-            mq_kv_push(b.kv, it, (uint32_t)rb, 5, S_LR, b.workers[rb].data, b.workers[rb].len,
+            mq_kv_push(b.kv, it, (uint32_t)rb, MQ_WIDTHS(5), S_LR, b.workers[rb].data,
+                       b.workers[rb].len,
                        b.shard->nsegs);
         }
         cr_assert_eq(mq_kv_complete(a.kv, a.hdrs, a.out), 0, "%s", mq_err_last());
@@ -819,7 +879,7 @@ Test(ps, kv_a_failing_or_non_finite_handler_fails_the_round_and_keeps_it_open)
     s_bench_start(&b);
     for (int r = 0; r < S_P; r++) {
         s_encode_push(&b, r, 0, 4);
-        mq_kv_push(b.kv, 0, (uint32_t)r, 4, S_LR, b.workers[r].data, b.workers[r].len,
+        mq_kv_push(b.kv, 0, (uint32_t)r, MQ_WIDTHS(4), S_LR, b.workers[r].data, b.workers[r].len,
                    b.shard->nsegs);
     }
     probe.fail = true;
@@ -849,17 +909,19 @@ Test(ps, kv_refuses_pushes_that_do_not_belong_to_the_round)
     const uint8_t *const *d = b.workers[0].data;
     const size_t *l = b.workers[0].len;
     uint32_t n = b.shard->nsegs;
-    cr_assert_eq(mq_kv_push(b.kv, 1, 0, 4, S_LR, d, l, n), -1, "a future iteration");
-    cr_assert_eq(mq_kv_push(b.kv, 0, S_P, 4, S_LR, d, l, n), -1, "an unknown rank");
-    cr_assert_eq(mq_kv_push(b.kv, 0, 0, 4, S_LR, d, l, n - 1), -1, "a segment short");
+    cr_assert_eq(mq_kv_push(b.kv, 1, 0, MQ_WIDTHS(4), S_LR, d, l, n), -1, "a future iteration");
+    cr_assert_eq(mq_kv_push(b.kv, 0, S_P, MQ_WIDTHS(4), S_LR, d, l, n), -1, "an unknown rank");
+    cr_assert_eq(mq_kv_push(b.kv, 0, 0, MQ_WIDTHS(4), S_LR, d, l, n - 1), -1, "a segment short");
     cr_assert_eq(mq_kv_complete(b.kv, b.hdrs, b.out), -1, "no push is in");
     cr_assert_eq(mq_kv_pending(b.kv), 0);
-    cr_assert_eq(mq_kv_push(b.kv, 0, 0, 4, S_LR, d, l, n), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_kv_bits(b.kv), 4);
-    cr_assert_eq(mq_kv_push(b.kv, 0, 0, 4, S_LR, d, l, n), -1, "a second push from rank 0");
+    cr_assert_eq(mq_kv_push(b.kv, 0, 0, MQ_WIDTHS(4), S_LR, d, l, n), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_kv_widths(b.kv)->bits, 4);
+    cr_assert_eq(mq_kv_push(b.kv, 0, 0, MQ_WIDTHS(4), S_LR, d, l, n), -1,
+                 "a second push from rank 0");
     d = b.workers[1].data, l = b.workers[1].len;
-    cr_assert_eq(mq_kv_push(b.kv, 0, 1, 5, S_LR, d, l, n), -1, "another level");
-    cr_assert_eq(mq_kv_push(b.kv, 0, 1, 4, 2 * S_LR, d, l, n), -1, "another learning rate");
+    cr_assert_eq(mq_kv_push(b.kv, 0, 1, MQ_WIDTHS(5), S_LR, d, l, n), -1, "another level");
+    cr_assert_eq(mq_kv_push(b.kv, 0, 1, MQ_WIDTHS(4), 2 * S_LR, d, l, n), -1,
+                 "another learning rate");
     cr_assert_eq(mq_kv_pending(b.kv), 1, "a refused push must leave nothing behind");
     cr_assert(!mq_kv_has(b.kv, 1));
     for (int r = 0; r < S_P; r++)
@@ -911,7 +973,7 @@ Test(ps, kv_slicer_can_be_replaced_and_a_bad_plan_is_refused)
     memcpy(before, mq_model_params(b.model), n * 4);
     for (int r = 0; r < S_P; r++) {
         s_encode_push(&b, r, 0, 6);
-        mq_kv_push(b.kv, 0, (uint32_t)r, 6, S_LR, b.workers[r].data, b.workers[r].len,
+        mq_kv_push(b.kv, 0, (uint32_t)r, MQ_WIDTHS(6), S_LR, b.workers[r].data, b.workers[r].len,
                    b.shard->nsegs);
     }
     cr_assert_eq(mq_kv_complete(b.kv, b.hdrs, b.out), 0, "%s", mq_err_last());
@@ -1062,8 +1124,9 @@ static void s_cluster_iter(s_cluster_t *c, uint64_t it, int bits)
         s_normal(w->fresh, n, 1000 * it + r + 7);
         s_put_gradient(w->kw, w->fresh, w->g, c->ef);
         for (uint32_t s = 0; s < S_SERVERS; s++) {
-            cr_assert_eq(mq_kv_worker_encode(w->kw, s, w->g, bits, S_LR, w->hdrs[s], w->out[s],
-                                             NULL),
+            cr_assert_eq(mq_kv_worker_encode(w->kw, s, w->g, MQ_WIDTHS(bits), S_LR, w->hdrs[s],
+                                             w->out[s],
+                                             NULL, NULL),
                          0, "%s", mq_err_last());
             for (uint32_t i = 0; i < mq_kv_worker_shard(w->kw, s)->nsegs; i++) {
                 w->data[s][i] = w->out[s][i].data;
@@ -1074,7 +1137,8 @@ static void s_cluster_iter(s_cluster_t *c, uint64_t it, int bits)
     for (uint32_t s = 0; s < S_SERVERS; s++) {
         uint32_t nsegs = mq_kv_shard(c->kv[s])->nsegs;
         for (uint32_t r = 0; r < c->P; r++) {
-            int rc = mq_kv_push(c->kv[s], it, r, bits, S_LR, c->w[r].data[s], c->w[r].len[s],
+            int rc = mq_kv_push(c->kv[s], it, r, MQ_WIDTHS(bits), S_LR, c->w[r].data[s],
+                                c->w[r].len[s],
                                 mq_kv_worker_shard(c->w[r].kw, s)->nsegs);
             cr_assert_eq(rc, r == c->P - 1, "push of rank %u: %d, %s", r, rc, mq_err_last());
         }
@@ -1163,7 +1227,8 @@ Test(ps, kv_worker_sends_fp32_segments_from_the_gradient_without_a_copy)
     double sq = 0;
     for (uint32_t s = 0; s < S_SERVERS; s++) {
         const mq_shard_t *sh = mq_kv_worker_shard(kw, s);
-        cr_assert_eq(mq_kv_worker_encode(kw, s, g, 32, S_LR, hdrs[s], out[s], &sq), 0, "%s",
+        cr_assert_eq(mq_kv_worker_encode(kw, s, g, MQ_WIDTHS(32), S_LR, hdrs[s], out[s], &sq,
+                                         NULL), 0, "%s",
                      mq_err_last());
         for (uint32_t i = 0; i < sh->nsegs; i++) {
             const mq_segment_t *seg = &sh->segs[i];
@@ -1207,7 +1272,7 @@ Test(ps, kv_worker_error_feedback_carries_what_the_push_left_out)
     cr_assert_eq(res, buf, "the residual is in the model's gradient buffer");
     mq_tensor_hdr_t hdrs[MQ_WIRE_MAX_TENSORS];
     mq_payload_t out[MQ_WIRE_MAX_TENSORS];
-    cr_assert_eq(mq_kv_worker_encode(kw, 0, g, 3, S_LR, hdrs, out, NULL), -1,
+    cr_assert_eq(mq_kv_worker_encode(kw, 0, g, MQ_WIDTHS(3), S_LR, hdrs, out, NULL, NULL), -1,
                  "another array than the model's gradient");
     for (uint64_t it = 0; it < 4; it++) {
         int bits = it == 2 ? 32 : 3;
@@ -1226,7 +1291,8 @@ Test(ps, kv_worker_error_feedback_carries_what_the_push_left_out)
         double sq = 0, hand_sq = 0;
         for (uint32_t s = 0; s < S_SERVERS; s++) {
             const mq_shard_t *sh = mq_kv_worker_shard(kw, s);
-            cr_assert_eq(mq_kv_worker_encode(kw, s, buf, bits, S_LR, hdrs, out, &sq), 0, "%s",
+            cr_assert_eq(mq_kv_worker_encode(kw, s, buf, MQ_WIDTHS(bits), S_LR, hdrs, out, &sq,
+                                             NULL), 0, "%s",
                          mq_err_last());
             for (uint32_t i = 0; i < sh->nsegs; i++) {
                 const mq_segment_t *seg = &sh->segs[i];

@@ -929,3 +929,135 @@ Test(rl, per_layer_bits_spend_where_the_error_is)
     double bad[2] = {NAN, 1};
     cr_expect_eq(mq_alloc_bits(bad, e, 2, 1, 8, 1, 100, bits), -1);
 }
+
+/* ---- lgreco: per-tensor levels ----------------------------------------------------- */
+
+/* Iteration M of a layout of 5 tensors, 3 of them quantized (1, 2 and 4, 1000 values each),
+ * whose error coefficients are E (error at b bits: E / (2^b - 1)^2), measured at the levels
+ * P answers now: what the scheduler would report. */
+static mq_observation_t s_tensor_obs(const mq_policy_t *p, uint64_t m, const double *e,
+                                     uint64_t *count, uint32_t *bits, uint32_t *index,
+                                     double *err)
+{
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    static const uint32_t idx[3] = {1, 2, 4};
+    for (int k = 0; k < 3; k++) {
+        index[k] = idx[k];
+        count[k] = 1000;
+        bits[k] = st.nwidths ? st.widths[idx[k]] : (uint32_t)st.bits;
+        double levels = ldexp(1.0, (int)bits[k]) - 1;
+        err[k] = e[k] / (levels * levels);
+    }
+    mq_observation_t o = s_obs_at(m);
+    o.ntensors = 3;
+    o.layout_tensors = 5;
+    o.tensor_count = count;
+    o.tensor_bits = bits;
+    o.tensor_index = index;
+    o.tensor_err = err;
+    return o;
+}
+
+static void s_feed_tensors(mq_policy_t *p, uint64_t from, uint64_t to, const double *e)
+{
+    for (uint64_t m = from; m < to; m++) {
+        uint64_t count[3];
+        uint32_t bits[3], index[3];
+        double err[3];
+        mq_observation_t o = s_tensor_obs(p, m, e, count, bits, index, err);
+        cr_assert_geq(mq_policy_observe(p, &o), 1);
+    }
+}
+
+Test(rl, lgreco_moves_bits_to_the_noisy_tensor_and_sends_fewer)
+{
+    /* one tensor with 4096x the others' error: at the budget of 4 bits everywhere it gets
+     * more, the quiet ones fewer, and fewer bits go out in all */
+    const double e[3] = {4096, 1, 1};
+    mq_policy_t *p = test_policy_new("lgreco:bits=4,min=1", NULL);
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.bits, 4);
+    cr_expect_eq(st.nwidths, 0, "no per-tensor levels before a measurement");
+    s_feed_tensors(p, 0, 50, e);
+    mq_policy_status(p, &st);
+    cr_assert_eq(st.nwidths, 5, "one level per tensor of the layout");
+    cr_expect_eq(st.widths[0], 4, "a tensor not reported stays at bits=");
+    cr_expect_eq(st.widths[3], 4);
+    int b[3] = {st.widths[1], st.widths[2], st.widths[4]}, four[3] = {4, 4, 4};
+    cr_expect_gt(b[0], 4, "the noisy tensor: %d bits", b[0]);
+    cr_expect_lt(b[1], 4, "a quiet tensor: %d bits", b[1]);
+    cr_expect_lt(b[0] + b[1] + b[2], 12, "%d+%d+%d bits a value, uniform 4 sends 12", b[0], b[1],
+                 b[2]);
+    cr_expect_leq(mq_alloc_error(e, 3, b), mq_alloc_error(e, 3, four) * 1.001,
+                  "the error stays within that of 4 bits everywhere");
+    cr_expect(strstr(st.detail, "over 3 tensors"), "%s", st.detail);
+    /* the levels it measured at do not move its answer: the same every window */
+    uint8_t before[5];
+    memcpy(before, st.widths, 5);
+    s_feed_tensors(p, 50, 100, e);
+    mq_policy_status(p, &st);
+    cr_expect_arr_eq(st.widths, before, 5);
+    /* a new run starts uniform again */
+    cr_assert_eq(mq_policy_new_episode(p), 0);
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.nwidths, 0);
+    cr_expect_eq(st.bits, 4);
+    mq_policy_destroy(&p);
+}
+
+Test(rl, lgreco_equal_tensors_stay_uniform_and_resume_exactly)
+{
+    /* equal tensors: uniform B is already the cheapest within the budget */
+    const double same[3] = {5, 5, 5};
+    mq_policy_t *p = test_policy_new("lgreco:bits=3,min=1", NULL);
+    s_feed_tensors(p, 0, 20, same);
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    for (int t = 0; t < 5; t++)
+        cr_expect_eq(st.widths[t], 3, "tensor %d at %d bits", t, st.widths[t]);
+    mq_policy_destroy(&p);
+    /* saved mid-window, restored, fed the same: the same levels as one that never stopped */
+    const double e[3] = {900, 3, 1};
+    mq_policy_t *a = test_policy_new("lgreco:bits=3,min=1", NULL);
+    mq_policy_t *b = test_policy_new("lgreco:bits=3,min=1", NULL);
+    s_feed_tensors(a, 0, 60, e);
+    s_feed_tensors(b, 0, 37, e);
+    b = s_save_restore(b);
+    s_feed_tensors(b, 37, 60, e);
+    mq_policy_status_t sa, sb;
+    mq_policy_status(a, &sa);
+    mq_policy_status(b, &sb);
+    cr_expect_eq(sa.nwidths, sb.nwidths);
+    cr_expect_arr_eq(sa.widths, sb.widths, sizeof sa.widths);
+    cr_expect_str_eq(sa.detail, sb.detail);
+    mq_policy_destroy(&a);
+    mq_policy_destroy(&b);
+}
+
+Test(rl, lgreco_refuses_bad_options_and_ignores_bad_measurements)
+{
+    cr_expect_null(mq_policy_new("lgreco:bits=9", NULL));
+    cr_expect(strstr(mq_err_last(), "bits"), "%s", mq_err_last());
+    cr_expect_null(mq_policy_new("lgreco:bits=1", NULL), "1 lies below the default min 2");
+    cr_expect(strstr(mq_err_last(), "outside"), "%s", mq_err_last());
+    /* a measurement naming a tensor outside the layout, or a non-finite error, is not used */
+    mq_policy_t *p = test_policy_new("lgreco", NULL);
+    const double e[3] = {4096, 1, 1};
+    for (uint64_t m = 0; m < 10; m++) {
+        uint64_t count[3];
+        uint32_t bits[3], index[3];
+        double err[3];
+        mq_observation_t o = s_tensor_obs(p, m, e, count, bits, index, err);
+        if (m % 2)
+            index[2] = 5; /* the layout has 5 */
+        else
+            err[0] = NAN;
+        cr_expect_eq(mq_policy_observe(p, &o), 4);
+    }
+    mq_policy_status_t st;
+    mq_policy_status(p, &st);
+    cr_expect_eq(st.nwidths, 0, "nothing usable was measured");
+    mq_policy_destroy(&p);
+}

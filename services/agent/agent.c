@@ -149,6 +149,9 @@ static void s_fill_status(const s_agent_t *self, mq_status_msg_t *s)
     s->decisions = self->n.decisions;
     s->fallbacks = self->n.fallbacks;
     s->min_bits = (uint32_t)self->min_bits;
+    s->n_widths = st->nwidths > MQ_WIRE_MAX_TENSORS ? 0 : st->nwidths;
+    for (uint32_t t = 0; t < s->n_widths; t++)
+        s->widths[t] = st->widths[t];
 }
 
 static void s_publish(s_agent_t *self)
@@ -384,7 +387,13 @@ static void s_on_observe(void *arg, mq_msg_t *msg, const mq_obs_msg_t *obs)
                           .grad_norm = obs->grad_norm,
                           .sent_norm = obs->sent_norm,
                           .update_norm = obs->update_norm,
-                          .guard = obs->guard};
+                          .guard = obs->guard,
+                          .ntensors = obs->n_tensor_count,
+                          .layout_tensors = obs->tensors,
+                          .tensor_count = obs->tensor_count,
+                          .tensor_bits = obs->tensor_bits,
+                          .tensor_index = obs->tensor_index,
+                          .tensor_err = obs->tensor_err};
     s_check_order(self, o.iter);
     if (mq_policy_observe(self->policy, &o) < 0) {
         s_reply_error(self, "observation of iteration %llu failed: %s", (unsigned long long)o.iter,
@@ -405,8 +414,9 @@ static void s_on_observe(void *arg, mq_msg_t *msg, const mq_obs_msg_t *obs)
     s_reply_status(self, MQ_MSG_DECISION, o.iter);
     s_publish(self);
     if (steps > 0) {
-        mq_info("decision %llu at iteration %llu: %d bits (reward %.4g)",
-                (unsigned long long)st.step, (unsigned long long)o.iter, st.bits, st.last_reward);
+        mq_info("decision %llu at iteration %llu: %d bits (reward %.4g)%s%s",
+                (unsigned long long)st.step, (unsigned long long)o.iter, st.bits, st.last_reward,
+                st.detail[0] ? "; " : "", st.detail);
         s_save(self);
     }
 }

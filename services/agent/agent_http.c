@@ -52,6 +52,9 @@ size_t mq_agent_status_json(const mq_status_msg_t *st, char *buf, size_t cap)
         mq_text_printf(&o, i ? "," : "");
         s_json_num(&o, st->q_values[i]);
     }
+    mq_text_printf(&o, "],\"widths\":[");
+    for (uint32_t t = 0; t < st->n_widths && t < MQ_WIRE_MAX_TENSORS; t++)
+        mq_text_printf(&o, "%s%u", t ? "," : "", st->widths[t]);
     mq_text_printf(&o, "],\"min_bits\":%u,\"observations\":%llu,\"decisions\":%llu,\"fallbacks\":%llu}",
              st->min_bits, (unsigned long long)st->observations, (unsigned long long)st->decisions,
              (unsigned long long)st->fallbacks);

@@ -81,6 +81,8 @@ typedef struct {
     uint64_t iter;
     int bits;      /* the policy's choice */
     int used_bits; /* what the iteration in flight uses: the policy's, or the guard's floor */
+    mq_widths_t widths;      /* the policy's per-tensor levels (n 0: bits for every tensor) */
+    mq_widths_t used_widths; /* the iteration in flight's, after the guard and the codec */
     bool evaluate, final_pending;
     double t_issued, t_observed;
     double sim_issued, sim_done; /* simulated clock: the iteration in flight was issued at,
@@ -422,6 +424,16 @@ static void s_form_round(s_sched_t *self)
     }
 }
 
+/* BITS within the run's codec's range of levels (a policy may range wider: qsgd needs 2 bits
+ * for a sign and a level); an fp32 run's 32 stays. */
+static int s_level(const s_sched_t *self, int bits)
+{
+    const mq_codec_ops_t *ops = mq_codec_ops(&self->codec);
+    if (self->run.fp32 || ops->max_bits <= 0)
+        return bits;
+    return bits < ops->min_bits ? ops->min_bits : bits > ops->max_bits ? ops->max_bits : bits;
+}
+
 static void s_issue(s_sched_t *self)
 {
     const mq_scheduler_config_t *c = self->cfg;
@@ -462,15 +474,17 @@ static void s_issue(s_sched_t *self)
                      (c->eval_every > 0 && (self->iter + 1) % (uint64_t)c->eval_every == 0);
     self->used_bits = self->run.fp32 ? 32 : mq_watch_bits(&self->watch, self->iter, self->bits);
     /* A policy may range wider than the codec (qsgd needs 2 bits for a sign and a level). */
-    const mq_codec_ops_t *ops = mq_codec_ops(&self->codec);
-    if (!self->run.fp32 && ops->max_bits > 0)
-        self->used_bits = self->used_bits < ops->min_bits   ? ops->min_bits
-                          : self->used_bits > ops->max_bits ? ops->max_bits
-                                                            : self->used_bits;
+    self->used_bits = s_level(self, self->used_bits);
+    self->used_widths.bits = self->used_bits;
+    self->used_widths.n = self->run.fp32 ? 0 : self->widths.n;
+    for (uint32_t t = 0; t < self->used_widths.n; t++)
+        self->used_widths.per[t] = (uint8_t)s_level(
+            self, mq_watch_bits(&self->watch, self->iter, self->widths.per[t]));
     mq_msg_init(&self->out, MQ_MSG_ITERATE);
     self->out.iter = self->iter;
     mq_iterate_t *it = &self->out.iterate;
     it->bits = (uint32_t)self->used_bits;
+    mq_widths_write(&self->used_widths, it->widths, &it->n_widths);
     it->lr = (float)mq_sched_lr(c, s_progress_fraction(self));
     it->evaluate = self->evaluate;
     bool final = last || self->final_pending;
@@ -1122,6 +1136,25 @@ static int s_on_agent_deadline(zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
+/* The quantized tensors of the iteration just recorded into O, for a per-tensor policy: each
+ * one's size, level and squared quantization error (the mean of W workers' reports). */
+static void s_observe_tensors(const s_sched_t *self, mq_obs_msg_t *o, uint32_t W)
+{
+    if (self->run.fp32 || self->sum.n_tensor_err != self->layout.n)
+        return;
+    uint32_t k = 0;
+    for (uint32_t t = 0; t < self->layout.n; t++) {
+        if (self->layout.t[t].count < self->run.quant_threshold)
+            continue;
+        o->tensor_count[k] = self->layout.t[t].count;
+        o->tensor_bits[k] = (uint32_t)mq_widths_at(&self->used_widths, t);
+        o->tensor_err[k] = self->sum.tensor_err[t] / W;
+        o->tensor_index[k++] = t;
+    }
+    o->n_tensor_count = o->n_tensor_bits = o->n_tensor_err = o->n_tensor_index = k;
+    o->tensors = self->layout.n;
+}
+
 /* Tells the agent about the iteration just recorded; waits for its decision if it has been
  * answering, else goes straight on. */
 static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
@@ -1149,6 +1182,7 @@ static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
         .bits = (uint32_t)self->used_bits,
         .fallbacks = self->fallbacks,
     };
+    s_observe_tensors(self, &self->out.observe, W);
     if (mq_wire_send(self->agent, &self->out, NULL, 0) != 0) {
         s_agent_missed(self, "is unreachable");
         s_next(self);
@@ -1175,6 +1209,29 @@ static void s_on_decision(void *arg, mq_msg_t *msg, const mq_status_msg_t *d_)
                       "decision with bits out of range");
         return;
     }
+    mq_widths_t widths = {.bits = (int)d->bits, .n = d->n_widths};
+    if (d->n_widths && (!self->has_layout || d->n_widths != self->layout.n)) {
+        mq_drops_note(&self->drops, MQ_DROP_LAYOUT, (const uint8_t *)"agent", 5,
+                      "decision with per-tensor levels for another layout");
+        return;
+    }
+    for (uint32_t t = 0; t < d->n_widths; t++) {
+        if (d->widths[t] < MQ_QUANT_MIN_BITS || d->widths[t] > MQ_QUANT_MAX_BITS) {
+            mq_drops_note(&self->drops, MQ_DROP_CODEC, (const uint8_t *)"agent", 5,
+                          "decision with a tensor's level out of range");
+            return;
+        }
+        widths.per[t] = (uint8_t)d->widths[t];
+    }
+    if (!mq_widths_equal(&widths, &self->widths) && widths.n) {
+        char fields[MQ_WIRE_MAX_TENSORS * 4 + 32] = "\"widths\":\"";
+        for (uint32_t t = 0; t < widths.n; t++)
+            snprintf(fields + strlen(fields), sizeof fields - strlen(fields), "%s%u",
+                     t ? "," : "", widths.per[t]);
+        snprintf(fields + strlen(fields), sizeof fields - strlen(fields), "\"");
+        s_event(self, "widths", fields);
+    }
+    self->widths = widths;
     if (d->policy[0] && !self->policy[0]) {
         snprintf(self->policy, sizeof self->policy, "%s", d->policy);
     } else if (d->policy[0] && strcmp(d->policy, self->policy) != 0) {
@@ -1517,6 +1574,11 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
     s->grad_sq += r->grad_sq;
     s->sent_sq += r->sent_sq;
     s->update_sq += r->update_sq;
+    if (r->n_tensor_err == self->layout.n) { /* else a worker of another layout: refused */
+        for (uint32_t t = 0; t < r->n_tensor_err; t++)
+            s->tensor_err[t] += r->tensor_err[t];
+        s->n_tensor_err = r->n_tensor_err;
+    }
     if (r->evaluated) {
         s->eval_correct += r->eval_correct;
         s->eval_total += r->eval_total;

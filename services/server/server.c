@@ -47,6 +47,7 @@ typedef struct {
     bool awaiting_seed; /* the workers' model: its values come from a worker's SEED */
     mq_codec_t codec;  /* the run's codec for quantized segments, level set per iteration */
     mq_kv_t *kv;       /* the shard, the round in flight, the reply, the master-copy update */
+    mq_widths_t push_widths; /* the push being taken: its levels */
     s_slot_t *slots;   /* one per worker */
     uint32_t *terms;   /* one per worker rank: the newest term seen (mqgrad/security.h) */
     /* the round in flight: its member set as the scheduler last named it */
@@ -702,11 +703,12 @@ static bool s_owner_ok(const s_server_t *self, const mq_msg_t *msg)
     return mq_token_equal(token, msg->peer);
 }
 
-/* Validates a push against the run's state; returns the drop reason or MQ_DROP_NONE. */
-static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char **why)
+/* Validates a push against the run's state and reads its levels into W; returns the drop
+ * reason or MQ_DROP_NONE. */
+static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, mq_widths_t *w,
+                              const char **why)
 {
     const mq_run_config_t *r = &self->run;
-    bool bits_ok = r->fp32 ? msg->push.bits == 32 : mq_bits_ok(&self->codec, (int)msg->push.bits);
     if (!self->welcomed)
         return *why = "push before the run started", MQ_DROP_ITER;
     if (msg->run_id != self->node.run_id)
@@ -729,12 +731,15 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, const char 
         return *why = "push from a worker that is not a member of the round", MQ_DROP_RANK;
     if (mq_kv_has(self->kv, msg->rank))
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
-    if (!bits_ok || !(msg->push.lr > 0))
-        return *why = "bad bits or learning rate", MQ_DROP_CODEC;
+    if (!(msg->push.lr > 0))
+        return *why = "bad learning rate", MQ_DROP_CODEC;
+    if (mq_widths_read(w, &self->codec, r->fp32, (int)msg->push.bits, msg->push.widths,
+                       msg->push.n_widths, (uint32_t)mq_model_ntensors(self->model)) != 0)
+        return *why = mq_err_last(), MQ_DROP_CODEC;
     if (mq_kv_pending(self->kv) > 0 &&
-        ((int)msg->push.bits != mq_kv_bits(self->kv) || msg->push.lr != mq_kv_lr(self->kv)))
+        (!mq_widths_equal(w, mq_kv_widths(self->kv)) || msg->push.lr != mq_kv_lr(self->kv)))
         return *why = "bits or learning rate differ from the other pushes", MQ_DROP_LAYOUT;
-    if (mq_shard_check(mq_kv_shard(self->kv), msg, (int)msg->push.bits, &self->codec, false) != 0)
+    if (mq_shard_check(mq_kv_shard(self->kv), msg, w, &self->codec, false) != 0)
         return *why = mq_err_last(), MQ_DROP_LAYOUT;
     return MQ_DROP_NONE;
 }
@@ -745,7 +750,7 @@ static void s_on_push(void *arg, mq_msg_t *msg, const mq_push_t *push)
     if (self->node.finished)
         return;
     const char *why = "";
-    mq_drop_t d = s_check_push(self, msg, &why);
+    mq_drop_t d = s_check_push(self, msg, &self->push_widths, &why);
     if (d != MQ_DROP_NONE) {
         mq_drops_note(&self->node.drops, d, msg->peer, msg->peer_len, why);
         if (d == MQ_DROP_LATE)
@@ -762,8 +767,8 @@ static void s_on_push(void *arg, mq_msg_t *msg, const mq_push_t *push)
         data[i] = zmq_msg_data(&slot->frames[i]);
         len[i] = zmq_msg_size(&slot->frames[i]);
     }
-    int rc = mq_kv_push(self->kv, msg->iter, msg->rank, (int)msg->push.bits, msg->push.lr, data, len,
-                        slot->n);
+    int rc = mq_kv_push(self->kv, msg->iter, msg->rank, &self->push_widths, msg->push.lr, data,
+                        len, slot->n);
     if (rc < 0) { /* validated above, so a bug: the push is dropped, not kept half-taken */
         for (uint32_t i = 0; i < slot->n; i++)
             zmq_msg_close(&slot->frames[i]);

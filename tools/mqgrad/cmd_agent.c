@@ -164,6 +164,12 @@ static void s_print_status(const mq_status_msg_t *st)
 {
     printf("policy        %s\n", st->policy);
     printf("bits          %u\n", st->bits);
+    if (st->n_widths) { /* a per-tensor policy: each tensor's level, in the layout's order */
+        printf("per tensor   ");
+        for (uint32_t t = 0; t < st->n_widths; t++)
+            printf("%s%u", t ? "," : " ", st->widths[t]);
+        printf("\n");
+    }
     printf("MDP step      %llu\n", (unsigned long long)st->step);
     printf("iteration     %llu\n", (unsigned long long)st->iter);
     if (isnan(st->last_reward))

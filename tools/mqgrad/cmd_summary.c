@@ -524,6 +524,32 @@ static void s_print_bits(FILE *out, const s_run_t *r)
     s_print_shares(out, r);
 }
 
+/* A per-tensor policy's levels, as the scheduler's last "widths" event in RUN_DIR gave them
+ * (nothing for a run without one). */
+static void s_print_widths(FILE *out, const char *run_dir)
+{
+    static const char event[] = "\"event\":\"widths\"", key[] = "\"widths\":\"",
+                      iter[] = "\"iter\":";
+    char path[4200], *ev;
+    size_t len;
+    snprintf(path, sizeof path, "%s/events.jsonl", run_dir);
+    if (mq_read_file(path, &ev, &len) != 0)
+        return;
+    const char *last = NULL;
+    for (const char *p = strstr(ev, event); p; p = strstr(p + 1, event))
+        last = p;
+    const char *line = last, *w = last ? strstr(last, key) : NULL;
+    while (line && line > ev && line[-1] != '\n')
+        line--;
+    const char *at = line ? strstr(line, iter) : NULL;
+    size_t n = w ? strcspn(w + strlen(key), "\"\n") : 0;
+    if (n && at && at < w)
+        fprintf(out,
+                "  per tensor, in the model's order (the last choice, at iteration %lld): %.*s\n",
+                strtoll(at + strlen(iter), NULL, 10), (int)n, w + strlen(key));
+    free(ev);
+}
+
 static void s_print_bytes(FILE *out, const s_run_t *r, double fp32_iter, const char *why)
 {
     char sent[32], fp[32], ratio[32];
@@ -663,6 +689,7 @@ int mq_run_summary_print(const char *run_dir, FILE *out)
     double fp32_iter = r->workers * param_bytes * 2;
     s_print_outcome(out, r);
     s_print_bits(out, r);
+    s_print_widths(out, run_dir);
     s_print_bytes(out, r, fp32_iter, why);
     s_print_time(out, r, param_bytes, why);
     s_print_files(out, run_dir);

@@ -97,18 +97,18 @@ uint64_t mq_kv_iter(const mq_kv_t *self);
 /* Pushes in for the current round; whether RANK's is among them. */
 uint32_t mq_kv_pending(const mq_kv_t *self);
 bool mq_kv_has(const mq_kv_t *self, uint32_t rank);
-/* The round's level and learning rate, set by its first push (meaningless before). */
-int mq_kv_bits(const mq_kv_t *self);
+/* The round's levels and learning rate, set by its first push (meaningless before). */
+const mq_widths_t *mq_kv_widths(const mq_kv_t *self);
 float mq_kv_lr(const mq_kv_t *self);
 
-/* Takes rank RANK's push for iteration ITER at level BITS and learning rate LR: DATA[i],
+/* Takes rank RANK's push for iteration ITER at levels W and learning rate LR: DATA[i],
  * LEN[i] is segment i's payload, i < N = the shard's segment count, validated by the wire
- * against the shard and the push codec at BITS. Only the pointers are kept: the bytes must
+ * against the shard and the push codec at W's levels. Only the pointers are kept: the bytes must
  * stay put until mq_kv_complete has returned. The first push of a round sets its level and
  * learning rate. Returns 1 when every rank's push is in (call mq_kv_complete), 0 while some
  * are missing, or -1 with an error (nothing kept) for another iteration, an unknown or
  * repeated rank, a segment count or level or learning rate that differs from the round's. */
-int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, int bits, float lr,
+int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, const mq_widths_t *w, float lr,
                const uint8_t *const *data, const size_t *len, uint32_t n);
 
 /* Completes the round: per segment, in order, the aggregate handler's result is encoded with
@@ -188,15 +188,16 @@ int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms);
 
 /* Encodes shard S's push from GRADS (the flat gradient, which must stay put until the
  * messages are sent and mq_kv_worker_wait says so; with error feedback the model's own
- * buffer, mq_model_grads, whose quantized segments it leaves holding their residual) at level
- * BITS and learning rate LR: per segment, in order, HDRS[i] and PAYLOADS[i], i < the shard's
+ * buffer, mq_model_grads, whose quantized segments it leaves holding their residual) at the
+ * levels W and learning rate LR: per segment, in order, HDRS[i] and PAYLOADS[i], i < the shard's
  * segment count. fp32 segments point into GRADS (no copy), quantized ones into the module's
  * buffers, encoded with the module's generator, the codec's state or error feedback. Each
  * payload holds a reference the caller drops with free_fn(data, hint) once sent. Adds
- * |Q(v)|^2 of each quantized segment's push to *SENT_SQ (may be NULL). Returns 0, or -1 with
- * an error and no reference left. */
-int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, int bits, float lr,
-                        mq_tensor_hdr_t *hdrs, mq_payload_t *payloads, double *sent_sq);
+ * |Q(v)|^2 of each quantized segment's push to *SENT_SQ and to TENSOR_SQ[its tensor] (either
+ * may be NULL). Returns 0, or -1 with an error and no reference left. */
+int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, const mq_widths_t *w,
+                        float lr, mq_tensor_hdr_t *hdrs, mq_payload_t *payloads,
+                        double *sent_sq, double *tensor_sq);
 
 /* Applies shard S's aggregate of iteration ITER to the parameters under the update rule at
  * learning rate LR, update number ITER + 1: DATA[i], LEN[i] is segment i's payload in

@@ -51,10 +51,33 @@ mq_codec_t mq_segment_codec(const mq_segment_t *seg, int bits, const mq_codec_t 
  * range when it takes a level, else any controller level (1..8, then ignored). */
 bool mq_bits_ok(const mq_codec_t *base, int bits);
 
+/* ---- a round's levels -----------------------------------------------------------------
+ * An iteration's level for every quantized tensor (BITS; 32 = fp32), or, where N > 0, one per
+ * tensor of the model's layout (ITERATE's and PUSH's widths: a per-layer policy). */
+typedef struct {
+    int bits;
+    uint32_t n;                       /* 0, or the layout's tensor count */
+    uint8_t per[MQ_WIRE_MAX_TENSORS]; /* tensor t's level, t < n */
+} mq_widths_t;
+
+/* A uniform level as a pointer argument: mq_kv_push(kv, it, r, MQ_WIDTHS(4), ...). */
+#define MQ_WIDTHS(b) (&(const mq_widths_t){.bits = (b)})
+
+/* Tensor T's level under W. */
+int mq_widths_at(const mq_widths_t *w, uint32_t tensor);
+bool mq_widths_equal(const mq_widths_t *a, const mq_widths_t *b);
+/* W from a message's BITS and its N per-tensor levels LIST. Each level must be one BASE takes
+ * (mq_bits_ok; 32 for every one under FP32) and N must be 0 or NTENSORS. -1 with an error
+ * naming the bad entry otherwise (W then undefined). */
+int mq_widths_read(mq_widths_t *w, const mq_codec_t *base, bool fp32, int bits,
+                   const uint32_t *list, uint32_t n, uint32_t ntensors);
+/* W's per-tensor levels into LIST (W->n of them) and *N. */
+void mq_widths_write(const mq_widths_t *w, uint32_t *list, uint32_t *n);
+
 /* Checks a received message's tensor headers against SHARD's segments and the codec
- * expected at BITS: the push's codec, or with REPLY the codec servers answer with
+ * expected at W's levels: the push's codec, or with REPLY the codec servers answer with
  * (mq_codec_reply). Sets an error and returns -1 on the first mismatch. */
-int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, int bits,
+int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths_t *w,
                    const mq_codec_t *base, bool reply);
 
 /* ---- reusable send buffers ----------------------------------------------------------

@@ -15,6 +15,9 @@
 extern "C" {
 #endif
 
+/* Tensors of a layout a per-tensor policy can set (nn.h's MQ_LAYOUT_MAX). */
+#define MQ_POLICY_MAX_TENSORS 128
+
 /* What the scheduler tells the agent about one finished iteration. */
 typedef struct {
     uint64_t iter;       /* m */
@@ -35,6 +38,14 @@ typedef struct {
     double sent_norm;    /* |Q(g)| as pushed (RMS over workers) */
     double update_norm;  /* |g^| of the applied aggregate */
     bool guard;          /* the scheduler's spike guard held the bits up */
+    /* The quantized tensors, for a per-tensor policy (NTENSORS 0: not reported): entry k is
+     * tensor TENSOR_INDEX[k] of the run's layout of LAYOUT_TENSORS, TENSOR_COUNT[k] values
+     * sent at TENSOR_BITS[k] with squared quantization error TENSOR_ERR[k] (mean over the
+     * workers). The arrays are the caller's, read during mq_policy_observe only. */
+    uint32_t ntensors, layout_tensors;
+    const uint64_t *tensor_count;
+    const uint32_t *tensor_bits, *tensor_index;
+    const double *tensor_err;
 } mq_observation_t;
 
 /* Every hyper-parameter of the paper, with the paper's values as defaults
@@ -92,6 +103,8 @@ typedef struct {
     int nq;
     double q_values[16];
     char detail[128];     /* the policy's own state in one line ("" if it has none) */
+    uint32_t nwidths;     /* a per-tensor policy's levels, one per tensor of the layout */
+    uint8_t widths[MQ_POLICY_MAX_TENSORS]; /* (0: bits for every tensor) */
 } mq_policy_status_t;
 void mq_policy_status(const mq_policy_t *p, mq_policy_status_t *st);
 

@@ -32,7 +32,7 @@ struct mq_kv_t {
     size_t *clen;
     uint32_t filled;
     uint64_t iter;
-    int bits;
+    mq_widths_t widths;
     float lr;
 };
 
@@ -214,9 +214,9 @@ bool mq_kv_has(const mq_kv_t *self, uint32_t rank)
     return rank < self->cfg.workers && self->has[rank];
 }
 
-int mq_kv_bits(const mq_kv_t *self)
+const mq_widths_t *mq_kv_widths(const mq_kv_t *self)
 {
-    return self->bits;
+    return &self->widths;
 }
 
 float mq_kv_lr(const mq_kv_t *self)
@@ -226,7 +226,7 @@ float mq_kv_lr(const mq_kv_t *self)
 
 /* ---- a round ---------------------------------------------------------------------------- */
 
-int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, int bits, float lr,
+int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, const mq_widths_t *w, float lr,
                const uint8_t *const *data, const size_t *len, uint32_t n)
 {
     uint32_t P = self->cfg.workers;
@@ -244,13 +244,14 @@ int mq_kv_push(mq_kv_t *self, uint64_t iter, uint32_t rank, int bits, float lr,
         mq_err_set("push with %u segments, the shard has %u", n, self->shard.nsegs);
         return -1;
     }
-    if (self->filled > 0 && (bits != self->bits || lr != self->lr)) {
-        mq_err_set("push at %d bits and lr %g, the round is at %d and %g", bits, (double)lr,
-                   self->bits, (double)self->lr);
+    if (self->filled > 0 && (!mq_widths_equal(w, &self->widths) || lr != self->lr)) {
+        mq_err_set("push at %d bits%s and lr %g, the round is at %d bits%s and %g", w->bits,
+                   w->n ? " per tensor" : "", (double)lr, self->widths.bits,
+                   self->widths.n ? " per tensor" : "", (double)self->lr);
         return -1;
     }
     if (self->filled == 0) {
-        self->bits = bits;
+        self->widths = *w;
         self->lr = lr;
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -276,7 +277,7 @@ static int s_aggregate(mq_kv_t *self, uint32_t i, uint32_t n)
     }
     mq_kv_pushes_t in = {
         .seg = seg,
-        .codec = mq_segment_codec(seg, self->bits, &self->cfg.codec),
+        .codec = mq_segment_codec(seg, mq_widths_at(&self->widths, seg->tensor), &self->cfg.codec),
         .npush = n,
         .data = self->cdata,
         .len = self->clen,
@@ -300,7 +301,8 @@ static int s_aggregate(mq_kv_t *self, uint32_t i, uint32_t n)
 static int s_reply(mq_kv_t *self, uint32_t i, mq_tensor_hdr_t *h, mq_payload_t *out)
 {
     const mq_segment_t *seg = &self->shard.segs[i];
-    mq_codec_t push = mq_segment_codec(seg, self->bits, &self->cfg.codec);
+    mq_codec_t push =
+        mq_segment_codec(seg, mq_widths_at(&self->widths, seg->tensor), &self->cfg.codec);
     mq_codec_t reply = mq_codec_reply(&push);
     const float *agg = self->agg + self->local[i];
     if (mq_ps_encode_segment(seg, &reply, agg, &self->coders[i], &self->agg_ref, NULL,

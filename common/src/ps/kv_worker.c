@@ -156,8 +156,9 @@ int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms)
     return 0;
 }
 
-int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, int bits, float lr,
-                        mq_tensor_hdr_t *hdrs, mq_payload_t *payloads, double *sent_sq)
+int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, const mq_widths_t *w,
+                        float lr, mq_tensor_hdr_t *hdrs, mq_payload_t *payloads,
+                        double *sent_sq, double *tensor_sq)
 {
     const mq_shard_t *sh = &self->shards[s];
     mq_seg_coder_t *coders = self->coders + (size_t)s * MQ_WIRE_MAX_TENSORS;
@@ -169,7 +170,7 @@ int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, int bits
     }
     for (uint32_t i = 0; i < sh->nsegs; i++) {
         const mq_segment_t *seg = &sh->segs[i];
-        mq_codec_t codec = mq_segment_codec(seg, bits, &self->cfg.codec);
+        mq_codec_t codec = mq_segment_codec(seg, mq_widths_at(w, seg->tensor), &self->cfg.codec);
         mq_codec_stats_t st; /* |Q(g)|^2, counted from the codes while they are in cache */
         float *v = grads + seg->flat, *res = ef && seg->quantized ? v : NULL;
         if (mq_ps_encode_segment(seg, &codec, v, &coders[i], &self->grads_ref, res, &self->rng, lr,
@@ -182,6 +183,8 @@ int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, int bits
             self->spent[(size_t)s * MQ_WIRE_MAX_TENSORS + i] = true;
         if (seg->quantized && sent_sq)
             *sent_sq += st.sq;
+        if (seg->quantized && tensor_sq)
+            tensor_sq[seg->tensor] += st.sq;
     }
     return 0;
 }

@@ -68,7 +68,47 @@ bool mq_bits_ok(const mq_codec_t *base, int bits)
     return bits >= MQ_QUANT_MIN_BITS && bits <= MQ_QUANT_MAX_BITS;
 }
 
-int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, int bits,
+int mq_widths_at(const mq_widths_t *w, uint32_t tensor)
+{
+    return tensor < w->n ? w->per[tensor] : w->bits;
+}
+
+bool mq_widths_equal(const mq_widths_t *a, const mq_widths_t *b)
+{
+    return a->bits == b->bits && a->n == b->n && memcmp(a->per, b->per, a->n) == 0;
+}
+
+int mq_widths_read(mq_widths_t *w, const mq_codec_t *base, bool fp32, int bits,
+                   const uint32_t *list, uint32_t n, uint32_t ntensors)
+{
+    if (fp32 ? bits != 32 : !mq_bits_ok(base, bits)) {
+        mq_err_set("level %d is not one the run's codec takes", bits);
+        return -1;
+    }
+    if (n != 0 && (n != ntensors || n > MQ_WIRE_MAX_TENSORS)) {
+        mq_err_set("%u per-tensor levels for a layout of %u tensors", n, ntensors);
+        return -1;
+    }
+    w->bits = bits;
+    w->n = n;
+    for (uint32_t t = 0; t < n; t++) {
+        if (fp32 ? list[t] != 32 : list[t] > 32 || !mq_bits_ok(base, (int)list[t])) {
+            mq_err_set("tensor %u's level %u is not one the run's codec takes", t, list[t]);
+            return -1;
+        }
+        w->per[t] = (uint8_t)list[t];
+    }
+    return 0;
+}
+
+void mq_widths_write(const mq_widths_t *w, uint32_t *list, uint32_t *n)
+{
+    for (uint32_t t = 0; t < w->n; t++)
+        list[t] = w->per[t];
+    *n = w->n;
+}
+
+int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths_t *w,
                    const mq_codec_t *base, bool reply)
 {
     if (msg->ntensors != shard->nsegs) {
@@ -78,7 +118,7 @@ int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, int bits,
     for (uint32_t i = 0; i < shard->nsegs; i++) {
         const mq_segment_t *s = &shard->segs[i];
         const mq_tensor_hdr_t *h = &msg->tensors[i];
-        mq_codec_t want = mq_segment_codec(s, bits, base);
+        mq_codec_t want = mq_segment_codec(s, mq_widths_at(w, s->tensor), base);
         if (reply)
             want = mq_codec_reply(&want);
         if (strcmp(h->name, s->name) != 0 || h->offset != s->offset || h->count != s->count) {

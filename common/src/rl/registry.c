@@ -13,6 +13,7 @@
     X(schedule)                                                                                    \
     X(dqsgd)                                                                                       \
     X(learned)                                                                                     \
+    X(lgreco)                                                                                      \
     /* one line per policy, above this one */
 
 #define S_DECLARE(name) extern const mq_policy_ops_t mq_policy_##name##_ops;

@@ -58,6 +58,7 @@ typedef struct {
     bool busy, pulling;
     uint64_t iter;
     int bits;
+    mq_widths_t widths; /* the round's levels (ITERATE's); bits is their default */
     float lr;
     bool evaluate;
     uint32_t eval_limit;
@@ -78,6 +79,9 @@ typedef struct {
         uint64_t n;
         float lo, hi;
     } gs; /* the gradient statistics, summed over the shards as they are pushed */
+    /* per tensor of the layout, over the quantized segments pushed: |g|^2 before and |Q(g)|^2
+     * after quantization (the report's tensor_err is their difference) */
+    double tensor_sq[MQ_WIRE_MAX_TENSORS], tensor_sent[MQ_WIRE_MAX_TENSORS];
     double decode_s;      /* this iteration's time applying aggregates */
     mq_report_t report;
     mq_msg_t in, out;
@@ -432,7 +436,7 @@ static uint64_t s_sanitize(float *g, size_t n)
  * memory speed. False if a value is not finite. With error feedback the quantized part holds
  * gradient + residual (kv_worker.c), and these are its statistics: what is quantized. */
 static bool s_scan(const s_worker_t *self, const float *g, uint32_t s, double *sq, uint64_t *n,
-                   float *lo, float *hi)
+                   float *lo, float *hi, double *seg_sq)
 {
     bool fp32_ok = true;
     *sq = 0, *n = 0, *lo = INFINITY, *hi = -INFINITY;
@@ -440,7 +444,9 @@ static bool s_scan(const s_worker_t *self, const float *g, uint32_t s, double *s
     for (uint32_t i = 0; i < sh->nsegs; i++) {
         const mq_segment_t *seg = &sh->segs[i];
         if (seg->quantized) {
+            double before = *sq;
             s_stats(g + seg->flat, seg->count, sq, lo, hi);
+            seg_sq[i] = *sq - before;
             *n += seg->count;
         } else if (fp32_ok) {
             fp32_ok = mq_codec_first_nonfinite(g + seg->flat, seg->count) == seg->count;
@@ -453,16 +459,19 @@ static bool s_scan(const s_worker_t *self, const float *g, uint32_t s, double *s
  * them zeroed and counted first (then scanned again). */
 static void s_shard_stats(s_worker_t *self, float *g, uint32_t s)
 {
-    double sq;
+    double sq, seg_sq[MQ_WIRE_MAX_TENSORS];
     uint64_t n;
     float lo, hi;
-    if (!s_scan(self, g, s, &sq, &n, &lo, &hi)) {
-        const mq_shard_t *sh = mq_kv_worker_shard(self->kv, s);
+    const mq_shard_t *sh = mq_kv_worker_shard(self->kv, s);
+    if (!s_scan(self, g, s, &sq, &n, &lo, &hi, seg_sq)) {
         self->report.nonfinite += s_sanitize(g + sh->begin, sh->end - sh->begin);
-        s_scan(self, g, s, &sq, &n, &lo, &hi);
+        s_scan(self, g, s, &sq, &n, &lo, &hi, seg_sq);
         if (!isfinite(sq)) /* finite values whose squares overflow */
             sq = DBL_MAX;
     }
+    for (uint32_t i = 0; i < sh->nsegs; i++)
+        if (sh->segs[i].quantized)
+            self->tensor_sq[sh->segs[i].tensor] += seg_sq[i];
     self->gs.sq = fmin(self->gs.sq + sq, DBL_MAX);
     self->gs.n += n;
     self->gs.lo = fminf(self->gs.lo, lo);
@@ -481,11 +490,13 @@ static int s_push(s_worker_t *self, uint32_t s, bool async)
     out->rank = self->rank;
     out->push.shard = s;
     out->push.bits = (uint32_t)self->bits;
+    mq_widths_write(&self->widths, out->push.widths, &out->push.n_widths);
     out->push.lr = self->lr;
     out->ntensors = mq_kv_worker_shard(self->kv, s)->nsegs;
     mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
-    if (mq_kv_worker_encode(self->kv, s, mq_model_grads(self->model), self->bits, self->lr,
-                            out->tensors, payloads, &self->report.sent_sq) != 0)
+    if (mq_kv_worker_encode(self->kv, s, mq_model_grads(self->model), &self->widths, self->lr,
+                            out->tensors, payloads, &self->report.sent_sq,
+                            self->tensor_sent) != 0)
         return -1;
     size_t bytes = 0;
     for (uint32_t i = 0; i < out->ntensors; i++)
@@ -556,6 +567,8 @@ static void s_compute(s_worker_t *self)
     mq_kv_worker_round(self->kv, self->iter); /* the round's draws, whatever came before */
     memset(self->pushed, 0, sizeof self->pushed);
     self->gs.sq = 0, self->gs.n = 0, self->gs.lo = INFINITY, self->gs.hi = -INFINITY;
+    memset(self->tensor_sq, 0, sizeof self->tensor_sq);
+    memset(self->tensor_sent, 0, sizeof self->tensor_sent);
     self->early_s = 0;
     self->push_failed = false;
     if (self->ext) {
@@ -608,6 +621,10 @@ static void s_pushes(s_worker_t *self, double t0, double loss)
     self->report.grad_sq = self->gs.sq;
     self->report.grad_sqmean = self->gs.n ? self->gs.sq / (double)self->gs.n : 0;
     self->report.grad_range = self->gs.n ? (double)self->gs.hi - self->gs.lo : 0;
+    uint32_t nt = (uint32_t)mq_model_ntensors(self->model);
+    for (uint32_t t = 0; t < nt; t++) /* an unbiased codec: E|Q(g)|^2 = |g|^2 + E|Q(g) - g|^2 */
+        self->report.tensor_err[t] = fmax(self->tensor_sent[t] - self->tensor_sq[t], 0);
+    self->report.n_tensor_err = nt;
     self->report.compute_ms = (t1 - t0 - self->early_s) * 1e3;
     /* Time spent sending on an emulated link is communication, not quantization. */
     self->report.encode_ms = (self->t_pushed - t1 + self->early_s - self->egress_s) * 1e3;
@@ -656,9 +673,12 @@ static bool s_abandoned(s_worker_t *self, const mq_msg_t *msg)
 static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
 {
     const mq_iterate_t *it = &msg->iterate;
-    bool bits_ok = self->run.fp32 ? it->bits == 32 : mq_bits_ok(&self->codec, (int)it->bits);
-    if (!bits_ok || !(it->lr > 0)) {
-        mq_drops_note(&self->node.drops, MQ_DROP_CODEC, NULL, 0, "iterate with bad bits or lr");
+    mq_widths_t widths;
+    if (!(it->lr > 0) ||
+        mq_widths_read(&widths, &self->codec, self->run.fp32, (int)it->bits, it->widths,
+                       it->n_widths, (uint32_t)mq_model_ntensors(self->model)) != 0) {
+        mq_drops_note(&self->node.drops, MQ_DROP_CODEC, NULL, 0,
+                      it->lr > 0 ? mq_err_last() : "iterate with a bad learning rate");
         return;
     }
     int member = mq_member_index(it->members, it->n_members, self->rank);
@@ -694,6 +714,7 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     self->pulling = false;
     self->iter = msg->iter;
     self->bits = (int)it->bits;
+    self->widths = widths;
     self->lr = it->lr;
     self->evaluate = it->evaluate;
     self->eval_limit = it->eval_limit;
@@ -878,7 +899,8 @@ static void s_on_aggregate(void *arg, mq_msg_t *msg, const mq_shard_msg_t *agg)
         reason = MQ_DROP_SHARD, why = "aggregate for another shard";
     else if (self->got_shard[s])
         reason = MQ_DROP_DUPLICATE, why = "second aggregate for a shard";
-    else if (mq_shard_check(mq_kv_worker_shard(self->kv, s), msg, self->bits, &self->codec, true) != 0)
+    else if (mq_shard_check(mq_kv_worker_shard(self->kv, s), msg, &self->widths, &self->codec,
+                            true) != 0)
         reason = MQ_DROP_LAYOUT, why = mq_err_last();
     if (reason != MQ_DROP_NONE) {
         mq_drops_note(&self->node.drops, reason, (const uint8_t *)&s, sizeof s, why);
