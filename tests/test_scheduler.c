@@ -138,3 +138,94 @@ Test(scheduler, checkpoint_keeps_the_first_loss_and_reads_older_files)
     unlink(path);
     rmdir(dir);
 }
+
+/* ---- the link to the agent (agent_link.c) -------------------------------------------------- */
+
+/* Feeds EVENT in *S, expecting the state WANT and exactly the actions ACTS. */
+static void s_al(mq_al_state_t *s, mq_al_event_t event, mq_al_state_t want, unsigned acts)
+{
+    mq_al_state_t from = *s;
+    unsigned got;
+    cr_assert_eq(mq_al_step(s, event, &got), 0, "%s in %s: %s", mq_al_event_name(event),
+                 mq_al_state_name(from), mq_err_last());
+    cr_expect_eq(*s, want, "%s in %s: to %s, expected %s", mq_al_event_name(event),
+                 mq_al_state_name(from), mq_al_state_name(*s), mq_al_state_name(want));
+    cr_expect_eq(got, acts, "%s in %s: actions %#x, expected %#x", mq_al_event_name(event),
+                 mq_al_state_name(from), got, acts);
+}
+
+Test(scheduler, an_answering_agent_is_waited_for_and_the_run_goes_on_when_it_decides)
+{
+    mq_al_state_t s = MQ_AL_ANSWERING;
+    s_al(&s, MQ_AL_OBSERVED, MQ_AL_WAITING, MQ_AL_WAIT);
+    s_al(&s, MQ_AL_DECISION, MQ_AL_WAITING, MQ_AL_TAKE); /* an older decision: still waiting */
+    s_al(&s, MQ_AL_DECISION_DUE, MQ_AL_ANSWERING, MQ_AL_TAKE | MQ_AL_CANCEL | MQ_AL_NEXT);
+    s_al(&s, MQ_AL_DEADLINE, MQ_AL_ANSWERING, 0); /* its timer ended: nothing happens */
+    s_al(&s, MQ_AL_OBSERVED_LAST, MQ_AL_ANSWERING, MQ_AL_NEXT); /* the last: no wait */
+}
+
+Test(scheduler, a_silent_agent_is_counted_said_once_and_not_waited_for_until_it_answers)
+{
+    mq_al_state_t s = MQ_AL_ANSWERING;
+    s_al(&s, MQ_AL_OBSERVED, MQ_AL_WAITING, MQ_AL_WAIT);
+    s_al(&s, MQ_AL_DEADLINE, MQ_AL_SILENT, MQ_AL_MISSED | MQ_AL_LOST | MQ_AL_NEXT);
+    s_al(&s, MQ_AL_OBSERVED, MQ_AL_SILENT, MQ_AL_NEXT); /* told, not waited for */
+    s_al(&s, MQ_AL_UNREACHABLE, MQ_AL_SILENT, MQ_AL_MISSED | MQ_AL_NEXT); /* counted, not said */
+    s_al(&s, MQ_AL_DEADLINE, MQ_AL_SILENT, 0);
+    s_al(&s, MQ_AL_DECISION, MQ_AL_ANSWERING, MQ_AL_TAKE | MQ_AL_BACK);
+    s_al(&s, MQ_AL_OBSERVED, MQ_AL_WAITING, MQ_AL_WAIT); /* waited for again */
+    /* an agent that cannot be reached is said lost at once */
+    s = MQ_AL_ANSWERING;
+    s_al(&s, MQ_AL_UNREACHABLE, MQ_AL_SILENT, MQ_AL_MISSED | MQ_AL_LOST | MQ_AL_NEXT);
+    s_al(&s, MQ_AL_DECISION_DUE, MQ_AL_ANSWERING, MQ_AL_TAKE | MQ_AL_BACK);
+}
+
+Test(scheduler, a_rollback_or_the_end_of_the_run_ends_a_wait)
+{
+    mq_al_state_t s = MQ_AL_WAITING;
+    s_al(&s, MQ_AL_RESET, MQ_AL_ANSWERING, MQ_AL_CANCEL);
+    s_al(&s, MQ_AL_RESET, MQ_AL_ANSWERING, 0);
+    s = MQ_AL_SILENT;
+    s_al(&s, MQ_AL_RESET, MQ_AL_SILENT, 0); /* still not waited for */
+    /* one wait at a time: a second observation while waiting is the caller's bug, refused */
+    s = MQ_AL_WAITING;
+    unsigned act = 99;
+    cr_expect_eq(mq_al_step(&s, MQ_AL_OBSERVED, &act), -1);
+    cr_expect_eq(s, MQ_AL_WAITING);
+    cr_expect_eq(act, 0);
+    cr_expect(strstr(mq_err_last(), "observed") && strstr(mq_err_last(), "waiting"), "%s",
+              mq_err_last());
+    /* every other cell of the table is defined, and leads to a state */
+    for (int st = 0; st < MQ_AL_NSTATES; st++)
+        for (int ev = 0; ev < MQ_AL_NEVENTS; ev++) {
+            mq_al_state_t x = (mq_al_state_t)st;
+            int rc = mq_al_step(&x, (mq_al_event_t)ev, &act);
+            bool hole = st == MQ_AL_WAITING && ev <= MQ_AL_UNREACHABLE;
+            cr_expect_eq(rc, hole ? -1 : 0, "%s in %s", mq_al_event_name(ev),
+                         mq_al_state_name(st));
+            cr_expect(x < MQ_AL_NSTATES);
+        }
+}
+
+Test(scheduler, a_decision_outside_the_levels_or_for_another_layout_is_dropped)
+{
+    mq_widths_t w;
+    const char *why = "";
+    mq_status_msg_t d = {.bits = 4};
+    cr_expect_eq(mq_al_decision(&d, 10, &w, &why), MQ_DROP_NONE);
+    cr_expect_eq(w.bits, 4);
+    cr_expect_eq(w.n, 0);
+    d.bits = 9;
+    cr_expect_eq(mq_al_decision(&d, 10, &w, &why), MQ_DROP_CODEC);
+    cr_expect(strstr(why, "bits out of range"), "%s", why);
+    d = (mq_status_msg_t){.bits = 3, .n_widths = 3, .widths = {1, 8, 3}};
+    cr_expect_eq(mq_al_decision(&d, 3, &w, &why), MQ_DROP_NONE);
+    cr_expect_eq(w.n, 3);
+    cr_expect_eq(mq_widths_at(&w, 1), 8);
+    cr_expect_eq(mq_al_decision(&d, 10, &w, &why), MQ_DROP_LAYOUT);
+    cr_expect(strstr(why, "another layout"), "%s", why);
+    cr_expect_eq(mq_al_decision(&d, 0, &w, &why), MQ_DROP_LAYOUT, "no layout known");
+    d.widths[2] = 0;
+    cr_expect_eq(mq_al_decision(&d, 3, &w, &why), MQ_DROP_CODEC);
+    cr_expect(strstr(why, "tensor's level"), "%s", why);
+}

@@ -124,7 +124,7 @@ typedef struct {
     bool has_layout, external;
     uint32_t seeder; /* external: the rank whose values the servers start from */
     /* agent */
-    bool agent_ok;
+    mq_al_state_t agent_link; /* agent_link.c */
     int agent_timer;
     uint64_t fallbacks;
     char policy[64];
@@ -294,6 +294,8 @@ static void s_metrics_straggler(s_sched_t *self, uint32_t r)
 }
 
 static void s_finish(s_sched_t *self, const char *status, int code);
+static void s_agent_event(s_sched_t *self, mq_al_event_t event, const char *why,
+                          const mq_status_msg_t *d, const mq_widths_t *w);
 static void s_fail(s_sched_t *self, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- sending ----------------------------------------------------------------------------- */
@@ -874,6 +876,7 @@ static void s_finish(s_sched_t *self, const char *status, int code)
     if (self->phase == S_DONE)
         return;
     self->phase = S_DONE;
+    s_agent_event(self, MQ_AL_RESET, NULL, NULL, NULL); /* no wait outlives the run */
     s_summary(self, status);
     char fields[96];
     snprintf(fields, sizeof fields, "\"status\":\"%s\"", status);
@@ -1108,31 +1111,60 @@ static bool s_record(s_sched_t *self)
 
 /* ---- the agent ----------------------------------------------------------------------------- */
 
-static void s_agent_missed(s_sched_t *self, const char *why)
+static int s_on_agent_deadline(zloop_t *loop, int timer_id, void *arg);
+static void s_take_decision(s_sched_t *self, const mq_status_msg_t *d, const mq_widths_t *w);
+
+/* Feeds EVENT to the link's state machine (agent_link.c) and carries out its actions; WHY
+ * says what happened when the agent missed, D and W are the decision taken. */
+static void s_agent_event(s_sched_t *self, mq_al_event_t event, const char *why,
+                          const mq_status_msg_t *d, const mq_widths_t *w)
 {
-    self->fallbacks++;
-    mq_metric_set(self->m.fallbacks, (double)self->fallbacks); /* the tick sets it from a resume */
-    if (!self->agent_ok)
+    unsigned act;
+    if (mq_al_step(&self->agent_link, event, &act) != 0) {
+        mq_warn("%s", mq_err_last());
         return;
-    self->agent_ok = false;
-    mq_warn("agent at %s %s: reusing %d bits, training goes on", self->cfg->agent, why,
-            self->bits);
-    char fields[160];
-    snprintf(fields, sizeof fields, "\"reason\":\"%s\",\"bits\":%d", why, self->bits);
-    s_event(self, "agent_fallback", fields);
+    }
+    if (act & MQ_AL_TAKE)
+        s_take_decision(self, d, w);
+    if (act & MQ_AL_BACK) {
+        mq_info("agent answers again (bits %u)", d->bits);
+        s_event(self, "agent_back", NULL);
+    }
+    if (act & MQ_AL_MISSED) {
+        self->fallbacks++;
+        mq_metric_set(self->m.fallbacks, (double)self->fallbacks);
+    }
+    if (act & MQ_AL_LOST) {
+        mq_warn("agent at %s %s: reusing %d bits, training goes on", self->cfg->agent, why,
+                self->bits);
+        char fields[160];
+        snprintf(fields, sizeof fields, "\"reason\":\"%s\",\"bits\":%d", why, self->bits);
+        s_event(self, "agent_fallback", fields);
+    }
+    if ((act & MQ_AL_CANCEL) && self->agent_timer >= 0)
+        zloop_timer_end(self->loop, self->agent_timer);
+    if (act & MQ_AL_CANCEL)
+        self->agent_timer = -1;
+    if (act & MQ_AL_WAIT) {
+        self->phase = S_WAIT_AGENT;
+        self->t_observed = mq_now_s();
+        self->agent_timer = zloop_timer(self->loop, (size_t)self->cfg->agent_deadline_ms, 1,
+                                        s_on_agent_deadline, self);
+    }
+    if (act & MQ_AL_NEXT) {
+        if (self->phase == S_WAIT_AGENT)
+            self->agent_ms = (mq_now_s() - self->t_observed) * 1e3;
+        s_next(self);
+    }
 }
 
 static int s_on_agent_deadline(zloop_t *loop, int timer_id, void *arg)
 {
     s_sched_t *self = arg;
     self->agent_timer = -1;
-    if (self->phase != S_WAIT_AGENT)
-        return 0;
     char why[96];
     snprintf(why, sizeof why, "did not answer within %.0f ms", self->cfg->agent_deadline_ms);
-    s_agent_missed(self, why);
-    self->agent_ms = (mq_now_s() - self->t_observed) * 1e3;
-    s_next(self);
+    s_agent_event(self, MQ_AL_DEADLINE, why, NULL, NULL);
     return 0;
 }
 
@@ -1183,46 +1215,34 @@ static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
         .fallbacks = self->fallbacks,
     };
     s_observe_tensors(self, &self->out.observe, W);
-    if (mq_wire_send(self->agent, &self->out, NULL, 0) != 0) {
-        s_agent_missed(self, "is unreachable");
-        s_next(self);
-        return;
-    }
-    if (!self->agent_ok || s_over(self)) {
-        s_next(self);
-        return;
-    }
-    self->phase = S_WAIT_AGENT;
-    self->t_observed = mq_now_s();
-    self->agent_timer = zloop_timer(self->loop, (size_t)c->agent_deadline_ms, 1,
-                                    s_on_agent_deadline, self);
+    if (mq_wire_send(self->agent, &self->out, NULL, 0) != 0)
+        s_agent_event(self, MQ_AL_UNREACHABLE, "is unreachable", NULL, NULL);
+    else
+        s_agent_event(self, s_over(self) ? MQ_AL_OBSERVED_LAST : MQ_AL_OBSERVED, NULL, NULL,
+                      NULL);
 }
 
-static void s_on_decision(void *arg, mq_msg_t *msg, const mq_status_msg_t *d_)
+static void s_on_decision(void *arg, mq_msg_t *msg, const mq_status_msg_t *d)
 {
     s_sched_t *self = arg;
-    const mq_status_msg_t *d = d_;
     if (self->phase == S_DONE)
         return;
-    if (d->bits < MQ_QUANT_MIN_BITS || d->bits > MQ_QUANT_MAX_BITS) {
-        mq_drops_note(&self->drops, MQ_DROP_CODEC, (const uint8_t *)"agent", 5,
-                      "decision with bits out of range");
+    mq_widths_t widths;
+    const char *why = "";
+    mq_drop_t drop = mq_al_decision(d, self->has_layout ? self->layout.n : 0, &widths, &why);
+    if (drop != MQ_DROP_NONE) {
+        mq_drops_note(&self->drops, drop, (const uint8_t *)"agent", 5, why);
         return;
     }
-    mq_widths_t widths = {.bits = (int)d->bits, .n = d->n_widths};
-    if (d->n_widths && (!self->has_layout || d->n_widths != self->layout.n)) {
-        mq_drops_note(&self->drops, MQ_DROP_LAYOUT, (const uint8_t *)"agent", 5,
-                      "decision with per-tensor levels for another layout");
-        return;
-    }
-    for (uint32_t t = 0; t < d->n_widths; t++) {
-        if (d->widths[t] < MQ_QUANT_MIN_BITS || d->widths[t] > MQ_QUANT_MAX_BITS) {
-            mq_drops_note(&self->drops, MQ_DROP_CODEC, (const uint8_t *)"agent", 5,
-                          "decision with a tensor's level out of range");
-            return;
-        }
-        widths.per[t] = (uint8_t)d->widths[t];
-    }
+    bool due = self->phase == S_WAIT_AGENT && msg->iter + 1 == self->iter;
+    s_agent_event(self, due ? MQ_AL_DECISION_DUE : MQ_AL_DECISION, NULL, d, &widths);
+}
+
+/* Applies decision D, its levels W: the bits and levels of the next iterations, the policy's
+ * name, each change recorded. */
+static void s_take_decision(s_sched_t *self, const mq_status_msg_t *d, const mq_widths_t *w)
+{
+    mq_widths_t widths = *w;
     if (!mq_widths_equal(&widths, &self->widths) && widths.n) {
         char fields[MQ_WIRE_MAX_TENSORS * 4 + 32] = "\"widths\":\"";
         for (uint32_t t = 0; t < widths.n; t++)
@@ -1241,24 +1261,12 @@ static void s_on_decision(void *arg, mq_msg_t *msg, const mq_status_msg_t *d_)
         s_event(self, "policy", fields);
         snprintf(self->policy, sizeof self->policy, "%s", d->policy);
     }
-    if (!self->agent_ok) {
-        self->agent_ok = true;
-        mq_info("agent answers again (bits %u)", d->bits);
-        s_event(self, "agent_back", NULL);
-    }
     if ((int)d->bits != self->bits) {
         char fields[96];
         snprintf(fields, sizeof fields, "\"from\":%d,\"to\":%u", self->bits, d->bits);
         s_event(self, "bits", fields);
     }
     self->bits = (int)d->bits;
-    if (self->phase == S_WAIT_AGENT && msg->iter + 1 == self->iter) {
-        if (self->agent_timer >= 0)
-            zloop_timer_end(self->loop, self->agent_timer);
-        self->agent_timer = -1;
-        self->agent_ms = (mq_now_s() - self->t_observed) * 1e3;
-        s_next(self);
-    }
 }
 
 static void s_iteration_done(s_sched_t *self)
@@ -1867,9 +1875,7 @@ static void s_recover(s_sched_t *self, uint32_t server, double silent)
     memset(self->servers, 0, sizeof self->servers);
     self->nservers = 0;
     self->ckpt_pending = false;
-    if (self->agent_timer >= 0)
-        zloop_timer_end(self->loop, self->agent_timer);
-    self->agent_timer = -1;
+    s_agent_event(self, MQ_AL_RESET, NULL, NULL, NULL);
     if (rc == 0) {
         s_restore(self, &ck);
     } else {
@@ -2023,7 +2029,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
         mq_model_layout_of(self->run.model, strcmp(self->run.dataset, "cifar10") == 0 ? 3 : 1,
                            &self->layout) == 0;
     self->bits = (int)self->cfg->bits;
-    self->agent_ok = true;
+    self->agent_link = MQ_AL_ANSWERING;
     self->agent_timer = -1;
     self->deadline_timer = -1;
     mq_sched_stragglers(self->cfg->stragglers, &self->stragglers, &self->straggler_value);

@@ -2,6 +2,7 @@
 #ifndef MQGRAD_SCHEDULER_INTERNAL_H
 #define MQGRAD_SCHEDULER_INTERNAL_H
 
+#include "mqgrad/ps.h"
 #include "mqgrad/wire.h"
 #include "scheduler.h"
 
@@ -42,5 +43,56 @@ bool mq_sched_run_exists(const char *run_dir);
 bool mq_sched_run_finished(const char *run_dir);
 /* The first of DIR-2, DIR-3, ... that holds no run, into OUT. */
 int mq_sched_next_dir(const char *dir, char *out, size_t len);
+
+/* ---- the link to the agent (agent_link.c) -------------------------------------------------
+ * After each recorded iteration the scheduler tells the agent (OBSERVE) and waits at most a
+ * deadline for its decision on the next; an agent that misses one is not waited for again
+ * until it answers, so training never stalls on it (the last bits are reused, each miss
+ * counted). Without sockets: the actor feeds the events and carries out the actions.
+ *
+ *   ANSWERING  OBSERVED: -> WAITING, wait.  OBSERVED_LAST: next.  UNREACHABLE: -> SILENT,
+ *              missed, lost, next.  DECISION_DUE, DECISION: take.  DEADLINE, RESET: nothing.
+ *   WAITING    DECISION_DUE: -> ANSWERING, take, cancel, next.  DECISION: take (still
+ *              waiting).  DEADLINE: -> SILENT, missed, lost, next.  RESET: -> ANSWERING,
+ *              cancel.  OBSERVED, OBSERVED_LAST, UNREACHABLE: none (one wait at a time).
+ *   SILENT     OBSERVED, OBSERVED_LAST: next (told, not waited for).  UNREACHABLE: missed,
+ *              next.  DECISION_DUE, DECISION: -> ANSWERING, take, back.  DEADLINE, RESET:
+ *              nothing.
+ *
+ * OBSERVED: the observation went out; OBSERVED_LAST: it went out for the run's last iteration
+ * (nothing to wait for); UNREACHABLE: it could not be sent; DECISION_DUE: the decision on the
+ * iteration the scheduler waits to issue; DECISION: any other (late, or unasked); DEADLINE:
+ * the wait's timer fired; RESET: the run rolled back (a server was lost). */
+typedef enum { MQ_AL_ANSWERING, MQ_AL_WAITING, MQ_AL_SILENT, MQ_AL_NSTATES } mq_al_state_t;
+typedef enum {
+    MQ_AL_OBSERVED,
+    MQ_AL_OBSERVED_LAST,
+    MQ_AL_UNREACHABLE,
+    MQ_AL_DECISION_DUE,
+    MQ_AL_DECISION,
+    MQ_AL_DEADLINE,
+    MQ_AL_RESET,
+    MQ_AL_NEVENTS
+} mq_al_event_t;
+enum {
+    MQ_AL_WAIT = 1 << 0,   /* start the deadline's timer */
+    MQ_AL_CANCEL = 1 << 1, /* end it */
+    MQ_AL_NEXT = 1 << 2,   /* go on to the next iteration */
+    MQ_AL_MISSED = 1 << 3, /* count a fallback: the last bits are reused */
+    MQ_AL_LOST = 1 << 4,   /* the agent stopped answering: say so, once */
+    MQ_AL_TAKE = 1 << 5,   /* apply the decision */
+    MQ_AL_BACK = 1 << 6,   /* the agent answers again: say so */
+};
+
+/* Moves *STATE by EVENT and sets *ACTIONS (MQ_AL_* bits). -1 with an error, *STATE unchanged
+ * and no actions, for an event the table has no cell for in that state. */
+int mq_al_step(mq_al_state_t *state, mq_al_event_t event, unsigned *actions);
+const char *mq_al_state_name(mq_al_state_t s);
+const char *mq_al_event_name(mq_al_event_t e);
+/* A decision's levels into OUT: bits in the controllers' range and, when it has per-tensor
+ * levels, one in that range per tensor of a layout of LAYOUT_TENSORS (0: none known). The
+ * drop's reason, with WHY, when not. */
+mq_drop_t mq_al_decision(const mq_status_msg_t *d, uint32_t layout_tensors, mq_widths_t *out,
+                         const char **why);
 
 #endif

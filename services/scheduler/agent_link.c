@@ -1,0 +1,98 @@
+/* The scheduler's link to the agent as a state machine without sockets (scheduler_internal.h):
+ * the table below is the whole of its behaviour; the actor sends, runs the timer and goes on
+ * as the actions say. */
+#include <stdio.h>
+
+#include "mqgrad/quant.h"
+#include "mqgrad/util.h"
+#include "scheduler_internal.h"
+
+typedef struct {
+    mq_al_state_t next;
+    unsigned actions;
+    bool valid; /* false: the event cannot happen in this state (a bug in the caller) */
+} s_cell_t;
+
+#define S_NEXT MQ_AL_NEXT
+#define S_CELL(state, acts) {MQ_AL_##state, (acts), true}
+#define S_NONE {0, 0, false}
+
+/* state x event -> next state, actions. */
+static const s_cell_t s_table[MQ_AL_NSTATES][MQ_AL_NEVENTS] = {
+    [MQ_AL_ANSWERING] =
+        {
+            [MQ_AL_OBSERVED] = S_CELL(WAITING, MQ_AL_WAIT),
+            [MQ_AL_OBSERVED_LAST] = S_CELL(ANSWERING, S_NEXT),
+            [MQ_AL_UNREACHABLE] = S_CELL(SILENT, MQ_AL_MISSED | MQ_AL_LOST | S_NEXT),
+            [MQ_AL_DECISION_DUE] = S_CELL(ANSWERING, MQ_AL_TAKE),
+            [MQ_AL_DECISION] = S_CELL(ANSWERING, MQ_AL_TAKE),
+            [MQ_AL_DEADLINE] = S_CELL(ANSWERING, 0), /* a timer already ended */
+            [MQ_AL_RESET] = S_CELL(ANSWERING, 0),
+        },
+    [MQ_AL_WAITING] =
+        {
+            [MQ_AL_OBSERVED] = S_NONE, /* one observation awaits its decision at a time */
+            [MQ_AL_OBSERVED_LAST] = S_NONE,
+            [MQ_AL_UNREACHABLE] = S_NONE,
+            [MQ_AL_DECISION_DUE] = S_CELL(ANSWERING, MQ_AL_TAKE | MQ_AL_CANCEL | S_NEXT),
+            [MQ_AL_DECISION] = S_CELL(WAITING, MQ_AL_TAKE), /* an older one: still waiting */
+            [MQ_AL_DEADLINE] = S_CELL(SILENT, MQ_AL_MISSED | MQ_AL_LOST | S_NEXT),
+            [MQ_AL_RESET] = S_CELL(ANSWERING, MQ_AL_CANCEL),
+        },
+    [MQ_AL_SILENT] =
+        {
+            [MQ_AL_OBSERVED] = S_CELL(SILENT, S_NEXT), /* told, not waited for */
+            [MQ_AL_OBSERVED_LAST] = S_CELL(SILENT, S_NEXT),
+            [MQ_AL_UNREACHABLE] = S_CELL(SILENT, MQ_AL_MISSED | S_NEXT),
+            [MQ_AL_DECISION_DUE] = S_CELL(ANSWERING, MQ_AL_TAKE | MQ_AL_BACK),
+            [MQ_AL_DECISION] = S_CELL(ANSWERING, MQ_AL_TAKE | MQ_AL_BACK),
+            [MQ_AL_DEADLINE] = S_CELL(SILENT, 0),
+            [MQ_AL_RESET] = S_CELL(SILENT, 0),
+        },
+};
+
+static const char *const s_states[MQ_AL_NSTATES] = {"answering", "waiting", "silent"};
+static const char *const s_events[MQ_AL_NEVENTS] = {
+    "observed", "observed-last", "unreachable", "decision-due", "decision", "deadline", "reset"};
+
+const char *mq_al_state_name(mq_al_state_t s)
+{
+    return (unsigned)s < MQ_AL_NSTATES ? s_states[s] : "?";
+}
+
+const char *mq_al_event_name(mq_al_event_t e)
+{
+    return (unsigned)e < MQ_AL_NEVENTS ? s_events[e] : "?";
+}
+
+int mq_al_step(mq_al_state_t *state, mq_al_event_t event, unsigned *actions)
+{
+    *actions = 0;
+    if ((unsigned)*state >= MQ_AL_NSTATES || (unsigned)event >= MQ_AL_NEVENTS ||
+        !s_table[*state][event].valid) {
+        mq_err_set("agent link: no %s event in state %s", mq_al_event_name(event),
+                   mq_al_state_name(*state));
+        return -1;
+    }
+    const s_cell_t *c = &s_table[*state][event];
+    *state = c->next;
+    *actions = c->actions;
+    return 0;
+}
+
+mq_drop_t mq_al_decision(const mq_status_msg_t *d, uint32_t layout_tensors, mq_widths_t *out,
+                         const char **why)
+{
+    if (d->bits < MQ_QUANT_MIN_BITS || d->bits > MQ_QUANT_MAX_BITS)
+        return *why = "decision with bits out of range", MQ_DROP_CODEC;
+    if (d->n_widths && d->n_widths != layout_tensors)
+        return *why = "decision with per-tensor levels for another layout", MQ_DROP_LAYOUT;
+    out->bits = (int)d->bits;
+    out->n = d->n_widths;
+    for (uint32_t t = 0; t < d->n_widths; t++) {
+        if (d->widths[t] < MQ_QUANT_MIN_BITS || d->widths[t] > MQ_QUANT_MAX_BITS)
+            return *why = "decision with a tensor's level out of range", MQ_DROP_CODEC;
+        out->per[t] = (uint8_t)d->widths[t];
+    }
+    return MQ_DROP_NONE;
+}
