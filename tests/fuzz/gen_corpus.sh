@@ -9,14 +9,20 @@ cd "$repo"
 build="${MQGRAD_FUZZ_BUILD_DIR:-build-fuzz}"
 CC=clang-14 cmake -S . -B "$build" -DMQGRAD_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" --target gen_corpus -j"$(nproc)" >/dev/null
-# Inputs added by hand as regress-* (crashes once fixed) are kept; gen_corpus's own win.
-keep="$(mktemp -d)"
-[ -d tests/fuzz/corpus ] && (cd tests/fuzz/corpus && find . -type f -name 'regress-*' \
-    -exec cp --parents {} "$keep" \;)
-rm -rf tests/fuzz/corpus
-"$build/tests/fuzz/gen_corpus" tests/fuzz/corpus
-cp -rn "$keep"/. tests/fuzz/corpus/
-rm -rf "$keep"
+# Only the targets gen_corpus writes are replaced (a target whose corpus is kept by hand, as
+# fuzz_metrics's, stays); inputs added by hand as regress-* (crashes once fixed) are kept;
+# gen_corpus's own win.
+fresh="$(mktemp -d)"
+trap 'rm -rf "$fresh"' EXIT
+"$build/tests/fuzz/gen_corpus" "$fresh"
+mkdir -p tests/fuzz/corpus
+for dir in "$fresh"/*/; do
+    target="$(basename "$dir")"
+    old="tests/fuzz/corpus/$target"
+    [ -d "$old" ] && find "$old" -type f -name 'regress-*' -exec cp -n {} "$dir" \;
+    rm -rf "$old"
+    mv "$dir" "$old"
+done
 srcs=(common/src services tools/mqgrad)
 {
     echo "# MQGRAD_* variables and --flags of the programs (tests/fuzz/gen_corpus.sh writes it)"
