@@ -148,8 +148,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             mq_fuzz_fail("fuzz_wire: receive failed without a drop reason: %s", mq_err_last());
         mq_drops_note(&s_drops, drop, s_msg.peer, s_msg.peer_len, mq_err_last());
     }
-    if (zsock_events(s_router) & ZMQ_POLLIN)
-        mq_fuzz_fail("fuzz_wire: a refused message left frames behind for the next receive");
+    /* A frame really there, not the flag alone: libzmq's ZMQ_EVENTS may say POLLIN with no
+     * message behind it (seen once in 2 million runs, not again with the same seed). */
+    if (zsock_events(s_router) & ZMQ_POLLIN) {
+        zmq_msg_t left;
+        zmq_msg_init(&left);
+        int got = zmq_msg_recv(&left, zsock_resolve(s_router), ZMQ_DONTWAIT);
+        zmq_msg_close(&left);
+        if (got >= 0)
+            mq_fuzz_fail("fuzz_wire: a message left frames behind for the next receive");
+    }
     mq_msg_reset(&s_msg);
     return 0;
 }
