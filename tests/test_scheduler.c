@@ -229,3 +229,136 @@ Test(scheduler, a_decision_outside_the_levels_or_for_another_layout_is_dropped)
     cr_expect_eq(mq_al_decision(&d, 3, &w, &why), MQ_DROP_CODEC);
     cr_expect(strstr(why, "tensor's level"), "%s", why);
 }
+
+/* ---- the round in flight (round.c) ------------------------------------------------------- */
+
+/* A round over the N ranks MEMBERS under POLICY (VALUE), view 0. */
+static mq_round_t *s_round(mq_stragglers_t policy, double value, const uint32_t *members,
+                           uint32_t n, bool evaluate)
+{
+    static mq_round_t r;
+    memset(&r, 0, sizeof r);
+    r.policy = policy;
+    r.value = value;
+    r.nmembers = n;
+    memcpy(r.members, members, n * sizeof *members);
+    mq_round_begin(&r, evaluate);
+    return &r;
+}
+
+static void s_expect_members(const mq_round_t *r, const uint32_t *want, uint32_t n)
+{
+    cr_expect_eq(r->nmembers, n, "%u members, expected %u", r->nmembers, n);
+    for (uint32_t k = 0; k < n && k < r->nmembers; k++)
+        cr_expect_eq(r->members[k], want[k], "member %u is %u, expected %u", k, r->members[k],
+                     want[k]);
+}
+
+Test(scheduler, a_round_commits_when_every_server_has_every_push_and_is_done_with_every_report)
+{
+    mq_round_t *r = s_round(MQ_STRAGGLERS_WAIT, 0, (uint32_t[]){0, 1}, 2, false);
+    mq_round_out_t o;
+    mq_round_have(r, 0, 0, 2, &o);
+    cr_expect_eq(o.actions, 0);
+    mq_round_have(r, 1, 1, 2, &o);
+    cr_expect_eq(o.actions, 0, "a HAVE of another view counts for nothing");
+    mq_round_have(r, 1, 0, 2, &o);
+    cr_expect_eq(o.actions, MQ_RD_COMMIT);
+    mq_round_have(r, 1, 0, 2, &o);
+    cr_expect_eq(o.actions, 0, "committed once");
+    mq_round_report(r, 1, &o);
+    cr_expect_eq(o.actions, 0);
+    mq_round_report(r, 1, &o);
+    mq_round_report(r, 7, &o);
+    cr_expect_eq(o.actions, 0, "a second report, or one from outside, changes nothing");
+    cr_expect_eq(r->nreports, 1);
+    mq_round_report(r, 0, &o);
+    cr_expect_eq(o.actions, MQ_RD_DONE);
+    cr_expect_eq(o.nleft, 0);
+}
+
+Test(scheduler, first_n_cuts_the_members_whose_pushes_are_not_everywhere_before_the_commit)
+{
+    mq_round_t *r = s_round(MQ_STRAGGLERS_FIRST, 1, (uint32_t[]){0, 1, 2}, 3, false);
+    mq_round_out_t o;
+    mq_round_progress(r, 0, (uint32_t[]){0, 2}, 2, 2, &o);
+    cr_expect_eq(o.actions, 0, "rank 2's push is at one server of two");
+    mq_round_progress(r, 1, (uint32_t[]){2}, 1, 2, &o);
+    cr_expect_eq(o.actions, MQ_RD_VIEW);
+    cr_assert_eq(o.nleft, 2);
+    cr_expect_eq(o.left[0], 0);
+    cr_expect_eq(o.left[1], 1);
+    s_expect_members(r, (uint32_t[]){2}, 1);
+    cr_expect_eq(r->view, 1);
+    mq_round_have(r, 0, 0, 2, &o);
+    cr_expect_eq(o.actions, 0, "the old view's HAVE");
+    mq_round_have(r, 0, 1, 2, &o);
+    mq_round_have(r, 1, 1, 2, &o);
+    cr_expect_eq(o.actions, MQ_RD_COMMIT);
+    mq_round_report(r, 2, &o);
+    cr_expect_eq(o.actions, MQ_RD_DONE);
+    /* an evaluated round waits for every member */
+    r = s_round(MQ_STRAGGLERS_FIRST, 1, (uint32_t[]){0, 1}, 2, true);
+    mq_round_progress(r, 0, (uint32_t[]){0}, 1, 1, &o);
+    cr_expect_eq(o.actions, 0);
+    s_expect_members(r, (uint32_t[]){0, 1}, 2);
+}
+
+Test(scheduler, after_the_commit_first_n_and_deadline_end_the_round_with_the_reports_in_hand)
+{
+    mq_round_t *r = s_round(MQ_STRAGGLERS_FIRST, 2, (uint32_t[]){3, 5, 9}, 3, false);
+    mq_round_out_t o;
+    mq_round_have(r, 0, 0, 1, &o);
+    cr_assert_eq(o.actions, MQ_RD_COMMIT);
+    mq_round_report(r, 9, &o);
+    cr_expect_eq(o.actions, 0, "1 report of the 2 first:2 waits for");
+    mq_round_report(r, 3, &o);
+    cr_expect_eq(o.actions, MQ_RD_DONE);
+    cr_assert_eq(o.nleft, 1);
+    cr_expect_eq(o.left[0], 5);
+    /* deadline: nothing before its time; after it, a cut needs one member everywhere */
+    r = s_round(MQ_STRAGGLERS_DEADLINE, 2.5, (uint32_t[]){0, 1, 2}, 3, false);
+    mq_round_progress(r, 0, (uint32_t[]){1}, 1, 1, &o);
+    cr_expect_eq(o.actions, 0, "before the deadline");
+    mq_round_deadline(r, 1, &o);
+    cr_expect_eq(o.actions, MQ_RD_VIEW);
+    cr_expect_eq(o.nleft, 2);
+    s_expect_members(r, (uint32_t[]){1}, 1);
+    r = s_round(MQ_STRAGGLERS_DEADLINE, 2.5, (uint32_t[]){0, 1, 2}, 3, false);
+    mq_round_deadline(r, 1, &o);
+    cr_expect_eq(o.actions, 0, "no push anywhere: nobody to go on with");
+    mq_round_have(r, 0, 0, 1, &o);
+    cr_assert_eq(o.actions, MQ_RD_COMMIT);
+    mq_round_report(r, 2, &o);
+    cr_expect_eq(o.actions, MQ_RD_DONE, "past the deadline, committed: one report is enough");
+    cr_expect_eq(o.nleft, 2);
+}
+
+Test(scheduler, a_lost_worker_leaves_the_round_unless_its_push_is_in)
+{
+    mq_round_t *r = s_round(MQ_STRAGGLERS_WAIT, 0, (uint32_t[]){0, 1, 2}, 3, false);
+    mq_round_out_t o;
+    mq_round_have(r, 0, 0, 2, &o);
+    mq_round_lose(r, 1, &o);
+    cr_expect_eq(o.actions, MQ_RD_VIEW);
+    cr_expect_eq(o.nleft, 0, "lost, not a straggler");
+    s_expect_members(r, (uint32_t[]){0, 2}, 2);
+    cr_expect_eq(r->view, 1);
+    cr_expect(!r->have[0], "the new view needs every HAVE again");
+    mq_round_lose(r, 1, &o);
+    cr_expect_eq(o.actions, 0, "not a member any more");
+    mq_round_lose(r, 0, &o);
+    mq_round_lose(r, 2, &o);
+    cr_expect_eq(o.actions, MQ_RD_VIEW | MQ_RD_AGAIN, "nobody left: the round runs again");
+    /* after the commit: the round stands; done when the others have reported */
+    r = s_round(MQ_STRAGGLERS_WAIT, 0, (uint32_t[]){0, 1, 2}, 3, false);
+    mq_round_have(r, 0, 0, 1, &o);
+    mq_round_report(r, 0, &o);
+    mq_round_lose(r, 0, &o);
+    cr_expect_eq(o.actions, 0, "it reported: its push is in every aggregate");
+    mq_round_report(r, 2, &o);
+    cr_expect_eq(o.actions, 0);
+    mq_round_lose(r, 1, &o);
+    cr_expect_eq(o.actions, MQ_RD_DONE);
+    s_expect_members(r, (uint32_t[]){0, 2}, 2);
+}

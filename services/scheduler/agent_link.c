@@ -13,7 +13,6 @@ typedef struct {
     bool valid; /* false: the event cannot happen in this state (a bug in the caller) */
 } s_cell_t;
 
-#define S_NEXT MQ_AL_NEXT
 #define S_CELL(state, acts) {MQ_AL_##state, (acts), true}
 #define S_NONE {0, 0, false}
 
@@ -22,8 +21,8 @@ static const s_cell_t s_table[MQ_AL_NSTATES][MQ_AL_NEVENTS] = {
     [MQ_AL_ANSWERING] =
         {
             [MQ_AL_OBSERVED] = S_CELL(WAITING, MQ_AL_WAIT),
-            [MQ_AL_OBSERVED_LAST] = S_CELL(ANSWERING, S_NEXT),
-            [MQ_AL_UNREACHABLE] = S_CELL(SILENT, MQ_AL_MISSED | MQ_AL_LOST | S_NEXT),
+            [MQ_AL_OBSERVED_LAST] = S_CELL(ANSWERING, MQ_AL_NEXT),
+            [MQ_AL_UNREACHABLE] = S_CELL(SILENT, MQ_AL_MISSED | MQ_AL_LOST | MQ_AL_NEXT),
             [MQ_AL_DECISION_DUE] = S_CELL(ANSWERING, MQ_AL_TAKE),
             [MQ_AL_DECISION] = S_CELL(ANSWERING, MQ_AL_TAKE),
             [MQ_AL_DEADLINE] = S_CELL(ANSWERING, 0), /* a timer already ended */
@@ -34,16 +33,16 @@ static const s_cell_t s_table[MQ_AL_NSTATES][MQ_AL_NEVENTS] = {
             [MQ_AL_OBSERVED] = S_NONE, /* one observation awaits its decision at a time */
             [MQ_AL_OBSERVED_LAST] = S_NONE,
             [MQ_AL_UNREACHABLE] = S_NONE,
-            [MQ_AL_DECISION_DUE] = S_CELL(ANSWERING, MQ_AL_TAKE | MQ_AL_CANCEL | S_NEXT),
+            [MQ_AL_DECISION_DUE] = S_CELL(ANSWERING, MQ_AL_TAKE | MQ_AL_CANCEL | MQ_AL_NEXT),
             [MQ_AL_DECISION] = S_CELL(WAITING, MQ_AL_TAKE), /* an older one: still waiting */
-            [MQ_AL_DEADLINE] = S_CELL(SILENT, MQ_AL_MISSED | MQ_AL_LOST | S_NEXT),
+            [MQ_AL_DEADLINE] = S_CELL(SILENT, MQ_AL_MISSED | MQ_AL_LOST | MQ_AL_NEXT),
             [MQ_AL_RESET] = S_CELL(ANSWERING, MQ_AL_CANCEL),
         },
     [MQ_AL_SILENT] =
         {
-            [MQ_AL_OBSERVED] = S_CELL(SILENT, S_NEXT), /* told, not waited for */
-            [MQ_AL_OBSERVED_LAST] = S_CELL(SILENT, S_NEXT),
-            [MQ_AL_UNREACHABLE] = S_CELL(SILENT, MQ_AL_MISSED | S_NEXT),
+            [MQ_AL_OBSERVED] = S_CELL(SILENT, MQ_AL_NEXT), /* told, not waited for */
+            [MQ_AL_OBSERVED_LAST] = S_CELL(SILENT, MQ_AL_NEXT),
+            [MQ_AL_UNREACHABLE] = S_CELL(SILENT, MQ_AL_MISSED | MQ_AL_NEXT),
             [MQ_AL_DECISION_DUE] = S_CELL(ANSWERING, MQ_AL_TAKE | MQ_AL_BACK),
             [MQ_AL_DECISION] = S_CELL(ANSWERING, MQ_AL_TAKE | MQ_AL_BACK),
             [MQ_AL_DEADLINE] = S_CELL(SILENT, 0),

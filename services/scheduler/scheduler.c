@@ -88,21 +88,12 @@ typedef struct {
     double sim_issued, sim_done; /* simulated clock: the iteration in flight was issued at,
                                   * and the latest report stamp so far */
     double t_training; /* wall time training started, for the summary */
-    bool got[MQ_MAX_WORKERS];
-    uint32_t nreports;
-    /* the round's member set: cut when a member is lost, committed once every server has
-     * every member's push */
-    uint32_t members[MQ_MAX_WORKERS], nmembers;
-    uint32_t view;
-    bool committed;
-    bool have[MQ_WIRE_MAX_SERVERS];
+    /* the round in flight (round.c): its member set, the servers' HAVEs and PROGRESS, the
+     * reports, the straggler policy */
+    mq_round_t round;
     double commit_sim; /* simulated clock: the latest HAVE's stamp */
     uint64_t cursor, round_cursor; /* the data position: next round's, this round's */
     /* the straggler policy: which ranks' pushes each server holds, the round's cut */
-    mq_stragglers_t stragglers;
-    double straggler_value;
-    uint64_t held[MQ_WIRE_MAX_SERVERS][MQ_MAX_WORKERS / 64];
-    bool deadline_passed;
     int deadline_timer;
     uint32_t cut, slowest_rank;
     double slowest_ms;
@@ -335,10 +326,10 @@ static uint32_t s_count(const s_sched_t *self, s_state_t state)
 static void s_put_members(s_sched_t *self)
 {
     mq_iterate_t *it = &self->out.iterate;
-    it->n_members = it->n_member_terms = self->nmembers;
-    memcpy(it->members, self->members, self->nmembers * sizeof *self->members);
-    for (uint32_t k = 0; k < self->nmembers; k++)
-        it->member_terms[k] = self->worker_term[self->members[k]];
+    it->n_members = it->n_member_terms = self->round.nmembers;
+    memcpy(it->members, self->round.members, self->round.nmembers * sizeof *self->round.members);
+    for (uint32_t k = 0; k < self->round.nmembers; k++)
+        it->member_terms[k] = self->worker_term[self->round.members[k]];
 }
 
 /* Tells the servers the round's member set (a new view of it). */
@@ -348,15 +339,15 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
     self->out.iter = self->iter;
     if (type == MQ_MSG_COMMIT) {
         self->out.sim_time = self->commit_sim;
-        self->out.commit.view = self->view;
-        self->out.commit.n_members = self->nmembers;
-        memcpy(self->out.commit.members, self->members, self->nmembers * sizeof *self->members);
+        self->out.commit.view = self->round.view;
+        self->out.commit.n_members = self->round.nmembers;
+        memcpy(self->out.commit.members, self->round.members, self->round.nmembers * sizeof *self->round.members);
     } else {
         s_put_members(self);
         self->out.iterate.checkpoint = checkpoint;
         self->out.iterate.keep_from = checkpoint ? self->consistent : 0;
         self->out.iterate.run_time = self->train_time;
-        self->out.iterate.view = self->view;
+        self->out.iterate.view = self->round.view;
     }
     if (s_broadcast(self, false, true) != 0)
         mq_warn("iteration %llu: cannot reach every server: %s", (unsigned long long)self->iter,
@@ -388,7 +379,7 @@ static double s_progress_fraction(const s_sched_t *self)
 static bool s_checkpoint_due(s_sched_t *self);
 static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg);
 static void s_iteration_done(s_sched_t *self);
-static void s_try_close(s_sched_t *self);
+static void s_note_stragglers(s_sched_t *self, uint32_t first, uint32_t n);
 
 static void s_pause(s_sched_t *self, uint32_t have)
 {
@@ -409,7 +400,7 @@ static void s_pause(s_sched_t *self, uint32_t have)
 /* The round's members: every worker up (those ready since the last round join now). */
 static void s_form_round(s_sched_t *self)
 {
-    self->nmembers = 0;
+    self->round.nmembers = 0;
     for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) {
         s_node_t *w = &self->workers[r];
         if (w->state == N_READY) {
@@ -422,7 +413,7 @@ static void s_form_round(s_sched_t *self)
                     (unsigned long long)self->iter, s_count(self, N_ACTIVE));
         }
         if (w->state == N_ACTIVE)
-            self->members[self->nmembers++] = r;
+            self->round.members[self->round.nmembers++] = r;
     }
 }
 
@@ -452,21 +443,17 @@ static void s_issue(s_sched_t *self)
         mq_info("%u workers: the run goes on", up);
     }
     s_form_round(self);
-    self->committed = false;
-    memset(self->have, 0, sizeof self->have);
-    memset(self->held, 0, sizeof self->held);
-    self->deadline_passed = false;
     self->cut = 0;
     self->slowest_rank = 0;
     self->slowest_ms = 0;
     if (self->deadline_timer >= 0)
         zloop_timer_end(self->loop, self->deadline_timer);
     self->deadline_timer = -1;
-    if (self->stragglers == MQ_STRAGGLERS_DEADLINE)
-        self->deadline_timer = zloop_timer(self->loop, (size_t)(self->straggler_value * 1e3), 1,
+    if (self->round.policy == MQ_STRAGGLERS_DEADLINE)
+        self->deadline_timer = zloop_timer(self->loop, (size_t)(self->round.value * 1e3), 1,
                                            s_on_straggler_deadline, self);
     self->round_cursor = self->cursor;
-    self->cursor += (uint64_t)self->nmembers * (uint64_t)c->batch;
+    self->cursor += (uint64_t)self->round.nmembers * (uint64_t)c->batch;
     /* The last iteration is evaluated; under a time budget, foresee it from the last one's
      * duration (a wrong guess costs one extra, evaluated iteration in s_next). */
     bool last = (c->iterations > 0 && self->iter + 1 >= (uint64_t)c->iterations) ||
@@ -495,9 +482,8 @@ static void s_issue(s_sched_t *self)
     s_put_members(self);
     it->cursor = self->round_cursor;
     bool checkpoint = s_checkpoint_due(self);
-    memset(self->got, 0, sizeof self->got);
+    mq_round_begin(&self->round, self->evaluate);
     memset(&self->sum, 0, sizeof self->sum);
-    self->nreports = 0;
     self->max_eval_ms = 0;
     self->phase = S_RUNNING;
     self->t_issued = mq_now_s();
@@ -506,10 +492,10 @@ static void s_issue(s_sched_t *self)
     self->sim_issued = self->sim_done = self->run.simulated_clock ? self->train_time : 0;
     self->out.sim_time = self->sim_issued;
     it->run_time = self->train_time; /* the links' schedules run on it (mqgrad/ps.h) */
-    for (uint32_t k = 0; k < self->nmembers; k++)
-        if (s_send_to(self, &self->workers[self->members[k]]) != 0)
+    for (uint32_t k = 0; k < self->round.nmembers; k++)
+        if (s_send_to(self, &self->workers[self->round.members[k]]) != 0)
             mq_warn("iteration %llu: cannot reach worker %u: %s", (unsigned long long)self->iter,
-                    self->members[k], mq_err_last()); /* its heartbeats will tell */
+                    self->round.members[k], mq_err_last()); /* its heartbeats will tell */
     s_send_members(self, MQ_MSG_ITERATE, checkpoint);
 }
 
@@ -971,7 +957,7 @@ static void s_next(s_sched_t *self)
 static void s_norms(const s_sched_t *self, double *grad, double *sent, double *update)
 {
     const mq_report_t *r = &self->sum;
-    double W = self->nreports; /* the reports in hand (all members', unless some were late) */
+    double W = self->round.nreports; /* the reports in hand (all members', unless some were late) */
     *grad = sqrt(r->grad_sq / W);
     *sent = sqrt(r->sent_sq / W);
     *update = sqrt(r->update_sq / W);
@@ -1046,7 +1032,7 @@ static bool s_check_health(s_sched_t *self, double loss, double smoothed_before)
 /* Records iteration m's row; returns true if the run must stop (it diverged). */
 static bool s_record(s_sched_t *self)
 {
-    uint32_t W = self->nreports;
+    uint32_t W = self->round.nreports;
     const mq_report_t *s = &self->sum;
     double loss = s->loss_nonfinite ? NAN : s->loss / W;
     double smoothed_before = self->watch.smoothed;
@@ -1069,7 +1055,7 @@ static bool s_record(s_sched_t *self)
         .update_ms = s->update_ms / W,
         .agent_ms = self->agent_ms,
         .evaluated = self->evaluate && s->eval_total > 0,
-        .workers = self->nmembers,
+        .workers = self->round.nmembers,
         .stragglers = self->cut,
         .slowest_rank = self->slowest_rank,
         .slowest_ms = self->slowest_ms,
@@ -1093,7 +1079,7 @@ static bool s_record(s_sched_t *self)
     mq_metric_add(self->m.pulled, (double)s->bytes_down);
     mq_metric_set(self->m.iter_pushed, (double)s->bytes_up);
     mq_metric_observe(self->m.iter_seconds, self->last_iter_s);
-    mq_metric_set(self->m.members, self->nmembers);
+    mq_metric_set(self->m.members, self->round.nmembers);
     mq_metric_add(self->m.stragglers, self->cut);
     if (row.evaluated) {
         mq_metric_set(self->m.acc, row.test_acc);
@@ -1191,7 +1177,7 @@ static void s_observe_tensors(const s_sched_t *self, mq_obs_msg_t *o, uint32_t W
  * answering, else goes straight on. */
 static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
 {
-    uint32_t W = self->nreports;
+    uint32_t W = self->round.nreports;
     const mq_scheduler_config_t *c = self->cfg;
     mq_msg_init(&self->out, MQ_MSG_OBSERVE);
     self->out.iter = self->iter - 1;
@@ -1280,7 +1266,7 @@ static void s_iteration_done(s_sched_t *self)
     bool stop = s_record(self);
     self->agent_ms = 0;
     self->iter++;
-    self->view = 0;
+    self->round.view = 0;
     if (self->log_failed) {
         s_fail(self, "the run's files in %s cannot be written (see the log)", self->cfg->run_dir);
         return;
@@ -1312,17 +1298,28 @@ static void s_refuse(s_sched_t *self, mq_msg_t *msg, const char *why, bool retry
     mq_wire_reply(self->router, &self->out, &self->drops);
 }
 
-/* Closes the round on the servers once every one of them has every member's push. */
-static void s_maybe_commit(s_sched_t *self)
+/* Carries out what the round in flight (round.c) asks: the members it left out counted as
+ * stragglers, the commit or a new view of the member set sent to the servers, the round
+ * recorded, or issued again when nobody is left in it. */
+static void s_round_do(s_sched_t *self, const mq_round_out_t *o)
 {
-    if (self->committed || self->nmembers == 0 || self->phase != S_RUNNING)
-        return;
-    for (uint32_t s = 0; s < self->nservers; s++)
-        if (!self->have[s])
-            return;
-    self->committed = true;
-    s_send_members(self, MQ_MSG_COMMIT, false);
-    self->commit_sim = 0;
+    for (uint32_t i = 0; i < o->nleft; i++)
+        s_metrics_straggler(self, o->left[i]);
+    if (o->nleft)
+        s_note_stragglers(self, o->left[0], o->nleft);
+    if (o->actions & MQ_RD_COMMIT) {
+        s_send_members(self, MQ_MSG_COMMIT, false);
+        self->commit_sim = 0;
+    }
+    if (o->actions & MQ_RD_VIEW)
+        s_send_members(self, MQ_MSG_ITERATE, false);
+    if (o->actions & MQ_RD_AGAIN) {
+        mq_warn("iteration %llu lost every member; it will run again",
+                (unsigned long long)self->iter);
+        s_issue(self);
+    } else if (o->actions & MQ_RD_DONE) {
+        s_iteration_done(self);
+    }
 }
 
 /* Worker RANK is gone (WHY): its rank is free, and the round in flight goes on without it
@@ -1342,27 +1339,11 @@ static void s_lose_worker(s_sched_t *self, uint32_t rank, const char *why)
     s_event(self, "worker_lost", fields);
     mq_warn("worker %u lost at iteration %llu (%s); %u workers left", rank,
             (unsigned long long)self->iter, why, left);
-    if (!member || (self->phase != S_RUNNING && self->phase != S_WAIT_AGENT))
+    if (!member || self->phase != S_RUNNING)
         return;
-    int k = mq_member_index(self->members, self->nmembers, rank);
-    if (self->phase != S_RUNNING || k < 0 || self->got[rank])
-        return;
-    /* Cut it from the round: the servers aggregate over the others. */
-    memmove(&self->members[k], &self->members[k + 1],
-            (self->nmembers - (uint32_t)k - 1) * sizeof *self->members);
-    self->nmembers--;
-    if (self->committed) { /* every server has its push: the round stands, without its report */
-        if (self->nmembers > 0 && self->nreports == self->nmembers)
-            s_iteration_done(self);
-        return;
-    }
-    self->view++;
-    memset(self->have, 0, sizeof self->have);
-    s_send_members(self, MQ_MSG_ITERATE, false);
-    if (self->nmembers == 0) { /* nobody is left in the round: it runs again */
-        mq_warn("iteration %llu lost every member; it will run again", (unsigned long long)self->iter);
-        s_issue(self);
-    }
+    mq_round_out_t o; /* out of the round: the servers aggregate over the others */
+    mq_round_lose(&self->round, rank, &o);
+    s_round_do(self, &o);
 }
 
 /* The node of ROLE and RANK that says it is INCARNATION, or NULL. */
@@ -1543,12 +1524,12 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
     else if (msg->iter < self->iter)
         d = MQ_DROP_LATE, why = "report for a round that closed without it";
     else if (self->phase == S_RUNNING && msg->iter == self->iter && self->cut &&
-             mq_member_index(self->members, self->nmembers, msg->rank) < 0)
+             mq_member_index(self->round.members, self->round.nmembers, msg->rank) < 0)
         d = MQ_DROP_LATE, why = "report of a straggler cut from the round";
     else if (self->phase != S_RUNNING || msg->iter != self->iter ||
-             mq_member_index(self->members, self->nmembers, msg->rank) < 0)
+             mq_member_index(self->round.members, self->round.nmembers, msg->rank) < 0)
         d = MQ_DROP_ITER, why = "report for another iteration, or from a worker not in it";
-    else if (self->got[msg->rank])
+    else if (self->round.got[msg->rank])
         d = MQ_DROP_DUPLICATE, why = "second report";
     if (d != MQ_DROP_NONE) {
         mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why);
@@ -1563,7 +1544,6 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
     }
     const mq_report_t *r = rep;
     mq_report_t *s = &self->sum;
-    self->got[msg->rank] = true;
     s_metrics_report(self, msg->rank, r);
     if (msg->sim_time > self->sim_done)
         self->sim_done = msg->sim_time;
@@ -1596,10 +1576,9 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
         s->params = r->params;
         self->max_eval_ms = r->eval_ms > self->max_eval_ms ? r->eval_ms : self->max_eval_ms;
     }
-    if (++self->nreports == self->nmembers)
-        s_iteration_done(self);
-    else
-        s_try_close(self);
+    mq_round_out_t o;
+    mq_round_report(&self->round, msg->rank, &o);
+    s_round_do(self, &o);
 }
 
 /* N members of the round were left out of it by the straggler policy, FIRST the lowest rank
@@ -1615,99 +1594,43 @@ static void s_note_stragglers(s_sched_t *self, uint32_t first, uint32_t n)
     self->cut_total += n;
 }
 
-/* Closes the round without the members whose pushes are not yet at every server: under
- * first:N once N members' are, under deadline:S once S seconds are over and some are. */
-static void s_try_cut(s_sched_t *self)
-{
-    /* An evaluated round (the last one among them) waits for every member: the test set is
-     * split between them, and the run ends with every replica in step. */
-    if (self->committed || self->phase != S_RUNNING || self->stragglers == MQ_STRAGGLERS_WAIT ||
-        self->evaluate || (self->stragglers == MQ_STRAGGLERS_DEADLINE && !self->deadline_passed))
-        return;
-    uint32_t in[MQ_MAX_WORKERS], nin = 0, first_out = 0;
-    for (uint32_t k = 0; k < self->nmembers; k++) {
-        uint32_t r = self->members[k];
-        bool everywhere = true;
-        for (uint32_t s = 0; s < self->nservers && everywhere; s++)
-            everywhere = (self->held[s][r / 64] >> (r % 64)) & 1;
-        if (everywhere)
-            in[nin++] = r;
-        else if (nin == k)
-            first_out = r;
-    }
-    uint32_t need = self->stragglers == MQ_STRAGGLERS_FIRST ? (uint32_t)self->straggler_value : 1;
-    if (nin < need || nin == self->nmembers)
-        return;
-    for (uint32_t k = 0, j = 0; k < self->nmembers; k++) /* the cut: members not in IN */
-        if (j < nin && in[j] == self->members[k])
-            j++;
-        else
-            s_metrics_straggler(self, self->members[k]);
-    s_note_stragglers(self, first_out, self->nmembers - nin);
-    memcpy(self->members, in, nin * sizeof *in);
-    self->nmembers = nin;
-    self->view++;
-    memset(self->have, 0, sizeof self->have);
-    s_send_members(self, MQ_MSG_ITERATE, false);
-}
-
-/* After the commit only reports are missing: a member stalled after its pushes does not hold
- * the round up either. The round ends with the reports in hand; the late ones are dropped
- * (their workers apply the round's reply when they wake, and stay in step). */
-static void s_try_close(s_sched_t *self)
-{
-    if (!self->committed || self->phase != S_RUNNING || self->evaluate ||
-        self->stragglers == MQ_STRAGGLERS_WAIT || self->nreports == 0 ||
-        self->nreports >= self->nmembers)
-        return;
-    if (self->stragglers == MQ_STRAGGLERS_DEADLINE ? !self->deadline_passed
-                                                   : self->nreports < (uint32_t)self->straggler_value)
-        return;
-    uint32_t k = 0;
-    while (self->got[self->members[k]]) /* some member has not reported: the first of them */
-        k++;
-    for (uint32_t j = k; j < self->nmembers; j++)
-        if (!self->got[self->members[j]])
-            s_metrics_straggler(self, self->members[j]);
-    s_note_stragglers(self, self->members[k], self->nmembers - self->nreports);
-    s_iteration_done(self);
-}
-
 static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
 {
     s_sched_t *self = arg;
     self->deadline_timer = -1;
-    self->deadline_passed = true;
-    s_try_cut(self);
-    s_try_close(self);
+    if (self->phase != S_RUNNING) {
+        self->round.deadline_passed = true;
+        return 0;
+    }
+    mq_round_out_t o;
+    mq_round_deadline(&self->round, self->nservers, &o);
+    s_round_do(self, &o);
     return 0;
 }
 
-static void s_on_progress(void *arg, mq_msg_t *msg, const mq_members_t *p_)
+static void s_on_progress(void *arg, mq_msg_t *msg, const mq_members_t *p)
 {
     s_sched_t *self = arg;
-    const mq_members_t *p = p_;
     if (!s_from_server(self, msg, p->shard) || self->phase != S_RUNNING || msg->iter != self->iter)
         return;
-    for (uint32_t k = 0; k < p->n_members; k++)
-        if (p->members[k] < MQ_MAX_WORKERS)
-            self->held[p->shard][p->members[k] / 64] |= 1ULL << (p->members[k] % 64);
-    s_try_cut(self);
+    mq_round_out_t o;
+    mq_round_progress(&self->round, p->shard, p->members, p->n_members, self->nservers, &o);
+    s_round_do(self, &o);
 }
 
-static void s_on_have(void *arg, mq_msg_t *msg, const mq_members_t *h_)
+static void s_on_have(void *arg, mq_msg_t *msg, const mq_members_t *h)
 {
     s_sched_t *self = arg;
-    const mq_members_t *h = h_;
     if (!s_from_server(self, msg, h->shard))
         return;
     self->servers[h->shard].last_heard = mq_now_s();
-    if (self->phase != S_RUNNING || msg->iter != self->iter || h->view != self->view)
+    if (self->phase != S_RUNNING || msg->iter != self->iter || h->view != self->round.view)
         return; /* for a member set since cut: the new one's HAVE follows */
-    self->have[h->shard] = true;
     if (msg->sim_time > self->commit_sim)
         self->commit_sim = msg->sim_time; /* the simulated commit: after the last server's HAVE */
-    s_maybe_commit(self);
+    mq_round_out_t o;
+    mq_round_have(&self->round, h->shard, h->view, self->nservers, &o);
+    s_round_do(self, &o);
 }
 
 /* ---- event handlers ------------------------------------------------------------------------ */
@@ -1801,10 +1724,10 @@ static void s_missing(s_sched_t *self, char *buf, size_t len)
 {
     size_t off = 0;
     buf[0] = '\0';
-    for (uint32_t k = 0; k < self->nmembers && off < len; k++)
-        if (!self->got[self->members[k]])
+    for (uint32_t k = 0; k < self->round.nmembers && off < len; k++)
+        if (!self->round.got[self->round.members[k]])
             off += (size_t)snprintf(buf + off, len - off, "%s%u", off ? "," : "",
-                                    self->members[k]);
+                                    self->round.members[k]);
 }
 
 /* The round is past --iter-timeout. A member whose heartbeats say its loop has not pushed
@@ -1817,9 +1740,9 @@ static bool s_take_out_stuck(s_sched_t *self, double now)
 {
     uint32_t stuck[MQ_MAX_WORKERS], n = 0;
     bool moved = false;
-    for (uint32_t k = 0; k < self->nmembers; k++) {
-        uint32_t r = self->members[k];
-        bool pushed = self->got[r] || self->workers[r].pushed > self->iter;
+    for (uint32_t k = 0; k < self->round.nmembers; k++) {
+        uint32_t r = self->round.members[k];
+        bool pushed = self->round.got[r] || self->workers[r].pushed > self->iter;
         moved |= pushed;
         if (!pushed)
             stuck[n++] = r;
@@ -1890,7 +1813,7 @@ static void s_recover(s_sched_t *self, uint32_t server, double silent)
     }
     self->wall_before = wall;
     self->t_training = 0;
-    self->view = 0;
+    self->round.view = 0;
     self->final_pending = false;
     self->t_created = now; /* the registration gets its --start-timeout again */
     self->phase = S_REGISTERING;
@@ -2032,7 +1955,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     self->agent_link = MQ_AL_ANSWERING;
     self->agent_timer = -1;
     self->deadline_timer = -1;
-    mq_sched_stragglers(self->cfg->stragglers, &self->stragglers, &self->straggler_value);
+    mq_sched_stragglers(self->cfg->stragglers, &self->round.policy, &self->round.value);
     self->last_acc = NAN;
     self->last_sparsity = NAN;
     self->last_loss = NAN;

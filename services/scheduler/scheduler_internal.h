@@ -95,4 +95,58 @@ const char *mq_al_event_name(mq_al_event_t e);
 mq_drop_t mq_al_decision(const mq_status_msg_t *d, uint32_t layout_tensors, mq_widths_t *out,
                          const char **why);
 
+/* ---- the round in flight (round.c) --------------------------------------------------------
+ * A round closes on the scheduler's word: each server says HAVE once it holds every member's
+ * push for the member set's current view, and when every server has, the round COMMITs (the
+ * servers aggregate over exactly those members). A straggler policy (--stragglers first:N or
+ * deadline:S) may leave members out: before the commit, by a new view of the member set made
+ * of those whose pushes are at every server (PROGRESS says which each holds); after it, by
+ * ending the round with the reports in hand. A lost worker leaves the round too (a new view),
+ * unless its push is in already. Without sockets: the actor feeds what arrives and carries
+ * out the actions (MQ_RD_*); the members it leaves out come back in OUT->left. */
+typedef struct {
+    mq_stragglers_t policy; /* --stragglers */
+    double value;           /* its N, or its seconds */
+    bool evaluate;          /* an evaluated round waits for every member */
+    bool committed, deadline_passed;
+    uint32_t view; /* the member set's version within the iteration */
+    uint32_t nmembers, nreports;
+    uint32_t members[MQ_MAX_WORKERS]; /* in rank order */
+    bool have[MQ_WIRE_MAX_SERVERS];   /* each server's HAVE for the current view */
+    bool got[MQ_MAX_WORKERS];         /* each rank's report */
+    uint64_t held[MQ_WIRE_MAX_SERVERS][MQ_MAX_WORKERS / 64]; /* PROGRESS: pushes each holds */
+} mq_round_t;
+
+enum {
+    MQ_RD_COMMIT = 1 << 0, /* send COMMIT of the member set */
+    MQ_RD_VIEW = 1 << 1,   /* send the servers the member set's new view */
+    MQ_RD_DONE = 1 << 2,   /* the round is done: record it */
+    MQ_RD_AGAIN = 1 << 3,  /* nobody is left in it: issue it again */
+};
+
+typedef struct {
+    unsigned actions;
+    uint32_t nleft;                /* members this event left out (stragglers), rank order */
+    uint32_t left[MQ_MAX_WORKERS];
+} mq_round_out_t;
+
+/* A new round over R->members (set by the caller): nothing held, reported or committed. The
+ * view is left as it is (the caller starts each iteration's at 0). */
+void mq_round_begin(mq_round_t *r, bool evaluate);
+/* Server SHARD holds every push of VIEW (NSERVERS servers in all): COMMIT when it is the
+ * last. A HAVE for another view is ignored. */
+void mq_round_have(mq_round_t *r, uint32_t shard, uint32_t view, uint32_t nservers,
+                   mq_round_out_t *out);
+/* Server SHARD holds the pushes of RANKS (N of them): a straggler policy may cut (VIEW). */
+void mq_round_progress(mq_round_t *r, uint32_t shard, const uint32_t *ranks, uint32_t n,
+                       uint32_t nservers, mq_round_out_t *out);
+/* Member RANK reported: DONE when it is the last, or when the policy ends the round without
+ * the others. A second report, or one from outside the member set, changes nothing. */
+void mq_round_report(mq_round_t *r, uint32_t rank, mq_round_out_t *out);
+/* deadline:S's seconds are over: cut (VIEW) before the commit, end (DONE) after it. */
+void mq_round_deadline(mq_round_t *r, uint32_t nservers, mq_round_out_t *out);
+/* Worker RANK is gone: out of the round (VIEW; AGAIN when nobody is left) unless it reported;
+ * after the commit the round stands without its report (DONE if the others' are in). */
+void mq_round_lose(mq_round_t *r, uint32_t rank, mq_round_out_t *out);
+
 #endif

@@ -1,0 +1,150 @@
+/* A round's close without sockets (scheduler_internal.h, "the round in flight"): which
+ * servers hold which pushes, when the round commits, which stragglers it leaves out, when it
+ * is done. The actor feeds what arrives and carries out what comes back. */
+#include <string.h>
+
+#include "mqgrad/wire.h"
+#include "scheduler_internal.h"
+
+void mq_round_begin(mq_round_t *r, bool evaluate)
+{
+    r->evaluate = evaluate;
+    r->committed = false;
+    r->deadline_passed = false;
+    r->nreports = 0;
+    memset(r->have, 0, sizeof r->have);
+    memset(r->held, 0, sizeof r->held);
+    memset(r->got, 0, sizeof r->got);
+}
+
+static void s_out_clear(mq_round_out_t *out)
+{
+    out->actions = 0;
+    out->nleft = 0;
+}
+
+/* Every server has every member's push: the round commits. */
+static void s_maybe_commit(mq_round_t *r, uint32_t nservers, mq_round_out_t *out)
+{
+    if (r->committed || r->nmembers == 0)
+        return;
+    for (uint32_t s = 0; s < nservers; s++)
+        if (!r->have[s])
+            return;
+    r->committed = true;
+    out->actions |= MQ_RD_COMMIT;
+}
+
+/* Under first:N once N members' pushes are at every server, under deadline:S once S seconds
+ * are over and some are: the round goes on with those members (a new view of it). An
+ * evaluated round waits for every member (the test set is split between them). */
+static void s_try_cut(mq_round_t *r, uint32_t nservers, mq_round_out_t *out)
+{
+    if (r->committed || r->policy == MQ_STRAGGLERS_WAIT || r->evaluate ||
+        (r->policy == MQ_STRAGGLERS_DEADLINE && !r->deadline_passed))
+        return;
+    uint32_t in[MQ_MAX_WORKERS], nin = 0;
+    for (uint32_t k = 0; k < r->nmembers; k++) {
+        uint32_t rank = r->members[k];
+        bool everywhere = true;
+        for (uint32_t s = 0; s < nservers && everywhere; s++)
+            everywhere = (r->held[s][rank / 64] >> (rank % 64)) & 1;
+        if (everywhere)
+            in[nin++] = rank;
+    }
+    uint32_t need = r->policy == MQ_STRAGGLERS_FIRST ? (uint32_t)r->value : 1;
+    if (nin < need || nin == r->nmembers)
+        return;
+    for (uint32_t k = 0, j = 0; k < r->nmembers; k++) /* the cut: members not in IN */
+        if (j < nin && in[j] == r->members[k])
+            j++;
+        else
+            out->left[out->nleft++] = r->members[k];
+    memcpy(r->members, in, nin * sizeof *in);
+    r->nmembers = nin;
+    r->view++;
+    memset(r->have, 0, sizeof r->have);
+    out->actions |= MQ_RD_VIEW;
+}
+
+/* After the commit only reports are missing: under first:N once N are in, under deadline:S
+ * once S seconds are over, the round is done without the others (their workers apply the
+ * round's reply when they wake, and stay in step). */
+static void s_try_close(mq_round_t *r, mq_round_out_t *out)
+{
+    if (!r->committed || r->evaluate || r->policy == MQ_STRAGGLERS_WAIT || r->nreports == 0 ||
+        r->nreports >= r->nmembers)
+        return;
+    if (r->policy == MQ_STRAGGLERS_DEADLINE ? !r->deadline_passed
+                                            : r->nreports < (uint32_t)r->value)
+        return;
+    for (uint32_t k = 0; k < r->nmembers; k++)
+        if (!r->got[r->members[k]])
+            out->left[out->nleft++] = r->members[k];
+    out->actions |= MQ_RD_DONE;
+}
+
+void mq_round_have(mq_round_t *r, uint32_t shard, uint32_t view, uint32_t nservers,
+                   mq_round_out_t *out)
+{
+    s_out_clear(out);
+    if (shard >= MQ_WIRE_MAX_SERVERS || view != r->view)
+        return; /* for a member set since cut: the new one's HAVE follows */
+    r->have[shard] = true;
+    s_maybe_commit(r, nservers, out);
+}
+
+void mq_round_progress(mq_round_t *r, uint32_t shard, const uint32_t *ranks, uint32_t n,
+                       uint32_t nservers, mq_round_out_t *out)
+{
+    s_out_clear(out);
+    if (shard >= MQ_WIRE_MAX_SERVERS)
+        return;
+    for (uint32_t k = 0; k < n; k++)
+        if (ranks[k] < MQ_MAX_WORKERS)
+            r->held[shard][ranks[k] / 64] |= 1ULL << (ranks[k] % 64);
+    s_try_cut(r, nservers, out);
+}
+
+void mq_round_report(mq_round_t *r, uint32_t rank, mq_round_out_t *out)
+{
+    s_out_clear(out);
+    if (rank >= MQ_MAX_WORKERS || r->got[rank] ||
+        mq_member_index(r->members, r->nmembers, rank) < 0)
+        return;
+    r->got[rank] = true;
+    if (++r->nreports == r->nmembers)
+        out->actions |= MQ_RD_DONE;
+    else
+        s_try_close(r, out);
+}
+
+void mq_round_deadline(mq_round_t *r, uint32_t nservers, mq_round_out_t *out)
+{
+    s_out_clear(out);
+    r->deadline_passed = true;
+    s_try_cut(r, nservers, out);
+    if (!out->actions)
+        s_try_close(r, out);
+}
+
+void mq_round_lose(mq_round_t *r, uint32_t rank, mq_round_out_t *out)
+{
+    s_out_clear(out);
+    int k = mq_member_index(r->members, r->nmembers, rank);
+    if (k < 0 || r->got[rank])
+        return; /* not in the round, or its push is in every shard's aggregate already */
+    memmove(&r->members[k], &r->members[k + 1],
+            (r->nmembers - (uint32_t)k - 1) * sizeof *r->members);
+    r->nmembers--;
+    if (r->committed) { /* every server has its push: the round stands, without its report */
+        if (r->nmembers > 0 && r->nreports == r->nmembers)
+            out->actions |= MQ_RD_DONE;
+        return;
+    }
+    r->view++;
+    memset(r->have, 0, sizeof r->have);
+    out->actions |= MQ_RD_VIEW;
+    if (r->nmembers == 0)
+        out->actions |= MQ_RD_AGAIN;
+}
