@@ -237,8 +237,9 @@ static int s_text_known(const char *program, const char *flag)
     return known;
 }
 
-/* Runs one bad case: exit 2 within its 5 s deadline, the flag named in the output, no run directory, no
- * process started (MARKS stays empty). Returns false, with the failure logged, otherwise. */
+/* Runs one bad case: exit 2 within its 5 s deadline, the flag named in the output, no run
+ * directory, no process started (MARKS stays empty). Returns false, with the failure logged,
+ * otherwise. */
 static bool s_try(const char *program, const char *const *argv, const char *flag,
                   const char *run_dir, const char *marks, int *failures)
 {

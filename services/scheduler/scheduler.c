@@ -341,7 +341,8 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
         self->out.sim_time = self->commit_sim;
         self->out.commit.view = self->round.view;
         self->out.commit.n_members = self->round.nmembers;
-        memcpy(self->out.commit.members, self->round.members, self->round.nmembers * sizeof *self->round.members);
+        memcpy(self->out.commit.members, self->round.members,
+               self->round.nmembers * sizeof *self->round.members);
     } else {
         s_put_members(self);
         self->out.iterate.checkpoint = checkpoint;
@@ -462,7 +463,6 @@ static void s_issue(s_sched_t *self)
     self->evaluate = self->final_pending || last ||
                      (c->eval_every > 0 && (self->iter + 1) % (uint64_t)c->eval_every == 0);
     self->used_bits = self->run.fp32 ? 32 : mq_watch_bits(&self->watch, self->iter, self->bits);
-    /* A policy may range wider than the codec (qsgd needs 2 bits for a sign and a level). */
     self->used_bits = s_level(self, self->used_bits);
     self->used_widths.bits = self->used_bits;
     self->used_widths.n = self->run.fp32 ? 0 : self->widths.n;
