@@ -92,7 +92,7 @@ int mq_widths_read(mq_widths_t *w, const mq_codec_t *base, bool fp32, int bits,
     w->bits = bits;
     w->n = n;
     for (uint32_t t = 0; t < n; t++) {
-        if (fp32 ? list[t] != 32 : list[t] > 32 || !mq_bits_ok(base, (int)list[t])) {
+        if (fp32 ? list[t] != 32 : !mq_bits_ok(base, (int)list[t])) {
             mq_err_set("tensor %u's level %u is not one the run's codec takes", t, list[t]);
             return -1;
         }

@@ -57,8 +57,7 @@ typedef struct {
     /* the iteration in flight */
     bool busy, pulling;
     uint64_t iter;
-    int bits;
-    mq_widths_t widths; /* the round's levels (ITERATE's); bits is their default */
+    mq_widths_t widths; /* the round's levels (ITERATE's): .bits, or one per tensor */
     float lr;
     bool evaluate;
     uint32_t eval_limit;
@@ -489,7 +488,7 @@ static int s_push(s_worker_t *self, uint32_t s, bool async)
     out->iter = self->iter;
     out->rank = self->rank;
     out->push.shard = s;
-    out->push.bits = (uint32_t)self->bits;
+    out->push.bits = (uint32_t)self->widths.bits;
     mq_widths_write(&self->widths, out->push.widths, &out->push.n_widths);
     out->push.lr = self->lr;
     out->ntensors = mq_kv_worker_shard(self->kv, s)->nsegs;
@@ -576,7 +575,7 @@ static void s_compute(s_worker_t *self)
                             .member = self->member,
                             .members = self->nmembers,
                             .cursor = self->cursor,
-                            .bits = self->bits,
+                            .bits = self->widths.bits,
                             .lr = self->lr,
                             .evaluate = self->evaluate,
                             .eval_limit = self->eval_limit};
@@ -713,7 +712,6 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     self->busy = true;
     self->pulling = false;
     self->iter = msg->iter;
-    self->bits = (int)it->bits;
     self->widths = widths;
     self->lr = it->lr;
     self->evaluate = it->evaluate;
@@ -786,7 +784,7 @@ static void s_metrics_iteration(s_worker_t *self, const mq_report_t *r)
         return;
     mq_metric_add(self->m.iterations, 1);
     mq_metric_set(self->m.loss, r->loss_nonfinite ? NAN : r->loss);
-    mq_metric_set(self->m.bits, self->bits);
+    mq_metric_set(self->m.bits, self->widths.bits);
     mq_metric_add(self->m.pushed, (double)r->bytes_up);
     mq_metric_add(self->m.pulled, (double)r->bytes_down);
     const double ms[4] = {r->compute_ms, r->encode_ms, r->wait_ms, r->decode_ms};
