@@ -322,6 +322,58 @@ Test(cluster, a_registration_sent_again_is_answered_on_its_new_connection, .time
     cluster_stop(&c);
 }
 
+/* A node's REGISTER tries on their connections may reach the scheduler in any order (its
+ * ROUTER takes its connections in turn): a late earlier try must not take the answers back to
+ * a connection the node has closed. Here the second try (attempt 1) registers first; the
+ * first (attempt 0) comes after it on its own connection; the heartbeats go on reaching the
+ * second, and the first hears nothing. Before, the late try moved the answers to it, and a
+ * server so registered heard nothing more and ended as "scheduler gone". */
+Test(cluster, a_late_earlier_registration_does_not_take_the_answers_back, .timeout = 60)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--iterations", "5", "--eval-every", "0", NULL};
+    cluster_start_core(&c, 1, 1, "late", extra);
+    zsock_t *conn[2];
+    mq_msg_t m;
+    mq_drop_t drop;
+    for (int k = 1; k >= 0; k--) {
+        conn[k] = zsock_new(ZMQ_DEALER);
+        cr_assert_not_null(conn[k]);
+        mq_wire_prepare(conn[k], 0, MQ_WIRE_MAX_MSG);
+        zsock_set_rcvtimeo(conn[k], k ? 10000 : 3000);
+        test_sec_client(conn[k], "worker", MQ_KEY_SCHEDULER);
+        cr_assert_eq(zsock_connect(conn[k], "%s", c.endpoint), 0);
+        memset(&m, 0, sizeof m);
+        mq_msg_init(&m, MQ_MSG_REGISTER);
+        m.role = MQ_ROLE_WORKER;
+        m.incarnation = 0x1a7e;
+        m.register_.attempt = (uint32_t)k;
+        cr_assert_eq(mq_wire_send(conn[k], &m, NULL, 0), 0);
+        if (k == 1) {
+            cr_assert_eq(mq_wire_recv(conn[1], &m, &drop), 0, "no WELCOME: %s", mq_err_last());
+            cr_expect_eq(m.type, MQ_MSG_WELCOME, "got %s", mq_msg_type_name(m.type));
+            mq_msg_reset(&m);
+        }
+    }
+    /* the scheduler beats every tick: over 3 s the second connection hears it again and again,
+     * the first not at all */
+    int beats = 0;
+    double until = mq_now_s() + 3;
+    zsock_set_rcvtimeo(conn[1], 500);
+    while (mq_now_s() < until)
+        if (mq_wire_recv(conn[1], &m, &drop) == 0) {
+            beats += m.type == MQ_MSG_HEARTBEAT;
+            mq_msg_reset(&m);
+        }
+    cr_expect_gt(beats, 1, "the node's latest connection heard %d heartbeats in 3 s", beats);
+    cr_expect_neq(mq_wire_recv(conn[0], &m, &drop), 0, "the earlier try's connection got %s",
+                  mq_msg_type_name(m.type));
+    for (int k = 0; k < 2; k++)
+        zsock_destroy(&conn[k]);
+    cluster_stop(&c);
+}
+
 /* Servers that ask for a shard (--shard: a StatefulSet's pod index, whose volume holds that
  * shard's checkpoints) get it whatever order they register in; their metrics say which. */
 Test(cluster, servers_get_the_shards_they_ask_for, .timeout = 180)

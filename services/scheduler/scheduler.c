@@ -39,6 +39,7 @@ typedef struct {
     uint8_t peer[MQ_WIRE_MAX_PEER];
     size_t peer_len;
     uint64_t incarnation;
+    uint32_t attempt; /* the REGISTER try whose connection is answered (mq_register_t) */
     char endpoint[MQ_WIRE_MAX_TEXT];
     s_state_t state;
     double last_heard;
@@ -1387,15 +1388,18 @@ static void s_on_leave(void *arg, mq_msg_t *msg)
 }
 
 /* A registration the scheduler holds, sent again: a node that heard nothing from it for
- * MQ_REGISTER_RETRY_S sends its REGISTER again on a new connection (node.h). That connection
- * is where the node listens now, so it is where the scheduler answers from here on: the
- * heartbeats, and the WELCOME again if the node was welcomed and has not said it is ready
- * (the first went to the connection the node gave up). On the same connection, a repeat
- * changes nothing. */
+ * MQ_REGISTER_RETRY_S sends its REGISTER again on a new connection (node.h), one try later.
+ * That connection is where the node listens now, so it is where the scheduler answers from
+ * here on: the heartbeats, and the WELCOME again if the node was welcomed and has not said it
+ * is ready (the first went to the connection the node gave up). On the same connection a
+ * repeat changes nothing, and so does an earlier try that arrives late: a ROUTER takes its
+ * connections' messages in turn, not in the order they were sent, and the node closed that
+ * connection. */
 static void s_register_repeat(s_sched_t *self, s_node_t *node, uint32_t rank, const mq_msg_t *msg)
 {
-    if (s_from_peer(node, msg))
+    if (s_from_peer(node, msg) || msg->register_.attempt < node->attempt)
         return;
+    node->attempt = msg->register_.attempt;
     memcpy(node->peer, msg->peer, msg->peer_len);
     node->peer_len = msg->peer_len;
     bool server = s_is_server(self, node);
@@ -1492,6 +1496,7 @@ static void s_on_register(void *arg, mq_msg_t *msg, const mq_register_t *reg)
     memcpy(node->peer, msg->peer, msg->peer_len);
     node->peer_len = msg->peer_len;
     node->incarnation = msg->incarnation;
+    node->attempt = msg->register_.attempt;
     if (worker) /* a new holder: a new term, and the last holder's token is void */
         self->worker_term[rank]++;
     else

@@ -80,6 +80,7 @@ static void s_register_again(mq_node_t *n, double silent)
     zloop_reader_end(n->loop, n->sched);
     zsock_destroy(&n->sched);
     n->sched = s;
+    n->msg.register_.attempt++;
     if (zloop_reader(n->loop, n->sched, n->on_sched, n->on_sched_arg) != 0)
         mq_warn("cannot read the scheduler's new connection");
     mq_wire_send(n->sched, &n->msg, NULL, 0); /* a full queue drops it: the next try goes */
