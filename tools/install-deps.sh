@@ -9,7 +9,7 @@ pkgs=(build-essential cmake pkg-config libzmq3-dev libczmq-dev libprotobuf-c-dev
       dataset-fashion-mnist)
 case "$what" in
     build) ;;
-    test) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev python3
+    test) pkgs+=(libcriterion-dev gnuplot-nox curl mmdebstrap clang-14 libclang-rt-14-dev python3 procps
                  tmux python3-torch python3-numpy python3-pytest) ;;
     torch) pkgs+=(python3 python3-torch python3-numpy) ;;
     bench) pkgs+=(libcriterion-dev gnuplot-nox python3-torch iproute2) ;;

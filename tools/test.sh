@@ -4,6 +4,10 @@
 # (tools/fuzz.sh; MQGRAD_FUZZ_SECONDS, default 30 each), the Criterion suite once more under
 # ASan and UBSan (tools/sanitize.sh), then the end-to-end tests on real containers, after
 # rendering and validating the Kubernetes manifests offline (tools/check-k8s.sh).
+# The end-to-end stage starts as soon as ctest has passed and runs beside the fuzz, sanitize
+# and k8s stages (its containers mostly wait on their emulated links, and building its images
+# mostly waits on the network and the disk); its log is printed when it ends.
+# MQGRAD_E2E_BESIDE=0 runs it after them instead.
 # MQGRAD_FUZZ=0, MQGRAD_SANITIZE=0, MQGRAD_K8S=0 and MQGRAD_E2E=0 skip a stage;
 # MQGRAD_TEST_JOBS (default: the cores) is how many tests run at once. ctest runs the
 # Python tests too (pytest under Debian's /usr/bin/python3, test_python).
@@ -26,7 +30,29 @@ s_summary() {
     for r in "${results[@]}"; do echo "   $r"; done
     echo "== $passed stage(s) passed, $skipped skipped, $failed failed"
 }
-trap s_summary EXIT
+e2e_pid="" e2e_t0="" e2e_out=""
+# A stage that fails ends the command: an end-to-end stage still running beside it is stopped
+# (its tests' own traps take their containers down) before the summary.
+s_end() {
+    local rc=$?
+    if [ -n "$e2e_pid" ]; then
+        # Its session holds every process it started (each test runs under `timeout`, in a
+        # process group of its own); each test's trap takes its containers down on TERM.
+        echo "== stopping the end-to-end stage (a stage beside it failed)"
+        local k sid
+        sid="$(cat "$build/e2e.sid" 2>/dev/null || true)"
+        if [ -n "$sid" ]; then
+            pkill -TERM -s "$sid" 2>/dev/null || true
+            for ((k = 0; k < 180; k++)); do pgrep -s "$sid" >/dev/null || break; sleep 1; done
+            pkill -KILL -s "$sid" 2>/dev/null || true
+        fi
+        kill -TERM "$e2e_pid" 2>/dev/null || true
+        results+=("e2e: stopped (a stage beside it failed)")
+    fi
+    s_summary
+    exit "$rc"
+}
+trap s_end EXIT
 
 # ctest's skipped tests (exit 77, SKIP_RETURN_CODE) from its JUnit file, as "a, b".
 s_ctest_skipped() {
@@ -38,7 +64,7 @@ s_ctest_skipped() {
 s_stage() {
     local name="$1" t0 rc=0
     shift
-    t0=$(date +%s)
+    t0="${STAGE_T0:-$(date +%s)}"
     echo "== stage $name"
     "$@" || rc=$?
     local took="$(( $(date +%s) - t0 )) s"
@@ -83,6 +109,26 @@ s_stage build s_build
 # on sockets and timers, which another test's compute fills.
 jobs="${MQGRAD_TEST_JOBS:-$(nproc)}"
 s_stage ctest s_ctest "$build" --test-dir "$build" --output-on-failure --timeout 900 -j"$jobs"
+# The end-to-end tests, started beside the next stages in a process group of their own.
+if [ "${MQGRAD_E2E:-1}" != 0 ] && [ "${MQGRAD_E2E_BESIDE:-1}" != 0 ]; then
+    mkdir -p "$build"
+    e2e_out="$build/e2e.log" e2e_t0=$(date +%s)
+    # --wait: $! ends with the stage even where setsid must fork; the session's id is the
+    # leader's pid, which it writes down before it becomes the stage.
+    rm -f "$build/e2e.sid"
+    setsid --wait bash -c 'echo $$ >"$1"; exec tests/e2e/run.sh' e2e "$build/e2e.sid" \
+        >"$e2e_out" 2>&1 &
+    e2e_pid=$!
+    echo "== stage e2e: started beside the next stages (log: $e2e_out, printed when it ends)"
+fi
+# Waits for the end-to-end stage started beside the others, prints its log, returns its exit.
+s_e2e_join() {
+    local rc=0
+    wait "$e2e_pid" || rc=$?
+    e2e_pid=""
+    cat "$e2e_out"
+    return "$rc"
+}
 if [ "${MQGRAD_FUZZ:-1}" != 0 ]; then
     s_stage fuzz tools/fuzz.sh "${MQGRAD_FUZZ_SECONDS:-30}"
 else
@@ -109,7 +155,9 @@ if [ "${MQGRAD_K8S:-1}" != 0 ]; then
 else
     s_off k8s "MQGRAD_K8S=0"
 fi
-if [ "${MQGRAD_E2E:-1}" != 0 ]; then
+if [ -n "$e2e_pid" ]; then
+    STAGE_T0="$e2e_t0" s_stage e2e s_e2e_join
+elif [ "${MQGRAD_E2E:-1}" != 0 ]; then
     s_stage e2e tests/e2e/run.sh
 else
     s_off e2e "MQGRAD_E2E=0"

@@ -29,11 +29,25 @@
 source "$(dirname "$0")/lib.sh"
 
 if [ $# -eq 0 ]; then
-    rc=0
+    # The scenarios side by side, E2E_ELASTIC_JOBS at once (default 2; 1 runs them one after
+    # another), each under its own time limit, project, run directory, cleanup and host ports
+    # (a base of its own, so that two never take the same free port at once): a scenario
+    # spends most of its time waiting on its emulated links, not on the cores.
+    jobs="${E2E_ELASTIC_JOBS:-2}"
+    rc=0 k=0 pids=() names=()
     for s in kill scale scheduler server; do
         [[ "$s" =~ ${E2E_ELASTIC_ONLY:-.} ]] || continue
-        # Each scenario under its own time limit, project, run directory and cleanup.
-        env -u E2E_UNDER_TIMEOUT bash "$0" "$s" || rc=1
+        if [ "${#pids[@]}" -ge "$jobs" ]; then
+            wait "${pids[0]}" || { rc=1; echo "elastic: scenario ${names[0]} failed" >&2; }
+            pids=("${pids[@]:1}") names=("${names[@]:1}")
+        fi
+        E2E_AGENT_PORT=$((7200 + 20 * k)) E2E_HTTP_PORT=$((8200 + 20 * k)) \
+            E2E_SCHEDULER_HTTP_PORT=$((8000 + 20 * k)) E2E_PROMETHEUS_PORT=$((9090 + 20 * k)) \
+            env -u E2E_UNDER_TIMEOUT bash "$0" "$s" &
+        pids+=($!) names+=("$s") k=$((k + 1))
+    done
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}" || { rc=1; echo "elastic: scenario ${names[$i]} failed" >&2; }
     done
     exit "$rc"
 fi
