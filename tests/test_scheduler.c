@@ -362,3 +362,166 @@ Test(scheduler, a_lost_worker_leaves_the_round_unless_its_push_is_in)
     cr_expect_eq(o.actions, MQ_RD_DONE);
     s_expect_members(r, (uint32_t[]){0, 2}, 2);
 }
+
+/* ---- membership (membership.c) ----------------------------------------------------------- */
+
+/* A REGISTER of ROLE from connection PEER (one byte), with INCARNATION and try ATTEMPT. */
+static mq_msg_t s_reg(mq_role_t role, uint8_t peer, uint64_t incarnation, uint32_t attempt,
+                      const char *endpoint, uint32_t prefer)
+{
+    mq_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = MQ_MSG_REGISTER;
+    m.role = role;
+    m.peer[0] = peer;
+    m.peer_len = 1;
+    m.incarnation = incarnation;
+    m.register_.attempt = attempt;
+    m.register_.prefer_shard = prefer;
+    snprintf(m.register_.endpoint, sizeof m.register_.endpoint, "%s", endpoint);
+    return m;
+}
+
+Test(scheduler, ranks_are_taken_in_order_and_refused_with_the_reason_when_none_is_left)
+{
+    mq_membership_t mb;
+    mq_mb_init(&mb, 2, 1);
+    mq_mb_reg_out_t o;
+    for (uint32_t k = 0; k < 2; k++) {
+        mq_msg_t m = s_reg(MQ_ROLE_WORKER, (uint8_t)k, 100 + k, 0, "", 0);
+        cr_assert_eq(mq_mb_again(&mb, &m, &o), -1, "a first try is not a repeat");
+        cr_assert_eq(mq_mb_take(&mb, &m, true, 1.0, &o), MQ_MB_TAKEN);
+        cr_expect(o.worker);
+        cr_expect_eq(o.rank, k);
+        cr_expect_eq(mb.workers[k].state, MQ_MB_SETUP);
+        cr_expect_eq(mb.worker_term[k], 1);
+    }
+    mq_msg_t third = s_reg(MQ_ROLE_WORKER, 9, 999, 0, "", 0);
+    cr_assert_eq(mq_mb_take(&mb, &third, true, 1.0, &o), MQ_MB_REFUSED);
+    cr_expect(strstr(o.why, "all 2 worker ranks are taken (--max-workers)"), "%s", o.why);
+    cr_expect_not(o.retry);
+    mq_msg_t nowhere = s_reg(MQ_ROLE_SERVER, 5, 500, 0, "", 0);
+    cr_assert_eq(mq_mb_take(&mb, &nowhere, true, 1.0, &o), MQ_MB_REFUSED);
+    cr_expect(strstr(o.why, "must give its endpoint"), "%s", o.why);
+    mq_msg_t sv = s_reg(MQ_ROLE_SERVER, 6, 600, 0, "tcp://a:1", 0);
+    cr_assert_eq(mq_mb_take(&mb, &sv, true, 1.0, &o), MQ_MB_TAKEN);
+    cr_expect_not(o.worker);
+    cr_expect_eq(mb.nservers, 1);
+    mq_msg_t sv2 = s_reg(MQ_ROLE_SERVER, 7, 700, 0, "tcp://b:1", 0);
+    cr_assert_eq(mq_mb_take(&mb, &sv2, true, 1.0, &o), MQ_MB_REFUSED);
+    cr_expect(strstr(o.why, "enough servers"), "%s", o.why);
+    /* once the run is under way a server is taken back only after its old self is lost */
+    cr_assert_eq(mq_mb_take(&mb, &sv2, false, 1.0, &o), MQ_MB_REFUSED);
+    cr_expect(o.retry, "a restarted server may try again");
+    mq_msg_t odd = s_reg(MQ_ROLE_NONE, 8, 800, 0, "", 0);
+    cr_expect_eq(mq_mb_take(&mb, &odd, true, 1.0, &o), MQ_MB_REFUSED);
+}
+
+Test(scheduler, a_later_try_moves_the_answers_and_an_earlier_or_the_same_changes_nothing)
+{
+    mq_membership_t mb;
+    mq_mb_init(&mb, 4, 1);
+    mq_mb_reg_out_t o;
+    mq_msg_t first = s_reg(MQ_ROLE_WORKER, 1, 42, 0, "", 0);
+    cr_assert_eq(mq_mb_take(&mb, &first, true, 1.0, &o), MQ_MB_TAKEN);
+    mq_msg_t second = s_reg(MQ_ROLE_WORKER, 2, 42, 1, "", 0);
+    cr_assert_eq(mq_mb_again(&mb, &second, &o), MQ_MB_MOVED);
+    cr_expect(o.worker);
+    cr_expect_eq(o.rank, 0);
+    cr_expect_eq(mb.workers[0].peer[0], 2, "answered on the later try's connection");
+    /* the first try, delivered late on its closed connection, and the second again */
+    cr_expect_eq(mq_mb_again(&mb, &first, &o), MQ_MB_SAME);
+    cr_expect_eq(mq_mb_again(&mb, &second, &o), MQ_MB_SAME);
+    cr_expect_eq(mb.workers[0].peer[0], 2);
+    cr_expect_eq(mb.worker_term[0], 1, "a try again is not a new holder");
+    cr_expect_eq(mq_mb_count(&mb, MQ_MB_FREE), 1);
+}
+
+Test(scheduler, members_get_ready_join_rounds_fall_silent_and_leave)
+{
+    mq_membership_t mb;
+    mq_mb_init(&mb, 8, 1);
+    mq_mb_reg_out_t o;
+    mq_msg_t sv = s_reg(MQ_ROLE_SERVER, 10, 10, 0, "tcp://s:1", 0);
+    cr_assert_eq(mq_mb_take(&mb, &sv, true, 0.0, &o), MQ_MB_TAKEN);
+    mq_msg_t w[3];
+    for (int k = 0; k < 3; k++) {
+        w[k] = s_reg(MQ_ROLE_WORKER, (uint8_t)k, 20 + (uint64_t)k, 0, "", 0);
+        cr_assert_eq(mq_mb_take(&mb, &w[k], true, 0.0, &o), MQ_MB_TAKEN);
+        w[k].rank = o.rank; /* READY names the rank it was given */
+    }
+    cr_expect_not(mq_mb_all_ready(&mb, 2));
+    /* READY only from the node, on its connection, once */
+    mq_msg_t stranger = w[0];
+    stranger.peer[0] = 77;
+    cr_expect_not(mq_mb_ready(&mb, &stranger, 1.0), "another connection");
+    stranger = w[0];
+    stranger.incarnation = 5;
+    cr_expect_not(mq_mb_ready(&mb, &stranger, 1.0), "another incarnation");
+    cr_expect(mq_mb_ready(&mb, &w[0], 1.0), "worker 0 ready");
+    cr_expect_not(mq_mb_ready(&mb, &w[0], 1.0), "twice");
+    cr_expect(mq_mb_ready(&mb, &w[1], 1.0), "worker 1 ready");
+    cr_expect_not(mq_mb_all_ready(&mb, 2), "the server is not ready");
+    cr_expect(mq_mb_ready(&mb, &sv, 1.0), "the server ready");
+    cr_expect(mq_mb_all_ready(&mb, 2), "two workers and the server are ready");
+    cr_expect_not(mq_mb_all_ready(&mb, 3), "the third is not");
+    mq_mb_start(&mb); /* the first members */
+    cr_expect_eq(mb.workers[0].state, MQ_MB_ACTIVE);
+    cr_expect_eq(mb.servers[0].state, MQ_MB_ACTIVE);
+    cr_expect_eq(mb.workers[2].state, MQ_MB_SETUP, "still loading: not a member");
+    /* the third gets ready later and joins at the next round */
+    cr_expect(mq_mb_ready(&mb, &w[2], 2.0), "worker 2 ready");
+    uint32_t members[MQ_MAX_WORKERS], n, joined[MQ_MAX_WORKERS], nj;
+    mq_mb_form_round(&mb, members, &n, joined, &nj);
+    cr_expect_eq(n, 3);
+    cr_expect_eq(nj, 1);
+    cr_expect_eq(joined[0], 2);
+    mq_mb_form_round(&mb, members, &n, joined, &nj);
+    cr_expect_eq(nj, 0, "a member joins once");
+    /* worker 1 falls silent: listed; the server, heard at 1.0, too once past the limit */
+    mb.workers[0].last_heard = mb.workers[2].last_heard = 9.0;
+    mb.servers[0].last_heard = 9.0;
+    uint32_t silent[MQ_MAX_WORKERS], ns;
+    cr_expect_eq(mq_mb_silent(&mb, 10.0, 5.0, silent, &ns), -1, "the server was heard");
+    cr_assert_eq(ns, 1);
+    cr_expect_eq(silent[0], 1);
+    mb.servers[0].last_heard = 1.0;
+    cr_expect_eq(mq_mb_silent(&mb, 10.0, 5.0, silent, &ns), 0);
+    bool member = mq_mb_lose(&mb, 1);
+    cr_expect(member, "a member was lost");
+    cr_expect_eq(mb.workers[1].state, MQ_MB_FREE);
+    cr_expect_null(mq_mb_node(&mb, MQ_ROLE_WORKER, 1, 21), "its incarnation holds nothing now");
+    member = mq_mb_lose(&mb, 1);
+    cr_expect_not(member, "a free rank is no member");
+    /* its rank goes to the next holder with a new term; a rollback forgets the nodes, not the
+     * terms */
+    mq_msg_t next = s_reg(MQ_ROLE_WORKER, 30, 30, 0, "", 0);
+    cr_assert_eq(mq_mb_take(&mb, &next, false, 11.0, &o), MQ_MB_TAKEN);
+    cr_expect_eq(o.rank, 1);
+    cr_expect_eq(mb.worker_term[1], 2);
+    mq_mb_forget(&mb);
+    cr_expect_eq(mq_mb_count(&mb, MQ_MB_FREE), 0);
+    cr_expect_eq(mb.nservers, 0);
+    cr_expect_eq(mb.worker_term[1], 2);
+    cr_expect_eq(mb.server_term[0], 1);
+}
+
+Test(scheduler, servers_get_the_shard_they_ask_for_whatever_order_they_registered_in)
+{
+    mq_membership_t mb;
+    mq_mb_init(&mb, 4, 3);
+    mq_mb_reg_out_t o;
+    /* registered in the order a (asks for 2), b (any), c (asks for 0) */
+    const char *ep[3] = {"tcp://a:1", "tcp://b:1", "tcp://c:1"};
+    uint32_t prefer[3] = {3, 0, 1}; /* 1 + the shard */
+    for (int k = 0; k < 3; k++) {
+        mq_msg_t m = s_reg(MQ_ROLE_SERVER, (uint8_t)k, 50 + (uint64_t)k, 0, ep[k], prefer[k]);
+        cr_assert_eq(mq_mb_take(&mb, &m, true, 0.0, &o), MQ_MB_TAKEN);
+    }
+    mq_mb_place_servers(&mb);
+    cr_expect_str_eq(mb.servers[2].endpoint, "tcp://a:1");
+    cr_expect_str_eq(mb.servers[0].endpoint, "tcp://c:1");
+    cr_expect_str_eq(mb.servers[1].endpoint, "tcp://b:1");
+    for (int i = 0; i < 3; i++)
+        cr_expect_eq(mb.servers[i].state, MQ_MB_SETUP);
+}

@@ -31,24 +31,9 @@
 #include "mqgrad/wire.h"
 #include "scheduler_internal.h"
 
-/* A rank's holder: FREE (none), SETUP (welcomed, loading), READY (set up, a member from the
- * next iteration on), ACTIVE (a member). */
-typedef enum { N_FREE, N_SETUP, N_READY, N_ACTIVE } s_state_t;
-
-typedef struct {
-    uint8_t peer[MQ_WIRE_MAX_PEER];
-    size_t peer_len;
-    uint64_t incarnation;
-    uint32_t attempt; /* the REGISTER try whose connection is answered (mq_register_t) */
-    char endpoint[MQ_WIRE_MAX_TEXT];
-    s_state_t state;
-    double last_heard;
-    int prefer; /* a server: the shard it asked for, -1 for any */
-    uint64_t pushed; /* a worker: 1 + the iteration its loop last pushed, from its heartbeat */
-} s_node_t;
 
 /* Whether MSG came from NODE's connection (its ZeroMQ peer). */
-static bool s_from_peer(const s_node_t *node, const mq_msg_t *msg)
+static bool s_from_peer(const mq_mb_node_t *node, const mq_msg_t *msg)
 {
     return node->peer_len == msg->peer_len && memcmp(node->peer, msg->peer, msg->peer_len) == 0;
 }
@@ -70,11 +55,7 @@ typedef struct {
     zsock_t *router, *agent;
     int port;
     s_phase_t phase;
-    s_node_t workers[MQ_MAX_WORKERS], servers[MQ_WIRE_MAX_SERVERS];
-    /* Each rank's term (mqgrad/security.h): the times it was given out. Kept apart from the
-     * nodes, which a rollback forgets: a term never goes back, so no old token comes back. */
-    uint32_t worker_term[MQ_MAX_WORKERS], server_term[MQ_WIRE_MAX_SERVERS];
-    uint32_t nservers;
+    mq_membership_t mb; /* who holds each rank (membership.c) */
     uint64_t run_id;
     double t_created, t_paused;
     mq_runlog_t *log;
@@ -259,7 +240,6 @@ static void s_metrics_report(s_sched_t *self, uint32_t r, const mq_report_t *rep
     mq_metric_set(self->m.w_loss[r], rep->loss_nonfinite ? NAN : rep->loss);
 }
 
-static uint32_t s_count(const s_sched_t *self, s_state_t state);
 
 /* What changes without an iteration: membership, the pause, drops. Once a second, and when
  * the cluster is complete (so the first scrape of a run sees its servers). */
@@ -269,8 +249,8 @@ static void s_metrics_tick(s_sched_t *self)
         return;
     uint32_t servers = 0;
     for (uint32_t i = 0; i < MQ_WIRE_MAX_SERVERS; i++)
-        servers += self->servers[i].state != N_FREE;
-    mq_metric_set(self->m.workers, s_count(self, N_FREE)); /* N_FREE: those not free */
+        servers += self->mb.servers[i].state != MQ_MB_FREE;
+    mq_metric_set(self->m.workers, mq_mb_count(&self->mb, MQ_MB_FREE)); /* FREE: not free */
     mq_metric_set(self->m.servers, servers);
     mq_metric_set(self->m.paused, self->phase == S_PAUSED);
     mq_metric_set(self->m.fallbacks, (double)self->fallbacks);
@@ -295,7 +275,7 @@ static void s_fail(s_sched_t *self, const char *fmt, ...) __attribute__((format(
 /* Sends self->out to NODE without waiting: a node that does not read (wedged, or an insider
  * holding a rank) loses the message, counted as unread, and never stalls the scheduler; the
  * heartbeat and iteration timeouts deal with the node. */
-static int s_send_to(s_sched_t *self, const s_node_t *node)
+static int s_send_to(s_sched_t *self, const mq_mb_node_t *node)
 {
     memcpy(self->out.peer, node->peer, node->peer_len);
     self->out.peer_len = node->peer_len;
@@ -307,20 +287,11 @@ static int s_broadcast(s_sched_t *self, bool workers, bool servers)
 {
     int failed = 0;
     for (uint32_t i = 0; workers && i < MQ_MAX_WORKERS; i++)
-        if (self->workers[i].state != N_FREE)
-            failed += s_send_to(self, &self->workers[i]) != 0;
-    for (uint32_t i = 0; servers && i < self->nservers; i++)
-        failed += s_send_to(self, &self->servers[i]) != 0;
+        if (self->mb.workers[i].state != MQ_MB_FREE)
+            failed += s_send_to(self, &self->mb.workers[i]) != 0;
+    for (uint32_t i = 0; servers && i < self->mb.nservers; i++)
+        failed += s_send_to(self, &self->mb.servers[i]) != 0;
     return failed;
-}
-
-/* Workers holding a rank in STATE (N_FREE: any state but free). */
-static uint32_t s_count(const s_sched_t *self, s_state_t state)
-{
-    uint32_t n = 0;
-    for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
-        n += state == N_FREE ? self->workers[i].state != N_FREE : self->workers[i].state == state;
-    return n;
 }
 
 /* The round's member set, with each member's term, into the message to send. */
@@ -330,7 +301,7 @@ static void s_put_members(s_sched_t *self)
     it->n_members = it->n_member_terms = self->round.nmembers;
     memcpy(it->members, self->round.members, self->round.nmembers * sizeof *self->round.members);
     for (uint32_t k = 0; k < self->round.nmembers; k++)
-        it->member_terms[k] = self->worker_term[self->round.members[k]];
+        it->member_terms[k] = self->mb.worker_term[self->round.members[k]];
 }
 
 /* Tells the servers the round's member set (a new view of it). */
@@ -402,20 +373,15 @@ static void s_pause(s_sched_t *self, uint32_t have)
 /* The round's members: every worker up (those ready since the last round join now). */
 static void s_form_round(s_sched_t *self)
 {
-    self->round.nmembers = 0;
-    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) {
-        s_node_t *w = &self->workers[r];
-        if (w->state == N_READY) {
-            w->state = N_ACTIVE;
-            char fields[64];
-            snprintf(fields, sizeof fields, "\"rank\":%u,\"workers\":%u", r,
-                     s_count(self, N_ACTIVE));
-            s_event(self, "worker_joined", fields);
-            mq_info("worker %u joins at iteration %llu (%u workers)", r,
-                    (unsigned long long)self->iter, s_count(self, N_ACTIVE));
-        }
-        if (w->state == N_ACTIVE)
-            self->round.members[self->round.nmembers++] = r;
+    uint32_t joined[MQ_MAX_WORKERS], nj;
+    mq_mb_form_round(&self->mb, self->round.members, &self->round.nmembers, joined, &nj);
+    for (uint32_t k = 0; k < nj; k++) {
+        char fields[64];
+        snprintf(fields, sizeof fields, "\"rank\":%u,\"workers\":%u", joined[k],
+                 self->round.nmembers);
+        s_event(self, "worker_joined", fields);
+        mq_info("worker %u joins at iteration %llu (%u workers)", joined[k],
+                (unsigned long long)self->iter, self->round.nmembers);
     }
 }
 
@@ -432,7 +398,7 @@ static int s_level(const s_sched_t *self, int bits)
 static void s_issue(s_sched_t *self)
 {
     const mq_scheduler_config_t *c = self->cfg;
-    uint32_t up = s_count(self, N_ACTIVE) + s_count(self, N_READY);
+    uint32_t up = mq_mb_count(&self->mb, MQ_MB_ACTIVE) + mq_mb_count(&self->mb, MQ_MB_READY);
     if (up < (uint32_t)c->min_workers || up == 0) {
         s_pause(self, up);
         return;
@@ -494,7 +460,7 @@ static void s_issue(s_sched_t *self)
     self->out.sim_time = self->sim_issued;
     it->run_time = self->train_time; /* the links' schedules run on it (mqgrad/ps.h) */
     for (uint32_t k = 0; k < self->round.nmembers; k++)
-        if (s_send_to(self, &self->workers[self->round.members[k]]) != 0)
+        if (s_send_to(self, &self->mb.workers[self->round.members[k]]) != 0)
             mq_warn("iteration %llu: cannot reach worker %u: %s", (unsigned long long)self->iter,
                     self->round.members[k], mq_err_last()); /* its heartbeats will tell */
     s_send_members(self, MQ_MSG_ITERATE, checkpoint);
@@ -514,7 +480,7 @@ static bool s_checkpoint_due(s_sched_t *self)
         .iter = self->iter,
         .cursor = self->cursor,
         .lineage = self->lineage,
-        .servers = self->nservers,
+        .servers = self->mb.nservers,
         .bits = self->bits,
         .train_time_s = self->train_time,
         .wall_time_s = wall,
@@ -543,7 +509,7 @@ static bool s_checkpoint_due(s_sched_t *self)
  * for a shard (cancel checkpoints, name shard files that do not exist, cut members). */
 static bool s_from_server(s_sched_t *self, const mq_msg_t *msg, uint32_t shard)
 {
-    if (shard < self->nservers && s_from_peer(&self->servers[shard], msg))
+    if (shard < self->mb.nservers && s_from_peer(&self->mb.servers[shard], msg))
         return true;
     char why[96];
     snprintf(why, sizeof why, "%s from a peer that is not that shard's server",
@@ -574,7 +540,7 @@ static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
         return;
     }
     self->saved[sv->shard] = true;
-    for (uint32_t s = 0; s < self->nservers; s++)
+    for (uint32_t s = 0; s < self->mb.nservers; s++)
         if (!self->saved[s])
             return;
     self->ckpt_pending = false;
@@ -592,13 +558,13 @@ static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
 }
 
 /* Whether NODE is one of the servers' places (else a worker's). */
-static bool s_is_server(const s_sched_t *self, const s_node_t *node)
+static bool s_is_server(const s_sched_t *self, const mq_mb_node_t *node)
 {
-    return node >= self->servers && node < self->servers + MQ_WIRE_MAX_SERVERS;
+    return node >= self->mb.servers && node < self->mb.servers + MQ_WIRE_MAX_SERVERS;
 }
 
 /* WELCOME for NODE, which holds rank RANK: the run, its id, the servers. */
-static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
+static void s_welcome(s_sched_t *self, mq_mb_node_t *node, uint32_t rank)
 {
     node->last_heard = mq_now_s(); /* its heartbeats start now */
     mq_msg_init(&self->out, MQ_MSG_WELCOME);
@@ -606,16 +572,16 @@ static void s_welcome(s_sched_t *self, s_node_t *node, uint32_t rank)
     w->config = self->run;
     self->out.run_id = self->run_id;
     w->rank = rank;
-    w->n_servers = self->nservers;
-    for (uint32_t s = 0; s < self->nservers; s++)
-        memcpy(w->servers[s], self->servers[s].endpoint, sizeof w->servers[s]);
+    w->n_servers = self->mb.nservers;
+    for (uint32_t s = 0; s < self->mb.nservers; s++)
+        memcpy(w->servers[s], self->mb.servers[s].endpoint, sizeof w->servers[s]);
     bool server = s_is_server(self, node);
     if (self->external) { /* the servers build the model from it; workers check theirs */
         self->out.layout = self->layout;
         w->seed = !server && rank == self->seeder && self->run.resume_iter == 0;
     }
     w->has_token = true;
-    w->term = server ? self->server_term[rank] : self->worker_term[rank];
+    w->term = server ? self->mb.server_term[rank] : self->mb.worker_term[rank];
     mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, w->term,
                   w->token);
     if (server) { /* servers check workers' tokens with it */
@@ -713,22 +679,12 @@ static int s_open_run(s_sched_t *self)
  * it, unless another asked for the same one first. */
 static void s_place_servers(s_sched_t *self)
 {
-    for (uint32_t i = 0; i < self->nservers; i++) {
-        for (uint32_t hops = 0; hops < self->nservers; hops++) {
-            int want = self->servers[i].prefer;
-            if (want < 0 || (uint32_t)want == i || (uint32_t)want >= self->nservers ||
-                self->servers[want].prefer == want)
-                break;
-            s_node_t t = self->servers[want]; /* swap: the other one tries again from here */
-            self->servers[want] = self->servers[i];
-            self->servers[i] = t;
-        }
-    }
-    for (uint32_t i = 0; i < self->nservers; i++)
-        if (self->servers[i].prefer >= 0 && self->servers[i].prefer != (int)i)
+    mq_mb_place_servers(&self->mb);
+    for (uint32_t i = 0; i < self->mb.nservers; i++)
+        if (self->mb.servers[i].prefer >= 0 && self->mb.servers[i].prefer != (int)i)
             mq_warn("server at %s asked for shard %d, which %s; it holds shard %u",
-                    self->servers[i].endpoint, self->servers[i].prefer,
-                    (uint32_t)self->servers[i].prefer >= self->nservers
+                    self->mb.servers[i].endpoint, self->mb.servers[i].prefer,
+                    (uint32_t)self->mb.servers[i].prefer >= self->mb.nservers
                         ? "the run does not have"
                         : "another server asked for",
                     i);
@@ -744,25 +700,26 @@ static void s_start(s_sched_t *self)
         self->lineage = self->run_id;
     self->run.lineage = self->lineage;
     self->run.resume_iter = self->resumed_at;
-    if (self->external && self->workers[self->seeder].state == N_FREE)
+    if (self->external && self->mb.workers[self->seeder].state == MQ_MB_FREE)
         for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) /* the first worker left: the next */
-            if (self->workers[r].state != N_FREE) {
+            if (self->mb.workers[r].state != MQ_MB_FREE) {
                 self->seeder = r;
                 break;
             }
     s_place_servers(self);
-    for (uint32_t i = 0; i < self->nservers; i++)
-        s_welcome(self, &self->servers[i], i);
+    for (uint32_t i = 0; i < self->mb.nservers; i++)
+        s_welcome(self, &self->mb.servers[i], i);
     s_metrics_tick(self);
     for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
-        if (self->workers[i].state != N_FREE)
-            s_welcome(self, &self->workers[i], i);
+        if (self->mb.workers[i].state != MQ_MB_FREE)
+            s_welcome(self, &self->mb.workers[i], i);
     char fields[160];
+    uint32_t nworkers = mq_mb_count(&self->mb, MQ_MB_FREE);
     snprintf(fields, sizeof fields, "\"workers\":%u,\"servers\":%u,\"run_id\":\"%016llx\"",
-             s_count(self, N_FREE), self->nservers, (unsigned long long)self->run_id);
+             nworkers, self->mb.nservers, (unsigned long long)self->run_id);
     s_event(self, "start", fields);
-    mq_info("cluster complete: %u workers, %u servers; run %016llx in %s", s_count(self, N_FREE),
-            self->nservers, (unsigned long long)self->run_id, self->run_dir);
+    mq_info("cluster complete: %u workers, %u servers; run %016llx in %s", nworkers,
+            self->mb.nservers, (unsigned long long)self->run_id, self->run_dir);
     self->phase = S_PREPARING;
 }
 
@@ -771,36 +728,21 @@ static void s_start(s_sched_t *self)
 static void s_on_ready(void *arg, mq_msg_t *msg)
 {
     s_sched_t *self = arg;
-    bool worker = msg->role == MQ_ROLE_WORKER;
-    s_node_t *node = NULL;
-    if (worker && msg->rank < MQ_MAX_WORKERS)
-        node = &self->workers[msg->rank];
-    else if (!worker && msg->rank < self->nservers)
-        node = &self->servers[msg->rank];
-    if (!node || node->state != N_SETUP || node->incarnation != msg->incarnation ||
-        !s_from_peer(node, msg) || self->phase == S_REGISTERING || self->phase == S_DONE) {
+    if (self->phase == S_REGISTERING || self->phase == S_DONE ||
+        !mq_mb_ready(&self->mb, msg, mq_now_s())) {
         mq_drops_note(&self->drops, MQ_DROP_RANK, msg->peer, msg->peer_len,
                       "ready from an unknown node, twice, or out of phase");
         return;
     }
-    node->state = N_READY;
-    node->last_heard = mq_now_s();
     if (self->phase == S_PAUSED) {
         s_issue(self);
         return;
     }
     if (self->phase != S_PREPARING)
         return; /* a member from the next iteration on */
-    for (uint32_t s = 0; s < self->nservers; s++)
-        if (self->servers[s].state != N_READY)
-            return;
-    if (s_count(self, N_READY) < (uint32_t)self->cfg->workers)
+    if (!mq_mb_all_ready(&self->mb, (uint32_t)self->cfg->workers))
         return;
-    for (uint32_t s = 0; s < self->nservers; s++)
-        self->servers[s].state = N_ACTIVE;
-    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) /* the first members: no join events */
-        if (self->workers[r].state == N_READY)
-            self->workers[r].state = N_ACTIVE;
+    mq_mb_start(&self->mb); /* the first members: no join events */
     mq_info("every node is ready; training starts");
     s_event(self, "ready", NULL);
     self->t_progress = mq_now_s();
@@ -1327,12 +1269,8 @@ static void s_round_do(s_sched_t *self, const mq_round_out_t *o)
  * unless it already reported (then its push is in every shard's aggregate). */
 static void s_lose_worker(s_sched_t *self, uint32_t rank, const char *why)
 {
-    s_node_t *w = &self->workers[rank];
-    bool member = w->state == N_ACTIVE;
-    w->state = N_FREE;
-    w->incarnation = 0;
-    w->pushed = 0;
-    uint32_t left = s_count(self, N_ACTIVE) + s_count(self, N_READY);
+    bool member = mq_mb_lose(&self->mb, rank);
+    uint32_t left = mq_mb_count(&self->mb, MQ_MB_ACTIVE) + mq_mb_count(&self->mb, MQ_MB_READY);
     char fields[200], reason[128];
     mq_json_escape(why, reason, sizeof reason);
     snprintf(fields, sizeof fields, "\"rank\":%u,\"reason\":\"%s\",\"workers\":%u", rank, reason,
@@ -1347,21 +1285,11 @@ static void s_lose_worker(s_sched_t *self, uint32_t rank, const char *why)
     s_round_do(self, &o);
 }
 
-/* The node of ROLE and RANK that says it is INCARNATION, or NULL. */
-static s_node_t *s_node_of(s_sched_t *self, mq_role_t role, uint32_t rank, uint64_t incarnation)
-{
-    s_node_t *n = NULL;
-    if (role == MQ_ROLE_WORKER && rank < MQ_MAX_WORKERS)
-        n = &self->workers[rank];
-    else if (role == MQ_ROLE_SERVER && rank < self->nservers)
-        n = &self->servers[rank];
-    return n && n->state != N_FREE && n->incarnation == incarnation ? n : NULL;
-}
 
 static void s_on_heartbeat(void *arg, mq_msg_t *msg, const mq_heartbeat_t *hb)
 {
     s_sched_t *self = arg;
-    s_node_t *n = s_node_of(self, msg->role, msg->rank, msg->incarnation);
+    mq_mb_node_t *n = mq_mb_node(&self->mb, msg->role, msg->rank, msg->incarnation);
     if (n && msg->run_id == self->run_id) {
         n->last_heard = mq_now_s();
         if (msg->role == MQ_ROLE_WORKER)
@@ -1378,36 +1306,13 @@ static void s_on_heartbeat(void *arg, mq_msg_t *msg, const mq_heartbeat_t *hb)
 static void s_on_leave(void *arg, mq_msg_t *msg)
 {
     s_sched_t *self = arg;
-    s_node_t *n = s_node_of(self, MQ_ROLE_WORKER, msg->rank, msg->incarnation);
+    mq_mb_node_t *n = mq_mb_node(&self->mb, MQ_ROLE_WORKER, msg->rank, msg->incarnation);
     if (!n || msg->role != MQ_ROLE_WORKER) {
         mq_drops_note(&self->drops, MQ_DROP_RANK, msg->peer, msg->peer_len,
                       "leave from a node that holds no rank");
         return;
     }
     s_lose_worker(self, msg->rank, "it left (stopped)");
-}
-
-/* A registration the scheduler holds, sent again: a node that heard nothing from it for
- * MQ_REGISTER_RETRY_S sends its REGISTER again on a new connection (node.h), one try later.
- * That connection is where the node listens now, so it is where the scheduler answers from
- * here on: the heartbeats, and the WELCOME again if the node was welcomed and has not said it
- * is ready (the first went to the connection the node gave up). On the same connection a
- * repeat changes nothing, and so does an earlier try that arrives late: a ROUTER takes its
- * connections' messages in turn, not in the order they were sent, and the node closed that
- * connection. */
-static void s_register_repeat(s_sched_t *self, s_node_t *node, uint32_t rank, const mq_msg_t *msg)
-{
-    if (s_from_peer(node, msg) || msg->register_.attempt < node->attempt)
-        return;
-    node->attempt = msg->register_.attempt;
-    memcpy(node->peer, msg->peer, msg->peer_len);
-    node->peer_len = msg->peer_len;
-    bool server = s_is_server(self, node);
-    mq_warn("%s %u registered again from a new connection (it heard nothing on its first): "
-            "answering it there",
-            server ? "server" : "worker", rank);
-    if (self->phase != S_REGISTERING && node->state == N_SETUP)
-        s_welcome(self, node, rank);
 }
 
 /* Why a worker's REGISTER cannot join this run's model, or NULL. */
@@ -1427,94 +1332,63 @@ static const char *s_layout_refusal(s_sched_t *self, const mq_msg_t *msg)
     return why;
 }
 
+/* A REGISTER: a new holder of a rank (welcomed at once when the run is under way: a member
+ * once it is ready; the run starts when the cluster is complete), or a known node's try again
+ * on a new connection (answered there from now on, and welcomed again if it was welcomed
+ * and has not said it is ready: the first WELCOME went to the connection it gave up). */
 static void s_on_register(void *arg, mq_msg_t *msg, const mq_register_t *reg)
 {
+    (void)reg;
     s_sched_t *self = arg;
     bool worker = msg->role == MQ_ROLE_WORKER;
     if (msg->role != MQ_ROLE_WORKER && msg->role != MQ_ROLE_SERVER) {
         s_refuse(self, msg, "unknown role", false);
         return;
     }
-    for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
-        if (self->workers[i].state != N_FREE && self->workers[i].incarnation == msg->incarnation) {
-            s_register_repeat(self, &self->workers[i], i, msg);
+    mq_mb_reg_out_t o;
+    int again = mq_mb_again(&self->mb, msg, &o);
+    if (again >= 0) {
+        mq_mb_node_t *node = o.worker ? &self->mb.workers[o.rank] : &self->mb.servers[o.rank];
+        if (again != MQ_MB_MOVED)
             return;
-        }
-    for (uint32_t i = 0; i < self->nservers; i++)
-        if (self->servers[i].incarnation == msg->incarnation) {
-            s_register_repeat(self, &self->servers[i], i, msg);
-            return;
-        }
+        mq_warn("%s %u registered again from a new connection (it heard nothing on its first): "
+                "answering it there",
+                o.worker ? "worker" : "server", o.rank);
+        if (self->phase != S_REGISTERING && node->state == MQ_MB_SETUP)
+            s_welcome(self, node, o.rank);
+        return;
+    }
     if (self->phase == S_DONE) {
         s_refuse(self, msg, "the run is over", false);
         return;
     }
-    s_node_t *node = NULL;
-    uint32_t rank = 0;
-    if (worker) {
-        while (rank < (uint32_t)self->cfg->max_workers && self->workers[rank].state != N_FREE)
-            rank++;
-        if (rank == (uint32_t)self->cfg->max_workers) {
-            char why[128];
-            snprintf(why, sizeof why, "all %ld worker ranks are taken (--max-workers)",
-                     self->cfg->max_workers);
-            s_refuse(self, msg, why, false);
-            return;
-        }
-        const char *why = s_layout_refusal(self, msg);
-        if (why) {
-            s_refuse(self, msg, why, false);
-            return;
-        }
-        if (!self->has_layout) { /* external: the first worker's model is the run's */
-            self->layout = msg->layout;
-            self->has_layout = true;
-            self->seeder = rank;
-            s_metrics_layout(self);
-            mq_info("the run's model: worker %u's layout, %u tensors", rank, self->layout.n);
-        }
-        node = &self->workers[rank];
-    } else {
-        if (self->phase != S_REGISTERING) {
-            /* A server that restarted before its silence was noticed: once it is, the run
-             * goes back to its checkpoint and takes servers again. */
-            s_refuse(self, msg, "the run's servers are all up; a restarted server is taken "
-                                "back once its old self is found lost", true);
-            return;
-        }
-        if (self->nservers >= (uint32_t)self->cfg->servers) {
-            s_refuse(self, msg, "enough servers already", false);
-            return;
-        }
-        if (!msg->register_.endpoint[0]) {
-            s_refuse(self, msg, "a server must give its endpoint", false);
-            return;
-        }
-        rank = self->nservers++;
-        node = &self->servers[rank];
-    }
-    memcpy(node->peer, msg->peer, msg->peer_len);
-    node->peer_len = msg->peer_len;
-    node->incarnation = msg->incarnation;
-    node->attempt = msg->register_.attempt;
-    if (worker) /* a new holder: a new term, and the last holder's token is void */
-        self->worker_term[rank]++;
-    else
-        self->server_term[rank]++;
-    uint32_t prefer = msg->register_.prefer_shard;
-    node->prefer = worker || prefer == 0 ? -1 : (int)prefer - 1;
-    node->state = N_SETUP;
-    node->last_heard = mq_now_s();
-    snprintf(node->endpoint, sizeof node->endpoint, "%s", msg->register_.endpoint);
-    uint32_t nworkers = s_count(self, N_FREE);
-    mq_info("%s %u registered%s%s (%u/%ld workers, %u/%ld servers)", worker ? "worker" : "server",
-            rank, worker ? "" : " at ", node->endpoint, nworkers, self->cfg->workers,
-            self->nservers, self->cfg->servers);
-    if (self->phase != S_REGISTERING) {
-        s_welcome(self, node, rank); /* a late join: a member once it is ready */
+    const char *why = worker ? s_layout_refusal(self, msg) : NULL;
+    if (why) {
+        s_refuse(self, msg, why, false);
         return;
     }
-    if (nworkers >= (uint32_t)self->cfg->workers && self->nservers == (uint32_t)self->cfg->servers)
+    if (mq_mb_take(&self->mb, msg, self->phase == S_REGISTERING, mq_now_s(), &o) != MQ_MB_TAKEN) {
+        s_refuse(self, msg, o.why, o.retry);
+        return;
+    }
+    if (worker && !self->has_layout) { /* external: the first worker's model is the run's */
+        self->layout = msg->layout;
+        self->has_layout = true;
+        self->seeder = o.rank;
+        s_metrics_layout(self);
+        mq_info("the run's model: worker %u's layout, %u tensors", o.rank, self->layout.n);
+    }
+    mq_mb_node_t *node = worker ? &self->mb.workers[o.rank] : &self->mb.servers[o.rank];
+    uint32_t nworkers = mq_mb_count(&self->mb, MQ_MB_FREE);
+    mq_info("%s %u registered%s%s (%u/%ld workers, %u/%ld servers)", worker ? "worker" : "server",
+            o.rank, worker ? "" : " at ", node->endpoint, nworkers, self->cfg->workers,
+            self->mb.nservers, self->cfg->servers);
+    if (self->phase != S_REGISTERING) {
+        s_welcome(self, node, o.rank); /* a late join: a member once it is ready */
+        return;
+    }
+    if (nworkers >= (uint32_t)self->cfg->workers &&
+        self->mb.nservers == (uint32_t)self->cfg->servers)
         s_start(self);
 }
 
@@ -1523,8 +1397,8 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
     s_sched_t *self = arg;
     const char *why = NULL;
     mq_drop_t d = MQ_DROP_NONE;
-    const s_node_t *w = msg->rank < MQ_MAX_WORKERS ? &self->workers[msg->rank] : NULL;
-    if (!w || w->state != N_ACTIVE || w->incarnation != msg->incarnation || !s_from_peer(w, msg))
+    const mq_mb_node_t *w = mq_mb_node(&self->mb, MQ_ROLE_WORKER, msg->rank, msg->incarnation);
+    if (!w || w->state != MQ_MB_ACTIVE || !s_from_peer(w, msg))
         d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
     else if (msg->iter < self->iter)
         d = MQ_DROP_LATE, why = "report for a round that closed without it";
@@ -1540,7 +1414,7 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
         mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why);
         return;
     }
-    self->workers[msg->rank].last_heard = mq_now_s();
+    self->mb.workers[msg->rank].last_heard = mq_now_s();
     double took_ms = self->run.simulated_clock ? (msg->sim_time - self->sim_issued) * 1e3
                                                : (mq_now_s() - self->t_issued) * 1e3;
     if (!self->cut && took_ms >= self->slowest_ms) { /* a cut straggler is slower still */
@@ -1608,7 +1482,7 @@ static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
         return 0;
     }
     mq_round_out_t o;
-    mq_round_deadline(&self->round, self->nservers, &o);
+    mq_round_deadline(&self->round, self->mb.nservers, &o);
     s_round_do(self, &o);
     return 0;
 }
@@ -1619,7 +1493,7 @@ static void s_on_progress(void *arg, mq_msg_t *msg, const mq_members_t *p)
     if (!s_from_server(self, msg, p->shard) || self->phase != S_RUNNING || msg->iter != self->iter)
         return;
     mq_round_out_t o;
-    mq_round_progress(&self->round, p->shard, p->members, p->n_members, self->nservers, &o);
+    mq_round_progress(&self->round, p->shard, p->members, p->n_members, self->mb.nservers, &o);
     s_round_do(self, &o);
 }
 
@@ -1628,13 +1502,13 @@ static void s_on_have(void *arg, mq_msg_t *msg, const mq_members_t *h)
     s_sched_t *self = arg;
     if (!s_from_server(self, msg, h->shard))
         return;
-    self->servers[h->shard].last_heard = mq_now_s();
+    self->mb.servers[h->shard].last_heard = mq_now_s();
     if (self->phase != S_RUNNING || msg->iter != self->iter || h->view != self->round.view)
         return; /* for a member set since cut: the new one's HAVE follows */
     if (msg->sim_time > self->commit_sim)
         self->commit_sim = msg->sim_time; /* the simulated commit: after the last server's HAVE */
     mq_round_out_t o;
-    mq_round_have(&self->round, h->shard, h->view, self->nservers, &o);
+    mq_round_have(&self->round, h->shard, h->view, self->mb.nservers, &o);
     s_round_do(self, &o);
 }
 
@@ -1658,9 +1532,9 @@ static const char *s_refusal(s_sched_t *self, const mq_msg_t *msg)
         return NULL; /* a node of another run is told to register again, below */
     uint32_t term = 0; /* the rank's current term: an older one's token is revoked */
     if (server && msg->rank < MQ_WIRE_MAX_SERVERS)
-        term = self->server_term[msg->rank];
+        term = self->mb.server_term[msg->rank];
     else if (!server && msg->rank < MQ_MAX_WORKERS)
-        term = self->worker_term[msg->rank];
+        term = self->mb.worker_term[msg->rank];
     uint8_t token[MQ_TOKEN_LEN];
     mq_token_make(self->run_key, msg->role, msg->rank, term, token);
     if (term == 0 || !msg->has_token || msg->term != term || !mq_token_equal(token, msg->token))
@@ -1747,7 +1621,7 @@ static bool s_take_out_stuck(s_sched_t *self, double now)
     bool moved = false;
     for (uint32_t k = 0; k < self->round.nmembers; k++) {
         uint32_t r = self->round.members[k];
-        bool pushed = self->round.got[r] || self->workers[r].pushed > self->iter;
+        bool pushed = self->round.got[r] || self->mb.workers[r].pushed > self->iter;
         moved |= pushed;
         if (!pushed)
             stuck[n++] = r;
@@ -1799,9 +1673,7 @@ static void s_recover(s_sched_t *self, uint32_t server, double silent)
     /* Forget the cluster, keep the run: its directory, its id, its time so far. */
     double now = mq_now_s();
     double wall = self->wall_before + (self->t_training > 0 ? now - self->t_training : 0);
-    memset(self->workers, 0, sizeof self->workers);
-    memset(self->servers, 0, sizeof self->servers);
-    self->nservers = 0;
+    mq_mb_forget(&self->mb);
     self->ckpt_pending = false;
     s_agent_event(self, MQ_AL_RESET, NULL, NULL, NULL);
     if (rc == 0) {
@@ -1831,23 +1703,24 @@ static void s_check_nodes(s_sched_t *self, double now)
     double limit = self->cfg->heartbeat_timeout;
     if (self->phase == S_REGISTERING) /* nobody beats before its WELCOME */
         return;
-    for (uint32_t r = 0; r < MQ_MAX_WORKERS && self->phase != S_DONE; r++) {
-        s_node_t *w = &self->workers[r];
-        if (w->state != N_FREE && now - w->last_heard > limit) {
-            char why[96];
-            snprintf(why, sizeof why, "silent for %.1f s", now - w->last_heard);
-            s_lose_worker(self, r, why);
-        }
+    uint32_t silent[MQ_MAX_WORKERS], n;
+    mq_mb_silent(&self->mb, now, limit, silent, &n);
+    for (uint32_t k = 0; k < n && self->phase != S_DONE; k++) {
+        char why[96];
+        snprintf(why, sizeof why, "silent for %.1f s",
+                 now - self->mb.workers[silent[k]].last_heard);
+        s_lose_worker(self, silent[k], why);
     }
-    for (uint32_t i = 0; i < self->nservers && self->phase != S_DONE; i++) {
-        s_node_t *sv = &self->servers[i];
-        if (self->phase != S_REGISTERING && now - sv->last_heard > limit) {
-            char fields[96];
-            snprintf(fields, sizeof fields, "\"rank\":%u,\"silent_s\":%.1f", i,
-                     now - sv->last_heard);
-            s_event(self, "server_lost", fields);
-            s_recover(self, i, now - sv->last_heard);
-        }
+    /* the workers' losses may have ended the run, or taken it back to registration */
+    int server = self->phase == S_DONE || self->phase == S_REGISTERING
+                     ? -1
+                     : mq_mb_silent(&self->mb, now, limit, silent, &n);
+    if (server >= 0) {
+        double quiet = now - self->mb.servers[server].last_heard;
+        char fields[96];
+        snprintf(fields, sizeof fields, "\"rank\":%d,\"silent_s\":%.1f", server, quiet);
+        s_event(self, "server_lost", fields);
+        s_recover(self, (uint32_t)server, quiet);
     }
 }
 
@@ -1861,8 +1734,8 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
     if ((self->phase == S_REGISTERING || self->phase == S_PREPARING) &&
         now - self->t_created > c->start_timeout) {
         s_fail(self, "only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
-                 s_count(self, N_FREE), c->workers, self->nservers, c->servers,
-                 s_count(self, N_READY), c->start_timeout);
+                 mq_mb_count(&self->mb, MQ_MB_FREE), c->workers, self->mb.nservers, c->servers,
+                 mq_mb_count(&self->mb, MQ_MB_READY), c->start_timeout);
     } else if (self->phase == S_RUNNING && now - self->t_issued > c->iter_timeout &&
                !s_take_out_stuck(self, now)) {
         char missing[512];
@@ -1871,7 +1744,8 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
                  (unsigned long long)self->iter, c->iter_timeout, missing);
     } else if (self->phase == S_PAUSED && now - self->t_paused > c->pause_timeout) {
         s_fail(self, "paused for %.0f s with %u workers (--min-workers %ld): giving up",
-                 now - self->t_paused, s_count(self, N_ACTIVE) + s_count(self, N_READY),
+                 now - self->t_paused,
+                 mq_mb_count(&self->mb, MQ_MB_ACTIVE) + mq_mb_count(&self->mb, MQ_MB_READY),
                  c->min_workers);
     }
     if (self->phase != S_DONE) {
@@ -1950,6 +1824,7 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
     s_sched_t *self = calloc(1, sizeof *self);
     self->pipe = pipe;
     self->cfg = args;
+    mq_mb_init(&self->mb, (uint32_t)self->cfg->max_workers, (uint32_t)self->cfg->servers);
     mq_sched_run_config(self->cfg, &self->run);
     self->external = strcmp(self->run.model, "external") == 0;
     self->has_layout =

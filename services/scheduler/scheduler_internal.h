@@ -149,4 +149,97 @@ void mq_round_deadline(mq_round_t *r, uint32_t nservers, mq_round_out_t *out);
  * after the commit the round stands without its report (DONE if the others' are in). */
 void mq_round_lose(mq_round_t *r, uint32_t rank, mq_round_out_t *out);
 
+/* ---- membership (membership.c) ------------------------------------------------------------
+ * Who holds each worker and server rank, and in what state; the actor feeds what the nodes
+ * say and do, and carries out the outcome (welcome, refuse, events, the round). A rank's term
+ * (mqgrad/security.h) counts the times it was given out and never goes back, not even when a
+ * rollback forgets the nodes (mq_mb_forget): no old token comes back.
+ *
+ *   FREE    REGISTER: -> SETUP (a rank taken, its term one more; refused with the reason
+ *           when none is free, a server after the registration, an unknown role).
+ *           READY, HEARTBEAT, LEAVE: not of the run (the actor refuses or drops them).
+ *   SETUP   READY: -> READY.  REGISTER again (a later try, a new connection): answered
+ *           there from now on (WELCOME again once the run has started); the same try, or
+ *           an earlier one arriving late: nothing.  HEARTBEAT: heard.  LEAVE, SILENT,
+ *           STUCK: -> FREE.
+ *   READY   ROUND: -> ACTIVE (a worker: it joins).  REGISTER again, HEARTBEAT: as SETUP.
+ *           READY: refused (twice).  LEAVE, SILENT: -> FREE.
+ *   ACTIVE  REGISTER again, HEARTBEAT: as SETUP.  READY: refused.  LEAVE, SILENT, STUCK:
+ *           -> FREE, out of the round in flight (the actor tells the round).
+ *
+ * REGISTER: a node's first try; REGISTER again: its INCARNATION known; ROUND: a round's
+ * member set is formed; SILENT: no HEARTBEAT within the timeout; STUCK: a member that did not
+ * push within --iter-timeout while others did. */
+typedef enum { MQ_MB_FREE, MQ_MB_SETUP, MQ_MB_READY, MQ_MB_ACTIVE } mq_mb_state_t;
+
+typedef struct {
+    uint8_t peer[MQ_WIRE_MAX_PEER]; /* where it is answered: its latest try's connection */
+    size_t peer_len;
+    uint64_t incarnation;
+    uint32_t attempt; /* that try (mq_register_t) */
+    char endpoint[MQ_WIRE_MAX_TEXT];
+    mq_mb_state_t state;
+    double last_heard;
+    int prefer;      /* a server: the shard it asked for, -1 for any */
+    uint64_t pushed; /* a worker: 1 + the iteration its loop last pushed, from its heartbeat */
+} mq_mb_node_t;
+
+typedef struct {
+    uint32_t max_workers, want_servers; /* --max-workers, --servers */
+    mq_mb_node_t workers[MQ_MAX_WORKERS], servers[MQ_WIRE_MAX_SERVERS];
+    uint32_t nservers; /* registered, in rank order */
+    uint32_t worker_term[MQ_MAX_WORKERS], server_term[MQ_WIRE_MAX_SERVERS];
+} mq_membership_t;
+
+/* What a REGISTER comes to. */
+typedef enum {
+    MQ_MB_TAKEN,   /* a new holder of OUT->rank */
+    MQ_MB_MOVED,   /* a known node's later try: answered on its new connection from now on */
+    MQ_MB_SAME,    /* a known node's try on the same connection, or an earlier one: nothing */
+    MQ_MB_REFUSED, /* OUT->why; OUT->retry: the node may register again later */
+} mq_mb_reg_t;
+
+typedef struct {
+    bool worker;
+    uint32_t rank;
+    bool retry;
+    const char *why;
+} mq_mb_reg_out_t;
+
+void mq_mb_init(mq_membership_t *mb, uint32_t max_workers, uint32_t want_servers);
+/* A known node's REGISTER again (found by its incarnation): MOVED or SAME, or -1 when no
+ * rank is held by that incarnation (then it is a first try: mq_mb_take). */
+int mq_mb_again(mq_membership_t *mb, const mq_msg_t *msg, mq_mb_reg_out_t *out);
+/* A first try of role WORKER or not: TAKEN (the rank in OUT, the node SETUP and heard at NOW)
+ * or REFUSED. REGISTERING: the cluster is still being formed (servers are taken only then). */
+mq_mb_reg_t mq_mb_take(mq_membership_t *mb, const mq_msg_t *msg, bool registering, double now,
+                       mq_mb_reg_out_t *out);
+/* The node of ROLE and RANK that says it is INCARNATION, or NULL. */
+mq_mb_node_t *mq_mb_node(mq_membership_t *mb, mq_role_t role, uint32_t rank, uint64_t incarnation);
+/* READY from MSG's sender: whether it is the SETUP node of its role, rank and incarnation,
+ * on the connection it is answered at; then it is READY, heard at NOW. */
+bool mq_mb_ready(mq_membership_t *mb, const mq_msg_t *msg, double now);
+/* Workers holding a rank in STATE (MQ_MB_FREE: any state but free). */
+uint32_t mq_mb_count(const mq_membership_t *mb, mq_mb_state_t state);
+/* Whether every server and at least WORKERS workers are READY. */
+bool mq_mb_all_ready(const mq_membership_t *mb, uint32_t workers);
+/* ROUND: every READY worker becomes ACTIVE (into JOINED, rank order, N_JOINED of them); the
+ * members, every ACTIVE worker in rank order, into MEMBERS (N of them). */
+void mq_mb_form_round(mq_membership_t *mb, uint32_t *members, uint32_t *n, uint32_t *joined,
+                      uint32_t *n_joined);
+/* The run's first round: every server and every READY worker ACTIVE (no one "joins"). */
+void mq_mb_start(mq_membership_t *mb);
+/* Worker RANK is gone (LEAVE, SILENT, STUCK): FREE; whether it was a member (ACTIVE). */
+bool mq_mb_lose(mq_membership_t *mb, uint32_t rank);
+/* The nodes silent at NOW for longer than LIMIT seconds: workers into SILENT_WORKERS (rank
+ * order), and the first such server (-1: none). */
+int mq_mb_silent(const mq_membership_t *mb, double now, double limit, uint32_t *silent_workers,
+                 uint32_t *n);
+/* Servers took ranks in the order they registered; each that asked for a shard gets it,
+ * unless another asked for the same one first. */
+void mq_mb_place_servers(mq_membership_t *mb);
+/* Forgets every node (a rollback: all register again); the terms stay. */
+void mq_mb_forget(mq_membership_t *mb);
+const char *mq_mb_state_name(mq_mb_state_t s);
+
 #endif

@@ -1,0 +1,219 @@
+/* Who holds each rank, and in what state: the scheduler's membership without sockets (the
+ * state-by-event table is in scheduler_internal.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "scheduler_internal.h"
+
+void mq_mb_init(mq_membership_t *mb, uint32_t max_workers, uint32_t want_servers)
+{
+    memset(mb, 0, sizeof *mb);
+    mb->max_workers = max_workers < MQ_MAX_WORKERS ? max_workers : MQ_MAX_WORKERS;
+    mb->want_servers = want_servers < MQ_WIRE_MAX_SERVERS ? want_servers : MQ_WIRE_MAX_SERVERS;
+}
+
+static bool s_same_peer(const mq_mb_node_t *n, const mq_msg_t *msg)
+{
+    return n->peer_len == msg->peer_len && memcmp(n->peer, msg->peer, msg->peer_len) == 0;
+}
+
+static void s_answer_at(mq_mb_node_t *n, const mq_msg_t *msg)
+{
+    memcpy(n->peer, msg->peer, msg->peer_len);
+    n->peer_len = msg->peer_len;
+    n->attempt = msg->register_.attempt;
+}
+
+/* A ROUTER takes its connections' messages in turn, not in the order they were sent: a
+ * node's earlier try can arrive after a later one, on a connection the node has closed. */
+int mq_mb_again(mq_membership_t *mb, const mq_msg_t *msg, mq_mb_reg_out_t *out)
+{
+    mq_mb_node_t *n = NULL;
+    for (uint32_t i = 0; !n && i < MQ_MAX_WORKERS; i++)
+        if (mb->workers[i].state != MQ_MB_FREE && mb->workers[i].incarnation == msg->incarnation)
+            n = &mb->workers[i], out->worker = true, out->rank = i;
+    for (uint32_t i = 0; !n && i < mb->nservers; i++)
+        if (mb->servers[i].incarnation == msg->incarnation)
+            n = &mb->servers[i], out->worker = false, out->rank = i;
+    if (!n)
+        return -1;
+    out->why = NULL;
+    out->retry = false;
+    if (s_same_peer(n, msg) || msg->register_.attempt < n->attempt)
+        return MQ_MB_SAME;
+    s_answer_at(n, msg);
+    return MQ_MB_MOVED;
+}
+
+static mq_mb_reg_t s_refuse(mq_mb_reg_out_t *out, const char *why, bool retry)
+{
+    out->why = why;
+    out->retry = retry;
+    return MQ_MB_REFUSED;
+}
+
+mq_mb_reg_t mq_mb_take(mq_membership_t *mb, const mq_msg_t *msg, bool registering, double now,
+                       mq_mb_reg_out_t *out)
+{
+    static _Thread_local char why[128];
+    out->worker = msg->role == MQ_ROLE_WORKER;
+    out->rank = 0;
+    if (msg->role != MQ_ROLE_WORKER && msg->role != MQ_ROLE_SERVER)
+        return s_refuse(out, "unknown role", false);
+    mq_mb_node_t *n;
+    if (out->worker) {
+        uint32_t r = 0;
+        while (r < mb->max_workers && mb->workers[r].state != MQ_MB_FREE)
+            r++;
+        if (r == mb->max_workers) {
+            snprintf(why, sizeof why, "all %u worker ranks are taken (--max-workers)",
+                     mb->max_workers);
+            return s_refuse(out, why, false);
+        }
+        n = &mb->workers[r];
+        out->rank = r;
+        mb->worker_term[r]++; /* a new holder: a new term, and the last holder's token is void */
+    } else {
+        /* A server that restarted before its silence was noticed: once it is, the run goes
+         * back to its checkpoint and takes servers again. */
+        if (!registering)
+            return s_refuse(out, "the run's servers are all up; a restarted server is taken "
+                                 "back once its old self is found lost", true);
+        if (mb->nservers >= mb->want_servers)
+            return s_refuse(out, "enough servers already", false);
+        if (!msg->register_.endpoint[0])
+            return s_refuse(out, "a server must give its endpoint", false);
+        out->rank = mb->nservers++;
+        n = &mb->servers[out->rank];
+        mb->server_term[out->rank]++;
+    }
+    memset(n, 0, sizeof *n);
+    s_answer_at(n, msg);
+    n->incarnation = msg->incarnation;
+    uint32_t prefer = msg->register_.prefer_shard;
+    n->prefer = out->worker || prefer == 0 ? -1 : (int)prefer - 1;
+    n->state = MQ_MB_SETUP;
+    n->last_heard = now;
+    snprintf(n->endpoint, sizeof n->endpoint, "%s", msg->register_.endpoint);
+    out->why = NULL;
+    out->retry = false;
+    return MQ_MB_TAKEN;
+}
+
+mq_mb_node_t *mq_mb_node(mq_membership_t *mb, mq_role_t role, uint32_t rank, uint64_t incarnation)
+{
+    mq_mb_node_t *n = NULL;
+    if (role == MQ_ROLE_WORKER && rank < MQ_MAX_WORKERS)
+        n = &mb->workers[rank];
+    else if (role == MQ_ROLE_SERVER && rank < mb->nservers)
+        n = &mb->servers[rank];
+    return n && n->state != MQ_MB_FREE && n->incarnation == incarnation ? n : NULL;
+}
+
+bool mq_mb_ready(mq_membership_t *mb, const mq_msg_t *msg, double now)
+{
+    mq_role_t role = msg->role == MQ_ROLE_WORKER ? MQ_ROLE_WORKER : MQ_ROLE_SERVER;
+    mq_mb_node_t *n = mq_mb_node(mb, role, msg->rank, msg->incarnation);
+    if (!n || n->state != MQ_MB_SETUP || !s_same_peer(n, msg))
+        return false;
+    n->state = MQ_MB_READY;
+    n->last_heard = now;
+    return true;
+}
+
+uint32_t mq_mb_count(const mq_membership_t *mb, mq_mb_state_t state)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
+        n += state == MQ_MB_FREE ? mb->workers[i].state != MQ_MB_FREE
+                                 : mb->workers[i].state == state;
+    return n;
+}
+
+bool mq_mb_all_ready(const mq_membership_t *mb, uint32_t workers)
+{
+    for (uint32_t s = 0; s < mb->nservers; s++)
+        if (mb->servers[s].state != MQ_MB_READY)
+            return false;
+    return mq_mb_count(mb, MQ_MB_READY) >= workers;
+}
+
+void mq_mb_form_round(mq_membership_t *mb, uint32_t *members, uint32_t *n, uint32_t *joined,
+                      uint32_t *n_joined)
+{
+    *n = *n_joined = 0;
+    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) {
+        mq_mb_node_t *w = &mb->workers[r];
+        if (w->state == MQ_MB_READY) {
+            w->state = MQ_MB_ACTIVE;
+            joined[(*n_joined)++] = r;
+        }
+        if (w->state == MQ_MB_ACTIVE)
+            members[(*n)++] = r;
+    }
+}
+
+void mq_mb_start(mq_membership_t *mb)
+{
+    for (uint32_t s = 0; s < mb->nservers; s++)
+        mb->servers[s].state = MQ_MB_ACTIVE;
+    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++)
+        if (mb->workers[r].state == MQ_MB_READY)
+            mb->workers[r].state = MQ_MB_ACTIVE;
+}
+
+bool mq_mb_lose(mq_membership_t *mb, uint32_t rank)
+{
+    if (rank >= MQ_MAX_WORKERS)
+        return false;
+    mq_mb_node_t *w = &mb->workers[rank];
+    bool member = w->state == MQ_MB_ACTIVE;
+    w->state = MQ_MB_FREE;
+    w->incarnation = 0;
+    w->attempt = 0;
+    w->pushed = 0;
+    return member;
+}
+
+int mq_mb_silent(const mq_membership_t *mb, double now, double limit, uint32_t *silent_workers,
+                 uint32_t *n)
+{
+    *n = 0;
+    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) {
+        const mq_mb_node_t *w = &mb->workers[r];
+        if (w->state != MQ_MB_FREE && now - w->last_heard > limit)
+            silent_workers[(*n)++] = r;
+    }
+    for (uint32_t i = 0; i < mb->nservers; i++)
+        if (now - mb->servers[i].last_heard > limit)
+            return (int)i;
+    return -1;
+}
+
+void mq_mb_place_servers(mq_membership_t *mb)
+{
+    for (uint32_t i = 0; i < mb->nservers; i++) {
+        for (uint32_t hops = 0; hops < mb->nservers; hops++) {
+            int want = mb->servers[i].prefer;
+            if (want < 0 || (uint32_t)want == i || (uint32_t)want >= mb->nservers ||
+                mb->servers[want].prefer == want)
+                break;
+            mq_mb_node_t t = mb->servers[want]; /* swap: the other one tries again from here */
+            mb->servers[want] = mb->servers[i];
+            mb->servers[i] = t;
+        }
+    }
+}
+
+void mq_mb_forget(mq_membership_t *mb)
+{
+    memset(mb->workers, 0, sizeof mb->workers);
+    memset(mb->servers, 0, sizeof mb->servers);
+    mb->nservers = 0;
+}
+
+const char *mq_mb_state_name(mq_mb_state_t s)
+{
+    static const char *const names[] = {"free", "setup", "ready", "active"};
+    return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
+}
