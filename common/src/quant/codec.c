@@ -308,38 +308,40 @@ size_t mq_codec_first_nonfinite(const float *x, size_t n)
 
 /* ---- codecs and specs -------------------------------------------------------------- */
 
-static int s_validate(const mq_codec_t *c, bool base)
+/* C's table if C is a registered codec with valid parameters and a level in its range (BASE:
+ * or none yet), else NULL with an error. */
+static const mq_codec_ops_t *s_validate(const mq_codec_t *c, bool base)
 {
     if (!c) {
         mq_err_set("codec: no codec given");
-        return -1;
+        return NULL;
     }
     const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
     if (!ops) {
         mq_err_set("codec: unknown codec id %u", (unsigned)c->id);
-        return -1;
+        return NULL;
     }
     if (ops->max_bits == 0) {
         if (c->bits != 0 && !(c->id == MQ_CODEC_ID_none && c->bits == 32)) {
             mq_err_set("codec %s: takes no bit-width (got %d)", ops->name, c->bits);
-            return -1;
+            return NULL;
         }
     } else if (!(base && c->bits == 0) && (c->bits < ops->min_bits || c->bits > ops->max_bits)) {
         mq_err_set("codec %s: %d bits (expected %d..%d)", ops->name, c->bits, ops->min_bits,
                    ops->max_bits);
-        return -1;
+        return NULL;
     }
-    return ops->check ? ops->check(c) : 0;
+    return ops->check && ops->check(c) < 0 ? NULL : ops;
 }
 
 int mq_codec_validate(const mq_codec_t *c)
 {
-    return s_validate(c, false);
+    return s_validate(c, false) ? 0 : -1;
 }
 
 int mq_codec_validate_base(const mq_codec_t *c)
 {
-    return s_validate(c, true);
+    return s_validate(c, true) ? 0 : -1;
 }
 
 mq_codec_t mq_codec_none(void)
@@ -452,11 +454,11 @@ void mq_codec_format(const mq_codec_t *c, char *buf, size_t len)
 {
     if (!buf || len == 0)
         return;
-    if (mq_codec_validate_base(c) < 0) {
+    const mq_codec_ops_t *ops = s_validate(c, true);
+    if (!ops) {
         snprintf(buf, len, "invalid");
         return;
     }
-    const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
     int w = ops->max_bits > 0 && c->bits > 0 ? snprintf(buf, len, "%s:%d", ops->name, c->bits)
                                              : snprintf(buf, len, "%s", ops->name);
     if (w >= 0 && (size_t)w < len && ops->format)
@@ -470,9 +472,8 @@ size_t mq_codec_nbuckets(const mq_codec_t *c, size_t n)
 
 size_t mq_codec_payload_size(const mq_codec_t *c, size_t n)
 {
-    if (mq_codec_validate(c) < 0 || n > MQ_QUANT_MAX_N)
-        return 0;
-    return mq_codec_lookup(c->id)->max_size(c, n);
+    const mq_codec_ops_t *ops = s_validate(c, false);
+    return ops && n <= MQ_QUANT_MAX_N ? ops->max_size(c, n) : 0;
 }
 
 size_t mq_codec_state_floats(const mq_codec_t *c, size_t n)
@@ -487,14 +488,13 @@ size_t mq_codec_state_floats(const mq_codec_t *c, size_t n)
  * error. */
 static const mq_codec_ops_t *s_resolve(const mq_codec_t *c, size_t n, bool base)
 {
-    if (s_validate(c, base) < 0)
-        return NULL;
-    if (n > MQ_QUANT_MAX_N) {
+    const mq_codec_ops_t *ops = s_validate(c, base);
+    if (ops && n > MQ_QUANT_MAX_N) {
         mq_err_set("codec encode: %zu values is more than the %zu supported", n,
                    (size_t)MQ_QUANT_MAX_N);
         return NULL;
     }
-    return mq_codec_lookup(c->id);
+    return ops;
 }
 
 const mq_codec_ops_t *mq_codec_resolve(const mq_codec_t *c, size_t n)
@@ -664,16 +664,16 @@ bool mq_codec_size_ok(const mq_codec_t *c, size_t len, size_t n)
 
 int mq_codec_validate_payload(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
 {
-    if (mq_codec_validate(c) < 0)
+    const mq_codec_ops_t *ops = s_validate(c, false);
+    if (!ops)
         return -1;
-    const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
     if (n > MQ_QUANT_MAX_N) {
         mq_err_set("codec decode: %zu values is more than the %zu supported", n,
                    (size_t)MQ_QUANT_MAX_N);
         return -1;
     }
-    if (!mq_codec_size_ok(c, len, n)) {
-        size_t max = ops->max_size(c, n);
+    size_t max = ops->max_size(c, n);
+    if (ops->exact_size ? len != max : len > max) { /* mq_codec_size_ok, on the table in hand */
         char spec[MQ_CODEC_MAX_SPEC];
         mq_codec_format(c, spec, sizeof spec);
         mq_err_set("%s: payload of %zu bytes for %zu values (expected %s %zu)", spec, len, n,
