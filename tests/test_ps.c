@@ -284,8 +284,9 @@ Test(ps, an_fp32_segment_is_sent_from_the_callers_floats_without_a_copy)
     mq_tensor_hdr_t h;
     mq_payload_t out;
     mq_codec_stats_t st = {.sq = 7};
-    cr_assert_eq(mq_ps_encode_segment(&seg, &none, values, &coder, &ref, NULL, NULL, S_LR, &h,
-                                      &out, &st), 0);
+    cr_assert_eq(mq_seg_coder_init(&coder, &seg, &none), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 32, values, &ref, NULL, NULL, S_LR, &h, &out,
+                                      &st), 0);
     cr_assert_eq(out.data, (const void *)values, "the payload must point into the floats");
     cr_assert_eq(out.len, sizeof values);
     cr_assert_eq(atomic_load(&ref.refs), 1, "the message holds the caller's floats");
@@ -301,11 +302,57 @@ Test(ps, an_fp32_segment_is_sent_from_the_callers_floats_without_a_copy)
     /* error feedback runs in place: a residual array apart from the values is refused */
     float other[300] = {0};
     cr_assert_eq(
-        mq_ps_encode_segment(&seg, &none, values, &coder, &ref, other, NULL, S_LR, &h, &out, NULL),
+        mq_ps_encode_segment(&seg, &coder, 32, values, &ref, other, NULL, S_LR, &h, &out, NULL),
         -1);
     cr_assert(strstr(mq_err_last(), "in place"), "%s", mq_err_last());
     cr_assert_eq(atomic_load(&ref.refs), 0, "nothing was sent");
     mq_seg_coder_release(&coder);
+    mq_sendbuf_release(&ref);
+}
+
+/* A coder resolves its codec once; each round's level is checked against the codec's range,
+ * 32 sends the values whole, and a bad run codec is refused when the plan is made. */
+Test(ps, a_segment_coder_takes_the_levels_its_codec_takes)
+{
+    float values[256];
+    for (int i = 0; i < 256; i++)
+        values[i] = (float)i / 64.0f - 2.0f;
+    mq_segment_t seg = {.name = "fc2.w", .count = 256, .quantized = true};
+    mq_codec_t uni = s_parse("uniform:bucket=64");
+    mq_seg_coder_t coder = {0};
+    mq_sendbuf_t ref = {0};
+    mq_tensor_hdr_t h;
+    mq_payload_t out;
+    mq_rng_t rng;
+    mq_rng_seed(&rng, 9);
+    cr_assert_eq(mq_seg_coder_init(&coder, &seg, &uni), 0, "%s", mq_err_last());
+    for (int bits = 1; bits <= 8; bits++) {
+        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, bits, values, &ref, NULL, &rng, S_LR, &h,
+                                          &out, NULL), 0, "%s", mq_err_last());
+        mq_codec_t want = mq_codec_with_bits(&uni, bits);
+        cr_assert(mq_codec_equal(&h.codec, &want), "%d bits: header codec", bits);
+        cr_assert_eq(out.len, mq_codec_payload_size(&want, 256));
+        out.free_fn((void *)out.data, out.hint);
+    }
+    static const int bad_levels[] = {-1, 0, 9, 31};
+    for (size_t k = 0; k < sizeof bad_levels / sizeof bad_levels[0]; k++) {
+        int b = bad_levels[k];
+        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, b, values, &ref, NULL, &rng, S_LR, &h,
+                                          &out, NULL), -1, "level %d", b);
+        cr_assert(strstr(mq_err_last(), "bits (expected 1..8)"), "%s", mq_err_last());
+    }
+    cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 32, values, &ref, NULL, &rng, S_LR, &h, &out,
+                                      NULL), 0, "%s", mq_err_last());
+    cr_assert_eq(h.codec.id, MQ_CODEC_ID_none, "32 bits is fp32");
+    cr_assert_eq(out.data, (const void *)values);
+    out.free_fn((void *)out.data, out.hint);
+    mq_seg_coder_release(&coder);
+    mq_codec_t bad = uni;
+    bad.param[1] = 7; /* a stochastic flag that is neither 0 nor 1 */
+    mq_seg_coder_t fresh = {0};
+    cr_assert_eq(mq_seg_coder_init(&fresh, &seg, &bad), -1);
+    cr_assert(strstr(mq_err_last(), "stochastic flag"), "%s", mq_err_last());
+    cr_assert_null(fresh.ops, "a refused codec leaves the coder unresolved");
     mq_sendbuf_release(&ref);
 }
 
@@ -322,12 +369,13 @@ Test(ps, a_quantized_segment_reuses_its_buffer_and_state)
     mq_rng_seed(&rng, 5);
     const void *buf0 = NULL;
     const float *state0 = NULL;
+    cr_assert_eq(mq_seg_coder_init(&coder, &seg, &topk), 0, "%s", mq_err_last());
     for (int it = 0; it < 3; it++) {
         s_normal(g, N, 10 + (uint64_t)it);
         mq_tensor_hdr_t h;
         mq_payload_t out;
-        cr_assert_eq(mq_ps_encode_segment(&seg, &topk, g, &coder, &ref, NULL, &rng, S_LR, &h,
-                                          &out, NULL), 0, "%s", mq_err_last());
+        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 4, g, &ref, NULL, &rng, S_LR, &h, &out,
+                                          NULL), 0, "%s", mq_err_last());
         cr_assert_eq(out.data, (const void *)coder.buf.data, "the payload is the coder's buffer");
         cr_assert_eq(h.payload_len, out.len);
         cr_assert(mq_codec_equal(&h.codec, &topk));
@@ -542,8 +590,10 @@ static void s_encode_push(s_bench_t *b, int r, uint64_t it, int bits)
     s_normal(w->g, mq_model_nparams(b->model), 1000 * it + (uint64_t)r);
     for (uint32_t i = 0; i < b->shard->nsegs; i++) {
         const mq_segment_t *seg = &b->shard->segs[i];
-        mq_codec_t c = mq_segment_codec(seg, bits, &b->cfg.codec);
-        cr_assert_eq(mq_ps_encode_segment(seg, &c, w->g + seg->flat, &w->coders[i], &w->ref,
+        if (!w->coders[i].ops) /* resolved once, as a worker's plan does */
+            cr_assert_eq(mq_seg_coder_init(&w->coders[i], seg, &b->cfg.codec), 0, "%s",
+                         mq_err_last());
+        cr_assert_eq(mq_ps_encode_segment(seg, &w->coders[i], bits, w->g + seg->flat, &w->ref,
                                           NULL, &w->rng, S_LR, &w->hdrs[i], &w->out[i], NULL),
                      0, "%s", mq_err_last());
         w->data[i] = w->out[i].data;

@@ -55,6 +55,7 @@ typedef struct {
     uint32_t view, nmembers;
     uint32_t members[MQ_WIRE_MAX_WORKERS];
     uint32_t member_terms[MQ_WIRE_MAX_WORKERS]; /* ITERATE's: each member's term */
+    int member_at[MQ_WIRE_MAX_WORKERS]; /* by rank: its index in members, -1 outside them */
     /* under a straggler policy: the last round's reply, kept (references on the layer's
      * buffers) until the next round closes, for a member cut from it whose push comes late:
      * it gets the reply too, and stays in step without pulling the whole model */
@@ -348,7 +349,8 @@ static void s_on_welcome(void *arg, mq_msg_t *msg, const mq_welcome_t *w)
         return;
     self->run = w->config;
     self->rank = w->rank;
-    if (self->rank >= self->run.servers || self->run.workers == 0) {
+    if (self->rank >= self->run.servers || self->run.workers == 0 ||
+        self->run.workers > MQ_WIRE_MAX_WORKERS) {
         mq_err_set("inconsistent welcome (rank %u of %u servers, %u workers)", self->rank,
                    self->run.servers, self->run.workers);
         s_fail(self, "welcome");
@@ -527,6 +529,20 @@ static void s_maybe_have(s_server_t *self)
     self->have_sent = true;
 }
 
+/* The round's member set is MEMBERS[0..N) (strictly increasing: the wire checked it); each
+ * rank's place in it is kept too, so that a message's rank is looked up, not searched for. */
+static void s_set_members(s_server_t *self, const uint32_t *members, uint32_t n)
+{
+    for (uint32_t k = 0; k < self->nmembers; k++)
+        if (self->members[k] < MQ_WIRE_MAX_WORKERS)
+            self->member_at[self->members[k]] = -1;
+    self->nmembers = n;
+    memcpy(self->members, members, n * sizeof *members);
+    for (uint32_t k = 0; k < n; k++)
+        if (members[k] < MQ_WIRE_MAX_WORKERS)
+            self->member_at[members[k]] = (int)k;
+}
+
 /* The scheduler names the round's members (again, with a higher view, after a cut). */
 static void s_on_iterate(void *arg, mq_msg_t *msg, const mq_iterate_t *it)
 {
@@ -548,8 +564,7 @@ static void s_on_iterate(void *arg, mq_msg_t *msg, const mq_iterate_t *it)
     self->set_known = true;
     self->have_sent = false;
     self->view = it->view;
-    self->nmembers = it->n_members;
-    memcpy(self->members, it->members, it->n_members * sizeof *it->members);
+    s_set_members(self, it->members, it->n_members);
     for (uint32_t k = 0; k < it->n_members; k++) { /* a rank's term only grows */
         self->member_terms[k] = it->member_terms[k];
         if (it->members[k] < self->run.workers && it->member_terms[k] > self->terms[it->members[k]])
@@ -575,8 +590,7 @@ static void s_on_commit(void *arg, mq_msg_t *msg, const mq_members_t *c)
                       "commit for a round this server cannot close");
         return;
     }
-    self->nmembers = c->n_members;
-    memcpy(self->members, c->members, c->n_members * sizeof *c->members);
+    s_set_members(self, c->members, c->n_members);
     for (uint32_t k = 0; k < c->n_members; k++) /* members of the round: their terms' */
         self->member_terms[k] = c->members[k] < self->run.workers ? self->terms[c->members[k]] : 0;
     mq_link_sync(&self->link, msg->sim_time);
@@ -695,7 +709,7 @@ static bool s_owner_ok(const s_server_t *self, const mq_msg_t *msg)
     if (msg->peer_len != MQ_TOKEN_LEN || msg->rank >= self->run.workers || msg->term == 0 ||
         msg->term < self->terms[msg->rank])
         return false;
-    int k = self->set_known ? mq_member_index(self->members, self->nmembers, msg->rank) : -1;
+    int k = self->set_known ? self->member_at[msg->rank] : -1; /* rank < workers: checked */
     if (k >= 0 && msg->term != self->member_terms[k])
         return false;
     uint8_t token[MQ_TOKEN_LEN]; /* a keyed hash of 16 bytes: cheaper than keeping a table */
@@ -726,8 +740,7 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, mq_widths_t
         return *why = "future iteration", MQ_DROP_ITER;
     /* Under a straggler policy a member cut from the round still pushes: its push is kept
      * (not aggregated) so that it gets the round's reply and stays in step. */
-    if (self->set_known && !r->report_pushes &&
-        mq_member_index(self->members, self->nmembers, msg->rank) < 0)
+    if (self->set_known && !r->report_pushes && self->member_at[msg->rank] < 0)
         return *why = "push from a worker that is not a member of the round", MQ_DROP_RANK;
     if (mq_kv_has(self->kv, msg->rank))
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
@@ -751,29 +764,31 @@ static void s_on_push(void *arg, mq_msg_t *msg, const mq_push_t *push)
         return;
     const char *why = "";
     mq_drop_t d = s_check_push(self, msg, &self->push_widths, &why);
+    s_slot_t *slot = NULL;
+    if (d == MQ_DROP_NONE) {
+        slot = &self->slots[msg->rank];
+        mq_link_arrive(&self->link, msg->wire_bytes, msg->sim_time);
+        const uint8_t *data[MQ_WIRE_MAX_TENSORS];
+        size_t len[MQ_WIRE_MAX_TENSORS];
+        slot->n = mq_msg_take_frames(msg, slot->frames); /* kept, not copied, until the commit */
+        for (uint32_t i = 0; i < slot->n; i++) {
+            /* after the move: a small message's bytes live inside its zmq_msg_t */
+            data[i] = zmq_msg_data(&slot->frames[i]);
+            len[i] = zmq_msg_size(&slot->frames[i]);
+        }
+        /* checked above, so a refusal is a bug: the push is dropped, not kept half-taken */
+        if (mq_kv_push(self->kv, msg->iter, msg->rank, &self->push_widths, msg->push.lr, data,
+                       len, slot->n) < 0) {
+            for (uint32_t i = 0; i < slot->n; i++)
+                zmq_msg_close(&slot->frames[i]);
+            slot->n = 0;
+            d = MQ_DROP_LAYOUT, why = mq_err_last();
+        }
+    }
     if (d != MQ_DROP_NONE) {
         mq_drops_note(&self->node.drops, d, msg->peer, msg->peer_len, why);
         if (d == MQ_DROP_LATE)
             s_send_kept(self, msg);
-        return;
-    }
-    mq_link_arrive(&self->link, msg->wire_bytes, msg->sim_time);
-    s_slot_t *slot = &self->slots[msg->rank];
-    const uint8_t *data[MQ_WIRE_MAX_TENSORS];
-    size_t len[MQ_WIRE_MAX_TENSORS];
-    slot->n = mq_msg_take_frames(msg, slot->frames); /* kept, not copied, until the commit */
-    for (uint32_t i = 0; i < slot->n; i++) {
-        /* after the move: a small message's bytes live inside its zmq_msg_t */
-        data[i] = zmq_msg_data(&slot->frames[i]);
-        len[i] = zmq_msg_size(&slot->frames[i]);
-    }
-    int rc = mq_kv_push(self->kv, msg->iter, msg->rank, &self->push_widths, msg->push.lr, data,
-                        len, slot->n);
-    if (rc < 0) { /* validated above, so a bug: the push is dropped, not kept half-taken */
-        for (uint32_t i = 0; i < slot->n; i++)
-            zmq_msg_close(&slot->frames[i]);
-        slot->n = 0;
-        mq_drops_note(&self->node.drops, MQ_DROP_LAYOUT, msg->peer, msg->peer_len, mq_err_last());
         return;
     }
     memcpy(slot->peer, msg->peer, msg->peer_len);
@@ -902,6 +917,8 @@ static int s_start(s_server_t *self, zsock_t *pipe)
 void mq_server_actor(zsock_t *pipe, void *args)
 {
     s_server_t *self = calloc(1, sizeof *self);
+    for (uint32_t r = 0; r < MQ_WIRE_MAX_WORKERS; r++) /* no member set yet */
+        self->member_at[r] = -1;
     self->node.pipe = pipe;
     self->cfg = args;
     mq_log_set_tag("server");

@@ -98,22 +98,32 @@ mq_payload_t mq_sendbuf_payload(mq_sendbuf_t *buf, const void *data, size_t len)
 void mq_sendbuf_release(mq_sendbuf_t *buf);
 
 /* ---- the segment recipes ------------------------------------------------------------
- * A segment's encoder: a reusable send buffer and the codec's state (residuals, momentum),
- * allocated zeroed on first use and kept across iterations. */
+ * A segment's encoder: its codec, resolved once when the plan is made (mq_seg_coder_init), a
+ * reusable send buffer and the codec's state (residuals, momentum), allocated zeroed on first
+ * use and kept across iterations. */
 typedef struct {
+    mq_codec_t codec;          /* the segment's codec, its level set per round */
+    const mq_codec_ops_t *ops; /* its table; NULL until mq_seg_coder_init */
     mq_sendbuf_t buf;
     float *state;
     size_t nstate;
 } mq_seg_coder_t;
 
-/* Encodes VALUES (seg->count floats) with codec C for sending and fills header H and payload
- * OUT. fp32 goes out without a copy, its payload counted on REF; the other codecs encode into
- * CODER's buffer with CODER's state, or with generic error feedback in place when RESIDUAL is
- * VALUES (not NULL; any other array is refused): VALUES hold gradient + residual and are left
- * holding the new residual (mq_codec_encode_ef_inplace). RNG and LR as mq_codec_ctx_t. STATS as
- * mq_codec_encode (may be NULL). Returns 0, or -1 with an error. */
-int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const float *values,
-                         mq_seg_coder_t *coder, mq_sendbuf_t *ref, float *residual,
+/* Resolves CODER's codec for SEG (mq_codec_resolve): C for a quantized segment (the run's
+ * codec, or on a server the codec it replies with, mq_codec_reply), none for the others.
+ * Returns 0, or -1 with an error (CODER unchanged). */
+int mq_seg_coder_init(mq_seg_coder_t *coder, const mq_segment_t *seg, const mq_codec_t *c);
+
+/* Encodes VALUES (seg->count floats) with CODER's codec at level BITS (32: fp32; a codec that
+ * takes no level ignores it) for sending and fills header H and payload OUT. fp32 goes out
+ * without a copy, its payload counted on REF; the other codecs encode into CODER's buffer
+ * with CODER's state, or with generic error feedback in place when RESIDUAL is VALUES (not
+ * NULL; any other array is refused): VALUES hold gradient + residual and are left holding the
+ * new residual (mq_codec_encode_ef_inplace). RNG and LR as mq_codec_ctx_t. STATS as
+ * mq_codec_encode (may be NULL). Returns 0, or -1 with an error (a level the codec does not
+ * take among them). */
+int mq_ps_encode_segment(const mq_segment_t *seg, mq_seg_coder_t *coder, int bits,
+                         const float *values, mq_sendbuf_t *ref, float *residual,
                          mq_rng_t *rng, float lr, mq_tensor_hdr_t *h, mq_payload_t *out,
                          mq_codec_stats_t *stats);
 void mq_seg_coder_release(mq_seg_coder_t *coder);

@@ -161,7 +161,7 @@ size_t mq_codec_state_floats(const mq_codec_t *c, size_t n);
  * branch-free pass at memory speed (what every encode checks its input with). */
 size_t mq_codec_first_nonfinite(const float *x, size_t n);
 
-/* ---- encode and decode ---------------------------------------------------------------- */
+/* ---- encode ------------------------------------------------------------------------------ */
 
 /* Encodes src[0..n) into dst (cap bytes, at least mq_codec_payload_size); CTX as above (may
  * be NULL for a stateless, deterministic codec). Refuses non-finite input. Returns 0 and the
@@ -192,6 +192,28 @@ int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
  * the residual as it computes it (mq_model_set_accumulate). Failures as above. */
 int mq_codec_encode_ef_inplace(const mq_codec_t *c, float *v, size_t n, uint8_t *dst, size_t cap,
                                size_t *out_len, mq_rng_t *rng, mq_codec_stats_t *stats);
+
+/* ---- a codec resolved once -------------------------------------------------------------
+ * Every entry point above checks its codec and looks its table up by id on each call. A
+ * caller that encodes one segment with one codec round after round (a segment's coder)
+ * resolves it once, when its plan is made, and each round's encode goes straight to the
+ * table. */
+
+/* Checks C as mq_codec_validate_base does, and N values as a size encodes take; returns C's
+ * table, or NULL with an error. */
+const mq_codec_ops_t *mq_codec_resolve(const mq_codec_t *c, size_t n);
+/* The encode behind the entry points above, without their checks: OPS is C's table
+ * (mq_codec_resolve), C at a level OPS takes, DST holds ops->max_size(C, N) bytes, CTX has
+ * the generator a stochastic codec needs and the state (ops->state_floats) a stateful one
+ * needs. RESIDUAL NULL: encodes SRC as mq_codec_encode_ctx; else error feedback as
+ * mq_codec_encode_ef (SRC NULL: in place, as mq_codec_encode_ef_inplace), for a codec that
+ * keeps no state, with the same failures. Returns 0 and the payload's size in *OUT_LEN, or
+ * -1 with an error. */
+int mq_codec_encode_resolved(const mq_codec_ops_t *ops, const mq_codec_t *c, const float *src,
+                             float *residual, size_t n, const mq_codec_ctx_t *ctx, uint8_t *dst,
+                             size_t *out_len, mq_codec_stats_t *stats);
+
+/* ---- decode ------------------------------------------------------------------------------ */
 
 /* Whether LEN bytes is a size C's payloads for n values can have (exactly its size for the
  * exact-size codecs, at most its bound for the others); the first check of the next. */

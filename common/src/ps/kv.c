@@ -166,6 +166,11 @@ mq_kv_t *mq_kv_new(mq_model_t *model, const mq_kv_config_t *cfg)
     }
     if (s_plan(self) != 0 || s_alloc(self) != 0)
         goto err;
+    /* The replies' codecs, resolved once: a reply codec keeps its push codec's level. */
+    mq_codec_t reply = mq_codec_reply(&cfg->codec);
+    for (uint32_t i = 0; i < self->shard.nsegs; i++)
+        if (mq_seg_coder_init(&self->coders[i], &self->shard.segs[i], &reply) != 0)
+            goto err;
     mq_rng_seed(&self->rng, cfg->rng_seed);
     return self;
 err:
@@ -301,14 +306,11 @@ static int s_aggregate(mq_kv_t *self, uint32_t i, uint32_t n)
 static int s_reply(mq_kv_t *self, uint32_t i, mq_tensor_hdr_t *h, mq_payload_t *out)
 {
     const mq_segment_t *seg = &self->shard.segs[i];
-    mq_codec_t push =
-        mq_segment_codec(seg, mq_widths_at(&self->widths, seg->tensor), &self->cfg.codec);
-    mq_codec_t reply = mq_codec_reply(&push);
     const float *agg = self->agg + self->local[i];
-    if (mq_ps_encode_segment(seg, &reply, agg, &self->coders[i], &self->agg_ref, NULL,
-                             &self->rng, self->lr, h, out, NULL) != 0)
+    if (mq_ps_encode_segment(seg, &self->coders[i], mq_widths_at(&self->widths, seg->tensor), agg,
+                             &self->agg_ref, NULL, &self->rng, self->lr, h, out, NULL) != 0)
         return -1;
-    mq_ps_apply(&self->cfg.optim, &reply, out->data, out->len,
+    mq_ps_apply(&self->cfg.optim, &h->codec, out->data, out->len,
                 mq_model_params(self->model) + seg->flat, seg->count, self->scratch,
                 self->opt_state ? self->opt_state + self->opt_per * self->local[i] : NULL,
                 self->lr, self->iter + 1, NULL);

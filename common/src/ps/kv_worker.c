@@ -99,6 +99,11 @@ mq_kv_worker_t *mq_kv_worker_new(mq_model_t *model, const mq_kv_worker_config_t 
             0 ||
         s_alloc(self) != 0)
         goto err;
+    for (uint32_t s = 0; s < cfg->servers; s++)
+        for (uint32_t i = 0; i < self->shards[s].nsegs; i++)
+            if (mq_seg_coder_init(&self->coders[(size_t)s * MQ_WIRE_MAX_TENSORS + i],
+                                  &self->shards[s].segs[i], &cfg->codec) != 0)
+                goto err;
     if (cfg->error_feedback && mq_codec_state_floats(&cfg->codec, 1024) > 0) {
         mq_err_set("codec %s keeps its own residual: error feedback does not apply",
                    mq_codec_ops(&cfg->codec)->name);
@@ -170,16 +175,16 @@ int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, const mq
     }
     for (uint32_t i = 0; i < sh->nsegs; i++) {
         const mq_segment_t *seg = &sh->segs[i];
-        mq_codec_t codec = mq_segment_codec(seg, mq_widths_at(w, seg->tensor), &self->cfg.codec);
         mq_codec_stats_t st; /* |Q(g)|^2, counted from the codes while they are in cache */
         float *v = grads + seg->flat, *res = ef && seg->quantized ? v : NULL;
-        if (mq_ps_encode_segment(seg, &codec, v, &coders[i], &self->grads_ref, res, &self->rng, lr,
-                                 &hdrs[i], &payloads[i], &st) != 0) {
+        if (mq_ps_encode_segment(seg, &coders[i], mq_widths_at(w, seg->tensor), v,
+                                 &self->grads_ref, res, &self->rng, lr, &hdrs[i], &payloads[i],
+                                 &st) != 0) {
             for (uint32_t k = 0; k < i; k++)
                 payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
             return -1;
         }
-        if (res && codec.id == MQ_CODEC_ID_none) /* the sums went out whole */
+        if (res && hdrs[i].codec.id == MQ_CODEC_ID_none) /* the sums went out whole */
             self->spent[(size_t)s * MQ_WIRE_MAX_TENSORS + i] = true;
         if (seg->quantized && sent_sq)
             *sent_sq += st.sq;

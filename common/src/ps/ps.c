@@ -3,6 +3,7 @@
 #include "mqgrad/ps.h"
 
 #include <arpa/inet.h>
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -108,6 +109,16 @@ void mq_widths_write(const mq_widths_t *w, uint32_t *list, uint32_t *n)
     *n = w->n;
 }
 
+/* C, whose table is OPS, at level BITS (mq_codec_with_bits without the lookup): none at 32,
+ * unchanged for a codec that takes no level. */
+static mq_codec_t s_at_level(const mq_codec_t *c, const mq_codec_ops_t *ops, int bits)
+{
+    mq_codec_t at = bits >= 32 ? mq_codec_none() : *c;
+    if (bits < 32 && ops->max_bits > 0)
+        at.bits = bits;
+    return at;
+}
+
 int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths_t *w,
                    const mq_codec_t *base, bool reply)
 {
@@ -115,19 +126,24 @@ int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths
         mq_err_set("%u tensors, shard has %u segments", msg->ntensors, shard->nsegs);
         return -1;
     }
+    /* the expected codecs' table, looked up once a message, not once a segment */
+    mq_codec_t run = reply ? mq_codec_reply(base) : *base, none = mq_codec_none();
+    const mq_codec_ops_t *ops = mq_codec_ops(&run);
+    if (!ops) {
+        mq_err_set("codec: unknown codec id %u", (unsigned)run.id);
+        return -1;
+    }
     for (uint32_t i = 0; i < shard->nsegs; i++) {
         const mq_segment_t *s = &shard->segs[i];
         const mq_tensor_hdr_t *h = &msg->tensors[i];
-        mq_codec_t want = mq_segment_codec(s, mq_widths_at(w, s->tensor), base);
-        if (reply)
-            want = mq_codec_reply(&want);
+        mq_codec_t want = s->quantized ? s_at_level(&run, ops, mq_widths_at(w, s->tensor)) : none;
         if (strcmp(h->name, s->name) != 0 || h->offset != s->offset || h->count != s->count) {
             mq_err_set("tensor %u is %s[%llu+%llu], expected %s[%llu+%llu]", i, h->name,
                        (unsigned long long)h->offset, (unsigned long long)h->count, s->name,
                        (unsigned long long)s->offset, (unsigned long long)s->count);
             return -1;
         }
-        if (!mq_codec_equal(&h->codec, &want)) {
+        if (!mq_codec_equal(&h->codec, &want)) { /* only now are codecs written out */
             char got[MQ_CODEC_MAX_SPEC], exp[MQ_CODEC_MAX_SPEC];
             mq_codec_format(&h->codec, got, sizeof got);
             mq_codec_format(&want, exp, sizeof exp);
@@ -142,28 +158,48 @@ int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths
 
 #define S_BUF_TIMEOUT_MS 5000
 
-int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const float *values,
-                         mq_seg_coder_t *coder, mq_sendbuf_t *ref, float *residual,
+int mq_seg_coder_init(mq_seg_coder_t *coder, const mq_segment_t *seg, const mq_codec_t *c)
+{
+    mq_codec_t codec = seg->quantized ? *c : mq_codec_none();
+    const mq_codec_ops_t *ops = mq_codec_resolve(&codec, seg->count);
+    if (!ops)
+        return -1;
+    coder->codec = codec;
+    coder->ops = ops;
+    return 0;
+}
+
+int mq_ps_encode_segment(const mq_segment_t *seg, mq_seg_coder_t *coder, int bits,
+                         const float *values, mq_sendbuf_t *ref, float *residual,
                          mq_rng_t *rng, float lr, mq_tensor_hdr_t *h, mq_payload_t *out,
                          mq_codec_stats_t *stats)
 {
+    const mq_codec_ops_t *ops = coder->ops;
+    mq_codec_t c = coder->codec;
+    assert(ops); /* mq_seg_coder_init */
     if (residual && residual != values) {
         mq_err_set("%s: error feedback runs in place (the residual must be the values)", seg->name);
+        return -1;
+    }
+    if (ops->max_bits > 0 && bits < 32 && (bits < ops->min_bits || bits > ops->max_bits)) {
+        mq_err_set("codec %s: %d bits (expected %d..%d)", ops->name, bits, ops->min_bits,
+                   ops->max_bits);
         return -1;
     }
     snprintf(h->name, sizeof h->name, "%s", seg->name);
     h->offset = seg->offset;
     h->count = seg->count;
-    h->codec = *c;
-    if (c->id == MQ_CODEC_ID_none) { /* straight from the caller's floats, no copy */
+    c = s_at_level(&c, ops, bits);
+    h->codec = c;
+    if (c.id == MQ_CODEC_ID_none) { /* straight from the caller's floats, no copy */
         if (stats)
             stats->sq = 0.0; /* fp32 segments are not what the norms watch */
         *out = mq_sendbuf_payload(ref, values, seg->count * sizeof(float));
         return 0;
     }
-    size_t need = mq_codec_payload_size(c, seg->count), len;
-    size_t nstate = mq_codec_state_floats(c, seg->count);
-    if (need == 0 || mq_sendbuf_acquire(&coder->buf, need, S_BUF_TIMEOUT_MS) != 0)
+    size_t need = ops->max_size(&c, seg->count), len;
+    size_t nstate = ops->state_floats ? ops->state_floats(&c, seg->count) : 0;
+    if (mq_sendbuf_acquire(&coder->buf, need, S_BUF_TIMEOUT_MS) != 0)
         return -1;
     if (nstate > coder->nstate) { /* once per segment and codec, not per iteration */
         float *st = realloc(coder->state, nstate * sizeof *st);
@@ -175,16 +211,11 @@ int mq_ps_encode_segment(const mq_segment_t *seg, const mq_codec_t *c, const flo
         coder->state = st;
         coder->nstate = nstate;
     }
-    int rc;
-    if (residual && nstate == 0) {
-        rc = mq_codec_encode_ef_inplace(c, residual, seg->count, coder->buf.data, coder->buf.cap,
-                                        &len, rng, stats);
-    } else {
-        mq_codec_ctx_t ctx = {.rng = rng, .state = coder->state, .lr = lr};
-        rc = mq_codec_encode_ctx(c, values, seg->count, &ctx, coder->buf.data, coder->buf.cap,
-                                 &len, stats);
-    }
-    if (rc != 0)
+    assert(rng || !ops->stochastic || !ops->stochastic(&c));
+    mq_codec_ctx_t ctx = {.rng = rng, .state = coder->state, .lr = lr};
+    bool ef = residual && nstate == 0; /* else the codec keeps its own residual */
+    if (mq_codec_encode_resolved(ops, &c, ef ? NULL : values, ef ? residual : NULL, seg->count,
+                                 &ctx, coder->buf.data, &len, stats) != 0)
         return -1;
     h->payload_len = len;
     *out = mq_sendbuf_payload(&coder->buf, NULL, len);

@@ -308,38 +308,40 @@ size_t mq_codec_first_nonfinite(const float *x, size_t n)
 
 /* ---- codecs and specs -------------------------------------------------------------- */
 
-static int s_validate(const mq_codec_t *c, bool base)
+/* C's table if C is a registered codec with valid parameters and a level in its range (BASE:
+ * or none yet), else NULL with an error. */
+static const mq_codec_ops_t *s_validate(const mq_codec_t *c, bool base)
 {
     if (!c) {
         mq_err_set("codec: no codec given");
-        return -1;
+        return NULL;
     }
     const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
     if (!ops) {
         mq_err_set("codec: unknown codec id %u", (unsigned)c->id);
-        return -1;
+        return NULL;
     }
     if (ops->max_bits == 0) {
         if (c->bits != 0 && !(c->id == MQ_CODEC_ID_none && c->bits == 32)) {
             mq_err_set("codec %s: takes no bit-width (got %d)", ops->name, c->bits);
-            return -1;
+            return NULL;
         }
     } else if (!(base && c->bits == 0) && (c->bits < ops->min_bits || c->bits > ops->max_bits)) {
         mq_err_set("codec %s: %d bits (expected %d..%d)", ops->name, c->bits, ops->min_bits,
                    ops->max_bits);
-        return -1;
+        return NULL;
     }
-    return ops->check ? ops->check(c) : 0;
+    return ops->check && ops->check(c) < 0 ? NULL : ops;
 }
 
 int mq_codec_validate(const mq_codec_t *c)
 {
-    return s_validate(c, false);
+    return s_validate(c, false) ? 0 : -1;
 }
 
 int mq_codec_validate_base(const mq_codec_t *c)
 {
-    return s_validate(c, true);
+    return s_validate(c, true) ? 0 : -1;
 }
 
 mq_codec_t mq_codec_none(void)
@@ -452,11 +454,11 @@ void mq_codec_format(const mq_codec_t *c, char *buf, size_t len)
 {
     if (!buf || len == 0)
         return;
-    if (mq_codec_validate_base(c) < 0) {
+    const mq_codec_ops_t *ops = s_validate(c, true);
+    if (!ops) {
         snprintf(buf, len, "invalid");
         return;
     }
-    const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
     int w = ops->max_bits > 0 && c->bits > 0 ? snprintf(buf, len, "%s:%d", ops->name, c->bits)
                                              : snprintf(buf, len, "%s", ops->name);
     if (w >= 0 && (size_t)w < len && ops->format)
@@ -470,9 +472,8 @@ size_t mq_codec_nbuckets(const mq_codec_t *c, size_t n)
 
 size_t mq_codec_payload_size(const mq_codec_t *c, size_t n)
 {
-    if (mq_codec_validate(c) < 0 || n > MQ_QUANT_MAX_N)
-        return 0;
-    return mq_codec_lookup(c->id)->max_size(c, n);
+    const mq_codec_ops_t *ops = s_validate(c, false);
+    return ops && n <= MQ_QUANT_MAX_N ? ops->max_size(c, n) : 0;
 }
 
 size_t mq_codec_state_floats(const mq_codec_t *c, size_t n)
@@ -483,37 +484,112 @@ size_t mq_codec_state_floats(const mq_codec_t *c, size_t n)
 
 /* ---- encode ------------------------------------------------------------------------- */
 
-/* Checks shared by every encode; *OPS gets the codec's table and *NEED its bound. */
-static int s_check_encode(const mq_codec_t *c, const float *src, size_t n,
-                          const mq_codec_ctx_t *ctx, const uint8_t *dst, size_t cap,
-                          const size_t *out_len, const mq_codec_ops_t **ops, size_t *need)
+/* C checked (BASE: as mq_codec_validate_base) for N values, and its table; NULL with an
+ * error. */
+static const mq_codec_ops_t *s_resolve(const mq_codec_t *c, size_t n, bool base)
 {
-    if (mq_codec_validate(c) < 0)
-        return -1;
-    *ops = mq_codec_lookup(c->id);
-    if (n > MQ_QUANT_MAX_N) {
+    const mq_codec_ops_t *ops = s_validate(c, base);
+    if (ops && n > MQ_QUANT_MAX_N) {
         mq_err_set("codec encode: %zu values is more than the %zu supported", n,
                    (size_t)MQ_QUANT_MAX_N);
-        return -1;
+        return NULL;
     }
-    *need = (*ops)->max_size(c, n);
-    if (!out_len || (n && !src) || (*need && !dst)) {
+    return ops;
+}
+
+const mq_codec_ops_t *mq_codec_resolve(const mq_codec_t *c, size_t n)
+{
+    return s_resolve(c, n, true);
+}
+
+/* Checks shared by every encode entry point; returns the codec's table, or NULL. */
+static const mq_codec_ops_t *s_check_encode(const mq_codec_t *c, const float *src, size_t n,
+                                            const mq_codec_ctx_t *ctx, const uint8_t *dst,
+                                            size_t cap, const size_t *out_len)
+{
+    const mq_codec_ops_t *ops = s_resolve(c, n, false);
+    if (!ops)
+        return NULL;
+    size_t need = ops->max_size(c, n);
+    if (!out_len || (n && !src) || (need && !dst)) {
         mq_err_set("codec encode: NULL argument");
-        return -1;
+        return NULL;
     }
-    if (cap < *need) {
-        mq_err_set("codec encode: %zu values need %zu bytes, buffer holds %zu", n, *need, cap);
-        return -1;
+    if (cap < need) {
+        mq_err_set("codec encode: %zu values need %zu bytes, buffer holds %zu", n, need, cap);
+        return NULL;
     }
-    if (n && (*ops)->stochastic && (*ops)->stochastic(c) && !(ctx && ctx->rng)) {
-        mq_err_set("codec %s encode: needs a random generator", (*ops)->name);
-        return -1;
+    if (n && ops->stochastic && ops->stochastic(c) && !(ctx && ctx->rng)) {
+        mq_err_set("codec %s encode: needs a random generator", ops->name);
+        return NULL;
     }
-    if (n && (*ops)->state_floats && (*ops)->state_floats(c, n) && !(ctx && ctx->state)) {
-        mq_err_set("codec %s encode: needs its state (%zu floats)", (*ops)->name,
-                   (*ops)->state_floats(c, n));
-        return -1;
+    if (n && ops->state_floats && ops->state_floats(c, n) && !(ctx && ctx->state)) {
+        mq_err_set("codec %s encode: needs its state (%zu floats)", ops->name,
+                   ops->state_floats(c, n));
+        return NULL;
     }
+    return ops;
+}
+
+/* Error feedback for a codec without its own encode_ef: v = src + residual is computed in
+ * place in residual (SRC NULL: residual holds it already) and encoded, then the decoded
+ * payload is subtracted from it (a decode with scale -1), so no temporary array is needed. */
+static int s_ef_generic(const mq_codec_ops_t *ops, const mq_codec_t *c, const float *src,
+                        float *residual, size_t n, const mq_codec_ctx_t *ctx, uint8_t *dst,
+                        size_t *len, mq_codec_stats_t *stats)
+{
+    if (src ? mq_quant_check_finite_sum("codec encode", src, residual, n) < 0
+            : mq_quant_check_finite("codec encode", residual, n) < 0)
+        return -1;
+    size_t i = 0;
+    for (; src && i + 4 <= n; i += 4) {
+        mq_v4f_t v = mq_v4f_load(residual + i) + mq_v4f_load(src + i);
+        memcpy(residual + i, &v, sizeof v);
+    }
+    for (; src && i < n; i++)
+        residual[i] += src[i];
+    if (ops->encode(c, residual, n, ctx, dst, len, stats) < 0)
+        return -1;
+    ops->decode(c, dst, *len, residual, n, -1.0f, true, NULL);
+    return 0;
+}
+
+int mq_codec_encode_resolved(const mq_codec_ops_t *ops, const mq_codec_t *c, const float *src,
+                             float *residual, size_t n, const mq_codec_ctx_t *ctx, uint8_t *dst,
+                             size_t *out_len, mq_codec_stats_t *stats)
+{
+    mq_codec_stats_t st = {0};
+    size_t len = 0;
+    if (n > 0 && !residual) {
+        if (ops->encode(c, src, n, ctx, dst, &len, stats ? &st : NULL) < 0)
+            return -1;
+    } else if (n > 0) {
+        /* With one bit the levels are the bucket's min and max, and stochastic rounding
+         * leaves a residual as large as the whole range: the residual's range can double
+         * every step and reached infinity within a short run when measured (2+ bits shrink
+         * it by >= 1/3 a step). Feedback already removes the bias stochastic rounding is
+         * for, so round to nearest here rather than fail a run whose policy has just chosen
+         * 1 bit. */
+        mq_codec_t eff = *c;
+        if (c->id == MQ_CODEC_ID_uniform && c->bits == 1 && c->param[1]) {
+            static atomic_bool warned;
+            eff.param[1] = 0;
+            if (!atomic_exchange(&warned, true))
+                mq_warn("quant: 1-bit error feedback rounds to nearest (stochastic rounding "
+                        "would make the residual diverge)");
+        }
+        int rc = ops->encode_ef
+                     ? ops->encode_ef(&eff, src, residual, n, ctx, dst, &len, stats ? &st : NULL)
+                     : s_ef_generic(ops, &eff, src, residual, n, ctx, dst, &len,
+                                    stats ? &st : NULL);
+        if (rc < 0) { /* a sum that is not finite: error feedback starts over (quant.h) */
+            memset(residual, 0, n * sizeof *residual);
+            return -1;
+        }
+    }
+    *out_len = len;
+    if (stats)
+        *stats = st;
     return 0;
 }
 
@@ -521,22 +597,12 @@ int mq_codec_encode_ctx(const mq_codec_t *c, const float *src, size_t n,
                         const mq_codec_ctx_t *ctx, uint8_t *dst, size_t cap, size_t *out_len,
                         mq_codec_stats_t *stats)
 {
-    const mq_codec_ops_t *ops;
-    size_t need;
-    if (s_check_encode(c, src, n, ctx, dst, cap, out_len, &ops, &need) < 0)
-        return -1;
-    if (n == 0) {
-        *out_len = 0;
-        if (stats)
-            stats->sq = 0.0;
-        return 0;
-    }
     static const mq_codec_ctx_t none = {0};
-    size_t len = 0;
-    if (ops->encode(c, src, n, ctx ? ctx : &none, dst, &len, stats) < 0)
+    const mq_codec_ops_t *ops = s_check_encode(c, src, n, ctx, dst, cap, out_len);
+    if (!ops)
         return -1;
-    *out_len = len;
-    return 0;
+    return mq_codec_encode_resolved(ops, c, src, NULL, n, ctx ? ctx : &none, dst, out_len,
+                                    stats);
 }
 
 int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *dst, size_t cap,
@@ -546,27 +612,16 @@ int mq_codec_encode(const mq_codec_t *c, const float *src, size_t n, uint8_t *ds
     return mq_codec_encode_ctx(c, src, n, &ctx, dst, cap, out_len, stats);
 }
 
-/* A sum that is not finite failed an error-feedback encode: the residual starts over (quant.h).
- * Returns -1. */
-static int s_ef_reset(float *residual, size_t n)
-{
-    memset(residual, 0, n * sizeof *residual);
-    return -1;
-}
-
-/* mq_codec_encode_ef and mq_codec_encode_ef_inplace (SRC NULL: residual holds the sums): a
- * codec with its own encode_ef (uniform) does it in one walk; for the others this computes
- * v = src + residual in place in residual, encodes it, then subtracts the decoded payload (a
- * decode with scale -1 into the residual), so no temporary array is needed. The arguments are
- * checked before residual changes; a sum that is not finite resets it (quant.h). */
+/* mq_codec_encode_ef and mq_codec_encode_ef_inplace (SRC NULL: residual holds the sums): the
+ * arguments are checked before residual changes. */
 static int s_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
                        uint8_t *dst, size_t cap, size_t *out_len, mq_rng_t *rng,
                        mq_codec_stats_t *stats)
 {
-    const mq_codec_ops_t *ops;
-    size_t need;
     mq_codec_ctx_t ctx = {.rng = rng};
-    if (s_check_encode(c, src ? src : residual, n, &ctx, dst, cap, out_len, &ops, &need) < 0)
+    const mq_codec_ops_t *ops =
+        s_check_encode(c, src ? src : residual, n, &ctx, dst, cap, out_len);
+    if (!ops)
         return -1;
     if (ops->state_floats && ops->state_floats(c, n)) {
         mq_err_set("codec %s keeps its own residual: error feedback does not apply", ops->name);
@@ -576,51 +631,7 @@ static int s_encode_ef(const mq_codec_t *c, const float *src, float *residual, s
         mq_err_set("codec encode: NULL residual");
         return -1;
     }
-    /* With one bit the levels are the bucket's min and max, and stochastic rounding leaves a
-     * residual as large as the whole range: the residual's range can double every step and
-     * reached infinity within a short run when measured (2+ bits shrink it by >= 1/3 a step).
-     * Feedback already removes the bias stochastic rounding is for, so round to nearest here
-     * rather than fail a run whose policy has just chosen 1 bit. */
-    mq_codec_t eff = *c;
-    if (c->id == MQ_CODEC_ID_uniform && c->bits == 1 && c->param[1]) {
-        static atomic_bool warned;
-        eff.param[1] = 0;
-        if (!atomic_exchange(&warned, true))
-            mq_warn("quant: 1-bit error feedback rounds to nearest (stochastic rounding would "
-                    "make the residual diverge)");
-    }
-    c = &eff;
-    if (n && ops->encode_ef) {
-        size_t len = 0;
-        mq_codec_stats_t st = {0};
-        if (ops->encode_ef(c, src, residual, n, &ctx, dst, &len, stats ? &st : NULL) < 0)
-            return s_ef_reset(residual, n);
-        *out_len = len;
-        if (stats)
-            *stats = st;
-        return 0;
-    }
-    if (src ? mq_quant_check_finite_sum("codec encode", src, residual, n) < 0
-            : mq_quant_check_finite("codec encode", residual, n) < 0)
-        return s_ef_reset(residual, n);
-    size_t i = 0;
-    for (; src && i + 4 <= n; i += 4) {
-        mq_v4f_t v = mq_v4f_load(residual + i) + mq_v4f_load(src + i);
-        memcpy(residual + i, &v, sizeof v);
-    }
-    for (; src && i < n; i++)
-        residual[i] += src[i];
-    mq_codec_stats_t st = {0};
-    if (mq_codec_encode_ctx(c, residual, n, &ctx, dst, cap, out_len, stats ? &st : NULL) < 0) {
-        for (size_t k = 0; src && k < n; k++) /* cannot happen after the checks above */
-            residual[k] -= src[k];
-        return -1;
-    }
-    if (n)
-        ops->decode(c, dst, *out_len, residual, n, -1.0f, true, NULL);
-    if (stats)
-        *stats = st;
-    return 0;
+    return mq_codec_encode_resolved(ops, c, src, residual, n, &ctx, dst, out_len, stats);
 }
 
 int mq_codec_encode_ef(const mq_codec_t *c, const float *src, float *residual, size_t n,
@@ -653,16 +664,16 @@ bool mq_codec_size_ok(const mq_codec_t *c, size_t len, size_t n)
 
 int mq_codec_validate_payload(const mq_codec_t *c, const uint8_t *src, size_t len, size_t n)
 {
-    if (mq_codec_validate(c) < 0)
+    const mq_codec_ops_t *ops = s_validate(c, false);
+    if (!ops)
         return -1;
-    const mq_codec_ops_t *ops = mq_codec_lookup(c->id);
     if (n > MQ_QUANT_MAX_N) {
         mq_err_set("codec decode: %zu values is more than the %zu supported", n,
                    (size_t)MQ_QUANT_MAX_N);
         return -1;
     }
-    if (!mq_codec_size_ok(c, len, n)) {
-        size_t max = ops->max_size(c, n);
+    size_t max = ops->max_size(c, n);
+    if (ops->exact_size ? len != max : len > max) { /* mq_codec_size_ok, on the table in hand */
         char spec[MQ_CODEC_MAX_SPEC];
         mq_codec_format(c, spec, sizeof spec);
         mq_err_set("%s: payload of %zu bytes for %zu values (expected %s %zu)", spec, len, n,
