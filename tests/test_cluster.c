@@ -279,6 +279,27 @@ Test(cluster, an_unanswered_registration_goes_again_on_a_new_connection, .timeou
     mq_metrics_destroy(&metrics);
 }
 
+/* A new connection to the scheduler at ENDPOINT, with a worker's key, that sends a worker's
+ * REGISTER as INCARNATION's try ATTEMPT; replies wait at most RCVTIMEO_MS. */
+static zsock_t *s_register_try(const char *endpoint, uint64_t incarnation, uint32_t attempt,
+                               int rcvtimeo_ms)
+{
+    zsock_t *conn = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(conn);
+    mq_wire_prepare(conn, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_rcvtimeo(conn, rcvtimeo_ms);
+    test_sec_client(conn, "worker", MQ_KEY_SCHEDULER);
+    cr_assert_eq(zsock_connect(conn, "%s", endpoint), 0);
+    mq_msg_t m;
+    memset(&m, 0, sizeof m);
+    mq_msg_init(&m, MQ_MSG_REGISTER);
+    m.role = MQ_ROLE_WORKER;
+    m.incarnation = incarnation;
+    m.register_.attempt = attempt;
+    cr_assert_eq(mq_wire_send(conn, &m, NULL, 0), 0);
+    return conn;
+}
+
 /* A REGISTER sent again on a new connection (a node that heard nothing on its first: the
  * scheduler's answers there were lost) is answered on the new one: here the first connection
  * registers a worker, completing the cluster, and is closed; the same incarnation on a second
@@ -294,17 +315,7 @@ Test(cluster, a_registration_sent_again_is_answered_on_its_new_connection, .time
     mq_msg_t m;
     mq_drop_t drop;
     for (int k = 0; k < 2; k++) {
-        conn[k] = zsock_new(ZMQ_DEALER);
-        cr_assert_not_null(conn[k]);
-        mq_wire_prepare(conn[k], 0, MQ_WIRE_MAX_MSG);
-        zsock_set_rcvtimeo(conn[k], 10000);
-        test_sec_client(conn[k], "worker", MQ_KEY_SCHEDULER);
-        cr_assert_eq(zsock_connect(conn[k], "%s", c.endpoint), 0);
-        memset(&m, 0, sizeof m);
-        mq_msg_init(&m, MQ_MSG_REGISTER);
-        m.role = MQ_ROLE_WORKER;
-        m.incarnation = 0x5eed;
-        cr_assert_eq(mq_wire_send(conn[k], &m, NULL, 0), 0);
+        conn[k] = s_register_try(c.endpoint, 0x5eed, (uint32_t)k, 10000);
         if (k == 0) { /* the first WELCOME comes, and is left unread with its connection */
             zclock_sleep(1000);
             zsock_destroy(&conn[0]);
@@ -338,18 +349,7 @@ Test(cluster, a_late_earlier_registration_does_not_take_the_answers_back, .timeo
     mq_msg_t m;
     mq_drop_t drop;
     for (int k = 1; k >= 0; k--) {
-        conn[k] = zsock_new(ZMQ_DEALER);
-        cr_assert_not_null(conn[k]);
-        mq_wire_prepare(conn[k], 0, MQ_WIRE_MAX_MSG);
-        zsock_set_rcvtimeo(conn[k], k ? 10000 : 3000);
-        test_sec_client(conn[k], "worker", MQ_KEY_SCHEDULER);
-        cr_assert_eq(zsock_connect(conn[k], "%s", c.endpoint), 0);
-        memset(&m, 0, sizeof m);
-        mq_msg_init(&m, MQ_MSG_REGISTER);
-        m.role = MQ_ROLE_WORKER;
-        m.incarnation = 0x1a7e;
-        m.register_.attempt = (uint32_t)k;
-        cr_assert_eq(mq_wire_send(conn[k], &m, NULL, 0), 0);
+        conn[k] = s_register_try(c.endpoint, 0x1a7e, (uint32_t)k, k ? 10000 : 3000);
         if (k == 1) {
             cr_assert_eq(mq_wire_recv(conn[1], &m, &drop), 0, "no WELCOME: %s", mq_err_last());
             cr_expect_eq(m.type, MQ_MSG_WELCOME, "got %s", mq_msg_type_name(m.type));
