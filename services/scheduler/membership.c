@@ -12,7 +12,7 @@ void mq_mb_init(mq_membership_t *mb, uint32_t max_workers, uint32_t want_servers
     mb->want_servers = want_servers < MQ_WIRE_MAX_SERVERS ? want_servers : MQ_WIRE_MAX_SERVERS;
 }
 
-static bool s_same_peer(const mq_mb_node_t *n, const mq_msg_t *msg)
+bool mq_mb_from_peer(const mq_mb_node_t *n, const mq_msg_t *msg)
 {
     return n->peer_len == msg->peer_len && memcmp(n->peer, msg->peer, msg->peer_len) == 0;
 }
@@ -39,7 +39,7 @@ int mq_mb_again(mq_membership_t *mb, const mq_msg_t *msg, mq_mb_reg_out_t *out)
         return -1;
     out->why = NULL;
     out->retry = false;
-    if (s_same_peer(n, msg) || msg->register_.attempt < n->attempt)
+    if (mq_mb_from_peer(n, msg) || msg->register_.attempt < n->attempt)
         return MQ_MB_SAME;
     s_answer_at(n, msg);
     return MQ_MB_MOVED;
@@ -114,7 +114,7 @@ bool mq_mb_ready(mq_membership_t *mb, const mq_msg_t *msg, double now)
 {
     mq_role_t role = msg->role == MQ_ROLE_WORKER ? MQ_ROLE_WORKER : MQ_ROLE_SERVER;
     mq_mb_node_t *n = mq_mb_node(mb, role, msg->rank, msg->incarnation);
-    if (!n || n->state != MQ_MB_SETUP || !s_same_peer(n, msg))
+    if (!n || n->state != MQ_MB_SETUP || !mq_mb_from_peer(n, msg))
         return false;
     n->state = MQ_MB_READY;
     n->last_heard = now;

@@ -31,13 +31,6 @@
 #include "mqgrad/wire.h"
 #include "scheduler_internal.h"
 
-
-/* Whether MSG came from NODE's connection (its ZeroMQ peer). */
-static bool s_from_peer(const mq_mb_node_t *node, const mq_msg_t *msg)
-{
-    return node->peer_len == msg->peer_len && memcmp(node->peer, msg->peer, msg->peer_len) == 0;
-}
-
 typedef enum {
     S_REGISTERING,
     S_PREPARING,
@@ -509,7 +502,7 @@ static bool s_checkpoint_due(s_sched_t *self)
  * for a shard (cancel checkpoints, name shard files that do not exist, cut members). */
 static bool s_from_server(s_sched_t *self, const mq_msg_t *msg, uint32_t shard)
 {
-    if (shard < self->mb.nservers && s_from_peer(&self->mb.servers[shard], msg))
+    if (shard < self->mb.nservers && mq_mb_from_peer(&self->mb.servers[shard], msg))
         return true;
     char why[96];
     snprintf(why, sizeof why, "%s from a peer that is not that shard's server",
@@ -1398,7 +1391,7 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
     const char *why = NULL;
     mq_drop_t d = MQ_DROP_NONE;
     const mq_mb_node_t *w = mq_mb_node(&self->mb, MQ_ROLE_WORKER, msg->rank, msg->incarnation);
-    if (!w || w->state != MQ_MB_ACTIVE || !s_from_peer(w, msg))
+    if (!w || w->state != MQ_MB_ACTIVE || !mq_mb_from_peer(w, msg))
         d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
     else if (msg->iter < self->iter)
         d = MQ_DROP_LATE, why = "report for a round that closed without it";
@@ -1704,18 +1697,14 @@ static void s_check_nodes(s_sched_t *self, double now)
     if (self->phase == S_REGISTERING) /* nobody beats before its WELCOME */
         return;
     uint32_t silent[MQ_MAX_WORKERS], n;
-    mq_mb_silent(&self->mb, now, limit, silent, &n);
+    int server = mq_mb_silent(&self->mb, now, limit, silent, &n);
     for (uint32_t k = 0; k < n && self->phase != S_DONE; k++) {
         char why[96];
         snprintf(why, sizeof why, "silent for %.1f s",
                  now - self->mb.workers[silent[k]].last_heard);
         s_lose_worker(self, silent[k], why);
     }
-    /* the workers' losses may have ended the run, or taken it back to registration */
-    int server = self->phase == S_DONE || self->phase == S_REGISTERING
-                     ? -1
-                     : mq_mb_silent(&self->mb, now, limit, silent, &n);
-    if (server >= 0) {
+    if (server >= 0 && self->phase != S_DONE) { /* the workers' losses may have ended the run */
         double quiet = now - self->mb.servers[server].last_heard;
         char fields[96];
         snprintf(fields, sizeof fields, "\"rank\":%d,\"silent_s\":%.1f", server, quiet);

@@ -214,6 +214,8 @@ int mq_mb_again(mq_membership_t *mb, const mq_msg_t *msg, mq_mb_reg_out_t *out);
  * or REFUSED. REGISTERING: the cluster is still being formed (servers are taken only then). */
 mq_mb_reg_t mq_mb_take(mq_membership_t *mb, const mq_msg_t *msg, bool registering, double now,
                        mq_mb_reg_out_t *out);
+/* Whether MSG came from N's connection (the one it is answered at). */
+bool mq_mb_from_peer(const mq_mb_node_t *n, const mq_msg_t *msg);
 /* The node of ROLE and RANK that says it is INCARNATION, or NULL. */
 mq_mb_node_t *mq_mb_node(mq_membership_t *mb, mq_role_t role, uint32_t rank, uint64_t incarnation);
 /* READY from MSG's sender: whether it is the SETUP node of its role, rank and incarnation,
