@@ -28,6 +28,9 @@ typedef struct {
     int rounds, evals; /* rounds computed, evaluations given */
     bool early;        /* tell the library what is final before the push (mqgrad_ready) */
     int readies;       /* rounds that did */
+    int late_ms;       /* then wait this long before the push: the aggregates come first */
+    int moved;         /* rounds whose parameters changed before their push */
+    double losses[64]; /* the loss pushed in round i */
     char error[512];
     float *final;      /* the replica's parameters once the run is over */
     size_t n;
@@ -100,6 +103,8 @@ static void *s_worker(void *arg)
     }
     const mqgrad_run_t *run = mqgrad_run(w);
     int64_t *idx = malloc(run->batch * sizeof *idx);
+    size_t np = mqgrad_nparams(w);
+    float *before = me->late_ms ? malloc(np * sizeof(float)) : NULL;
     mqgrad_step_t st;
     int rc;
     while ((rc = mqgrad_next(w, &st)) == 1) {
@@ -112,10 +117,19 @@ static void *s_worker(void *arg)
                         run->batch, idx);
         double loss = s_grad(mqgrad_params(w), g, idx, (int)run->batch);
         if (me->early) { /* the bias's values are final, then all: shards go before the push */
-            if (mqgrad_ready(w, S_IN * S_CLASSES) != 0 || (st.iter % 2 && mqgrad_ready(w, 0)))
+            bool all = me->late_ms || st.iter % 2;
+            if (before)
+                memcpy(before, mqgrad_params(w), np * sizeof(float));
+            if (mqgrad_ready(w, S_IN * S_CLASSES) != 0 || (all && mqgrad_ready(w, 0)))
                 break;
             me->readies++;
+            if (before) { /* every shard is out: the servers answer while we wait */
+                zclock_sleep(me->late_ms);
+                me->moved += memcmp(before, mqgrad_params(w), np * sizeof(float)) != 0;
+            }
         }
+        if (st.iter < sizeof me->losses / sizeof me->losses[0])
+            me->losses[st.iter] = loss;
         if (mqgrad_push(w, loss) != 0)
             break;
         me->rounds++;
@@ -141,6 +155,7 @@ static void *s_worker(void *arg)
     me->final = malloc(me->n * sizeof(float));
     memcpy(me->final, mqgrad_params(w), me->n * sizeof(float));
     free(idx);
+    free(before);
     me->code = mqgrad_leave(&w);
     return NULL;
 }
@@ -210,6 +225,53 @@ Test(libmqgrad, workers_own_model_trains, .timeout = 300)
     cr_assert_eq(off, ws[0].n, "the shards hold %zu of %zu parameters", off, ws[0].n);
     for (int i = 0; i < 2; i++)
         free(ws[i].final);
+    test_rmtree(c.dir);
+}
+
+/* A caller whose shards all went early (mqgrad_ready from 0) and who pushes late, after the
+ * servers have answered: its parameters change only inside mqgrad_push, as mqgrad.h says,
+ * and every round's report carries the loss it pushed (the run's metrics.csv shows it). */
+Test(libmqgrad, early_shards_answered_before_the_push, .timeout = 120)
+{
+    s_load();
+    cluster_t c;
+    char *extra[] = {"--model", "external", "--iterations", "30", "--batch", "32", "--lr",
+                     "0.05", "--eval-every", "0", "--final-eval-limit", "1000", "--bits", "4",
+                     "--threshold", "1000", NULL};
+    cluster_start_core(&c, 1, 1, "late", extra);
+    s_worker_t *me = calloc(1, sizeof *me);
+    *me = (s_worker_t){.endpoint = c.endpoint, .early = true, .late_ms = 50};
+    pthread_t th;
+    pthread_create(&th, NULL, s_worker, me);
+    pthread_join(th, NULL);
+    int code = s_wait_done(c.sched, 60000);
+    cr_expect_eq(s_wait_done(c.servers[0], 10000), 0, "the server did not stop cleanly");
+    cluster_stop(&c);
+    cr_assert_eq(me->code, 0, "worker: exit %d: %s", me->code, me->error);
+    cr_assert_eq(code, 0, "the run did not complete");
+    cr_expect_eq(me->rounds, 30, "%d rounds", me->rounds);
+    cr_expect_eq(me->moved, 0, "the parameters changed before the push in %d of 30 rounds",
+                 me->moved);
+
+    char path[400], *csv;
+    size_t len;
+    snprintf(path, sizeof path, "%s/run/metrics.csv", c.dir);
+    cr_assert_eq(mq_read_file(path, &csv, &len), 0, "%s", mq_err_last());
+    int rows = 0;
+    for (char *line = strchr(csv, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        unsigned long long iter;
+        double t, loss;
+        cr_assert_eq(sscanf(line + 1, "%llu,%lf,%lf,", &iter, &t, &loss), 3, "%s", line + 1);
+        cr_assert_lt(iter, 30);
+        cr_expect_leq(fabs(loss - me->losses[iter]), 1e-5 * me->losses[iter],
+                      "round %llu reported loss %g, the worker pushed %g", iter, loss,
+                      me->losses[iter]);
+        rows++;
+    }
+    cr_expect_eq(rows, 30, "metrics.csv has %d rows", rows);
+    free(csv);
+    free(me->final);
+    free(me);
     test_rmtree(c.dir);
 }
 

@@ -111,7 +111,8 @@ int mqgrad_next(mqgrad_t *w, mqgrad_step_t *step);
  * pushed at once, by the library's thread, while the caller computes the rest (the earlier
  * tensors, which a backward pass finishes last): the network overlaps the computation, as
  * the C worker's pushes from inside its backward pass do. The caller must not write there
- * again before mqgrad_push. Call it with FROM falling as tensors finish; it does not wait.
+ * again before mqgrad_push. The parameters do not change before mqgrad_push, even when the
+ * servers answer first. Call it with FROM falling as tensors finish; it does not wait.
  * Returns 0, or -1 outside a round or with FROM beyond the parameters. */
 int mqgrad_ready(mqgrad_t *w, size_t from);
 

@@ -95,6 +95,10 @@ typedef struct {
      * asks for it ("NEXT"); an ITERATE that comes before is held until then */
     const mq_worker_ext_t *ext;
     bool caller_waiting, caller_pushing, caller_evaluating;
+    /* the servers' sockets are not read while the caller computes a round whose shards went
+     * early (mqgrad_ready): their aggregates wait in ZeroMQ's queue until its "PUSH", so the
+     * parameters change only inside mqgrad_push, and the round's report has its loss */
+    bool servers_muted;
     mq_msg_t *held;
     bool has_held;
     double t_step; /* when the caller got the round */
@@ -274,6 +278,19 @@ static int s_connect_servers(s_worker_t *self, const mq_msg_t *welcome)
         zloop_reader(self->loop, self->servers[s], mq_inbox_read, &self->server_in[s]);
     }
     return 0;
+}
+
+/* Reads the servers' sockets again, or stops reading them (s_worker_t.servers_muted). */
+static void s_hear_servers(s_worker_t *self, bool on)
+{
+    if (self->servers_muted != on)
+        return;
+    self->servers_muted = !on;
+    for (uint32_t s = 0; s < self->nservers; s++)
+        if (on)
+            zloop_reader(self->loop, self->servers[s], mq_inbox_read, &self->server_in[s]);
+        else
+            zloop_reader_end(self->loop, self->servers[s]);
 }
 
 /* A message to the library's caller: a command and its binary body. */
@@ -533,6 +550,8 @@ static void s_on_grad_ready(void *arg, size_t from)
     if (!self->computing || self->push_failed)
         return;
     double t0 = mq_link_now(&self->link);
+    if (self->ext)
+        s_hear_servers(self, false);
     /* In this worker's order of the servers (s_pushes: each worker starts with another one, so
      * that the servers' links fill together), as far as the shards are final: a shard out of
      * that order would go to the server every worker's backward pass finishes first, all at
@@ -660,6 +679,7 @@ static bool s_abandoned(s_worker_t *self, const mq_msg_t *msg)
     self->caller_pushing = false;
     self->computing = false; /* a "PUSH" still to come from the caller is ignored */
     self->busy = false;
+    s_hear_servers(self, true);
     int applied = 0;
     s_tell(self, "APPLIED", &applied, sizeof applied);
     if (msg) {
@@ -1014,6 +1034,7 @@ static void s_caller_push(s_worker_t *self, zframe_t *body)
     self->computing = false;
     /* every shard: the statistics, the non-finite check, the encode, the send */
     s_pushes(self, self->t_step, loss);
+    s_hear_servers(self, true); /* the aggregates of the shards that went early, if any */
 }
 
 /* The caller's gradient is final from offset FROM on (mqgrad_ready): the shards there go now,
