@@ -8,7 +8,8 @@
  * ("a quantized gradient-based adaptive learning rate matrix"). Our choices, not the paper's:
  * G accumulates the aggregate g^ (not each worker's), H = delta + sqrt(G), and RDA's proximal
  * term is centred on the initial parameters x_0 (x_0 = 0 gives the textbook form; a CNN
- * cannot start at 0). Adding a rule: a function and one line in s_rules. */
+ * cannot start at 0). Adding a rule: its function and `mq_optim_<name>_ops` here, and one line
+ * in optims.def. */
 
 #include "mqgrad/optim.h"
 
@@ -100,24 +101,38 @@ static void s_qrda(const mq_optim_t *o, float *w, const float *g, float *state, 
     }
 }
 
-static const mq_optim_ops_t s_rules[] = {
-    {.name = "sgd", .usage = "sgd", .help = "w -= lr g (applied fused with the decode)",
-     .apply = s_sgd},
-    {.name = "momentum", .usage = "momentum[:m=M]",
-     .help = "heavy ball, u = m u + g, w -= lr u (m 0.9)", .keys = {"m"}, .defaults = {0.9},
-     .lo = {0}, .hi = {0.9999}, .state_per_value = 1, .apply = s_momentum},
-    {.name = "adagrad", .usage = "adagrad[:delta=D,scale=S]",
-     .help = "diagonal AdaGrad on the aggregate, step S x lr (delta 1e-8, S 0.2)",
-     .keys = {"delta", "scale"}, .defaults = {1e-8, 0.2}, .lo = {1e-12, 1e-6}, .hi = {1, 100},
-     .state_per_value = 1, .apply = s_adagrad},
-    {.name = "qcmd", .usage = "qcmd[:l1=L,delta=D,scale=S]",
-     .help = "QCMD adagrad: AdaGrad mirror descent with l1, step S x lr (L 1e-5, S 0.2)",
-     .keys = {"l1", "delta", "scale"}, .defaults = {1e-5, 1e-8, 0.2}, .lo = {0, 1e-12, 1e-6},
-     .hi = {1, 1, 100}, .state_per_value = 1, .apply = s_qcmd},
-    {.name = "qrda", .usage = "qrda[:l1=L,delta=D,scale=S]",
-     .help = "QRDA adagrad: AdaGrad dual averaging with l1, step S x lr (L 1e-6, S 0.2)",
-     .keys = {"l1", "delta", "scale"}, .defaults = {1e-6, 1e-8, 0.2}, .lo = {0, 1e-12, 1e-6},
-     .hi = {1, 1, 100}, .state_per_value = 3, .apply = s_qrda},
+#define MQ_OPTIM_DEF(name) extern const mq_optim_ops_t mq_optim_##name##_ops;
+#include "optims.def"
+#undef MQ_OPTIM_DEF
+
+const mq_optim_ops_t mq_optim_sgd_ops = {
+    .name = "sgd", .usage = "sgd", .help = "w -= lr g (applied fused with the decode)",
+    .apply = s_sgd};
+const mq_optim_ops_t mq_optim_momentum_ops = {
+    .name = "momentum", .usage = "momentum[:m=M]",
+    .help = "heavy ball, u = m u + g, w -= lr u (m 0.9)", .keys = {"m"}, .defaults = {0.9},
+    .lo = {0}, .hi = {0.9999}, .state_per_value = 1, .apply = s_momentum};
+const mq_optim_ops_t mq_optim_adagrad_ops = {
+    .name = "adagrad", .usage = "adagrad[:delta=D,scale=S]",
+    .help = "diagonal AdaGrad on the aggregate, step S x lr (delta 1e-8, S 0.2)",
+    .keys = {"delta", "scale"}, .defaults = {1e-8, 0.2}, .lo = {1e-12, 1e-6}, .hi = {1, 100},
+    .state_per_value = 1, .apply = s_adagrad};
+const mq_optim_ops_t mq_optim_qcmd_ops = {
+    .name = "qcmd", .usage = "qcmd[:l1=L,delta=D,scale=S]",
+    .help = "QCMD adagrad: AdaGrad mirror descent with l1, step S x lr (L 1e-5, S 0.2)",
+    .keys = {"l1", "delta", "scale"}, .defaults = {1e-5, 1e-8, 0.2}, .lo = {0, 1e-12, 1e-6},
+    .hi = {1, 1, 100}, .state_per_value = 1, .apply = s_qcmd};
+const mq_optim_ops_t mq_optim_qrda_ops = {
+    .name = "qrda", .usage = "qrda[:l1=L,delta=D,scale=S]",
+    .help = "QRDA adagrad: AdaGrad dual averaging with l1, step S x lr (L 1e-6, S 0.2)",
+    .keys = {"l1", "delta", "scale"}, .defaults = {1e-6, 1e-8, 0.2}, .lo = {0, 1e-12, 1e-6},
+    .hi = {1, 1, 100}, .state_per_value = 3, .apply = s_qrda};
+
+/* The registry, from optims.def: the idiom of the codecs and the policies. */
+static const mq_optim_ops_t *const s_rules[] = {
+#define MQ_OPTIM_DEF(name) &mq_optim_##name##_ops,
+#include "optims.def"
+#undef MQ_OPTIM_DEF
 };
 #define S_NRULES (sizeof s_rules / sizeof s_rules[0])
 
@@ -145,9 +160,9 @@ int mq_optim_parse(const char *spec, mq_optim_t *out)
     const mq_optim_ops_t *r = NULL;
     for (size_t i = 0; i < S_NRULES; i++) {
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
-                 s_rules[i].name);
-        if (strcmp(buf, s_rules[i].name) == 0)
-            r = &s_rules[i];
+                 s_rules[i]->name);
+        if (strcmp(buf, s_rules[i]->name) == 0)
+            r = s_rules[i];
     }
     if (!r) {
         mq_err_set("optimizer '%s': unknown rule '%s' (expected one of %s)", spec, buf, names);
@@ -192,7 +207,7 @@ void mq_optim_format(const mq_optim_t *o, char *buf, size_t len)
 
 bool mq_optim_is_sgd(const mq_optim_t *o)
 {
-    return o->ops == &s_rules[0];
+    return o->ops == &mq_optim_sgd_ops;
 }
 
 size_t mq_optim_state_floats(const mq_optim_t *o, size_t n)
@@ -206,7 +221,7 @@ void mq_optim_help(char *buf, size_t len)
     if (len)
         buf[0] = '\0';
     for (size_t i = 0; i < S_NRULES; i++)
-        mq_help_line(buf, len, &w, 24, s_rules[i].usage, s_rules[i].help);
+        mq_help_line(buf, len, &w, 24, s_rules[i]->usage, s_rules[i]->help);
 }
 
 uint64_t mq_optim_count_zeros(const float *w, size_t n)

@@ -1,25 +1,21 @@
-/* The policy registry: every bit-width policy this build knows, one line each, in the order
- * help texts list them. Adding a policy is its file (defining `const mq_policy_ops_t
- * mq_policy_<name>_ops`, see rl_internal.h) plus one line here. */
+/* The policy registry: every bit-width policy this build knows, one line each in
+ * policies.def, in the order help texts list them. Adding a policy is its file (defining
+ * `const mq_policy_ops_t mq_policy_<name>_ops`, see rl_internal.h) plus its line there: the
+ * registry idiom of the codecs (mqgrad/codecs.def) and the update rules (optims.def). */
 #include "rl_internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#define S_POLICIES(X)                                                                              \
-    X(mqgrad)                                                                                      \
-    X(fixed)                                                                                       \
-    X(adaptive)                                                                                    \
-    X(schedule)                                                                                    \
-    X(dqsgd)                                                                                       \
-    X(learned)                                                                                     \
-    X(lgreco)                                                                                      \
-    /* one line per policy, above this one */
+#define MQ_POLICY_DEF(name) extern const mq_policy_ops_t mq_policy_##name##_ops;
+#include "policies.def"
+#undef MQ_POLICY_DEF
 
-#define S_DECLARE(name) extern const mq_policy_ops_t mq_policy_##name##_ops;
-S_POLICIES(S_DECLARE)
-#define S_ENTRY(name) &mq_policy_##name##_ops,
-static const mq_policy_ops_t *const s_policies[] = {S_POLICIES(S_ENTRY)};
+static const mq_policy_ops_t *const s_policies[] = {
+#define MQ_POLICY_DEF(name) &mq_policy_##name##_ops,
+#include "policies.def"
+#undef MQ_POLICY_DEF
+};
 #define S_NPOLICIES (sizeof s_policies / sizeof s_policies[0])
 
 const mq_policy_ops_t *const *mq_rl_policies(size_t *n)
