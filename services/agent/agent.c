@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "mqgrad/inbox.h"
+#include "mqgrad/service.h"
 
 typedef struct {
     mq_agent_config_t *cfg;
@@ -479,37 +480,26 @@ static void s_after(void *arg)
 static const mq_handlers_t s_handlers = {
     .observe = s_on_observe, .query = s_on_query, .policy_set = s_on_policy_set};
 
-static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
+/* "HTTP-PORT": the HTTP port, "0" without HTTP (PORT, DROPS and $TERM are the skeleton's). */
+static int s_command(void *arg, const char *cmd, zmsg_t *rest)
 {
     s_agent_t *self = arg;
-    char *cmd = zstr_recv(pipe);
-    if (!cmd)
-        return -1; /* interrupted: end */
-    int rc = 0;
-    if (streq(cmd, "$TERM"))
-        rc = -1;
-    else if (streq(cmd, "PORT"))
-        zstr_sendf(pipe, "%d", self->port);
-    else if (streq(cmd, "HTTP-PORT"))
-        zstr_sendf(pipe, "%d", mq_agent_http_port(self->http));
-    else if (streq(cmd, "DROPS")) {
-        mq_sec_send_drops(pipe, &self->drops, self->sec);
-    } else
+    if (streq(cmd, "HTTP-PORT"))
+        zstr_sendf(self->pipe, "%d", mq_agent_http_port(self->http));
+    else
         mq_warn("unknown pipe command '%s' ignored", cmd);
-    zstr_free(&cmd);
-    return rc;
+    return 0;
 }
 
 /* ---- lifecycle ---------------------------------------------------------------------- */
 
-static void s_destroy(s_agent_t **self_p)
+static void s_stop(void *arg)
 {
-    s_agent_t *self = *self_p;
-    if (!self)
-        return;
+    s_agent_t *self = arg;
+    if (self->dirty)
+        s_save(self);
     zactor_destroy(&self->saver); /* writes what is pending first */
     mq_agent_http_destroy(&self->http);
-    zloop_destroy(&self->loop);
     mq_sec_unserve(self->sec, self->router);
     zsock_destroy(&self->router);
     mq_sec_close(&self->sec); /* after its socket */
@@ -518,9 +508,6 @@ static void s_destroy(s_agent_t **self_p)
     if (self->msg)
         mq_msg_reset(self->msg);
     free(self->msg);
-    mq_wire_thread_cleanup();
-    free(self);
-    *self_p = NULL;
 }
 
 /* Opens the sockets and the HTTP server; 0, or 1 with an error. */
@@ -544,13 +531,6 @@ static int s_open(s_agent_t *self)
     }
     if (cfg->http.port != 0 && !(self->http = mq_agent_http_new(&cfg->http)))
         return 1;
-    self->loop = zloop_new();
-    if (!self->loop) {
-        mq_err_set("cannot create the event loop");
-        return 1;
-    }
-    zloop_set_nonstop(self->loop, true); /* ends on $TERM only; main decides on signals */
-    zloop_reader(self->loop, self->pipe, s_on_pipe, self);
     self->in = (mq_inbox_t){.on = &s_handlers, .self = self, .msg = self->msg,
                             .drops = &self->drops, .refuse = s_refusal,
                             .unhandled = s_unhandled, .after = s_after};
@@ -582,38 +562,42 @@ static int s_start(s_agent_t *self)
     return 0;
 }
 
-/* Contract: see agent.h. */
-void mq_agent_actor(zsock_t *pipe, void *args)
+/* The skeleton's start: the outcome goes into the config as well (agent.h). */
+static int s_start_service(void *arg, mq_service_t *svc)
 {
-    mq_agent_config_t *cfg = args;
-    mq_log_set_tag("agent");
+    s_agent_t *self = arg;
+    mq_agent_config_t *cfg = svc->cfg;
     cfg->start_error[0] = cfg->start_info[0] = '\0';
-    s_agent_t *self = calloc(1, sizeof *self);
-    mq_msg_t *msg = calloc(1, sizeof *msg);
-    int rc = 1;
-    if (self && msg) {
-        self->cfg = cfg;
-        self->pipe = pipe;
-        self->msg = msg;
-        msg = NULL;
-        rc = s_start(self);
-    } else {
-        mq_err_set("out of memory");
-    }
-    free(msg);
+    self->cfg = cfg;
+    self->pipe = svc->pipe;
+    self->loop = svc->loop;
+    svc->drops = &self->drops;
+    self->msg = calloc(1, sizeof *self->msg);
+    int rc = self->msg ? s_start(self) : (mq_err_set("out of memory"), 1);
+    svc->port = self->port;
+    svc->sec = self->sec;
     cfg->start_status = rc;
     if (rc != 0) {
         snprintf(cfg->start_error, sizeof cfg->start_error, "%s", mq_err_last());
-        mq_error("cannot start: %s", cfg->start_error);
-        s_destroy(&self);
-        zsock_signal(pipe, (byte)rc);
-        return;
+        return rc;
     }
     s_publish(self);
-    mq_debug("ready: %s", cfg->start_info);
-    zsock_signal(pipe, 0);
-    zloop_start(self->loop);
-    if (self->dirty)
-        s_save(self);
-    s_destroy(&self);
+    if (cfg->announce) { /* the program's: "agent ready" on stdout, for whoever waits on it */
+        printf("agent ready: %s\n", cfg->start_info);
+        fflush(stdout);
+    } else
+        mq_debug("ready: %s", cfg->start_info);
+    return 0;
+}
+
+static const mq_service_ops_t s_ops = {.name = "agent",
+                                       .size = sizeof(s_agent_t),
+                                       .start = s_start_service,
+                                       .command = s_command,
+                                       .stop = s_stop};
+
+/* Contract: see agent.h. */
+void mq_agent_actor(zsock_t *pipe, void *args)
+{
+    mq_service_actor(pipe, &s_ops, args);
 }

@@ -36,6 +36,7 @@ typedef struct {
     bool fresh;            /* move a corrupt state file aside instead of refusing to start */
     mq_policy_opts_t opts; /* options of every policy the agent builds */
     int log_level;         /* -1 = MQGRAD_LOG_LEVEL or info, else an mq_log_level_t */
+    bool announce;         /* print "agent ready: <start_info>" on stdout once started */
     /* Outcome of the start, valid once zactor_new has returned: 0 ready; 1 could not start
      * (bind, HTTP port, state file not writable); 2 refused (corrupt or incompatible state
      * file, bad policy). start_error says why; start_info describes a successful start. */
@@ -55,13 +56,13 @@ int mq_agent_config_default(mq_agent_config_t *cfg);
  * building it once. */
 int mq_agent_config_parse(mq_agent_config_t *cfg, int argc, char **argv);
 
-/* The agent as a CZMQ actor: zactor_new (mq_agent_actor, cfg) with CFG a
- * mq_agent_config_t * that must outlive the actor. The actor restores the state file,
- * builds the policy, binds the ROUTER socket and the HTTP server, writes start_status /
- * start_error / start_info into CFG and signals the pipe (0 ready, else start_status; a
- * failed actor then ends, so check cfg->start_status right after zactor_new). Pipe
- * commands: "$TERM" (saves the state if it changed, then ends), "PORT" (replies the bound
- * ZMQ port as a string), "HTTP-PORT" (the HTTP port, "0" without HTTP) and "DROPS" (the
+/* The agent as a CZMQ actor on the service skeleton (mqgrad/service.h): zactor_new
+ * (mq_agent_actor, cfg) with CFG a mq_agent_config_t * that must outlive the actor. Before
+ * zactor_new returns, the actor has restored the state file, built the policy, bound the
+ * ROUTER socket and the HTTP server, and written start_status / start_error / start_info
+ * into CFG; a failed start also reports "DONE <start_status> <why>" on the pipe. Pipe
+ * commands: "$TERM" (saves the state if it changed, then ends), "PORT" (the bound ZMQ port
+ * as a string), "HTTP-PORT" (the HTTP port, "0" without HTTP) and "DROPS" (the
  * dropped-message counts, mq_drops_format). */
 void mq_agent_actor(zsock_t *pipe, void *args);
 

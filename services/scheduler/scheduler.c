@@ -46,7 +46,6 @@ typedef struct {
     mq_run_config_t run;
     zloop_t *loop;
     zsock_t *router, *agent;
-    int port;
     s_phase_t phase;
     mq_membership_t mb; /* who holds each rank (membership.c) */
     uint64_t run_id;
@@ -1713,7 +1712,7 @@ static void s_check_nodes(s_sched_t *self, double now)
     }
 }
 
-static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
+static void s_tick(void *arg)
 {
     s_sched_t *self = arg;
     const mq_scheduler_config_t *c = self->cfg;
@@ -1741,30 +1740,19 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
         mq_msg_init(&self->out, MQ_MSG_HEARTBEAT);
         s_broadcast(self, true, true);
     }
-    return 0;
 }
 
-static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
+/* $TERM: a run that had begun ends as interrupted (its files say so). */
+static void s_term(void *arg)
 {
     s_sched_t *self = arg;
-    char *cmd = zstr_recv(pipe);
-    int rc = 0;
-    if (!cmd || streq(cmd, "$TERM")) {
-        if (self->phase != S_DONE && self->phase != S_REGISTERING)
-            s_finish(self, "interrupted", 0);
-        rc = -1;
-    } else if (streq(cmd, "PORT")) {
-        zstr_sendf(pipe, "%d", self->port);
-    } else if (streq(cmd, "DROPS")) {
-        mq_sec_send_drops(pipe, &self->drops, self->sec);
-    }
-    zstr_free(&cmd);
-    return rc;
+    if (self->phase != S_DONE && self->phase != S_REGISTERING)
+        s_finish(self, "interrupted", 0);
 }
 
-/* Opens the scheduler's sockets: 0, or -1 (with the error) when it cannot, or 2 when the run
+/* Opens the scheduler's sockets: 0, or 1 (with the error) when it cannot, or 2 when the run
  * directory already holds a run (a bad --run-dir, which exits as a bad flag). */
-static int s_open(s_sched_t *self)
+static int s_open(s_sched_t *self, mq_service_t *svc)
 {
     const mq_scheduler_config_t *c = self->cfg;
     /* Said now, not once the cluster is complete: no node waits for a run that cannot be. */
@@ -1773,15 +1761,16 @@ static int s_open(s_sched_t *self)
                           "continue it with --resume", self->run_dir),
                2;
     if (!(self->sec = mq_sec_open(&c->sec, MQ_KEY_SCHEDULER)))
-        return -1;
+        return 1;
+    svc->sec = self->sec;
     self->router = zsock_new(ZMQ_ROUTER);
     if (!self->router)
-        return mq_err_set("cannot create a socket"), -1;
+        return mq_err_set("cannot create a socket"), 1;
     mq_wire_prepare(self->router, 2000, MQ_WIRE_MAX_CONTROL_MSG);
     if (mq_sec_serve(self->sec, self->router, "the scheduler") != 0)
-        return -1;
-    if (mq_bind(self->router, c->bind, &self->port) != 0)
-        return -1;
+        return 1;
+    if (mq_bind(self->router, c->bind, &svc->port) != 0)
+        return 1;
     if (c->agent[0]) {
         self->agent = zsock_new(ZMQ_DEALER);
         mq_wire_prepare(self->agent, 0, MQ_WIRE_MAX_CONTROL_MSG);
@@ -1789,10 +1778,10 @@ static int s_open(s_sched_t *self)
         zsock_set_immediate(self->agent, 1);
         zsock_set_sndtimeo(self->agent, 0);
         if (mq_sec_client(self->sec, self->agent, MQ_KEY_AGENT) != 0)
-            return -1;
+            return 1;
         if (zsock_connect(self->agent, "%s", c->agent) != 0) {
             mq_err_set("cannot connect to the agent at '%s'", c->agent);
-            return -1;
+            return 1;
         }
         self->agent_in = (mq_inbox_t){.on = &s_agent_handlers, .self = self, .msg = &self->in,
                                       .drops = &self->drops, .from = "agent", .from_len = 5};
@@ -1801,18 +1790,19 @@ static int s_open(s_sched_t *self)
     self->router_in = (mq_inbox_t){.on = &s_router_handlers, .self = self, .msg = &self->in,
                                    .drops = &self->drops, .refuse = s_router_refusal};
     zloop_reader(self->loop, self->router, mq_inbox_read, &self->router_in);
-    zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     mq_info("listening on %s for %ld workers and %ld servers%s%s", c->bind, c->workers,
             c->servers, c->agent[0] ? "; agent at " : "; no agent, fixed bits",
             c->agent[0] ? c->agent : "");
     return 0;
 }
 
-void mq_scheduler_actor(zsock_t *pipe, void *args)
+static int s_start_service(void *arg, mq_service_t *svc)
 {
-    s_sched_t *self = calloc(1, sizeof *self);
-    self->pipe = pipe;
-    self->cfg = args;
+    s_sched_t *self = arg;
+    self->pipe = svc->pipe;
+    self->loop = svc->loop;
+    self->cfg = svc->cfg;
+    svc->drops = &self->drops;
     mq_mb_init(&self->mb, (uint32_t)self->cfg->max_workers, (uint32_t)self->cfg->servers);
     mq_sched_run_config(self->cfg, &self->run);
     self->external = strcmp(self->run.model, "external") == 0;
@@ -1861,26 +1851,32 @@ void mq_scheduler_actor(zsock_t *pipe, void *args)
         self->run_id = 1;
     mq_wire_set_run_id(self->run_id);
     mq_run_key_new(self->run_key);
-    mq_log_set_tag("scheduler");
     s_metrics_init(self);
-    self->loop = zloop_new();
-    zloop_set_nonstop(self->loop, true);
-    zloop_reader(self->loop, pipe, s_on_pipe, self);
-    int rc = s_open(self);
-    zsock_signal(pipe, 0);
-    if (rc != 0) { /* a failure (1: a port taken, keys unreadable), or a bad --run-dir (2) */
-        mq_error("cannot start: %s", mq_err_last());
+    int rc = s_open(self, svc); /* 1: a port taken, keys unreadable; 2: a bad --run-dir */
+    if (rc != 0)
         self->phase = S_DONE;
-        mq_service_done(pipe, rc == 2 ? 2 : 1);
-    }
-    zloop_start(self->loop);
+    return rc;
+}
+
+static void s_stop(void *arg)
+{
+    s_sched_t *self = arg;
     mq_runlog_destroy(&self->log);
     zsock_destroy(&self->agent);
     mq_sec_unserve(self->sec, self->router);
     zsock_destroy(&self->router);
     mq_sec_close(&self->sec); /* after its sockets */
     mq_msg_reset(&self->in);
-    zloop_destroy(&self->loop);
-    free(self);
-    mq_wire_thread_cleanup();
+}
+
+static const mq_service_ops_t s_ops = {.name = "scheduler",
+                                       .size = sizeof(s_sched_t),
+                                       .start = s_start_service,
+                                       .term = s_term,
+                                       .tick = s_tick,
+                                       .stop = s_stop};
+
+void mq_scheduler_actor(zsock_t *pipe, void *args)
+{
+    mq_service_actor(pipe, &s_ops, args);
 }

@@ -868,40 +868,51 @@ static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
-static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
+static void s_tick(void *arg)
 {
     s_server_t *self = arg;
     mq_node_check_peer(&self->node);
     mq_drops_publish(self->m.drops, self->node.drops.count);
-    return 0;
 }
 
-static int s_start(s_server_t *self, zsock_t *pipe)
+/* Binds the data socket and registers with the scheduler: 0, or 1 with the error. */
+static int s_start(void *arg, mq_service_t *svc)
 {
+    s_server_t *self = arg;
+    self->node.pipe = svc->pipe;
+    self->loop = svc->loop;
+    self->cfg = svc->cfg;
+    svc->drops = &self->node.drops;
+    for (uint32_t r = 0; r < MQ_WIRE_MAX_WORKERS; r++) /* no member set yet */
+        self->member_at[r] = -1;
+    s_metrics_init(self);
+    int swept = self->cfg->checkpoint_dir[0] ? mq_tmp_sweep(self->cfg->checkpoint_dir, NULL) : 0;
+    if (swept > 0)
+        mq_info("removed %d temporary files that writers which died left in %s", swept,
+                self->cfg->checkpoint_dir);
     self->data = zsock_new(ZMQ_ROUTER);
-    if (!self->data) {
-        mq_err_set("cannot create a socket");
-        return -1;
-    }
+    if (!self->data)
+        return mq_err_set("cannot create a socket"), 1;
     mq_wire_prepare(self->data, 2000, MQ_WIRE_MAX_MSG);
     zsock_set_router_handover(self->data, 1); /* a worker that rejoins takes its token back */
     if (!(self->sec = mq_sec_open(&self->cfg->sec, MQ_KEY_SERVER)) ||
         mq_sec_serve(self->sec, self->data, "the server's data socket") != 0)
-        return -1;
-    if (mq_bind(self->data, self->cfg->bind, &self->node.port) != 0)
-        return -1;
+        return 1;
+    svc->sec = self->sec;
+    if (mq_bind(self->data, self->cfg->bind, &svc->port) != 0)
+        return 1;
     char bound[300];
     snprintf(bound, sizeof bound, "%.*s:%d",
              (int)(strrchr(self->cfg->bind, ':') - self->cfg->bind), self->cfg->bind,
-             self->node.port);
+             svc->port);
     if (self->cfg->advertise[0])
         snprintf(self->endpoint, sizeof self->endpoint, "%s", self->cfg->advertise);
     else if (mq_advertise_endpoint(bound, self->endpoint, sizeof self->endpoint) != 0)
-        return -1;
+        return 1;
     self->node.prefer_shard = (uint32_t)(self->cfg->shard + 1);
-    if (mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_SERVER, self->endpoint,
-                     self->cfg->peer_timeout, self->sec) != 0)
-        return -1;
+    if (mq_node_open(&self->node, svc->pipe, self->cfg->scheduler, MQ_ROLE_SERVER,
+                     self->endpoint, self->cfg->peer_timeout, self->sec) != 0)
+        return 1;
     mq_info("listening on %s (advertised as %s), registering with %s", self->cfg->bind,
             self->endpoint, self->cfg->scheduler);
     self->data_in = (mq_inbox_t){.on = &s_data_handlers, .self = self, .msg = &self->in,
@@ -910,31 +921,12 @@ static int s_start(s_server_t *self, zsock_t *pipe)
                                   .drops = &self->node.drops, .from = "sched", .from_len = 5};
     zloop_reader(self->loop, self->data, mq_inbox_read, &self->data_in);
     mq_node_listen(&self->node, self->loop, s_on_sched, self);
-    zloop_timer(self->loop, 1000, 0, s_on_tick, self);
     return 0;
 }
 
-void mq_server_actor(zsock_t *pipe, void *args)
+static void s_stop(void *arg)
 {
-    s_server_t *self = calloc(1, sizeof *self);
-    for (uint32_t r = 0; r < MQ_WIRE_MAX_WORKERS; r++) /* no member set yet */
-        self->member_at[r] = -1;
-    self->node.pipe = pipe;
-    self->cfg = args;
-    mq_log_set_tag("server");
-    s_metrics_init(self);
-    self->loop = zloop_new();
-    zloop_set_nonstop(self->loop, true);
-    zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
-    int swept = self->cfg->checkpoint_dir[0] ? mq_tmp_sweep(self->cfg->checkpoint_dir, NULL) : 0;
-    if (swept > 0)
-        mq_info("removed %d temporary files that writers which died left in %s", swept,
-                self->cfg->checkpoint_dir);
-    int rc = s_start(self, pipe);
-    zsock_signal(pipe, 0);
-    if (rc != 0)
-        s_fail(self, "start");
-    zloop_start(self->loop);
+    s_server_t *self = arg;
     if (self->slots)
         s_release_slots(self);
     s_drop_kept(self);
@@ -948,7 +940,15 @@ void mq_server_actor(zsock_t *pipe, void *args)
     free(self->terms);
     mq_model_destroy(&self->model);
     mq_msg_reset(&self->in);
-    zloop_destroy(&self->loop);
-    free(self);
-    mq_wire_thread_cleanup();
+}
+
+static const mq_service_ops_t s_ops = {.name = "server",
+                                       .size = sizeof(s_server_t),
+                                       .start = s_start,
+                                       .tick = s_tick,
+                                       .stop = s_stop};
+
+void mq_server_actor(zsock_t *pipe, void *args)
+{
+    mq_service_actor(pipe, &s_ops, args);
 }

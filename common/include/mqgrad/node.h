@@ -1,6 +1,6 @@
 /* What a server and a worker share: the link to the scheduler (register, ready, heartbeats
- * both ways, giving up when it goes silent, the run id) and the actor's pipe (PORT, DROPS,
- * $TERM).
+ * both ways, giving up when it goes silent, the run id). Their actor's pipe is the service
+ * skeleton's (mqgrad/service.h).
  *
  * Heartbeats to the scheduler come from a thread of their own (with its own socket), so a
  * worker deep in a gradient still says it is alive; the scheduler takes a node that is
@@ -40,7 +40,6 @@ typedef struct {
     zloop_reader_fn *on_sched;
     void *on_sched_arg;
     bool finished;       /* DONE was reported; the node only waits for $TERM */
-    int port;            /* what PORT answers (a bound data port, or 0) */
     mq_drops_t drops;
     mq_msg_t msg;        /* for register / ready */
     uint64_t run_id;     /* the run WELCOME named (0 before) */
@@ -97,12 +96,6 @@ int mq_node_listen(mq_node_t *n, zloop_t *loop, zloop_reader_fn *fn, void *arg);
  * the node on its new connection from then on). Every second, from the service's tick. */
 void mq_node_check_peer(mq_node_t *n);
 
-/* zloop reader for the actor pipe (ARG is the mq_node_t): "PORT" → port, "DROPS" →
- * mq_drops_format, "$TERM" → ends the loop. */
-int mq_node_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg);
-/* The same for a command CMD the actor's own pipe reader took (NULL: the pipe closed):
- * -1 ends the loop. */
-int mq_node_command(mq_node_t *n, const char *cmd);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "mqgrad/security.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -64,6 +66,52 @@ int mq_service_run(zactor_fn *actor_fn, void *args);
  * every service answers PING and serves /metrics) until SIGINT/SIGTERM, then exit 0. For
  * orchestrators that restart a container whatever its exit code (Kubernetes Deployments and
  * StatefulSets), which would otherwise start the run again. */
+
+/* ---- the skeleton every service's actor runs on --------------------------------------
+ *
+ * A service is its state (SIZE bytes) and the operations below; mq_service_actor owns the
+ * rest, the same for the scheduler, the servers, the workers and the agent:
+ *   - the state, allocated zeroed and checked, freed last;
+ *   - the log tag, the event loop, and its once-a-second tick;
+ *   - the pipe: PORT (svc.port), DROPS (*svc.drops, with svc.sec's refusals) and $TERM
+ *     (ops.term, then the loop ends) are answered here, any other command goes to
+ *     ops.command;
+ *   - the start: ops.start opens what the service needs (sockets, files, its readers and
+ *     timers on svc.loop) before the pipe is signalled, so the owner's zactor_new returns
+ *     with it done; a start that fails (an exit code, with mq_err_set) is logged as
+ *     "cannot start: <why>", reported as DONE <code> <why>, and nothing of the service runs
+ *     (only PORT, DROPS and $TERM are answered);
+ *   - the teardown, in one order: ops.stop (the service closes what it opened, in reverse,
+ *     whatever start got to), the loop, the state, the thread's wire buffers;
+ *   - a loop that ends without $TERM (a handler returned -1) reports DONE 1.
+ * During the run the service reports its own end (mq_service_done, mq_node_finish). */
+typedef struct {
+    zsock_t *pipe;
+    zloop_t *loop;
+    void *cfg;  /* the actor's arguments */
+    void *self; /* the service's state */
+    int port;   /* what PORT answers: the service's bound port, once start knows it */
+    const mq_drops_t *drops; /* what DROPS answers (NULL: nothing dropped yet) */
+    const mq_sec_t *sec;     /* whose refusals DROPS adds (NULL: none) */
+} mq_service_t;
+
+typedef struct {
+    const char *name; /* the log tag: "scheduler", "server", "worker", "agent" */
+    size_t size;      /* of the service's state */
+    /* 0, or the exit code (1 a failure, 2 a bad flag or file, MQ_EXIT_REFUSED) after
+     * mq_err_set. SELF is zeroed but for what the service sets here. */
+    int (*start)(void *self, mq_service_t *svc);
+    /* Optional: a pipe command of the service's own, REST the message's other frames
+     * (owned by the skeleton). -1 ends the loop. */
+    int (*command)(void *self, const char *cmd, zmsg_t *rest);
+    void (*term)(void *self); /* optional: $TERM came, the loop ends after it */
+    void (*tick)(void *self); /* optional: every second while the loop runs */
+    void (*stop)(void *self); /* releases what start opened; after every start */
+} mq_service_ops_t;
+
+/* Runs the service OPS with the arguments CFG as the body of a CZMQ actor on PIPE: a
+ * service's zactor_fn is `mq_service_actor(pipe, &its_ops, args)`. */
+void mq_service_actor(zsock_t *pipe, const mq_service_ops_t *ops, void *cfg);
 
 /* For actors: tell the owner the service is over with exit CODE. */
 void mq_service_done(zsock_t *pipe, int code);

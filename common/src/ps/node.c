@@ -313,22 +313,3 @@ void mq_node_check_peer(mq_node_t *n)
         mq_node_finish(n, 1, "scheduler gone");
     }
 }
-
-int mq_node_command(mq_node_t *n, const char *cmd)
-{
-    if (!cmd || streq(cmd, "$TERM"))
-        return -1;
-    if (streq(cmd, "PORT"))
-        zstr_sendf(n->pipe, "%d", n->port);
-    else if (streq(cmd, "DROPS"))
-        mq_sec_send_drops(n->pipe, &n->drops, n->sec);
-    return 0;
-}
-
-int mq_node_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
-{
-    char *cmd = zstr_recv(pipe);
-    int rc = mq_node_command(arg, cmd);
-    zstr_free(&cmd);
-    return rc;
-}

@@ -1,4 +1,5 @@
-/* Flags with environment defaults, and the run-until-done-or-signal loop of service mains. */
+/* Flags with environment defaults, the skeleton every service's actor runs on, and the
+ * run-until-done-or-signal loop of service mains. */
 #include "mqgrad/service.h"
 
 #include <pthread.h>
@@ -9,6 +10,7 @@
 #include <time.h>
 
 #include "mqgrad/util.h"
+#include "mqgrad/wire.h"
 
 static int s_set(const mq_flag_t *f, const char *value, const char *origin)
 {
@@ -146,6 +148,98 @@ int mq_flags_parse(const mq_flag_t *flags, int argc, char **argv, const char *us
         }
     }
     return 0;
+}
+
+/* ---- the actor skeleton ------------------------------------------------------------- */
+
+typedef struct {
+    mq_service_t svc;
+    const mq_service_ops_t *ops;
+    bool termed; /* $TERM came, or the pipe closed */
+} s_actor_t;
+
+/* PORT, DROPS and $TERM; 1 for a command that is not one of them. */
+static int s_common_command(s_actor_t *a, const char *cmd)
+{
+    static const mq_drops_t none;
+    if (!cmd || streq(cmd, "$TERM"))
+        return a->termed = true, -1;
+    if (streq(cmd, "PORT"))
+        zstr_sendf(a->svc.pipe, "%d", a->svc.port);
+    else if (streq(cmd, "DROPS"))
+        mq_sec_send_drops(a->svc.pipe, a->svc.drops ? a->svc.drops : &none, a->svc.sec);
+    else
+        return 1;
+    return 0;
+}
+
+static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
+{
+    s_actor_t *a = arg;
+    zmsg_t *m = zmsg_recv(pipe);
+    char *cmd = m ? zmsg_popstr(m) : NULL;
+    int rc = s_common_command(a, cmd);
+    if (rc < 0 && a->ops->term)
+        a->ops->term(a->svc.self);
+    else if (rc == 1 && a->ops->command)
+        rc = a->ops->command(a->svc.self, cmd, m);
+    else if (rc == 1) {
+        mq_warn("unknown pipe command '%s' ignored", cmd);
+        rc = 0;
+    }
+    zstr_free(&cmd);
+    zmsg_destroy(&m);
+    return rc;
+}
+
+static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
+{
+    s_actor_t *a = arg;
+    a->ops->tick(a->svc.self);
+    return 0;
+}
+
+void mq_service_actor(zsock_t *pipe, const mq_service_ops_t *ops, void *cfg)
+{
+    mq_log_set_tag(ops->name);
+    s_actor_t a = {.svc = {.pipe = pipe, .cfg = cfg}, .ops = ops};
+    int code = 1;
+    a.svc.self = calloc(1, ops->size);
+    a.svc.loop = a.svc.self ? zloop_new() : NULL;
+    if (!a.svc.loop)
+        mq_err_set("out of memory");
+    else {
+        zloop_set_nonstop(a.svc.loop, true); /* $TERM ends it, not a signal: see service.h */
+        zloop_reader(a.svc.loop, pipe, s_on_pipe, &a);
+        code = ops->start(a.svc.self, &a.svc);
+    }
+    zsock_signal(pipe, 0);
+    if (code == 0) {
+        if (ops->tick)
+            zloop_timer(a.svc.loop, 1000, 0, s_on_tick, &a);
+        zloop_start(a.svc.loop);
+        if (!a.termed) {
+            mq_err_set("the service's loop ended by itself");
+            mq_error("%s", mq_err_last());
+            code = 1;
+        }
+    } else
+        mq_error("cannot start: %s", mq_err_last());
+    if (code != 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mq_err_last());
+        mq_service_done_why(pipe, code, why);
+    }
+    while (!a.termed) { /* the owner's $TERM; PORT and DROPS answered meanwhile */
+        char *cmd = zstr_recv(pipe);
+        s_common_command(&a, cmd);
+        zstr_free(&cmd);
+    }
+    if (a.svc.self)
+        ops->stop(a.svc.self);
+    zloop_destroy(&a.svc.loop);
+    free(a.svc.self);
+    mq_wire_thread_cleanup();
 }
 
 void mq_service_done(zsock_t *pipe, int code)

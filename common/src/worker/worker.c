@@ -998,7 +998,7 @@ static int s_on_sched(zloop_t *loop, zsock_t *sock, void *arg)
     return 0;
 }
 
-static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
+static void s_tick(void *arg)
 {
     s_worker_t *self = arg;
     mq_node_check_peer(&self->node);
@@ -1017,7 +1017,6 @@ static int s_on_tick(zloop_t *loop, int timer_id, void *arg)
                    self->cfg->iter_timeout);
         s_fail(self, "servers silent");
     }
-    return 0;
 }
 
 /* ---- the library's caller (cfg->ext) -------------------------------------------------- */
@@ -1071,38 +1070,34 @@ static void s_caller_eval(s_worker_t *self, zframe_t *body)
     s_report(self, self->t_done);
 }
 
-/* The caller's commands ("NEXT", "READY", "PUSH", "EVAL"), and the node's (PORT, DROPS,
- * $TERM). */
-static int s_on_pipe(zloop_t *loop, zsock_t *pipe, void *arg)
+/* The library caller's commands: "NEXT", "READY", "PUSH", "EVAL". */
+static int s_command(void *arg, const char *cmd, zmsg_t *m)
 {
     s_worker_t *self = arg;
-    zmsg_t *m = zmsg_recv(pipe);
-    char *cmd = m ? zmsg_popstr(m) : NULL;
     zframe_t *body = m ? zmsg_first(m) : NULL;
-    int rc = 0;
-    if (cmd && streq(cmd, "NEXT")) {
+    if (!self->ext)
+        mq_warn("pipe command '%s' ignored: no library caller", cmd);
+    else if (streq(cmd, "NEXT")) {
         self->caller_waiting = true;
         if (self->has_held && !self->node.finished)
             s_on_iterate(self, self->held);
-    } else if (cmd && streq(cmd, "READY")) {
+    } else if (streq(cmd, "READY")) {
         if (!self->node.finished)
             s_caller_ready(self, body);
-    } else if (cmd && streq(cmd, "PUSH")) {
+    } else if (streq(cmd, "PUSH")) {
         if (!self->node.finished)
             s_caller_push(self, body);
-    } else if (cmd && streq(cmd, "EVAL")) {
+    } else if (streq(cmd, "EVAL")) {
         if (!self->node.finished)
             s_caller_eval(self, body);
-    } else {
-        rc = mq_node_command(&self->node, cmd);
-    }
-    zstr_free(&cmd);
-    zmsg_destroy(&m);
-    return rc;
+    } else
+        mq_warn("unknown pipe command '%s' ignored", cmd);
+    return 0;
 }
 
-static void s_destroy(s_worker_t *self)
+static void s_stop(void *arg)
 {
+    s_worker_t *self = arg;
     mq_node_leave(&self->node); /* stopped by a signal, not by the run's end */
     for (uint32_t s = 0; s < MQ_WIRE_MAX_SERVERS; s++)
         zsock_destroy(&self->servers[s]);
@@ -1119,42 +1114,43 @@ static void s_destroy(s_worker_t *self)
     mq_msg_reset(&self->in);
     free(self->pending);
     free(self->held);
-    zloop_destroy(&self->loop);
-    free(self);
-    mq_wire_thread_cleanup();
 }
+
+/* Opens the keys and registers with the scheduler: 0, or 1 with the error. */
+static int s_start(void *arg, mq_service_t *svc)
+{
+    s_worker_t *self = arg;
+    self->node.pipe = svc->pipe;
+    self->loop = svc->loop;
+    self->cfg = svc->cfg;
+    svc->drops = &self->node.drops;
+    self->ext = self->cfg->ext;
+    self->node.layout = self->ext ? &self->ext->layout : NULL;
+    s_metrics_init(self);
+    self->pending = calloc(1, sizeof *self->pending);
+    self->held = self->ext ? calloc(1, sizeof *self->held) : NULL;
+    if (!self->pending || (self->ext && !self->held))
+        return mq_err_set("out of memory"), 1;
+    if (!(self->sec = mq_sec_open(&self->cfg->sec, MQ_KEY_WORKER)))
+        return 1;
+    svc->sec = self->sec;
+    if (mq_node_open(&self->node, svc->pipe, self->cfg->scheduler, MQ_ROLE_WORKER, NULL,
+                     self->cfg->peer_timeout, self->sec) != 0)
+        return 1;
+    self->sched_in = (mq_inbox_t){.on = &s_sched_handlers, .self = self, .msg = &self->in,
+                                  .drops = &self->node.drops, .from = "sched", .from_len = 5};
+    mq_node_listen(&self->node, self->loop, s_on_sched, self);
+    return 0;
+}
+
+static const mq_service_ops_t s_ops = {.name = "worker",
+                                       .size = sizeof(s_worker_t),
+                                       .start = s_start,
+                                       .command = s_command,
+                                       .tick = s_tick,
+                                       .stop = s_stop};
 
 void mq_worker_actor(zsock_t *pipe, void *args)
 {
-    s_worker_t *self = calloc(1, sizeof *self);
-    self->node.pipe = pipe;
-    self->cfg = args;
-    self->pending = calloc(1, sizeof *self->pending);
-    self->ext = self->cfg->ext;
-    self->node.layout = self->ext ? &self->ext->layout : NULL;
-    self->held = self->ext ? calloc(1, sizeof *self->held) : NULL;
-    mq_log_set_tag("worker");
-    s_metrics_init(self);
-    self->loop = zloop_new();
-    zloop_set_nonstop(self->loop, true);
-    if (self->ext)
-        zloop_reader(self->loop, pipe, s_on_pipe, self);
-    else
-        zloop_reader(self->loop, pipe, mq_node_on_pipe, &self->node);
-    zsock_signal(pipe, 0);
-    if (!self->pending || (self->ext && !self->held)) {
-        mq_err_set("out of memory");
-        s_fail(self, "start");
-    } else if (!(self->sec = mq_sec_open(&self->cfg->sec, MQ_KEY_WORKER)) ||
-               mq_node_open(&self->node, pipe, self->cfg->scheduler, MQ_ROLE_WORKER, NULL,
-                            self->cfg->peer_timeout, self->sec) != 0) {
-        s_fail(self, "start");
-    } else {
-        self->sched_in = (mq_inbox_t){.on = &s_sched_handlers, .self = self, .msg = &self->in,
-                                      .drops = &self->node.drops, .from = "sched", .from_len = 5};
-        mq_node_listen(&self->node, self->loop, s_on_sched, self);
-        zloop_timer(self->loop, 1000, 0, s_on_tick, self);
-    }
-    zloop_start(self->loop);
-    s_destroy(self);
+    mq_service_actor(pipe, &s_ops, args);
 }
