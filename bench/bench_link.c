@@ -30,6 +30,7 @@
 
 #include "mqgrad/nn.h"
 #include "mqgrad/ps.h"
+#include "mqgrad/service.h"
 #include "mqgrad/util.h"
 
 #define S_MAX_SENDERS 16
@@ -581,63 +582,50 @@ static int s_curve_cost(int reps)
     return 0;
 }
 
-static int s_usage(void)
-{
-    fprintf(stderr, "usage: bench_link [--quick] [--egress-slack MS | --egress-credit]\n"
-                    "       bench_link --curve-cost [--reps N]\n"
-                    "       bench_link --recv EP [--senders N] [--mbps X]\n"
-                    "       bench_link --send EP --size BYTES --messages N [--mbps X]\n");
-    return 2;
-}
-
 int main(int argc, char **argv)
 {
-    const char *recv_ep = NULL, *send_ep = NULL;
+    char recv_ep[256] = "", send_ep[256] = "";
     bool quick = false, curve = false;
-    double mbps = 0;
-    long reps = 7;
-    long senders = 1, size = 1 << 20, messages = 10;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int rc = 0;
-        if (strcmp(a, "--quick") == 0)
-            quick = true;
-        else if (strcmp(a, "--curve-cost") == 0)
-            curve = true;
-        else if (strcmp(a, "--egress-credit") == 0)
-            s_egress_credit = true;
-        else if (!v)
-            return s_usage();
-        else if (strcmp(a, "--egress-slack") == 0) {
-            double ms = 0;
-            rc = mq_parse_double("--egress-slack", v, 0, 1000, &ms), i++;
-            s_egress_slack_s = ms / 1e3;
-        } else if (strcmp(a, "--recv") == 0)
-            recv_ep = v, i++;
-        else if (strcmp(a, "--send") == 0)
-            send_ep = v, i++;
-        else if (strcmp(a, "--mbps") == 0)
-            rc = mq_parse_double("--mbps", v, 0, 1e6, &mbps), i++;
-        else if (strcmp(a, "--senders") == 0)
-            rc = mq_parse_long("--senders", v, 1, S_MAX_SENDERS, &senders), i++;
-        else if (strcmp(a, "--size") == 0)
-            rc = mq_parse_long("--size", v, 1, 1L << 30, &size), i++;
-        else if (strcmp(a, "--messages") == 0)
-            rc = mq_parse_long("--messages", v, 1, 1L << 24, &messages), i++;
-        else if (strcmp(a, "--reps") == 0)
-            rc = mq_parse_long("--reps", v, 1, 64, &reps), i++;
-        else
-            return s_usage();
-        if (rc != 0) {
-            fprintf(stderr, "bench_link: %s\n", mq_err_last());
-            return 2;
-        }
-    }
+    double mbps = 0, slack_ms = 0;
+    long reps = 7, senders = 1, size = 1 << 20, messages = 10;
+    const mq_flag_t flags[] = {
+        {"quick", NULL, MQ_FLAG_BOOL, &quick, 0, 0, 0,
+         "the suite at 0.5 s a case: a smoke test, too coarse to judge"},
+        {"egress-slack", NULL, MQ_FLAG_DOUBLE, &slack_ms, 0, 0, 1000,
+         "MS: the suite with the proposed egress that lets a message start up to MS ms before "
+         "now if the link was idle then (0: the library's)"},
+        {"egress-credit", NULL, MQ_FLAG_BOOL, &s_egress_credit, 0, 0, 0,
+         "the suite with the proposed egress that credits the bucket's own oversleep"},
+        {"curve-cost", NULL, MQ_FLAG_BOOL, &curve, 0, 0, 0,
+         "what CURVE costs a push of the paper model's fp32 gradient over loopback"},
+        {"reps", NULL, MQ_FLAG_LONG, &reps, 0, 1, 64, "--curve-cost: runs with CURVE, and without"},
+        {"recv", NULL, MQ_FLAG_STR, recv_ep, sizeof recv_ep, 1, 0,
+         "EP: be the receiver of a two-process run, bound to EP"},
+        {"send", NULL, MQ_FLAG_STR, send_ep, sizeof send_ep, 1, 0,
+         "EP: be a sender of a two-process run, to the receiver at EP"},
+        {"senders", NULL, MQ_FLAG_LONG, &senders, 0, 1, S_MAX_SENDERS,
+         "--recv: the senders to wait for"},
+        {"size", NULL, MQ_FLAG_LONG, &size, 0, 1, 1L << 30, "--send: bytes a message"},
+        {"messages", NULL, MQ_FLAG_LONG, &messages, 0, 1, 1L << 24, "--send: messages to send"},
+        {"mbps", NULL, MQ_FLAG_DOUBLE, &mbps, 0, 0, 1e6,
+         "--recv, --send: the emulated link's rate, Mbit/s (0: no emulation)"},
+        {0},
+    };
+    argv[0] = "bench_link"; /* the parser's messages name the program as the others here do */
+    int rc = mq_flags_parse(flags, argc, argv,
+                            "usage: bench_link [--quick] [--egress-slack MS | --egress-credit]\n"
+                            "       bench_link --curve-cost [--reps N]\n"
+                            "       bench_link --recv EP [--senders N] [--mbps X]\n"
+                            "       bench_link --send EP --size BYTES --messages N [--mbps X]",
+                            NULL, 0, NULL);
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
+    s_egress_slack_s = slack_ms / 1e3;
     if (curve)
         return s_curve_cost((int)reps);
-    if (recv_ep)
+    if (recv_ep[0])
         return s_recv_main(recv_ep, (int)senders, mbps);
-    if (send_ep)
+    if (send_ep[0])
         return s_send_main(send_ep, (size_t)size, (int)messages, mbps);
     return s_suite(quick);
 }

@@ -11,6 +11,7 @@
 #include <cblas.h>
 
 #include "mqgrad/nn.h"
+#include "mqgrad/service.h"
 #include "mqgrad/util.h"
 
 #define BATCH 32
@@ -154,41 +155,31 @@ static void s_layers(mq_model_t *m, int steps)
     free(col);
 }
 
-static int s_usage(const char *why)
-{
-    if (why)
-        fprintf(stderr, "bench_nn: %s\n", why);
-    fprintf(why ? stderr : stdout,
-            "usage: bench_nn [--layers] [--torch 0|1] [STEPS]\n"
-            "  STEPS     training steps per timed round (default 5; --layers: 20)\n"
-            "  --layers  the step profiled stage by stage at 1 and 2 threads (each stage's\n"
-            "            median and least over the steps, ms)\n"
-            "  --torch   0 skips the PyTorch comparison (default 1)\n");
-    return why ? 2 : 0;
-}
-
 int main(int argc, char **argv)
 {
     mq_nn_pick_blas_core(argv); /* the kernels the services would use */
+    argv[0] = "bench_nn";       /* the parser's messages name the program as the others here do */
     bool layers = false;
-    long steps = 0, torch = 1;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
-            return s_usage(NULL);
-        if (strcmp(argv[i], "--layers") == 0) {
-            layers = true;
-        } else if (strcmp(argv[i], "--torch") == 0) {
-            if (i + 1 >= argc)
-                return s_usage("--torch takes a value (0 or 1)");
-            if (mq_parse_long("--torch", argv[++i], 0, 1, &torch) < 0)
-                return s_usage(mq_err_last());
-        } else if (argv[i][0] == '-' || steps > 0) {
-            char why[256];
-            snprintf(why, sizeof why, "unexpected argument '%s'", argv[i]);
-            return s_usage(why);
-        } else if (mq_parse_long("STEPS", argv[i], 1, 100000, &steps) < 0) {
-            return s_usage(mq_err_last());
-        }
+    int torch = 1;
+    const mq_flag_t flags[] = {
+        {"layers", NULL, MQ_FLAG_BOOL, &layers, 0, 0, 0,
+         "the step profiled stage by stage at 1 and 2 threads (each stage's median and least "
+         "over the steps, ms)"},
+        {"torch", NULL, MQ_FLAG_INT, &torch, 0, 0, 1, "0 skips the PyTorch comparison"},
+        {0},
+    };
+    char *pos[1];
+    int npos = 0;
+    int rc = mq_flags_parse(flags, argc, argv,
+                            "usage: bench_nn [--layers] [--torch 0|1] [STEPS]\n"
+                            "  STEPS  training steps per timed round (default 5; --layers: 20)",
+                            pos, 1, &npos);
+    if (rc != 0)
+        return rc == 1 ? 0 : rc;
+    long steps = 0; /* not given: the mode's own default, below */
+    if (npos == 1 && mq_parse_long("STEPS", pos[0], 1, 100000, &steps) < 0) {
+        fprintf(stderr, "bench_nn: %s (see --help)\n", mq_err_last());
+        return 2;
     }
     if (layers) {
         mq_model_t *m = mq_model_new("paper", 1, BATCH, 1e-4f);

@@ -34,6 +34,7 @@
 
 #include "../common/src/quant/quant_internal.h" /* mq_quant_use_kernels */
 #include "mqgrad/quant.h"
+#include "mqgrad/service.h"
 
 #ifndef MQ_BENCH_DIR
 #define MQ_BENCH_DIR "bench"
@@ -483,47 +484,74 @@ static void s_summary(const char **codecs, size_t ncodecs, const double *speed, 
     fflush(stdout);
 }
 
-static int s_usage(const char *msg)
+/* Moves every --codec SPEC (or --codec=SPEC) of ARGV to GIVEN, up to MAX of them, and the
+ * other arguments to REST for mq_flags_parse, whose table holds one value a flag where
+ * --codec is given once a row. A last --codec without its value stays in REST, so that the
+ * parser names it. -1 past MAX. */
+static int s_take_codecs(int argc, char **argv, const char **given, size_t max, size_t *ngiven,
+                         char **rest, int *nrest)
 {
-    fprintf(stderr,
-            "bench_quant: %s\nusage: bench_quant [--n VALUES] [--reps R] [--codec SPEC]... "
-            "[--kernels c|sse2|avx2|avx512|avx512w] [--torch 0|1] [--rounds N]\n",
-            msg);
-    return 2;
+    *ngiven = 0;
+    rest[0] = argv[0];
+    *nrest = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *spec = NULL;
+        if (strcmp(argv[i], "--codec") == 0 && i + 1 < argc)
+            spec = argv[++i];
+        else if (strncmp(argv[i], "--codec=", 8) == 0)
+            spec = argv[i] + 8;
+        if (!spec) {
+            rest[(*nrest)++] = argv[i];
+            continue;
+        }
+        if (*ngiven == max)
+            return -1;
+        given[(*ngiven)++] = spec;
+    }
+    rest[*nrest] = NULL;
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
     long n = 16777216, reps = 7, torch = 1, rounds = 1;
+    char kernels[16] = "";
+    char codec[MQ_CODEC_MAX_SPEC] = ""; /* for --help: s_take_codecs takes --codec out first */
+    const mq_flag_t flags[] = {
+        {"n", NULL, MQ_FLAG_LONG, &n, 0, 1, 1L << 30,
+         "values in the tensor (the default: the MQGrad paper's FC layer)"},
+        {"reps", NULL, MQ_FLAG_LONG, &reps, 0, 1, 1000, "runs of each operation; the best counts"},
+        {"codec", NULL, MQ_FLAG_STR, codec, sizeof codec, 0, 0,
+         "SPEC: a row of the table; given once a row (not given: every registered codec)"},
+        {"kernels", NULL, MQ_FLAG_STR, kernels, sizeof kernels, 1, 0,
+         "c, sse2, avx2, avx512 or avx512w (not given: the fastest this CPU runs)"},
+        {"torch", NULL, MQ_FLAG_LONG, &torch, 0, 0, 1, "0 skips the PyTorch rows"},
+        {"rounds", NULL, MQ_FLAG_LONG, &rounds, 0, 1, S_MAX_ROUNDS,
+         "times the floors and the codec table are measured; more than 1 adds the medians"},
+        {0},
+    };
     const char *given[64], *rows[S_MAX_ROWS + 32];
     static char store[S_MAX_ROWS][MQ_CODEC_MAX_SPEC];
     const char **codecs = given;
     size_t ncodecs = 0;
-    for (int i = 1; i < argc; i++) {
-        if (i + 1 >= argc)
-            return s_usage("every flag takes a value");
-        if (strcmp(argv[i], "--n") == 0) {
-            if (mq_parse_long("--n", argv[++i], 1, 1L << 30, &n) < 0)
-                return s_usage(mq_err_last());
-        } else if (strcmp(argv[i], "--reps") == 0) {
-            if (mq_parse_long("--reps", argv[++i], 1, 1000, &reps) < 0)
-                return s_usage(mq_err_last());
-        } else if (strcmp(argv[i], "--kernels") == 0) {
-            if (mq_quant_use_kernels(argv[++i]) < 0)
-                return s_usage(mq_err_last());
-        } else if (strcmp(argv[i], "--rounds") == 0) {
-            if (mq_parse_long("--rounds", argv[++i], 1, S_MAX_ROUNDS, &rounds) < 0)
-                return s_usage(mq_err_last());
-        } else if (strcmp(argv[i], "--torch") == 0) {
-            if (mq_parse_long("--torch", argv[++i], 0, 1, &torch) < 0)
-                return s_usage(mq_err_last());
-        } else if (strcmp(argv[i], "--codec") == 0) {
-            if (ncodecs == sizeof given / sizeof given[0])
-                return s_usage("too many --codec flags");
-            given[ncodecs++] = argv[++i];
-        } else {
-            return s_usage("unknown flag");
-        }
+    char *rest[argc + 1];
+    int nrest = 0;
+    const size_t max_given = sizeof given / sizeof given[0];
+    argv[0] = "bench_quant"; /* the parser's messages name the program as the others here do */
+    if (s_take_codecs(argc, argv, given, max_given, &ncodecs, rest, &nrest) < 0) {
+        fprintf(stderr, "bench_quant: too many --codec flags (at most %zu)\n", max_given);
+        return 2;
+    }
+    int parsed = mq_flags_parse(flags, nrest, rest,
+                                "usage: bench_quant [--n VALUES] [--reps R] [--codec SPEC]...\n"
+                                "                   [--kernels c|sse2|avx2|avx512|avx512w] "
+                                "[--torch 0|1] [--rounds N]",
+                                NULL, 0, NULL);
+    if (parsed != 0)
+        return parsed == 1 ? 0 : parsed;
+    if (kernels[0] && mq_quant_use_kernels(kernels) < 0) {
+        fprintf(stderr, "bench_quant: --kernels: %s\n", mq_err_last());
+        return 2;
     }
     bool defaults = ncodecs == 0;
     if (defaults) {
