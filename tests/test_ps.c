@@ -174,6 +174,15 @@ static void s_headers(mq_msg_t *msg, const mq_shard_t *sh, int bits, const mq_co
     }
 }
 
+/* mq_shard_check against BASE's push, or with REPLY the servers' answer, as a worker and a
+ * server resolve them once a run. */
+static int s_check(const mq_shard_t *sh, const mq_msg_t *msg, const mq_widths_t *w,
+                   const mq_codec_t *base, bool reply)
+{
+    mq_codec_t run = reply ? mq_codec_reply(base) : *base;
+    return mq_shard_check(sh, msg, w, &run, mq_codec_ops(&run));
+}
+
 Test(ps, shard_check_tells_a_push_from_a_reply_and_a_wrong_layout)
 {
     mq_model_t *m = s_model();
@@ -185,32 +194,32 @@ Test(ps, shard_check_tells_a_push_from_a_reply_and_a_wrong_layout)
     mq_codec_t topk = s_parse("topk:ratio=0.05"), uni = s_parse("uniform");
 
     s_headers(msg, sh, 4, &topk, false);
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &topk, false), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &topk, true), -1,
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(4), &topk, false), 0, "%s", mq_err_last());
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(4), &topk, true), -1,
                  "a topk push is not a reply");
     cr_assert(strstr(mq_err_last(), "sparse"), "%s", mq_err_last());
     mq_msg_reset(msg);
     s_headers(msg, sh, 4, &topk, true);
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &topk, true), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &topk, false), -1,
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(4), &topk, true), 0, "%s", mq_err_last());
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(4), &topk, false), -1,
                  "a sparse reply is not a push");
     mq_msg_reset(msg);
 
     /* uniform replies in its own codec: one set of headers passes both ways */
     s_headers(msg, sh, 3, &uni, false);
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, false), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, true), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &uni, false), -1,
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, false), 0, "%s", mq_err_last());
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, true), 0, "%s", mq_err_last());
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(4), &uni, false), -1,
                  "pushed at 3 bits, checked at 4");
     msg->tensors[0].offset++;
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1);
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1);
     cr_assert(strstr(mq_err_last(), sh->segs[0].name), "%s", mq_err_last());
     msg->tensors[0].offset--;
     msg->ntensors--;
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1, "a segment is missing");
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1, "a segment is missing");
     msg->ntensors++;
     snprintf(msg->tensors[1].name, sizeof msg->tensors[1].name, "other");
-    cr_assert_eq(mq_shard_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1, "a segment is misnamed");
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1, "a segment is misnamed");
     mq_msg_reset(msg);
     free(msg);
     mq_model_destroy(&m);
@@ -227,7 +236,8 @@ Test(ps, per_tensor_levels_are_read_checked_and_used_per_segment)
     uint32_t list[MQ_WIRE_MAX_TENSORS];
     for (uint32_t t = 0; t < nt; t++)
         list[t] = 1 + t % 8;
-    cr_assert_eq(mq_widths_read(&w, &uni, false, 4, list, nt, nt), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_widths_read(&w, mq_codec_ops(&uni), false, 4,
+                                list, nt, nt), 0, "%s", mq_err_last());
     cr_expect_eq(w.bits, 4);
     for (uint32_t t = 0; t < nt; t++)
         cr_expect_eq(mq_widths_at(&w, t), (int)list[t]);
@@ -236,16 +246,20 @@ Test(ps, per_tensor_levels_are_read_checked_and_used_per_segment)
     mq_widths_write(&w, back, &nback);
     cr_expect_eq(nback, nt);
     cr_expect_arr_eq(back, list, nt * sizeof list[0]);
-    cr_expect_eq(mq_widths_read(&w, &uni, false, 4, list, nt - 1, nt), -1, "one short");
+    cr_expect_eq(mq_widths_read(&w, mq_codec_ops(&uni), false, 4,
+                                list, nt - 1, nt), -1, "one short");
     cr_expect(strstr(mq_err_last(), "layout"), "%s", mq_err_last());
-    cr_expect_eq(mq_widths_read(&w, &qsgd, false, 4, list, nt, nt), -1, "qsgd takes no 1 bit");
+    cr_expect_eq(mq_widths_read(&w, mq_codec_ops(&qsgd), false, 4,
+                                list, nt, nt), -1, "qsgd takes no 1 bit");
     cr_expect(strstr(mq_err_last(), "tensor 0"), "%s", mq_err_last());
     list[1] = 33;
-    cr_expect_eq(mq_widths_read(&w, &uni, false, 4, list, nt, nt), -1, "33 bits");
+    cr_expect_eq(mq_widths_read(&w, mq_codec_ops(&uni), false, 4, list, nt, nt), -1, "33 bits");
     list[1] = 2;
-    cr_expect_eq(mq_widths_read(&w, &uni, false, 9, list, 0, nt), -1, "9 bits");
-    cr_expect_eq(mq_widths_read(&w, &uni, true, 32, list, nt, nt), -1, "fp32: 32 only");
-    cr_assert_eq(mq_widths_read(&w, &uni, false, 4, list, nt, nt), 0, "%s", mq_err_last());
+    cr_expect_eq(mq_widths_read(&w, mq_codec_ops(&uni), false, 9, list, 0, nt), -1, "9 bits");
+    cr_expect_eq(mq_widths_read(&w, mq_codec_ops(&uni), true, 32,
+                                list, nt, nt), -1, "fp32: 32 only");
+    cr_assert_eq(mq_widths_read(&w, mq_codec_ops(&uni), false, 4,
+                                list, nt, nt), 0, "%s", mq_err_last());
 
     /* a push whose segments go at their tensors' levels passes at those, not at a uniform 4 */
     mq_shard_t shards[2];
@@ -261,8 +275,8 @@ Test(ps, per_tensor_levels_are_read_checked_and_used_per_segment)
                 mq_segment_codec(&sh->segs[i], mq_widths_at(&w, sh->segs[i].tensor), &uni);
             mixed |= sh->segs[i].quantized && mq_widths_at(&w, sh->segs[i].tensor) != 4;
         }
-        cr_expect_eq(mq_shard_check(sh, msg, &w, &uni, false), 0, "%s", mq_err_last());
-        cr_expect_eq(mq_shard_check(sh, msg, MQ_WIDTHS(4), &uni, false), -1);
+        cr_expect_eq(s_check(sh, msg, &w, &uni, false), 0, "%s", mq_err_last());
+        cr_expect_eq(s_check(sh, msg, MQ_WIDTHS(4), &uni, false), -1);
         mq_msg_reset(msg);
     }
     cr_expect(mixed, "the levels differ from 4 somewhere");

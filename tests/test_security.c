@@ -14,6 +14,7 @@
 #include "http_test.h"
 #include "local_run.h"
 #include "mqgrad/nn.h"
+#include "mqgrad/ps.h"
 #include "mqgrad/security.h"
 #include "mqgrad/wire.h"
 #include "sec_test.h"
@@ -289,6 +290,84 @@ Test(security, a_token_is_revoked_when_its_rank_changes_hands, .timeout = 180)
                   "the server took a push or a pull with a revoked token");
     cr_expect_eq(cluster_wait(&c, 120), 0, "the run did not complete");
     s_expect_learned(run);
+    zsock_destroy(&d);
+    zsock_destroy(&s);
+    cluster_stop(&c);
+}
+
+/* A member that pushes its shard twice in one round: the second push is counted as a
+ * duplicate and dropped, and the first, held by the server until the round closes, is what
+ * the round aggregates: the member gets the round's reply, the run goes on and learns. */
+Test(security, a_second_push_in_a_round_is_dropped_and_the_first_kept, .timeout = 180)
+{
+    mq_log_set_level(MQ_LOG_ERROR);
+    cluster_t c;
+    char *extra[] = {"--model", "small", "--codec", "none", "--iterations", "200",
+                     "--eval-every", "0", "--final-eval-limit", "1000", NULL};
+    cluster_start_core(&c, 2, 1, "dup", extra);
+    c.W = 1;
+    cluster_start_workers(&c);
+    static mq_msg_t m, wel, it;
+    zsock_t *s = test_stand_in(c.endpoint, 51, &wel);
+    test_stand_in_msg(&m, MQ_MSG_READY, &wel, 51);
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    mq_drop_t drop;
+    memset(&it, 0, sizeof it);
+    for (int i = 0; i < 300 && it.type != MQ_MSG_ITERATE; i++) /* 200 ms each */
+        mq_wire_recv(s, &it, &drop);
+    cr_assert_eq(it.type, MQ_MSG_ITERATE, "the stand-in member was given no round");
+
+    /* its push: the server's one shard of the small model, every segment in fp32 */
+    const mq_run_config_t *r = &wel.welcome.config;
+    mq_model_t *model = mq_model_new("small", 1, 1, 0);
+    cr_assert_not_null(model);
+    mq_shard_t shard;
+    cr_assert_eq(mq_shard_plan(model, 1, r->quant_threshold, true, &shard), 0);
+    float *zeros = calloc(mq_model_nparams(model), sizeof(float));
+    mq_payload_t payloads[MQ_WIRE_MAX_TENSORS];
+    test_stand_in_msg(&m, MQ_MSG_PUSH, &wel, 51);
+    m.iter = it.iter;
+    m.push = (mq_push_t){.shard = 0, .bits = 32, .lr = it.iterate.lr};
+    m.ntensors = shard.nsegs;
+    for (uint32_t i = 0; i < shard.nsegs; i++) {
+        const mq_segment_t *seg = &shard.segs[i];
+        snprintf(m.tensors[i].name, sizeof m.tensors[i].name, "%s", seg->name);
+        m.tensors[i].offset = seg->offset;
+        m.tensors[i].count = seg->count;
+        m.tensors[i].codec = mq_codec_none();
+        payloads[i] = (mq_payload_t){.data = zeros, .len = seg->count * sizeof(float)};
+    }
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    mq_wire_prepare(d, 0, MQ_WIRE_MAX_MSG);
+    zsock_set_sndtimeo(d, 1000);
+    zsock_set_rcvtimeo(d, 200);
+    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, wel.welcome.token, MQ_TOKEN_LEN);
+    test_sec_client(d, "worker", MQ_KEY_SERVER);
+    cr_assert_eq(zsock_connect(d, "%s", wel.welcome.servers[0]), 0);
+    long dup = s_drops(c.servers[0], "duplicate");
+    for (int k = 0; k < 2; k++)
+        cr_assert_eq(mq_wire_send(d, &m, payloads, shard.nsegs), 0, "%s", mq_err_last());
+    cr_expect_eq(s_drops_reach(c.servers[0], "duplicate", dup + 1), dup + 1,
+                 "the second push was not counted as a duplicate");
+
+    /* the round closes over the first push: its reply comes, whole */
+    static mq_msg_t agg;
+    memset(&agg, 0, sizeof agg);
+    for (int i = 0; i < 300 && agg.type != MQ_MSG_AGGREGATE; i++)
+        mq_wire_recv(d, &agg, &drop);
+    cr_assert_eq(agg.type, MQ_MSG_AGGREGATE, "no reply to the member's first push");
+    cr_expect_eq(agg.iter, it.iter);
+    cr_expect_eq(agg.ntensors, shard.nsegs);
+    mq_msg_reset(&agg);
+
+    test_stand_in_msg(&m, MQ_MSG_LEAVE, &wel, 51); /* the real worker finishes the run */
+    cr_assert_eq(mq_wire_send(s, &m, NULL, 0), 0);
+    char run[300];
+    snprintf(run, sizeof run, "%s/run", c.dir);
+    cr_expect_eq(cluster_wait(&c, 150), 0, "the run did not complete");
+    s_expect_learned(run);
+    free(zeros);
+    mq_model_destroy(&model);
     zsock_destroy(&d);
     zsock_destroy(&s);
     cluster_stop(&c);

@@ -46,6 +46,7 @@ typedef struct {
     mq_model_t *model; /* its parameters are the master copy (this shard's range is used) */
     bool awaiting_seed; /* the workers' model: its values come from a worker's SEED */
     mq_codec_t codec;  /* the run's codec for quantized segments, level set per iteration */
+    const mq_codec_ops_t *codec_ops; /* its table, looked up once a run */
     mq_kv_t *kv;       /* the shard, the round in flight, the reply, the master-copy update */
     mq_widths_t push_widths; /* the push being taken: its levels */
     s_slot_t *slots;   /* one per worker */
@@ -169,6 +170,7 @@ static int s_setup(s_server_t *self, const mq_layout_t *layout)
     };
     if (mq_codec_parse(r->codec, &self->codec) != 0 || mq_optim_parse(r->optimizer, &kc.optim))
         return -1;
+    self->codec_ops = mq_codec_ops(&self->codec); /* the parse found it */
     kc.codec = self->codec;
     self->kv = mq_kv_new(self->model, &kc);
     if (!self->kv)
@@ -742,17 +744,17 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, mq_widths_t
      * (not aggregated) so that it gets the round's reply and stays in step. */
     if (self->set_known && !r->report_pushes && self->member_at[msg->rank] < 0)
         return *why = "push from a worker that is not a member of the round", MQ_DROP_RANK;
-    if (mq_kv_has(self->kv, msg->rank))
+    if (self->slots[msg->rank].n > 0) /* its frames are held until the round closes */
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
     if (!(msg->push.lr > 0))
         return *why = "bad learning rate", MQ_DROP_CODEC;
-    if (mq_widths_read(w, &self->codec, r->fp32, (int)msg->push.bits, msg->push.widths,
+    if (mq_widths_read(w, self->codec_ops, r->fp32, (int)msg->push.bits, msg->push.widths,
                        msg->push.n_widths, (uint32_t)mq_model_ntensors(self->model)) != 0)
         return *why = mq_err_last(), MQ_DROP_CODEC;
     if (mq_kv_pending(self->kv) > 0 &&
         (!mq_widths_equal(w, mq_kv_widths(self->kv)) || msg->push.lr != mq_kv_lr(self->kv)))
         return *why = "bits or learning rate differ from the other pushes", MQ_DROP_LAYOUT;
-    if (mq_shard_check(mq_kv_shard(self->kv), msg, w, &self->codec, false) != 0)
+    if (mq_shard_check(mq_kv_shard(self->kv), msg, w, &self->codec, self->codec_ops) != 0)
         return *why = mq_err_last(), MQ_DROP_LAYOUT;
     return MQ_DROP_NONE;
 }

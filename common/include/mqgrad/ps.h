@@ -66,19 +66,21 @@ typedef struct {
 /* Tensor T's level under W. */
 int mq_widths_at(const mq_widths_t *w, uint32_t tensor);
 bool mq_widths_equal(const mq_widths_t *a, const mq_widths_t *b);
-/* W from a message's BITS and its N per-tensor levels LIST. Each level must be one BASE takes
- * (mq_bits_ok; 32 for every one under FP32) and N must be 0 or NTENSORS. -1 with an error
- * naming the bad entry otherwise (W then undefined). */
-int mq_widths_read(mq_widths_t *w, const mq_codec_t *base, bool fp32, int bits,
+/* W from a message's BITS and its N per-tensor levels LIST. Each level must be one the run's
+ * codec takes (OPS its table, resolved once a run: mq_bits_ok; 32 for every one under FP32)
+ * and N must be 0 or NTENSORS. -1 with an error naming the bad entry otherwise (W then
+ * undefined). */
+int mq_widths_read(mq_widths_t *w, const mq_codec_ops_t *ops, bool fp32, int bits,
                    const uint32_t *list, uint32_t n, uint32_t ntensors);
 /* W's per-tensor levels into LIST (W->n of them) and *N. */
 void mq_widths_write(const mq_widths_t *w, uint32_t *list, uint32_t *n);
 
 /* Checks a received message's tensor headers against SHARD's segments and the codec
- * expected at W's levels: the push's codec, or with REPLY the codec servers answer with
- * (mq_codec_reply). Sets an error and returns -1 on the first mismatch. */
+ * expected at W's levels: RUN, the push's codec or the one servers answer with
+ * (mq_codec_reply), whose table OPS the caller resolved once a run. Sets an error and returns
+ * -1 on the first mismatch. */
 int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths_t *w,
-                   const mq_codec_t *base, bool reply);
+                   const mq_codec_t *run, const mq_codec_ops_t *ops);
 
 /* ---- reusable send buffers ----------------------------------------------------------
  * A buffer that ZeroMQ sends without copying. Each zmq message built on it holds a

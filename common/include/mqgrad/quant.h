@@ -20,6 +20,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "mqgrad/util.h"
 
@@ -136,14 +138,28 @@ int mq_codec_validate_base(const mq_codec_t *c);
 int mq_codec_parse(const char *spec, mq_codec_t *out);
 /* Writes a spec that mq_codec_parse reads back to an equal codec. */
 void mq_codec_format(const mq_codec_t *c, char *buf, size_t len);
+/* The same with C's table OPS in hand (C already valid): no lookup. */
+static inline void mq_codec_format_with(const mq_codec_ops_t *ops, const mq_codec_t *c,
+                                        char *buf, size_t len)
+{
+    int w = ops->max_bits > 0 && c->bits > 0 ? snprintf(buf, len, "%s:%d", ops->name, c->bits)
+                                             : snprintf(buf, len, "%s", ops->name);
+    if (w >= 0 && (size_t)w < len && ops->format)
+        ops->format(c, buf + w, len - (size_t)w);
+}
 /* True if A and B are the same codec with the same level and parameters. */
-bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b);
+static inline bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b)
+{
+    return a->id == b->id && a->bits == b->bits &&
+           memcmp(a->param, b->param, sizeof a->param) == 0;
+}
 /* BASE at level BITS: 32 gives none (fp32); a codec that takes no level ignores BITS. */
 mq_codec_t mq_codec_with_bits(const mq_codec_t *base, int bits);
 /* What a server re-encodes a mean of C-encoded pushes with. */
 mq_codec_t mq_codec_reply(const mq_codec_t *c);
 /* Shorthands. */
 mq_codec_t mq_codec_none(void);
+extern const mq_codec_ops_t mq_codec_none_ops; /* its table */
 mq_codec_t mq_codec_uniform(int bits, uint32_t bucket, bool stochastic);
 /* The parameter word I of C as a float / set from a float. */
 float mq_codec_param_f(const mq_codec_t *c, int i);

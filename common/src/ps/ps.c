@@ -61,12 +61,16 @@ mq_codec_t mq_segment_codec(const mq_segment_t *seg, int bits, const mq_codec_t 
     return mq_codec_with_bits(base, bits);
 }
 
-bool mq_bits_ok(const mq_codec_t *base, int bits)
+static bool s_bits_ok(const mq_codec_ops_t *ops, int bits)
 {
-    const mq_codec_ops_t *ops = mq_codec_ops(base);
     if (ops && ops->max_bits > 0)
         return bits >= ops->min_bits && bits <= ops->max_bits;
     return bits >= MQ_QUANT_MIN_BITS && bits <= MQ_QUANT_MAX_BITS;
+}
+
+bool mq_bits_ok(const mq_codec_t *base, int bits)
+{
+    return s_bits_ok(mq_codec_ops(base), bits);
 }
 
 int mq_widths_at(const mq_widths_t *w, uint32_t tensor)
@@ -79,10 +83,10 @@ bool mq_widths_equal(const mq_widths_t *a, const mq_widths_t *b)
     return a->bits == b->bits && a->n == b->n && memcmp(a->per, b->per, a->n) == 0;
 }
 
-int mq_widths_read(mq_widths_t *w, const mq_codec_t *base, bool fp32, int bits,
+int mq_widths_read(mq_widths_t *w, const mq_codec_ops_t *ops, bool fp32, int bits,
                    const uint32_t *list, uint32_t n, uint32_t ntensors)
 {
-    if (fp32 ? bits != 32 : !mq_bits_ok(base, bits)) {
+    if (fp32 ? bits != 32 : !s_bits_ok(ops, bits)) {
         mq_err_set("level %d is not one the run's codec takes", bits);
         return -1;
     }
@@ -93,7 +97,7 @@ int mq_widths_read(mq_widths_t *w, const mq_codec_t *base, bool fp32, int bits,
     w->bits = bits;
     w->n = n;
     for (uint32_t t = 0; t < n; t++) {
-        if (fp32 ? list[t] != 32 : !mq_bits_ok(base, (int)list[t])) {
+        if (fp32 ? list[t] != 32 : !s_bits_ok(ops, (int)list[t])) {
             mq_err_set("tensor %u's level %u is not one the run's codec takes", t, list[t]);
             return -1;
         }
@@ -119,24 +123,31 @@ static mq_codec_t s_at_level(const mq_codec_t *c, const mq_codec_ops_t *ops, int
     return at;
 }
 
+/* C's spec for an error message, with the table in hand when it is RUN's codec or none. */
+static void s_codec_name(const mq_codec_t *c, const mq_codec_t *run, const mq_codec_ops_t *ops,
+                         char *buf, size_t len)
+{
+    const mq_codec_ops_t *o = c->id == run->id             ? ops
+                              : c->id == MQ_CODEC_ID_none ? &mq_codec_none_ops
+                                                           : NULL;
+    if (o)
+        mq_codec_format_with(o, c, buf, len);
+    else
+        snprintf(buf, len, "of id %u", (unsigned)c->id);
+}
+
 int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths_t *w,
-                   const mq_codec_t *base, bool reply)
+                   const mq_codec_t *run, const mq_codec_ops_t *ops)
 {
     if (msg->ntensors != shard->nsegs) {
         mq_err_set("%u tensors, shard has %u segments", msg->ntensors, shard->nsegs);
         return -1;
     }
-    /* the expected codecs' table, looked up once a message, not once a segment */
-    mq_codec_t run = reply ? mq_codec_reply(base) : *base, none = mq_codec_none();
-    const mq_codec_ops_t *ops = mq_codec_ops(&run);
-    if (!ops) {
-        mq_err_set("codec: unknown codec id %u", (unsigned)run.id);
-        return -1;
-    }
+    const mq_codec_t none = mq_codec_none();
     for (uint32_t i = 0; i < shard->nsegs; i++) {
         const mq_segment_t *s = &shard->segs[i];
         const mq_tensor_hdr_t *h = &msg->tensors[i];
-        mq_codec_t want = s->quantized ? s_at_level(&run, ops, mq_widths_at(w, s->tensor)) : none;
+        mq_codec_t want = s->quantized ? s_at_level(run, ops, mq_widths_at(w, s->tensor)) : none;
         if (strcmp(h->name, s->name) != 0 || h->offset != s->offset || h->count != s->count) {
             mq_err_set("tensor %u is %s[%llu+%llu], expected %s[%llu+%llu]", i, h->name,
                        (unsigned long long)h->offset, (unsigned long long)h->count, s->name,
@@ -145,8 +156,8 @@ int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths
         }
         if (!mq_codec_equal(&h->codec, &want)) { /* only now are codecs written out */
             char got[MQ_CODEC_MAX_SPEC], exp[MQ_CODEC_MAX_SPEC];
-            mq_codec_format(&h->codec, got, sizeof got);
-            mq_codec_format(&want, exp, sizeof exp);
+            s_codec_name(&h->codec, run, ops, got, sizeof got);
+            s_codec_name(&want, run, ops, exp, sizeof exp);
             mq_err_set("tensor %s: codec %s, expected %s", h->name, got, exp);
             return -1;
         }

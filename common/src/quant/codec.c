@@ -354,12 +354,6 @@ mq_codec_t mq_codec_uniform(int bits, uint32_t bucket, bool stochastic)
     return (mq_codec_t){.id = MQ_CODEC_ID_uniform, .bits = bits, .param = {bucket, stochastic}};
 }
 
-bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b)
-{
-    return a->id == b->id && a->bits == b->bits &&
-           memcmp(a->param, b->param, sizeof a->param) == 0;
-}
-
 mq_codec_t mq_codec_with_bits(const mq_codec_t *base, int bits)
 {
     if (bits >= 32)
@@ -459,10 +453,7 @@ void mq_codec_format(const mq_codec_t *c, char *buf, size_t len)
         snprintf(buf, len, "invalid");
         return;
     }
-    int w = ops->max_bits > 0 && c->bits > 0 ? snprintf(buf, len, "%s:%d", ops->name, c->bits)
-                                             : snprintf(buf, len, "%s", ops->name);
-    if (w >= 0 && (size_t)w < len && ops->format)
-        ops->format(c, buf + w, len - (size_t)w);
+    mq_codec_format_with(ops, c, buf, len);
 }
 
 size_t mq_codec_nbuckets(const mq_codec_t *c, size_t n)

@@ -51,6 +51,8 @@ typedef struct {
                         * worker's slice of its first eval_limit images */
     uint8_t *y;
     mq_codec_t codec;   /* the run's codec for quantized segments, level set per iteration */
+    mq_codec_t reply;   /* the one the servers answer with (mq_codec_reply) */
+    const mq_codec_ops_t *codec_ops, *reply_ops; /* their tables, looked up once a run */
     mq_kv_worker_t *kv; /* the shards: push encode and aggregate apply */
     mq_link_t link;
     uint64_t synced; /* the replica has applied every round before this one */
@@ -242,6 +244,9 @@ static int s_setup(s_worker_t *self)
     };
     if (mq_codec_parse(r->codec, &self->codec) != 0 || mq_optim_parse(r->optimizer, &kc.optim))
         return -1;
+    self->reply = mq_codec_reply(&self->codec);
+    self->codec_ops = mq_codec_ops(&self->codec); /* the parse found it */
+    self->reply_ops = mq_codec_ops(&self->reply);
     kc.codec = self->codec;
     self->kv = mq_kv_worker_new(self->model, &kc);
     if (!self->kv)
@@ -694,7 +699,7 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     const mq_iterate_t *it = &msg->iterate;
     mq_widths_t widths;
     if (!(it->lr > 0) ||
-        mq_widths_read(&widths, &self->codec, self->run.fp32, (int)it->bits, it->widths,
+        mq_widths_read(&widths, self->codec_ops, self->run.fp32, (int)it->bits, it->widths,
                        it->n_widths, (uint32_t)mq_model_ntensors(self->model)) != 0) {
         mq_drops_note(&self->node.drops, MQ_DROP_CODEC, NULL, 0,
                       it->lr > 0 ? mq_err_last() : "iterate with a bad learning rate");
@@ -917,8 +922,8 @@ static void s_on_aggregate(void *arg, mq_msg_t *msg, const mq_shard_msg_t *agg)
         reason = MQ_DROP_SHARD, why = "aggregate for another shard";
     else if (self->got_shard[s])
         reason = MQ_DROP_DUPLICATE, why = "second aggregate for a shard";
-    else if (mq_shard_check(mq_kv_worker_shard(self->kv, s), msg, &self->widths, &self->codec,
-                            true) != 0)
+    else if (mq_shard_check(mq_kv_worker_shard(self->kv, s), msg, &self->widths, &self->reply,
+                            self->reply_ops) != 0)
         reason = MQ_DROP_LAYOUT, why = mq_err_last();
     if (reason != MQ_DROP_NONE) {
         mq_drops_note(&self->node.drops, reason, (const uint8_t *)&s, sizeof s, why);
