@@ -1,5 +1,6 @@
 /* The scheduler's own rules that need no cluster: its flags, the learning-rate schedule it
- * sends with every ITERATE, and its checkpoint file. */
+ * sends with every ITERATE, its checkpoint file, and its socket-free modules fed event by
+ * event (the round, membership, the agent link, the run's horizon). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -524,4 +525,77 @@ Test(scheduler, servers_get_the_shard_they_ask_for_whatever_order_they_registere
     cr_expect_str_eq(mb.servers[1].endpoint, "tcp://b:1");
     for (int i = 0; i < 3; i++)
         cr_expect_eq(mb.servers[i].state, MQ_MB_SETUP);
+}
+
+/* ---- the run's horizon (horizon.c) --------------------------------------------------------- */
+
+Test(scheduler, rounds_are_evaluated_every_n_and_at_the_last_with_its_own_limit)
+{
+    mq_scheduler_config_t c;
+    s_parse(&c, (char *[]){"scheduler", "--iterations", "10", "--eval-every", "4",
+                           "--eval-limit", "500", "--final-eval-limit", "0", NULL});
+    mq_horizon_t h;
+    mq_hz_init(&h, &c);
+    double t = 0;
+    for (uint64_t it = 0; it < 10; it++) {
+        mq_hz_round_t r = mq_hz_round(&h, it, t, 1.0);
+        bool want = it == 3 || it == 7 || it == 9;
+        cr_expect_eq(r.evaluate, want, "round %llu evaluated: %d", (unsigned long long)it,
+                     r.evaluate);
+        cr_expect_eq(r.final, it == 9, "round %llu final: %d", (unsigned long long)it, r.final);
+        if (r.evaluate)
+            cr_expect_eq(r.limit, it == 9 ? 0u : 500u, "round %llu on %u images",
+                         (unsigned long long)it, r.limit);
+        t += 1.0;
+        mq_hz_next_t next = mq_hz_after(&h, it + 1, t, r.evaluate);
+        cr_expect_eq(next, it == 9 ? MQ_HZ_END : MQ_HZ_GO_ON, "after round %llu: %d",
+                     (unsigned long long)it, next);
+    }
+}
+
+Test(scheduler, a_time_budget_ends_on_the_foreseen_last_round)
+{
+    mq_scheduler_config_t c;
+    s_parse(&c, (char *[]){"scheduler", "--iterations", "0", "--time-budget", "10",
+                           "--eval-every", "0", NULL});
+    mq_horizon_t h;
+    mq_hz_init(&h, &c);
+    /* rounds of 3 s: round 3 starts at 9 s, and 9 + 3 reaches the budget */
+    double t = 0;
+    for (uint64_t it = 0; it < 4; it++) {
+        mq_hz_round_t r = mq_hz_round(&h, it, t, 3.0);
+        cr_expect_eq(r.evaluate, it == 3, "round %llu", (unsigned long long)it);
+        t += 3.0;
+        cr_expect_eq(mq_hz_after(&h, it + 1, t, r.evaluate), it == 3 ? MQ_HZ_END : MQ_HZ_GO_ON,
+                     "after round %llu", (unsigned long long)it);
+    }
+}
+
+Test(scheduler, out_of_time_on_a_round_not_evaluated_the_run_gets_one_more_evaluated)
+{
+    mq_scheduler_config_t c;
+    s_parse(&c, (char *[]){"scheduler", "--iterations", "0", "--time-budget", "10",
+                           "--eval-every", "0", "--eval-limit", "100", "--final-eval-limit",
+                           "2000", NULL});
+    mq_horizon_t h;
+    mq_hz_init(&h, &c);
+    /* round 2 starts at 6 s after a round of 3 s (6 + 3 < 10: not foreseen as the last), and
+     * takes 5 s: the budget is spent on a round that was not evaluated */
+    mq_hz_round_t r = mq_hz_round(&h, 2, 6.0, 3.0);
+    cr_assert(!r.evaluate && !r.final);
+    cr_expect_eq(mq_hz_after(&h, 3, 11.0, false), MQ_HZ_ONE_MORE);
+    r = mq_hz_round(&h, 3, 11.0, 5.0);
+    cr_expect(r.evaluate && r.final, "the extra round is the evaluated last one");
+    cr_expect_eq(r.limit, 2000u);
+    cr_expect_eq(mq_hz_after(&h, 4, 14.0, true), MQ_HZ_END);
+    /* once only: over again, even unevaluated, it ends */
+    cr_expect_eq(mq_hz_after(&h, 4, 14.0, false), MQ_HZ_END);
+    /* a rollback to a checkpoint starts the horizon's bookkeeping again */
+    mq_hz_restart(&h);
+    cr_expect_eq(mq_hz_after(&h, 3, 11.0, false), MQ_HZ_ONE_MORE);
+    /* out of iterations, not of time: no extra round */
+    s_parse(&c, (char *[]){"scheduler", "--iterations", "5", "--time-budget", "100", NULL});
+    mq_hz_init(&h, &c);
+    cr_expect_eq(mq_hz_after(&h, 5, 20.0, false), MQ_HZ_END);
+    cr_expect_eq(mq_hz_after(&h, 4, 20.0, false), MQ_HZ_GO_ON);
 }

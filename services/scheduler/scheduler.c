@@ -57,7 +57,8 @@ typedef struct {
     int used_bits; /* what the iteration in flight uses: the policy's, or the guard's floor */
     mq_widths_t widths;      /* the policy's per-tensor levels (n 0: bits for every tensor) */
     mq_widths_t used_widths; /* the iteration in flight's, after the guard and the codec */
-    bool evaluate, final_pending;
+    bool evaluate;
+    mq_horizon_t hz; /* which rounds are evaluated, when the run ends (horizon.c) */
     double t_issued, t_observed;
     double sim_issued, sim_done; /* simulated clock: the iteration in flight was issued at,
                                   * and the latest report stamp so far */
@@ -414,13 +415,8 @@ static void s_issue(s_sched_t *self)
                                            s_on_straggler_deadline, self);
     self->round_cursor = self->cursor;
     self->cursor += (uint64_t)self->round.nmembers * (uint64_t)c->batch;
-    /* The last iteration is evaluated; under a time budget, foresee it from the last one's
-     * duration (a wrong guess costs one extra, evaluated iteration in s_next). */
-    bool last = (c->iterations > 0 && self->iter + 1 >= (uint64_t)c->iterations) ||
-                (c->time_budget > 0 && self->iter > 0 &&
-                 self->train_time + self->last_iter_s >= c->time_budget);
-    self->evaluate = self->final_pending || last ||
-                     (c->eval_every > 0 && (self->iter + 1) % (uint64_t)c->eval_every == 0);
+    mq_hz_round_t hr = mq_hz_round(&self->hz, self->iter, self->train_time, self->last_iter_s);
+    self->evaluate = hr.evaluate;
     self->used_bits = self->run.fp32 ? 32 : mq_watch_bits(&self->watch, self->iter, self->bits);
     self->used_bits = s_level(self, self->used_bits);
     self->used_widths.bits = self->used_bits;
@@ -435,9 +431,7 @@ static void s_issue(s_sched_t *self)
     mq_widths_write(&self->used_widths, it->widths, &it->n_widths);
     it->lr = (float)mq_sched_lr(c, s_progress_fraction(self));
     it->evaluate = self->evaluate;
-    bool final = last || self->final_pending;
-    it->eval_limit =
-        (uint32_t)(final && c->final_eval_limit >= 0 ? c->final_eval_limit : c->eval_limit);
+    it->eval_limit = hr.limit;
     s_put_members(self);
     it->cursor = self->round_cursor;
     bool checkpoint = s_checkpoint_due(self);
@@ -854,9 +848,7 @@ static void s_progress(s_sched_t *self, bool force)
 
 static bool s_over(const s_sched_t *self)
 {
-    const mq_scheduler_config_t *c = self->cfg;
-    return (c->iterations > 0 && self->iter >= (uint64_t)c->iterations) ||
-           (c->time_budget > 0 && self->train_time >= c->time_budget);
+    return mq_hz_over(&self->hz, self->iter, self->train_time);
 }
 
 static void s_diverged(s_sched_t *self);
@@ -864,14 +856,12 @@ static void s_diverged(s_sched_t *self);
 /* Moves to iteration iter (already advanced): stop, or issue it. */
 static void s_next(s_sched_t *self)
 {
-    if (s_over(self) && !self->evaluate && self->cfg->time_budget > 0 && !self->final_pending &&
-        (self->cfg->iterations == 0 || self->iter < (uint64_t)self->cfg->iterations)) {
-        /* Out of time on an iteration that was not evaluated: one more, evaluated. */
-        self->final_pending = true;
+    mq_hz_next_t next = mq_hz_after(&self->hz, self->iter, self->train_time, self->evaluate);
+    if (next == MQ_HZ_ONE_MORE) { /* out of time on a round not evaluated: one more */
         s_issue(self);
         return;
     }
-    if (s_over(self) || self->final_pending) {
+    if (next == MQ_HZ_END) {
         s_progress(self, true);
         /* The last iteration is evaluated (s_issue): a run that ends at chance did not learn. */
         if (self->acc_iter == (double)(self->iter - 1) &&
@@ -1683,7 +1673,7 @@ static void s_recover(s_sched_t *self, uint32_t server, double silent)
     self->wall_before = wall;
     self->t_training = 0;
     self->round.view = 0;
-    self->final_pending = false;
+    mq_hz_restart(&self->hz);
     self->t_created = now; /* the registration gets its --start-timeout again */
     self->phase = S_REGISTERING;
 }
@@ -1804,6 +1794,7 @@ static int s_start_service(void *arg, mq_service_t *svc)
     self->cfg = svc->cfg;
     svc->drops = &self->drops;
     mq_mb_init(&self->mb, (uint32_t)self->cfg->max_workers, (uint32_t)self->cfg->servers);
+    mq_hz_init(&self->hz, self->cfg);
     mq_sched_run_config(self->cfg, &self->run);
     self->external = strcmp(self->run.model, "external") == 0;
     self->has_layout =

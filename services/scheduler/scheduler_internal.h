@@ -44,6 +44,44 @@ bool mq_sched_run_finished(const char *run_dir);
 /* The first of DIR-2, DIR-3, ... that holds no run, into OUT. */
 int mq_sched_next_dir(const char *dir, char *out, size_t len);
 
+/* ---- the run's horizon (horizon.c) --------------------------------------------------------
+ * Which rounds are evaluated (every --eval-every, and the last), on how many test images
+ * (--eval-limit, or --final-eval-limit for the last), and when the run ends (--iterations,
+ * --time-budget of training time). A run that runs out of time on a round that was not
+ * evaluated gets one more, evaluated round: a run always ends with an evaluation.
+ *
+ *   after a round:  not over: GO_ON.  over, evaluated (or out of iterations): END.
+ *                   over on time, not evaluated, iterations left: ONE_MORE (once), and that
+ *                   round is the final one (evaluated, final limit); after it: END. */
+typedef struct {
+    long iterations;     /* 0: no limit */
+    double time_budget;  /* seconds of training, 0: none */
+    long eval_every;     /* 0: the last round only */
+    long eval_limit;     /* test images of an evaluation (0: all) */
+    long final_eval_limit; /* of the last one (< 0: eval_limit) */
+    bool one_more;       /* the extra, evaluated round is under way */
+} mq_horizon_t;
+
+typedef struct {
+    bool evaluate; /* the members evaluate after this round */
+    bool final;    /* it is the run's last (as foreseen) */
+    uint32_t limit; /* on this many test images (0: all) */
+} mq_hz_round_t;
+
+typedef enum { MQ_HZ_GO_ON, MQ_HZ_ONE_MORE, MQ_HZ_END } mq_hz_next_t;
+
+void mq_hz_init(mq_horizon_t *h, const mq_scheduler_config_t *c);
+/* ITER rounds done after TRAIN_TIME seconds of training: is the run's horizon reached? */
+bool mq_hz_over(const mq_horizon_t *h, uint64_t iter, double train_time);
+/* Round ITER (from 0), issued after TRAIN_TIME seconds of training, the round before having
+ * taken LAST_S. */
+mq_hz_round_t mq_hz_round(const mq_horizon_t *h, uint64_t iter, double train_time,
+                          double last_s);
+/* Round ITER - 1 closed (ITER done) at TRAIN_TIME; EVALUATED: whether it was evaluated. */
+mq_hz_next_t mq_hz_after(mq_horizon_t *h, uint64_t iter, double train_time, bool evaluated);
+/* A rollback to a checkpoint: no extra round is under way. */
+void mq_hz_restart(mq_horizon_t *h);
+
 /* ---- the link to the agent (agent_link.c) -------------------------------------------------
  * After each recorded iteration the scheduler tells the agent (OBSERVE) and waits at most a
  * deadline for its decision on the next; an agent that misses one is not waited for again
