@@ -599,3 +599,42 @@ Test(scheduler, out_of_time_on_a_round_not_evaluated_the_run_gets_one_more_evalu
     cr_expect_eq(mq_hz_after(&h, 5, 20.0, false), MQ_HZ_END);
     cr_expect_eq(mq_hz_after(&h, 4, 20.0, false), MQ_HZ_GO_ON);
 }
+
+/* ---- recovery (recovery.c) ----------------------------------------------------------------- */
+
+Test(scheduler, a_round_past_its_timeout_takes_out_the_members_that_did_not_push)
+{
+    mq_round_t *r = s_round(MQ_STRAGGLERS_WAIT, 0, (uint32_t[]){0, 1, 2}, 3, false);
+    static mq_membership_t mb;
+    mq_mb_init(&mb, 3, 1);
+    uint32_t stuck[MQ_MAX_WORKERS];
+    cr_expect_eq(mq_rc_stuck(r, &mb, 7, stuck), 0, "nobody moved: the round is what is wrong");
+    mq_round_out_t o;
+    mq_round_report(r, 0, &o);     /* 0 reported */
+    mb.workers[1].pushed = 7 + 1;  /* 1's loop pushed iteration 7 (its heartbeat says) */
+    mb.workers[2].pushed = 6 + 1;  /* 2's last push was the round before: stuck */
+    cr_assert_eq(mq_rc_stuck(r, &mb, 7, stuck), 1);
+    cr_expect_eq(stuck[0], 2);
+    mb.workers[2].pushed = 7 + 1;
+    cr_expect_eq(mq_rc_stuck(r, &mb, 7, stuck), 0, "every member moved: nobody is stuck");
+}
+
+Test(scheduler, a_lost_server_rolls_back_to_the_last_checkpoint_or_fails_without_one)
+{
+    mq_rc_plan_t p = mq_rc_server_lost(0, 1, 0, 57);
+    cr_expect_eq(p.action, MQ_RC_FAIL);
+    cr_expect(strstr(p.why, "--checkpoint-every 0"), "%s", p.why);
+    p = mq_rc_server_lost(20, -1, 0, 57);
+    cr_expect_eq(p.action, MQ_RC_FAIL, "an unreadable checkpoint is no point to go back to");
+    cr_expect(strstr(p.why, "cannot be read"), "%s", p.why);
+    p = mq_rc_server_lost(20, 0, 40, 57);
+    cr_expect_eq(p.action, MQ_RC_ROLLBACK);
+    cr_expect(p.from_checkpoint);
+    cr_expect_eq(p.from, 40);
+    cr_expect_eq(p.lost, 17);
+    p = mq_rc_server_lost(20, 1, 0, 12); /* lost before the first checkpoint */
+    cr_expect_eq(p.action, MQ_RC_ROLLBACK);
+    cr_expect(!p.from_checkpoint);
+    cr_expect_eq(p.from, 0);
+    cr_expect_eq(p.lost, 12);
+}

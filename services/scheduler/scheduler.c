@@ -1591,24 +1591,15 @@ static void s_missing(s_sched_t *self, char *buf, size_t len)
                                     self->round.members[k]);
 }
 
-/* The round is past --iter-timeout. A member whose heartbeats say its loop has not pushed
- * this iteration is stuck (a wedged loop looks alive: its heartbeat thread goes on) when
- * some other member did push or report: the servers and the round are sound. The stuck
- * ones are taken out of the run as lost workers and the round goes on without them; one
- * that recovers is refused at its next heartbeat and registers again. False when nothing
- * points at some workers rather than at the round (no member pushed, or every one did). */
+/* The round is past --iter-timeout: the members that are stuck (recovery.c) are taken out of
+ * the run as lost workers and the round goes on without them; one that recovers is refused
+ * at its next heartbeat and registers again. False when nothing points at some workers
+ * rather than at the round. */
 static bool s_take_out_stuck(s_sched_t *self, double now)
 {
-    uint32_t stuck[MQ_MAX_WORKERS], n = 0;
-    bool moved = false;
-    for (uint32_t k = 0; k < self->round.nmembers; k++) {
-        uint32_t r = self->round.members[k];
-        bool pushed = self->round.got[r] || self->mb.workers[r].pushed > self->iter;
-        moved |= pushed;
-        if (!pushed)
-            stuck[n++] = r;
-    }
-    if (!moved || n == 0)
+    uint32_t stuck[MQ_MAX_WORKERS];
+    uint32_t n = mq_rc_stuck(&self->round, &self->mb, self->iter, stuck);
+    if (n == 0)
         return false;
     char why[96];
     snprintf(why, sizeof why, "no report within --iter-timeout %.0f s: stuck",
@@ -1620,32 +1611,29 @@ static bool s_take_out_stuck(s_sched_t *self, double now)
 }
 
 /* A server is lost, and its shard with it: the run goes back to its last consistent
- * checkpoint. Every node is told to register again from a clean state (the servers then
- * load their shards of that iteration, the workers pull them), and the run goes on from
- * there once the cluster is complete again: a restarted server (the restart policy's, or
- * mqgrad local's) takes the free rank. Without checkpoints the run fails. */
+ * checkpoint (recovery.c). Every node is told to register again from a clean state, and the
+ * run goes on from there once the cluster is complete again: a restarted server (the
+ * restart policy's, or mqgrad local's) takes the free rank. */
 static void s_recover(s_sched_t *self, uint32_t server, double silent)
 {
-    if (self->cfg->checkpoint_every <= 0) {
-        s_fail(self, "server %u silent for %.1f s: without checkpoints (--checkpoint-every 0) the "
-                 "run cannot go on without its shard", server, silent);
+    mq_sched_ckpt_t ck = {0};
+    int rc = self->cfg->checkpoint_every > 0 ? mq_sched_ckpt_read(self->run_dir, &ck) : 1;
+    mq_rc_plan_t plan = mq_rc_server_lost(self->cfg->checkpoint_every, rc, ck.iter, self->iter);
+    if (plan.action == MQ_RC_FAIL) {
+        s_fail(self, "server %u silent for %.1f s: %s%s%s", server, silent, plan.why,
+               rc < 0 ? ": " : "", rc < 0 ? mq_err_last() : "");
         return;
     }
-    mq_sched_ckpt_t ck;
-    int rc = mq_sched_ckpt_read(self->run_dir, &ck);
-    if (rc < 0) {
-        s_fail(self, "server %u lost, and %s", server, mq_err_last());
-        return;
-    }
-    uint64_t from = rc == 0 ? ck.iter : 0;
+    uint64_t from = plan.from;
     char fields[160];
     snprintf(fields, sizeof fields, "\"server\":%u,\"from_iter\":%llu,\"iterations_lost\":%llu",
-             server, (unsigned long long)from, (unsigned long long)(self->iter - from));
+             server, (unsigned long long)from, (unsigned long long)plan.lost);
     s_event(self, "rollback", fields);
     mq_warn("server %u silent for %.1f s: the run goes back to iteration %llu (%s), %llu "
             "iterations lost; every node registers again",
-            server, silent, (unsigned long long)from, rc == 0 ? "its last checkpoint" : "its start",
-            (unsigned long long)(self->iter - from));
+            server, silent, (unsigned long long)from,
+            plan.from_checkpoint ? "its last checkpoint" : "its start",
+            (unsigned long long)plan.lost);
     mq_msg_init(&self->out, MQ_MSG_ERROR);
     self->out.error.retry = true;
     snprintf(self->out.error.reason, sizeof self->out.error.reason,
@@ -1658,7 +1646,7 @@ static void s_recover(s_sched_t *self, uint32_t server, double silent)
     mq_mb_forget(&self->mb);
     self->ckpt_pending = false;
     s_agent_event(self, MQ_AL_RESET, NULL, NULL, NULL);
-    if (rc == 0) {
+    if (plan.from_checkpoint) {
         s_restore(self, &ck);
     } else {
         mq_watch_init(&self->watch, &self->watch.o);

@@ -282,4 +282,33 @@ void mq_mb_place_servers(mq_membership_t *mb);
 void mq_mb_forget(mq_membership_t *mb);
 const char *mq_mb_state_name(mq_mb_state_t s);
 
+/* ---- recovery (recovery.c) ----------------------------------------------------------------
+ *   a round past --iter-timeout:  some member pushed (its report, or its heartbeat's count),
+ *                                 others did not -> TAKE OUT those others (stuck: a wedged
+ *                                 loop looks alive, its heartbeat thread goes on);
+ *                                 nobody pushed, or everybody did -> nothing here (the round
+ *                                 itself is wrong: the run fails).
+ *   a server lost:                no checkpoints -> FAIL; the checkpoint file unreadable ->
+ *                                 FAIL; a checkpoint at C -> ROLLBACK to C; none yet ->
+ *                                 ROLLBACK to 0. Every node registers again, the servers load
+ *                                 their shards of that iteration, the workers pull them. */
+
+/* The members of round R that neither reported nor pushed at iteration ITER, into STUCK
+ * (rank order): how many, or 0 when none of them moved (or all did). */
+uint32_t mq_rc_stuck(const mq_round_t *r, const mq_membership_t *mb, uint64_t iter,
+                     uint32_t *stuck);
+
+typedef enum { MQ_RC_FAIL, MQ_RC_ROLLBACK } mq_rc_action_t;
+typedef struct {
+    mq_rc_action_t action;
+    bool from_checkpoint; /* ROLLBACK: to the checkpoint (else to the start) */
+    uint64_t from, lost;  /* ROLLBACK: the iteration gone back to, the iterations lost */
+    char why[128];        /* FAIL: why the run cannot go on */
+} mq_rc_plan_t;
+
+/* A server is lost at iteration ITER, checkpoints every CHECKPOINT_EVERY iterations;
+ * READ_RC is mq_sched_ckpt_read's (0: CKPT_ITER read, 1: none yet, -1: unreadable). */
+mq_rc_plan_t mq_rc_server_lost(long checkpoint_every, int read_rc, uint64_t ckpt_iter,
+                               uint64_t iter);
+
 #endif
