@@ -638,3 +638,54 @@ Test(scheduler, a_lost_server_rolls_back_to_the_last_checkpoint_or_fails_without
     cr_expect_eq(p.from, 0);
     cr_expect_eq(p.lost, 12);
 }
+
+/* ---- the run directory (resume.c) ---------------------------------------------------------- */
+
+Test(scheduler, the_run_directory_is_new_resumed_from_its_checkpoint_or_moved_beside_when_over)
+{
+    mq_scheduler_config_t c;
+    char base[64], dir[512];
+    snprintf(base, sizeof base, "/tmp/mqgrad-open-%d", (int)getpid());
+    s_parse(&c, (char *[]){"scheduler", "--run-dir", base, "--servers", "2", "--model",
+                           "small", "--resume", NULL});
+    snprintf(dir, sizeof dir, "%s", base);
+    mq_sched_opened_t o;
+    cr_assert_eq(mq_sched_open_run(&c, dir, sizeof dir, &o), 0, "%s", mq_err_last());
+    cr_expect(!o.resumed, "nothing there: a new run");
+    for (uint64_t it = 0; it < 30; it++) /* 30 rows recorded, a checkpoint at 20 */
+        cr_assert_eq(mq_runlog_row(o.log, &(mq_metrics_row_t){.iter = it, .loss = 1}), 0);
+    mq_runlog_destroy(&o.log);
+    mq_sched_ckpt_t ck = {.iter = 20, .lineage = 7, .servers = 2, .model = "small", .bits = 4,
+                          .last_acc = NAN, .acc_iter = NAN, .last_sparsity = NAN, .best = NAN,
+                          .best_acc = NAN, .first_loss = NAN};
+    cr_assert_eq(mq_sched_ckpt_write(dir, &ck), 0, "%s", mq_err_last());
+
+    cr_assert_eq(mq_sched_open_run(&c, dir, sizeof dir, &o), 0, "%s", mq_err_last());
+    cr_expect(o.resumed && o.has_ckpt);
+    cr_expect_eq(o.ckpt.iter, 20);
+    cr_expect_eq(o.lost, 10, "rows 20..29 are done again");
+    cr_expect_str_eq(dir, base);
+    cr_assert_eq(mq_runlog_summary(o.log, &(mq_summary_t){.status = "completed",
+                                                          .final_test_acc = NAN,
+                                                          .final_loss = NAN,
+                                                          .final_sparsity = NAN}),
+                 0, "%s", mq_err_last());
+    mq_runlog_destroy(&o.log);
+
+    cr_assert_eq(mq_sched_open_run(&c, dir, sizeof dir, &o), 0, "%s", mq_err_last());
+    cr_expect(!o.resumed, "a completed run is not resumed: a new one beside it");
+    cr_expect(strcmp(dir, base) != 0 && strncmp(dir, base, strlen(base)) == 0, "%s", dir);
+    mq_runlog_destroy(&o.log);
+
+    s_parse(&c, (char *[]){"scheduler", "--run-dir", base, "--servers", "3", "--model",
+                           "small", "--resume", NULL});
+    snprintf(dir, sizeof dir, "%s", base);
+    char moved[512];
+    snprintf(moved, sizeof moved, "%s/summary.json", base);
+    cr_assert_eq(unlink(moved), 0); /* the first run unfinished again, of 2 servers */
+    cr_expect_eq(mq_sched_open_run(&c, dir, sizeof dir, &o), -1);
+    cr_expect(strstr(mq_err_last(), "2 servers"), "%s", mq_err_last());
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s-2", base, base);
+    cr_expect_eq(system(cmd), 0);
+}

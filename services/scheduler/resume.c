@@ -200,3 +200,46 @@ int mq_sched_next_dir(const char *dir, char *out, size_t len)
     mq_err_set("no free run directory beside %s", dir);
     return -1;
 }
+
+int mq_sched_open_run(const mq_scheduler_config_t *c, char *run_dir, size_t len,
+                      mq_sched_opened_t *out)
+{
+    memset(out, 0, sizeof *out);
+    char json[2048];
+    mq_sched_config_json(c, json, sizeof json);
+    int swept = mq_tmp_sweep(run_dir, NULL);
+    if (swept > 0)
+        mq_info("removed %d temporary files that writers which died left in %s", swept,
+                run_dir);
+    if (c->resume && mq_sched_run_exists(run_dir) && mq_sched_run_finished(run_dir)) {
+        char next[512];
+        if (mq_sched_next_dir(c->run_dir, next, sizeof next) != 0)
+            return -1;
+        mq_info("the run in %s is over; --resume starts a new one in %s", run_dir, next);
+        snprintf(run_dir, len, "%s", next);
+    }
+    if (!c->resume || !mq_sched_run_exists(run_dir)) {
+        out->log = mq_runlog_new(run_dir, json);
+        return out->log ? 0 : -1;
+    }
+    int rc = mq_sched_ckpt_read(run_dir, &out->ckpt);
+    if (rc < 0)
+        return -1;
+    if (rc == 0 && (out->ckpt.servers != (uint32_t)c->servers ||
+                    strcmp(out->ckpt.model, c->model) != 0)) {
+        mq_err_set("%s/checkpoint.json is of a run with %u servers and model %s; this "
+                   "scheduler has %ld and %s (refused, left as it is)",
+                   run_dir, out->ckpt.servers, out->ckpt.model, c->servers, c->model);
+        return -1;
+    }
+    uint64_t last = 0;
+    bool has_rows = mq_runlog_last_iter(run_dir, &last) == 0;
+    out->log = mq_runlog_append(run_dir);
+    if (!out->log)
+        return -1;
+    out->resumed = true;
+    out->has_ckpt = rc == 0;
+    uint64_t from = out->has_ckpt ? out->ckpt.iter : 0;
+    out->lost = has_rows && last + 1 > from ? last + 1 - from : 0;
+    return 0;
+}

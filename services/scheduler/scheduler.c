@@ -610,53 +610,25 @@ static void s_restore(s_sched_t *self, const mq_sched_ckpt_t *c)
  * makes --resume start a new one beside it. Returns 0, or -1 with the reason. */
 static int s_open_run(s_sched_t *self)
 {
-    const mq_scheduler_config_t *c = self->cfg;
-    char json[2048];
-    mq_sched_config_json(c, json, sizeof json);
-    int swept = mq_tmp_sweep(self->run_dir, NULL);
-    if (swept > 0)
-        mq_info("removed %d temporary files that writers which died left in %s", swept,
-                self->run_dir);
-    if (c->resume && mq_sched_run_exists(self->run_dir) && mq_sched_run_finished(self->run_dir)) {
-        char next[512];
-        if (mq_sched_next_dir(c->run_dir, next, sizeof next) != 0)
-            return -1;
-        mq_info("the run in %s is over; --resume starts a new one in %s", self->run_dir, next);
-        snprintf(self->run_dir, sizeof self->run_dir, "%s", next);
-    }
-    if (!c->resume || !mq_sched_run_exists(self->run_dir)) {
-        self->log = mq_runlog_new(self->run_dir, json);
-        return self->log ? 0 : -1;
-    }
-    mq_sched_ckpt_t ck;
-    int rc = mq_sched_ckpt_read(self->run_dir, &ck);
-    if (rc < 0)
+    mq_sched_opened_t o;
+    if (mq_sched_open_run(self->cfg, self->run_dir, sizeof self->run_dir, &o) != 0)
         return -1;
-    if (rc == 0 && (ck.servers != (uint32_t)c->servers || strcmp(ck.model, c->model) != 0)) {
-        mq_err_set("%s/checkpoint.json is of a run with %u servers and model %s; this "
-                   "scheduler has %ld and %s (refused, left as it is)",
-                   self->run_dir, ck.servers, ck.model, c->servers, c->model);
-        return -1;
-    }
-    uint64_t last = 0;
-    int has_rows = mq_runlog_last_iter(self->run_dir, &last) == 0;
-    self->log = mq_runlog_append(self->run_dir);
-    if (!self->log)
-        return -1;
-    if (rc == 0)
-        s_restore(self, &ck);
-    uint64_t lost = has_rows && last + 1 > self->iter ? last + 1 - self->iter : 0;
+    self->log = o.log;
+    if (!o.resumed)
+        return 0;
+    if (o.has_ckpt)
+        s_restore(self, &o.ckpt);
     char fields[200];
     snprintf(fields, sizeof fields,
              "\"from_iter\":%llu,\"iterations_lost\":%llu,\"checkpoint\":%s,"
              "\"run_id\":\"%016llx\"",
-             (unsigned long long)self->iter, (unsigned long long)lost, rc == 0 ? "true" : "false",
-             (unsigned long long)self->run_id);
+             (unsigned long long)self->iter, (unsigned long long)o.lost,
+             o.has_ckpt ? "true" : "false", (unsigned long long)self->run_id);
     s_event(self, "restart", fields);
     mq_info("resuming the run in %s at iteration %llu (%s; %llu iterations done since are lost)",
             self->run_dir, (unsigned long long)self->iter,
-            rc == 0 ? "its last checkpoint" : "no checkpoint yet: from the start",
-            (unsigned long long)lost);
+            o.has_ckpt ? "its last checkpoint" : "no checkpoint yet: from the start",
+            (unsigned long long)o.lost);
     return 0;
 }
 

@@ -3,6 +3,7 @@
 #define MQGRAD_SCHEDULER_INTERNAL_H
 
 #include "mqgrad/ps.h"
+#include "mqgrad/runlog.h"
 #include "mqgrad/wire.h"
 #include "scheduler.h"
 
@@ -43,6 +44,23 @@ bool mq_sched_run_exists(const char *run_dir);
 bool mq_sched_run_finished(const char *run_dir);
 /* The first of DIR-2, DIR-3, ... that holds no run, into OUT. */
 int mq_sched_next_dir(const char *dir, char *out, size_t len);
+
+/* The run directory as mq_sched_open_run found it. */
+typedef struct {
+    mq_runlog_t *log;      /* open for the run's rows and events */
+    bool resumed;          /* an unfinished run goes on (--resume) */
+    bool has_ckpt;         /* ...from CKPT (else from its start) */
+    mq_sched_ckpt_t ckpt;
+    uint64_t lost;         /* iterations it had recorded past the point it goes on from */
+} mq_sched_opened_t;
+
+/* Opens the run directory RUN_DIR (LEN bytes; --run-dir) for C: a new run; with --resume the
+ * unfinished run there, from its last consistent checkpoint (or from its start when it has
+ * none), refused when that checkpoint is of another cluster shape; a run over for good makes
+ * --resume start a new one beside it (RUN_DIR is then changed). Temporary files that died
+ * writers left are removed first. 0, or -1 with the reason. */
+int mq_sched_open_run(const mq_scheduler_config_t *c, char *run_dir, size_t len,
+                      mq_sched_opened_t *out);
 
 /* ---- the run's horizon (horizon.c) --------------------------------------------------------
  * Which rounds are evaluated (every --eval-every, and the last), on how many test images
