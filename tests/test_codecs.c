@@ -285,3 +285,71 @@ Test(codecs, a_server_round_averages_and_replies_in_the_reply_codec)
     }
     free(g), free(mean), free(w);
 }
+
+/* The ladder (c_ladder.c): each level is its rung's codec, and its one residual carries what
+ * a level did not send to the next, whatever the family: the sum of what was sent plus the
+ * residual is the sum of the gradients, over a walk up and down the levels. */
+Test(codecs, the_ladder_sends_each_level_in_its_family_and_loses_nothing_between_levels)
+{
+    enum { N = 4096 };
+    static float x[N], y[N], res[N];
+    static double sent[N], given[N];
+    static const int walk[] = {1, 2, 3, 4, 5, 6, 7, 1, 4, 2, 8};
+    static const size_t bound[9] = {0, 0, 0, N / 8 + 64, N / 4 + 64, 3 * N / 8 + 64,
+                                    N / 2 + 64, N + 64, 4 * N}; /* the uniform rungs' codes */
+    mq_codec_t base;
+    cr_assert_eq(mq_codec_parse("ladder", &base), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_codec_state_floats(&base, N), N, "one residual for every rung");
+    for (size_t s = 0; s < sizeof walk / sizeof walk[0]; s++) {
+        mq_codec_t c = mq_codec_with_bits(&base, walk[s]);
+        s_normal(x, N, 100 + s);
+        size_t cap = mq_codec_payload_size(&c, N), len;
+        uint8_t *p = malloc(cap);
+        mq_codec_ctx_t ctx = {.state = res, .lr = 0.01f};
+        cr_assert_eq(mq_codec_encode_ctx(&c, x, N, &ctx, p, cap, &len, NULL), 0, "level %d: %s",
+                     walk[s], mq_err_last());
+        cr_assert_eq(mq_codec_decode(&c, p, len, y, N, 1.0f, false, NULL), 0, "level %d: %s",
+                     walk[s], mq_err_last());
+        size_t nonzero = 0;
+        for (size_t i = 0; i < N; i++) {
+            sent[i] += y[i];
+            given[i] += x[i];
+            nonzero += y[i] != 0.0f;
+        }
+        if (walk[s] == 1) /* top-k of 0.1 %: k = ceil(0.001 n) */
+            cr_expect_eq(nonzero, 5, "level 1 sent %zu values", nonzero);
+        else if (walk[s] == 2)
+            cr_expect_eq(nonzero, 41, "level 2 sent %zu values", nonzero);
+        else
+            cr_expect_leq(len, bound[walk[s]], "level %d: %zu bytes", walk[s], len);
+        if (walk[s] == 8) /* fp32 sends everything held back */
+            for (size_t i = 0; i < N; i++)
+                cr_assert_eq(res[i], 0.0f, "fp32 left %g at %zu", (double)res[i], i);
+        for (size_t i = 0; i < N; i++)
+            cr_assert(fabs(sent[i] + res[i] - given[i]) <= 1e-4 * (1 + fabs(given[i])),
+                      "level %d, value %zu: sent %g + residual %g, given %g", walk[s], i,
+                      sent[i], (double)res[i], given[i]);
+        free(p);
+    }
+    /* servers answer a sparse level's mean exactly (its indices' union) and a dense one in
+     * the rung's codec; the answer keeps no state */
+    mq_codec_t reply = mq_codec_reply(&base);
+    cr_expect_eq(mq_codec_state_floats(&reply, N), 0);
+    for (int l = 1; l <= 8; l++) {
+        mq_codec_t r = mq_codec_with_bits(&reply, l);
+        for (size_t i = 0; i < N; i++)
+            x[i] = i % 97 == 0 ? (float)i : 0.0f; /* a union of sparse pushes */
+        size_t cap = mq_codec_payload_size(&r, N), len;
+        uint8_t *p = malloc(cap);
+        cr_assert_eq(mq_codec_encode_ctx(&r, x, N, &(mq_codec_ctx_t){0}, p, cap, &len, NULL), 0,
+                     "reply at %d: %s", l, mq_err_last());
+        cr_assert_eq(mq_codec_decode(&r, p, len, y, N, 1.0f, false, NULL), 0);
+        if (l <= 2 || l == 8)
+            for (size_t i = 0; i < N; i++)
+                cr_assert_eq(y[i], x[i], "reply at %d differs at %zu", l, i);
+        free(p);
+    }
+    char spec[MQ_CODEC_MAX_SPEC];
+    mq_codec_format(&reply, spec, sizeof spec);
+    cr_expect_str_eq(spec, "ladder:reply");
+}

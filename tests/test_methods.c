@@ -138,3 +138,57 @@ Test(methods, per_tensor_levels_reach_the_wire_and_learn, .timeout = 300)
     free(events);
     test_rmtree(dir);
 }
+
+/* The ladder codec's levels are three families (top-k, uniform K bits, fp32): a run whose
+ * level climbs 1 to 8 sends each level in its family over real sockets, pays more bytes at
+ * each level up, drops nothing, and learns. */
+Test(methods, the_ladder_codec_climbs_every_level_over_the_wire_and_learns, .timeout = 300)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-methods-ladder-%d", (int)getpid());
+    const char *args[] = {"--model",      "small",
+                          "--codec",      "ladder",
+                          "--policy",     "schedule:min=1,max=8",
+                          "--threshold",  "1000",
+                          "--iterations", "160",
+                          "--eval-every", "0",
+                          "--final-eval-limit", "2000",
+                          NULL};
+    cr_assert_eq(test_wait(test_spawn_args(dir, args), 280), 0);
+    char *summary = test_slurp(dir, "summary.json"), *csv = test_slurp(dir, "metrics.csv");
+    cr_expect(strstr(summary, "\"status\": \"completed\""), "%s", summary);
+    double acc = test_json_num(summary, "final_test_acc");
+    cr_expect(acc >= 0.5, "learned only %.1f %% (chance is 10 %%)", 100 * acc);
+    /* metrics.csv: iter,train_time_s,loss,smoothed_loss,bits,bytes_up,... */
+    double bytes[9] = {0};
+    int rounds[9] = {0};
+    for (const char *line = strchr(csv, '\n'); line && line[1]; line = strchr(line + 1, '\n')) {
+        unsigned long long it, up;
+        double t, loss, sm;
+        int bits;
+        cr_assert_eq(sscanf(line + 1, "%llu,%lf,%lf,%lf,%d,%llu,", &it, &t, &loss, &sm, &bits,
+                            &up), 6, "%.80s", line + 1);
+        cr_assert(bits >= 1 && bits <= 8, "iteration %llu at level %d", it, bits);
+        bytes[bits] += (double)up;
+        rounds[bits]++;
+    }
+    for (int l = 1; l <= 8; l++) {
+        cr_assert_gt(rounds[l], 0, "level %d never used", l);
+        if (l > 1)
+            cr_expect_gt(bytes[l] / rounds[l], bytes[l - 1] / rounds[l - 1],
+                         "level %d sent %.0f bytes a round, level %d %.0f", l,
+                         bytes[l] / rounds[l], l - 1, bytes[l - 1] / rounds[l - 1]);
+    }
+    static const char *const logs[] = {"server-0", "worker-0", "worker-1", "scheduler"};
+    for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "logs/%s.log", logs[i]);
+        char *log = test_slurp(dir, name);
+        cr_expect_null(strstr(log, "dropped a message"), "%s: %s", logs[i],
+                       strstr(log, "dropped a message"));
+        free(log);
+    }
+    free(summary);
+    free(csv);
+    test_rmtree(dir);
+}
