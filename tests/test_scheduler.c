@@ -689,3 +689,47 @@ Test(scheduler, the_run_directory_is_new_resumed_from_its_checkpoint_or_moved_be
     snprintf(cmd, sizeof cmd, "rm -rf %s %s-2", base, base);
     cr_expect_eq(system(cmd), 0);
 }
+
+Test(scheduler, an_unreadable_checkpoint_falls_back_to_the_one_before_or_ends_the_run)
+{
+    mq_rc_plan_t p = mq_rc_unreadable(100, 100, 0, 50);
+    cr_expect_eq(p.action, MQ_RC_ROLLBACK);
+    cr_expect_eq(p.from, 50);
+    cr_expect_eq(p.lost, 50);
+    p = mq_rc_unreadable(100, 100, 1, 0);
+    cr_expect_eq(p.action, MQ_RC_FAIL, "no checkpoint before it");
+    cr_expect(strstr(p.why, "no consistent checkpoint before iteration 100"), "%s", p.why);
+    p = mq_rc_unreadable(100, 100, -1, 0);
+    cr_expect_eq(p.action, MQ_RC_FAIL, "the one before cannot be read");
+    p = mq_rc_unreadable(100, 100, 0, 100);
+    cr_expect_eq(p.action, MQ_RC_FAIL, "the one before is no older");
+    p = mq_rc_unreadable(100, 50, 1, 0);
+    cr_expect_eq(p.action, MQ_RC_IGNORE, "a second server's word, after the fall-back");
+
+    /* the files: the one before kept beside, and put back in its place */
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-prev-%d", (int)getpid());
+    cr_assert_eq(mq_mkdirs(dir), 0);
+    cr_expect_eq(mq_sched_ckpt_keep_prev(dir), 0, "nothing to keep yet");
+    mq_sched_ckpt_t c = {.iter = 50, .lineage = 7, .servers = 2, .model = "small", .bits = 4,
+                         .last_acc = NAN, .acc_iter = NAN, .last_sparsity = NAN, .best = NAN,
+                         .best_acc = NAN, .first_loss = NAN};
+    mq_sched_ckpt_t r;
+    cr_assert_eq(mq_sched_ckpt_write(dir, &c), 0, "%s", mq_err_last());
+    cr_expect_eq(mq_sched_ckpt_read_prev(dir, &r), 1);
+    cr_assert_eq(mq_sched_ckpt_keep_prev(dir), 0, "%s", mq_err_last());
+    c.iter = 100;
+    cr_assert_eq(mq_sched_ckpt_write(dir, &c), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_sched_ckpt_read_prev(dir, &r), 0, "%s", mq_err_last());
+    cr_expect_eq(r.iter, 50);
+    cr_assert_eq(mq_sched_ckpt_fall_back(dir, 100), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_sched_ckpt_read(dir, &r), 0, "%s", mq_err_last());
+    cr_expect_eq(r.iter, 50, "the one before is the checkpoint now");
+    cr_expect_eq(mq_sched_ckpt_read_prev(dir, &r), 1, "and there is none before it");
+    char aside[128];
+    snprintf(aside, sizeof aside, "%s/checkpoint-unreadable-100.json", dir);
+    cr_expect_eq(access(aside, R_OK), 0, "the unreadable one is kept aside");
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_expect_eq(system(cmd), 0);
+}

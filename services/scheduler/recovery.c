@@ -21,6 +21,27 @@ uint32_t mq_rc_stuck(const mq_round_t *r, const mq_membership_t *mb, uint64_t it
     return moved ? n : 0; /* nobody moved: the round, not some workers, is what is wrong */
 }
 
+mq_rc_plan_t mq_rc_unreadable(uint64_t bad, uint64_t consistent, int prev_rc, uint64_t prev_iter)
+{
+    mq_rc_plan_t p = {.action = MQ_RC_FAIL};
+    if (bad != consistent) { /* a word on a checkpoint already fallen back from */
+        p.action = MQ_RC_IGNORE;
+        return p;
+    }
+    if (prev_rc < 0)
+        snprintf(p.why, sizeof p.why, "the checkpoint before it cannot be read");
+    else if (prev_rc == 1 || prev_iter >= bad)
+        snprintf(p.why, sizeof p.why, "there is no consistent checkpoint before iteration %llu "
+                                      "to go back to", (unsigned long long)bad);
+    else {
+        p.action = MQ_RC_ROLLBACK;
+        p.from_checkpoint = true;
+        p.from = prev_iter;
+        p.lost = bad - prev_iter;
+    }
+    return p;
+}
+
 mq_rc_plan_t mq_rc_server_lost(long checkpoint_every, int read_rc, uint64_t ckpt_iter,
                                uint64_t iter)
 {

@@ -1,6 +1,7 @@
 /* The scheduler's checkpoint file and the run directory questions of a resume. The file is
  * JSON for people; it is read back by key, and every key must be there (but first_loss, which
  * older files lack) and be a number (null stands for NaN). */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -104,11 +105,51 @@ static int s_get_str(const char *text, const char *key, char *buf, size_t len)
     return 0;
 }
 
+static int s_read(const char *run_dir, const char *name, mq_sched_ckpt_t *c);
+
 int mq_sched_ckpt_read(const char *run_dir, mq_sched_ckpt_t *c)
+{
+    return s_read(run_dir, "checkpoint.json", c);
+}
+
+int mq_sched_ckpt_read_prev(const char *run_dir, mq_sched_ckpt_t *c)
+{
+    return s_read(run_dir, "checkpoint-prev.json", c);
+}
+
+int mq_sched_ckpt_keep_prev(const char *run_dir)
+{
+    char path[600], prev[600], *text;
+    size_t len;
+    snprintf(path, sizeof path, "%s/checkpoint.json", run_dir);
+    snprintf(prev, sizeof prev, "%s/checkpoint-prev.json", run_dir);
+    if (access(path, F_OK) != 0)
+        return 0;
+    if (mq_read_file(path, &text, &len) != 0)
+        return -1;
+    int rc = mq_write_file_atomic(prev, text, len);
+    free(text);
+    return rc;
+}
+
+int mq_sched_ckpt_fall_back(const char *run_dir, uint64_t bad_iter)
+{
+    char path[600], prev[600], aside[700];
+    snprintf(path, sizeof path, "%s/checkpoint.json", run_dir);
+    snprintf(prev, sizeof prev, "%s/checkpoint-prev.json", run_dir);
+    snprintf(aside, sizeof aside, "%s/checkpoint-unreadable-%" PRIu64 ".json", run_dir, bad_iter);
+    if (rename(path, aside) != 0 || rename(prev, path) != 0) {
+        mq_err_set("going back to %s: %s", prev, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int s_read(const char *run_dir, const char *name, mq_sched_ckpt_t *c)
 {
     char path[600], *text;
     size_t len;
-    snprintf(path, sizeof path, "%s/checkpoint.json", run_dir);
+    snprintf(path, sizeof path, "%s/%s", run_dir, name);
     if (access(path, F_OK) != 0)
         return 1;
     if (mq_read_file(path, &text, &len) != 0)

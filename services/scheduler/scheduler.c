@@ -108,6 +108,7 @@ typedef struct {
     double wall_before;    /* wall time of training before this scheduler */
     mq_sched_ckpt_t ckpt;  /* the checkpoint in progress: this state, once every server saved */
     uint64_t consistent;   /* the iteration of the last consistent checkpoint (0: none) */
+    uint64_t consistent_before; /* the one before it (checkpoint-prev.json; 0: none) */
     bool ckpt_pending;
     bool saved[MQ_WIRE_MAX_SERVERS];
     bool ckpt_warned;
@@ -311,7 +312,10 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
     } else {
         s_put_members(self);
         self->out.iterate.checkpoint = checkpoint;
-        self->out.iterate.keep_from = checkpoint ? self->consistent : 0;
+        /* the servers keep the last two consistent checkpoints: one whose shard a server
+         * cannot read leaves the one before (s_fall_back) */
+        self->out.iterate.keep_from =
+            !checkpoint ? 0 : self->consistent_before ? self->consistent_before : self->consistent;
         self->out.iterate.run_time = self->train_time;
         self->out.iterate.view = self->round.view;
     }
@@ -530,12 +534,15 @@ static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
         if (!self->saved[s])
             return;
     self->ckpt_pending = false;
+    if (self->consistent > 0 && mq_sched_ckpt_keep_prev(self->run_dir) != 0)
+        mq_warn("checkpoint-prev.json: %s (no checkpoint to fall back on)", mq_err_last());
     if (mq_sched_ckpt_write(self->run_dir, &self->ckpt) != 0) {
         mq_error("checkpoint.json: %s", mq_err_last());
         self->log_failed = true;
         return;
     }
     mq_metric_set(self->m.ckpt_iter, (double)self->ckpt.iter);
+    self->consistent_before = self->consistent;
     self->consistent = self->ckpt.iter;
     mq_metric_set(self->m.ckpt_time, (double)time(NULL));
     char fields[64];
@@ -603,6 +610,9 @@ static void s_restore(s_sched_t *self, const mq_sched_ckpt_t *c)
         snprintf(self->policy, sizeof self->policy, "%s", c->policy);
     self->resumed_at = c->iter;
     self->consistent = c->iter;
+    mq_sched_ckpt_t prev;
+    self->consistent_before =
+        mq_sched_ckpt_read_prev(self->run_dir, &prev) == 0 && prev.iter < c->iter ? prev.iter : 0;
 }
 
 /* The run directory: a new run, or with --resume the unfinished run there, from its last
@@ -1531,10 +1541,14 @@ static mq_drop_t s_router_refusal(void *arg, mq_msg_t *msg, const char **why)
 }
 
 /* A node that cannot take part says why; a server's failure ends the run. */
+static void s_fall_back(s_sched_t *self, uint32_t server, uint64_t bad, const char *reason);
+
 static void s_on_error(void *arg, mq_msg_t *msg, const mq_reason_t *error)
 {
     s_sched_t *self = arg;
-    if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER)
+    if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER && error->unreadable_checkpoint)
+        s_fall_back(self, msg->rank, msg->iter, error->reason);
+    else if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER)
         s_fail(self, "server: %s", error->reason);
     else
         mq_error("%s", error->reason);
@@ -1582,6 +1596,40 @@ static bool s_take_out_stuck(s_sched_t *self, double now)
     return true;
 }
 
+/* Every node is told WHY and registers again from a clean state; the run goes back to CK's
+ * iteration (NULL: to its start), keeping its directory, its id and its time so far. */
+static void s_roll_back(s_sched_t *self, const mq_sched_ckpt_t *ck, const char *why)
+{
+    mq_msg_init(&self->out, MQ_MSG_ERROR);
+    self->out.error.retry = true;
+    snprintf(self->out.error.reason, sizeof self->out.error.reason, "%s", why);
+    s_broadcast(self, true, true);
+    double now = mq_now_s();
+    double wall = self->wall_before + (self->t_training > 0 ? now - self->t_training : 0);
+    mq_mb_forget(&self->mb);
+    self->ckpt_pending = false;
+    s_agent_event(self, MQ_AL_RESET, NULL, NULL, NULL);
+    if (ck) {
+        s_restore(self, ck);
+    } else {
+        mq_watch_init(&self->watch, &self->watch.o);
+        self->iter = self->cursor = 0;
+        self->train_time = 0;
+        self->bytes_up = self->bytes_down = 0;
+        self->last_acc = self->last_loss = self->last_sparsity = NAN;
+        self->acc_iter = -1;
+        self->bits = (int)self->cfg->bits;
+        self->resumed_at = 0;
+        self->consistent = self->consistent_before = 0;
+    }
+    self->wall_before = wall;
+    self->t_training = 0;
+    self->round.view = 0;
+    mq_hz_restart(&self->hz);
+    self->t_created = now; /* the registration gets its --start-timeout again */
+    self->phase = S_REGISTERING;
+}
+
 /* A server is lost, and its shard with it: the run goes back to its last consistent
  * checkpoint (recovery.c). Every node is told to register again from a clean state, and the
  * run goes on from there once the cluster is complete again: a restarted server (the
@@ -1606,36 +1654,47 @@ static void s_recover(s_sched_t *self, uint32_t server, double silent)
             server, silent, (unsigned long long)from,
             plan.from_checkpoint ? "its last checkpoint" : "its start",
             (unsigned long long)plan.lost);
-    mq_msg_init(&self->out, MQ_MSG_ERROR);
-    self->out.error.retry = true;
-    snprintf(self->out.error.reason, sizeof self->out.error.reason,
-             "server %u was lost: the run goes back to iteration %llu", server,
+    char why[160];
+    snprintf(why, sizeof why, "server %u was lost: the run goes back to iteration %llu", server,
              (unsigned long long)from);
-    s_broadcast(self, true, true);
-    /* Forget the cluster, keep the run: its directory, its id, its time so far. */
-    double now = mq_now_s();
-    double wall = self->wall_before + (self->t_training > 0 ? now - self->t_training : 0);
-    mq_mb_forget(&self->mb);
-    self->ckpt_pending = false;
-    s_agent_event(self, MQ_AL_RESET, NULL, NULL, NULL);
-    if (plan.from_checkpoint) {
-        s_restore(self, &ck);
-    } else {
-        mq_watch_init(&self->watch, &self->watch.o);
-        self->iter = self->cursor = 0;
-        self->train_time = 0;
-        self->bytes_up = self->bytes_down = 0;
-        self->last_acc = self->last_loss = self->last_sparsity = NAN;
-        self->acc_iter = -1;
-        self->bits = (int)self->cfg->bits;
-        self->resumed_at = 0;
+    s_roll_back(self, plan.from_checkpoint ? &ck : NULL, why);
+}
+
+/* Server SERVER cannot read its shard of the checkpoint of iteration BAD that the run goes on
+ * from (REASON, its words): the run goes back to the consistent checkpoint before it, whose
+ * shards every server keeps (ITERATE's keep_from), or, without one, ends. checkpoint.json is
+ * moved aside as checkpoint-unreadable-BAD.json; the server moved its file aside too. */
+static void s_fall_back(s_sched_t *self, uint32_t server, uint64_t bad, const char *reason)
+{
+    mq_sched_ckpt_t prev = {0};
+    int rc = mq_sched_ckpt_read_prev(self->run_dir, &prev);
+    mq_rc_plan_t plan = mq_rc_unreadable(bad, self->consistent, rc, prev.iter);
+    if (plan.action == MQ_RC_IGNORE)
+        return;
+    if (plan.action == MQ_RC_FAIL) {
+        s_fail(self, "%s; %s%s%s", reason, plan.why, rc < 0 ? ": " : "",
+               rc < 0 ? mq_err_last() : "");
+        return;
     }
-    self->wall_before = wall;
-    self->t_training = 0;
-    self->round.view = 0;
-    mq_hz_restart(&self->hz);
-    self->t_created = now; /* the registration gets its --start-timeout again */
-    self->phase = S_REGISTERING;
+    if (mq_sched_ckpt_fall_back(self->run_dir, bad) != 0) {
+        s_fail(self, "%s; %s", reason, mq_err_last());
+        return;
+    }
+    char fields[600], text[400];
+    mq_json_escape(reason, text, sizeof text);
+    snprintf(fields, sizeof fields,
+             "\"server\":%u,\"iter\":%llu,\"from_iter\":%llu,\"reason\":\"%s\"", server,
+             (unsigned long long)bad, (unsigned long long)prev.iter, text);
+    s_event(self, "checkpoint_unreadable", fields);
+    mq_warn("%s: the run goes back to the checkpoint before it, iteration %llu; every node "
+            "registers again",
+            reason, (unsigned long long)prev.iter);
+    char why[200];
+    snprintf(why, sizeof why,
+             "server %u cannot read its checkpoint of iteration %llu: the run goes back to "
+             "iteration %llu",
+             server, (unsigned long long)bad, (unsigned long long)prev.iter);
+    s_roll_back(self, &prev, why);
 }
 
 /* Nodes silent for longer than the heartbeat timeout are lost: a worker leaves the run, a

@@ -38,6 +38,15 @@ typedef struct {
 int mq_sched_ckpt_write(const char *run_dir, const mq_sched_ckpt_t *c);
 /* Reads it: 0, 1 when there is none, -1 with an error naming what is wrong. */
 int mq_sched_ckpt_read(const char *run_dir, mq_sched_ckpt_t *c);
+/* The consistent checkpoint before it, kept as RUN_DIR/checkpoint-prev.json so that a run
+ * whose latest checkpoint cannot be read by a server goes back to the one before: keep_prev
+ * copies checkpoint.json there before a new one is written (0 when there is none yet);
+ * read_prev reads it as mq_sched_ckpt_read; fall_back moves checkpoint.json aside as
+ * checkpoint-unreadable-BAD_ITER.json and the previous one in its place. 0, or -1 with an
+ * error. */
+int mq_sched_ckpt_keep_prev(const char *run_dir);
+int mq_sched_ckpt_read_prev(const char *run_dir, mq_sched_ckpt_t *c);
+int mq_sched_ckpt_fall_back(const char *run_dir, uint64_t bad_iter);
 /* Whether RUN_DIR holds a run (config.json), and whether that run is over for good (its
  * summary says completed or diverged): then --resume starts a new run beside it. */
 bool mq_sched_run_exists(const char *run_dir);
@@ -309,14 +318,17 @@ const char *mq_mb_state_name(mq_mb_state_t s);
  *   a server lost:                no checkpoints -> FAIL; the checkpoint file unreadable ->
  *                                 FAIL; a checkpoint at C -> ROLLBACK to C; none yet ->
  *                                 ROLLBACK to 0. Every node registers again, the servers load
- *                                 their shards of that iteration, the workers pull them. */
+ *                                 their shards of that iteration, the workers pull them.
+ *   a server cannot read its      of the checkpoint C the run goes on from: the one before it
+ *   shard of a checkpoint:        (checkpoint-prev.json, B < C) -> ROLLBACK to B; none, or
+ *                                 unreadable -> FAIL; of another checkpoint -> IGNORE. */
 
 /* The members of round R that neither reported nor pushed at iteration ITER, into STUCK
  * (rank order): how many, or 0 when none of them moved (or all did). */
 uint32_t mq_rc_stuck(const mq_round_t *r, const mq_membership_t *mb, uint64_t iter,
                      uint32_t *stuck);
 
-typedef enum { MQ_RC_FAIL, MQ_RC_ROLLBACK } mq_rc_action_t;
+typedef enum { MQ_RC_FAIL, MQ_RC_ROLLBACK, MQ_RC_IGNORE } mq_rc_action_t;
 typedef struct {
     mq_rc_action_t action;
     bool from_checkpoint; /* ROLLBACK: to the checkpoint (else to the start) */
@@ -328,5 +340,10 @@ typedef struct {
  * READ_RC is mq_sched_ckpt_read's (0: CKPT_ITER read, 1: none yet, -1: unreadable). */
 mq_rc_plan_t mq_rc_server_lost(long checkpoint_every, int read_rc, uint64_t ckpt_iter,
                                uint64_t iter);
+/* A server cannot read its shard of the checkpoint of iteration BAD; the run goes on from
+ * CONSISTENT, and PREV_RC is mq_sched_ckpt_read_prev's (0: PREV_ITER read, 1: none, -1:
+ * unreadable). IGNORE a word on a checkpoint already fallen back from; ROLLBACK to the one
+ * before; FAIL without one. */
+mq_rc_plan_t mq_rc_unreadable(uint64_t bad, uint64_t consistent, int prev_rc, uint64_t prev_iter);
 
 #endif

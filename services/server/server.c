@@ -11,6 +11,7 @@
  * set. A worker that joins (or fell behind) PULLs the master shard first. */
 #include "server.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -283,6 +284,35 @@ static void s_fail_loudly(s_server_t *self, const char *what)
     s_fail(self, what);
 }
 
+/* This shard of the checkpoint the run goes on from (ITER) cannot be read: the file is moved
+ * aside as it is (SHARD.ckpt.unreadable, which pruning never takes and a new checkpoint of
+ * the same iteration cannot overwrite), and the scheduler is told, which goes back to the
+ * checkpoint before it (every node then registers again) or, without one, ends the run. The
+ * server waits for its word. */
+static void s_unreadable(s_server_t *self, uint64_t iter)
+{
+    char why[600];
+    snprintf(why, sizeof why, "%s", mq_err_last());
+    if (self->cfg->checkpoint_dir[0]) {
+        char path[1100], aside[1200];
+        mq_ckpt_meta_t m = s_ckpt_meta(self, iter);
+        mq_ckpt_path(self->cfg->checkpoint_dir, &m, path, sizeof path);
+        snprintf(aside, sizeof aside, "%s.unreadable", path);
+        if (rename(path, aside) == 0)
+            mq_warn("moved %s aside, as it is, to %s", path, aside);
+    }
+    mq_error("resume: %s", why);
+    mq_msg_init(&self->out, MQ_MSG_ERROR);
+    self->out.peer_len = 0;
+    self->out.iter = iter;
+    self->out.role = MQ_ROLE_SERVER;
+    self->out.rank = self->rank;
+    self->out.error.unreadable_checkpoint = true;
+    snprintf(self->out.error.reason, sizeof self->out.error.reason, "server %u: resume: %.200s",
+             self->rank, why);
+    mq_wire_send(self->node.sched, &self->out, NULL, 0);
+}
+
 /* Set up and holding the values the run starts from: iterations may start. */
 static void s_ready(s_server_t *self)
 {
@@ -372,7 +402,7 @@ static void s_on_welcome(void *arg, mq_msg_t *msg, const mq_welcome_t *w)
         return;
     }
     if (self->run.resume_iter > 0 && s_restore(self, self->run.resume_iter) != 0) {
-        s_fail_loudly(self, "resume");
+        s_unreadable(self, self->run.resume_iter);
         return;
     }
     mq_metric_set(self->m.shard, self->rank);
