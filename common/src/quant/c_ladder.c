@@ -31,6 +31,7 @@
  * rung's mean goes back in the rung's own codec. `ladder:reply` at the round's level names
  * that; it keeps no state. */
 
+#include <assert.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -65,8 +66,9 @@ static void s_build(void)
 {
     static const char *const sparse[2] = {"topk:ratio=0.001", "topk:ratio=0.01"};
     for (int l = 1; l <= 2; l++) {
-        mq_codec_t t;
-        int rc = mq_codec_parse(sparse[l - 1], &t); /* a spec of this file: it parses */
+        mq_codec_t t = {0};
+        int rc = mq_codec_parse(sparse[l - 1], &t);
+        assert(rc == 0 && "a spec of this file parses");
         (void)rc;
         s_rung(l, &mq_codec_topk_ops, t);
     }
