@@ -86,6 +86,19 @@ static long s_drops(zactor_t *actor, const char *name)
     return n;
 }
 
+/* The data socket of the stand-in worker WELCOME made (test_stand_in), connected to server
+ * 0: a worker's is known there by its rank's token, as its routing id. */
+static zsock_t *s_data_socket(const mq_msg_t *welcome)
+{
+    zsock_t *d = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(d);
+    mq_wire_prepare(d, 0, MQ_WIRE_MAX_MSG);
+    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, welcome->welcome.token, MQ_TOKEN_LEN);
+    test_sec_client(d, "worker", MQ_KEY_SERVER);
+    cr_assert_eq(zsock_connect(d, "%s", welcome->welcome.servers[0]), 0);
+    return d;
+}
+
 /* Waits until ACTOR's count NAME reaches AT_LEAST (a refused handshake is counted from the
  * watch thread, a moment after the client gave up). */
 static long s_drops_reach(zactor_t *actor, const char *name, long at_least)
@@ -271,12 +284,8 @@ Test(security, a_token_is_revoked_when_its_rank_changes_hands, .timeout = 180)
 
     /* at the server: the old token names the data socket; pushes and a pull for the rank in
      * the old term, and one claiming the new term with the old term's token */
-    zsock_t *d = zsock_new(ZMQ_DEALER);
-    mq_wire_prepare(d, 0, MQ_WIRE_MAX_MSG);
+    zsock_t *d = s_data_socket(&old);
     zsock_set_sndtimeo(d, 1000);
-    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, old.welcome.token, MQ_TOKEN_LEN);
-    test_sec_client(d, "worker", MQ_KEY_SERVER);
-    cr_assert_eq(zsock_connect(d, "%s", old.welcome.servers[0]), 0);
     for (int k = 0; k < 4; k++) {
         test_stand_in_msg(&m, k < 3 ? MQ_MSG_PUSH : MQ_MSG_PULL, &old, 41);
         if (k < 3)
@@ -337,13 +346,9 @@ Test(security, a_second_push_in_a_round_is_dropped_and_the_first_kept, .timeout 
         m.tensors[i].codec = mq_codec_none();
         payloads[i] = (mq_payload_t){.data = zeros, .len = seg->count * sizeof(float)};
     }
-    zsock_t *d = zsock_new(ZMQ_DEALER);
-    mq_wire_prepare(d, 0, MQ_WIRE_MAX_MSG);
+    zsock_t *d = s_data_socket(&wel);
     zsock_set_sndtimeo(d, 1000);
     zsock_set_rcvtimeo(d, 200);
-    zmq_setsockopt(zsock_resolve(d), ZMQ_ROUTING_ID, wel.welcome.token, MQ_TOKEN_LEN);
-    test_sec_client(d, "worker", MQ_KEY_SERVER);
-    cr_assert_eq(zsock_connect(d, "%s", wel.welcome.servers[0]), 0);
     long dup = s_drops(c.servers[0], "duplicate");
     for (int k = 0; k < 2; k++)
         cr_assert_eq(mq_wire_send(d, &m, payloads, shard.nsegs), 0, "%s", mq_err_last());

@@ -271,16 +271,25 @@ static void s_checkpoint(s_server_t *self)
     mq_wire_send(self->node.sched, &self->out, NULL, 0);
 }
 
-/* Tells the scheduler why this server cannot take part, then ends. */
-static void s_fail_loudly(s_server_t *self, const char *what)
+/* ERROR to the scheduler: "server R: WHAT: the last error", about iteration ITER; UNREADABLE
+ * says it is this shard of that iteration's checkpoint. */
+static void s_tell_error(s_server_t *self, const char *what, uint64_t iter, bool unreadable)
 {
     mq_msg_init(&self->out, MQ_MSG_ERROR);
     self->out.peer_len = 0;
+    self->out.iter = iter;
     self->out.role = MQ_ROLE_SERVER;
     self->out.rank = self->rank;
+    self->out.error.unreadable_checkpoint = unreadable;
     snprintf(self->out.error.reason, sizeof self->out.error.reason, "server %u: %s: %s",
              self->rank, what, mq_err_last());
     mq_wire_send(self->node.sched, &self->out, NULL, 0);
+}
+
+/* Tells the scheduler why this server cannot take part, then ends. */
+static void s_fail_loudly(s_server_t *self, const char *what)
+{
+    s_tell_error(self, what, 0, false);
     s_fail(self, what);
 }
 
@@ -291,8 +300,8 @@ static void s_fail_loudly(s_server_t *self, const char *what)
  * server waits for its word. */
 static void s_unreadable(s_server_t *self, uint64_t iter)
 {
-    char why[600];
-    snprintf(why, sizeof why, "%s", mq_err_last());
+    mq_error("resume: %s", mq_err_last());
+    s_tell_error(self, "resume", iter, true); /* before the rename below sets another error */
     if (self->cfg->checkpoint_dir[0]) {
         char path[1100], aside[1200];
         mq_ckpt_meta_t m = s_ckpt_meta(self, iter);
@@ -301,16 +310,6 @@ static void s_unreadable(s_server_t *self, uint64_t iter)
         if (rename(path, aside) == 0)
             mq_warn("moved %s aside, as it is, to %s", path, aside);
     }
-    mq_error("resume: %s", why);
-    mq_msg_init(&self->out, MQ_MSG_ERROR);
-    self->out.peer_len = 0;
-    self->out.iter = iter;
-    self->out.role = MQ_ROLE_SERVER;
-    self->out.rank = self->rank;
-    self->out.error.unreadable_checkpoint = true;
-    snprintf(self->out.error.reason, sizeof self->out.error.reason, "server %u: resume: %.200s",
-             self->rank, why);
-    mq_wire_send(self->node.sched, &self->out, NULL, 0);
 }
 
 /* Set up and holding the values the run starts from: iterations may start. */

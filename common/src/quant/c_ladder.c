@@ -1,21 +1,18 @@
 /* The `ladder` codec: one level (1..8) picks one of eight settings from three codec families
- * whose costs and losses differ, so that a controller of the level trades something real:
+ * whose costs differ, so that a controller of the level chooses among families, not only
+ * among bit-widths:
  *
- *   level  setting                               bytes a value (about)
- *     1    top-k, k = 0.1 % of the values         0.006   sparse, error feedback
- *     2    top-k, k = 1 %                         0.06    sparse, error feedback
- *     3    uniform, 1 bit, a range per 512        0.14    error feedback
- *     4    uniform, 2 bits                        0.27    error feedback
- *     5    uniform, 3 bits                        0.39    error feedback
- *     6    uniform, 4 bits                        0.52    error feedback
- *     7    uniform, 8 bits                        1.02    error feedback
- *     8    fp32                                   4       exact
+ *   level  setting                               payload for n values
+ *     1    top-k, k = 0.1 % of the values         sparse (index gaps, values), error feedback
+ *     2    top-k, k = 1 %                         sparse, error feedback
+ *     3    uniform, 1 bit, a range per 512        n/8 + 8 n/512 bytes, error feedback
+ *     4-7  uniform, 2, 3, 4, 8 bits               K n/8 + 8 n/512 bytes, error feedback
+ *     8    fp32                                   4 n bytes, exact
  *
- * With a range per 512 values, 2 to 8 uniform bits learn alike per iteration (docs/results.md):
- * a bit-width controller then has nothing to trade, and "always the fewest bits" is best.
- * The sparse rungs are what is cheap enough to cost accuracy per iteration (top-k keeps most
- * of the gradient waiting in its residual), and fp32 what costs bytes for none: the level
- * now moves both, and the best level depends on the link.
+ * With a range per 512 values, 2 to 8 uniform bits learn alike per iteration: a bit-width
+ * controller then has nothing to trade. Whether the families trade accuracy for bytes is a
+ * question of the model and the run; what was measured is in docs/results.md ("Choosing among
+ * codecs: the ladder").
  *
  * Spec: ladder (no options; `ladder:reply` is what servers answer with, below). Parameter
  * words: 0 = the reply flag; the others 0.
