@@ -211,6 +211,21 @@ Test(ps, shard_check_tells_a_push_from_a_reply_and_a_wrong_layout)
     cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, true), 0, "%s", mq_err_last());
     cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(4), &uni, false), -1,
                  "pushed at 3 bits, checked at 4");
+    /* a mismatch names both codecs, from the tables in hand (an unknown one by its id) */
+    cr_assert(strstr(mq_err_last(), ": codec uniform:3, expected uniform:4"), "%s",
+              mq_err_last());
+    uint32_t q = 0;
+    while (q < sh->nsegs && !sh->segs[q].quantized)
+        q++;
+    cr_assert_lt(q, sh->nsegs, "the shard has a quantized segment");
+    msg->tensors[q].codec.id = 200;
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1);
+    cr_assert(strstr(mq_err_last(), ": codec of id 200, expected uniform:3"), "%s",
+              mq_err_last());
+    msg->tensors[q].codec = mq_codec_none();
+    cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1);
+    cr_assert(strstr(mq_err_last(), ": codec none, expected uniform:3"), "%s", mq_err_last());
+    msg->tensors[q].codec = mq_codec_with_bits(&uni, 3);
     msg->tensors[0].offset++;
     cr_assert_eq(s_check(sh, msg, MQ_WIDTHS(3), &uni, false), -1);
     cr_assert(strstr(mq_err_last(), sh->segs[0].name), "%s", mq_err_last());

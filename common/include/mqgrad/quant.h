@@ -20,8 +20,6 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <string.h>
 
 #include "mqgrad/util.h"
 
@@ -138,21 +136,13 @@ int mq_codec_validate_base(const mq_codec_t *c);
 int mq_codec_parse(const char *spec, mq_codec_t *out);
 /* Writes a spec that mq_codec_parse reads back to an equal codec. */
 void mq_codec_format(const mq_codec_t *c, char *buf, size_t len);
-/* The same with C's table OPS in hand (C already valid): no lookup. */
-static inline void mq_codec_format_with(const mq_codec_ops_t *ops, const mq_codec_t *c,
-                                        char *buf, size_t len)
-{
-    int w = ops->max_bits > 0 && c->bits > 0 ? snprintf(buf, len, "%s:%d", ops->name, c->bits)
-                                             : snprintf(buf, len, "%s", ops->name);
-    if (w >= 0 && (size_t)w < len && ops->format)
-        ops->format(c, buf + w, len - (size_t)w);
-}
 /* True if A and B are the same codec with the same level and parameters. */
-static inline bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b)
-{
-    return a->id == b->id && a->bits == b->bits &&
-           memcmp(a->param, b->param, sizeof a->param) == 0;
-}
+bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b);
+/* True if GOT is WANT. Otherwise false, with "codec GOT, expected WANT" in BUF, each written
+ * out with OPS (the run's codec's table, resolved once) when it is that codec, as none when it
+ * is none, by its id otherwise: a push's check needs no registry lookup, even to say why. */
+bool mq_codec_check(const mq_codec_t *got, const mq_codec_t *want, const mq_codec_ops_t *ops,
+                    char *buf, size_t len);
 /* BASE at level BITS: 32 gives none (fp32); a codec that takes no level ignores BITS. */
 mq_codec_t mq_codec_with_bits(const mq_codec_t *base, int bits);
 /* What a server re-encodes a mean of C-encoded pushes with. */

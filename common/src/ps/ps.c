@@ -123,19 +123,6 @@ static mq_codec_t s_at_level(const mq_codec_t *c, const mq_codec_ops_t *ops, int
     return at;
 }
 
-/* C's spec for an error message, with the table in hand when it is RUN's codec or none. */
-static void s_codec_name(const mq_codec_t *c, const mq_codec_t *run, const mq_codec_ops_t *ops,
-                         char *buf, size_t len)
-{
-    const mq_codec_ops_t *o = c->id == run->id             ? ops
-                              : c->id == MQ_CODEC_ID_none ? &mq_codec_none_ops
-                                                           : NULL;
-    if (o)
-        mq_codec_format_with(o, c, buf, len);
-    else
-        snprintf(buf, len, "of id %u", (unsigned)c->id);
-}
-
 int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths_t *w,
                    const mq_codec_t *run, const mq_codec_ops_t *ops)
 {
@@ -154,11 +141,9 @@ int mq_shard_check(const mq_shard_t *shard, const mq_msg_t *msg, const mq_widths
                        (unsigned long long)s->offset, (unsigned long long)s->count);
             return -1;
         }
-        if (!mq_codec_equal(&h->codec, &want)) { /* only now are codecs written out */
-            char got[MQ_CODEC_MAX_SPEC], exp[MQ_CODEC_MAX_SPEC];
-            s_codec_name(&h->codec, run, ops, got, sizeof got);
-            s_codec_name(&want, run, ops, exp, sizeof exp);
-            mq_err_set("tensor %s: codec %s, expected %s", h->name, got, exp);
+        char why[2 * MQ_CODEC_MAX_SPEC + 32];
+        if (!mq_codec_check(&h->codec, &want, ops, why, sizeof why)) {
+            mq_err_set("tensor %s: %s", h->name, why);
             return -1;
         }
     }

@@ -30,6 +30,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "quant_internal.h"

@@ -444,6 +444,45 @@ int mq_codec_parse(const char *spec, mq_codec_t *out)
     return 0;
 }
 
+bool mq_codec_equal(const mq_codec_t *a, const mq_codec_t *b)
+{
+    return a->id == b->id && a->bits == b->bits &&
+           memcmp(a->param, b->param, sizeof a->param) == 0;
+}
+
+/* C's spec with its table OPS in hand (C already valid): no lookup. */
+static void s_format_with(const mq_codec_ops_t *ops, const mq_codec_t *c, char *buf, size_t len)
+{
+    int w = ops->max_bits > 0 && c->bits > 0 ? snprintf(buf, len, "%s:%d", ops->name, c->bits)
+                                             : snprintf(buf, len, "%s", ops->name);
+    if (w >= 0 && (size_t)w < len && ops->format)
+        ops->format(c, buf + w, len - (size_t)w);
+}
+
+/* C's spec when its table is OPS or none's, else its id. */
+static void s_name_by(const mq_codec_t *c, const mq_codec_ops_t *ops, char *buf, size_t len)
+{
+    const mq_codec_ops_t *o = c->id == ops->id              ? ops
+                              : c->id == MQ_CODEC_ID_none ? &mq_codec_none_ops
+                                                           : NULL;
+    if (o)
+        s_format_with(o, c, buf, len);
+    else
+        snprintf(buf, len, "of id %u", (unsigned)c->id);
+}
+
+bool mq_codec_check(const mq_codec_t *got, const mq_codec_t *want, const mq_codec_ops_t *ops,
+                    char *buf, size_t len)
+{
+    if (mq_codec_equal(got, want))
+        return true;
+    char g[MQ_CODEC_MAX_SPEC], e[MQ_CODEC_MAX_SPEC];
+    s_name_by(got, ops, g, sizeof g);
+    s_name_by(want, ops, e, sizeof e);
+    snprintf(buf, len, "codec %s, expected %s", g, e);
+    return false;
+}
+
 void mq_codec_format(const mq_codec_t *c, char *buf, size_t len)
 {
     if (!buf || len == 0)
@@ -453,7 +492,7 @@ void mq_codec_format(const mq_codec_t *c, char *buf, size_t len)
         snprintf(buf, len, "invalid");
         return;
     }
-    mq_codec_format_with(ops, c, buf, len);
+    s_format_with(ops, c, buf, len);
 }
 
 size_t mq_codec_nbuckets(const mq_codec_t *c, size_t n)
