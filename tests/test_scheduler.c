@@ -1,6 +1,7 @@
 /* The scheduler's own rules that need no cluster: its flags, the learning-rate schedule it
  * sends with every ITERATE, its checkpoint file, and its socket-free modules fed event by
- * event (the round, membership, the agent link, the run's horizon). */
+ * event (the round, membership, the agent link, the run's horizon, recovery, the checkpoint
+ * in progress). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -732,4 +733,61 @@ Test(scheduler, an_unreadable_checkpoint_falls_back_to_the_one_before_or_ends_th
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_expect_eq(system(cmd), 0);
+}
+
+Test(scheduler, a_checkpoint_is_due_every_n_rounds_and_consistent_once_every_server_saved_it)
+{
+    mq_ckround_t cp;
+    mq_cp_init(&cp, 0);
+    cr_assert_not(mq_cp_due(&cp, 10, 2), "--checkpoint-every 0: never");
+    mq_cp_init(&cp, 5);
+    cr_assert_not(mq_cp_due(&cp, 0, 2), "not at the start");
+    cr_assert_not(mq_cp_due(&cp, 7, 2), "not between multiples");
+    cr_assert(mq_cp_due(&cp, 5, 2));
+    cr_assert_not(mq_cp_due(&cp, 5, 2), "a round issued again is not a second checkpoint");
+    cr_assert_eq(mq_cp_keep_from(&cp), 0, "no consistent checkpoint yet");
+    /* the servers' word: another iteration's, another shard's, then each shard */
+    cr_assert_eq(mq_cp_saved(&cp, 4, 0, true), MQ_CP_IGNORE);
+    cr_assert_eq(mq_cp_saved(&cp, 5, 2, true), MQ_CP_IGNORE, "there are two shards");
+    cr_assert_eq(mq_cp_saved(&cp, 5, 1, true), MQ_CP_WAIT);
+    cr_assert_eq(mq_cp_saved(&cp, 5, 1, true), MQ_CP_WAIT, "one server twice is not two");
+    cr_assert_eq(mq_cp_saved(&cp, 5, 0, true), MQ_CP_COMPLETE);
+    cr_assert_eq(mq_cp_saved(&cp, 5, 0, true), MQ_CP_IGNORE, "nothing pending after it");
+    mq_cp_committed(&cp);
+    cr_assert_eq(cp.consistent, 5);
+    cr_assert_eq(mq_cp_keep_from(&cp), 5);
+    /* the next: one server fails, loudly the first time only; nothing consistent moves */
+    cr_assert(mq_cp_due(&cp, 10, 2));
+    cr_assert_eq(mq_cp_saved(&cp, 10, 0, true), MQ_CP_WAIT);
+    cr_assert_eq(mq_cp_saved(&cp, 10, 1, false), MQ_CP_FAILED_FIRST);
+    cr_assert_eq(mq_cp_saved(&cp, 10, 0, true), MQ_CP_IGNORE, "a failed checkpoint is over");
+    cr_assert(mq_cp_due(&cp, 15, 2));
+    cr_assert_eq(mq_cp_saved(&cp, 15, 0, false), MQ_CP_FAILED);
+    cr_assert_eq(cp.consistent, 5);
+    cr_assert(mq_cp_due(&cp, 20, 2));
+    cr_assert_eq(mq_cp_saved(&cp, 20, 0, true), MQ_CP_WAIT);
+    cr_assert_eq(mq_cp_saved(&cp, 20, 1, true), MQ_CP_COMPLETE);
+    mq_cp_committed(&cp);
+    cr_assert_eq(cp.consistent, 20);
+    cr_assert_eq(cp.before, 5);
+    cr_assert_eq(mq_cp_keep_from(&cp), 5, "the servers keep the one before too");
+}
+
+Test(scheduler, a_restore_ends_the_checkpoint_in_progress_and_none_is_written_where_it_resumed)
+{
+    mq_ckround_t cp;
+    mq_cp_init(&cp, 5);
+    cr_assert(mq_cp_due(&cp, 5, 1));
+    mq_cp_restart(&cp, 10, 5); /* resumed from 10, the one before at 5 */
+    cr_assert_eq(mq_cp_saved(&cp, 5, 0, true), MQ_CP_IGNORE, "the old one is forgotten");
+    cr_assert_eq(cp.consistent, 10);
+    cr_assert_eq(mq_cp_keep_from(&cp), 5);
+    cr_assert_not(mq_cp_due(&cp, 10, 1), "its shards are the ones it resumed from");
+    cr_assert(mq_cp_due(&cp, 15, 1));
+    mq_cp_restart(&cp, 0, 0); /* rolled back to the start */
+    cr_assert_eq(cp.consistent, 0);
+    cr_assert_eq(mq_cp_keep_from(&cp), 0);
+    cr_assert_eq(mq_cp_saved(&cp, 15, 0, true), MQ_CP_IGNORE);
+    mq_cp_restart(&cp, 10, 10); /* a "before" that is not before is none */
+    cr_assert_eq(cp.before, 0);
 }

@@ -104,14 +104,9 @@ typedef struct {
     /* checkpoints and resume */
     char run_dir[512];     /* --run-dir, or beside it when --resume finds that run over */
     uint64_t lineage;      /* the run's first id: its checkpoints' name across restarts */
-    uint64_t resumed_at;   /* the iteration this scheduler resumed the run at (0: started it) */
     double wall_before;    /* wall time of training before this scheduler */
-    mq_sched_ckpt_t ckpt;  /* the checkpoint in progress: this state, once every server saved */
-    uint64_t consistent;   /* the iteration of the last consistent checkpoint (0: none) */
-    uint64_t consistent_before; /* the one before it (checkpoint-prev.json; 0: none) */
-    bool ckpt_pending;
-    bool saved[MQ_WIRE_MAX_SERVERS];
-    bool ckpt_warned;
+    mq_ckround_t cp;       /* the checkpoint in progress (checkpoints.c) */
+    mq_sched_ckpt_t ckpt;  /* ...this state, once every server saved its shard */
     mq_sec_t *sec;
     uint8_t run_key[MQ_RUN_KEY_LEN]; /* nodes' tokens derive from it (mqgrad/security.h) */
     struct {
@@ -312,10 +307,7 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
     } else {
         s_put_members(self);
         self->out.iterate.checkpoint = checkpoint;
-        /* the servers keep the last two consistent checkpoints: one whose shard a server
-         * cannot read leaves the one before (s_fall_back) */
-        self->out.iterate.keep_from =
-            !checkpoint ? 0 : self->consistent_before ? self->consistent_before : self->consistent;
+        self->out.iterate.keep_from = checkpoint ? mq_cp_keep_from(&self->cp) : 0;
         self->out.iterate.run_time = self->train_time;
         self->out.iterate.view = self->round.view;
     }
@@ -456,14 +448,10 @@ static void s_issue(s_sched_t *self)
     s_send_members(self, MQ_MSG_ITERATE, checkpoint);
 }
 
-/* Checkpoints: every --checkpoint-every iterations the servers write their shards as of the
- * round's start, and once all have, this state goes to checkpoint.json: a consistent point
- * a restarted scheduler resumes from. */
+/* Whether this round writes a checkpoint (checkpoints.c); if so, the state it will hold. */
 static bool s_checkpoint_due(s_sched_t *self)
 {
-    long every = self->cfg->checkpoint_every;
-    if (every <= 0 || self->iter == 0 || self->iter % (uint64_t)every != 0 ||
-        self->iter == self->resumed_at || (self->ckpt_pending && self->ckpt.iter == self->iter))
+    if (!mq_cp_due(&self->cp, self->iter, self->mb.nservers))
         return false;
     double wall = self->wall_before + (self->t_training > 0 ? mq_now_s() - self->t_training : 0);
     self->ckpt = (mq_sched_ckpt_t){
@@ -489,8 +477,6 @@ static bool s_checkpoint_due(s_sched_t *self)
     };
     snprintf(self->ckpt.model, sizeof self->ckpt.model, "%s", self->cfg->model);
     snprintf(self->ckpt.policy, sizeof self->ckpt.policy, "%s", self->policy);
-    self->ckpt_pending = true;
-    memset(self->saved, 0, sizeof self->saved);
     return true;
 }
 
@@ -514,14 +500,13 @@ static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
     const mq_saved_t *sv = sv_;
     if (!s_from_server(self, msg, sv->shard))
         return;
-    if (!self->ckpt_pending || msg->iter != self->ckpt.iter)
+    mq_cp_action_t a = mq_cp_saved(&self->cp, msg->iter, sv->shard, !sv->error[0]);
+    if (a == MQ_CP_IGNORE || a == MQ_CP_WAIT)
         return;
-    if (sv->error[0]) {
-        self->ckpt_pending = false;
-        if (!self->ckpt_warned)
+    if (a == MQ_CP_FAILED_FIRST || a == MQ_CP_FAILED) {
+        if (a == MQ_CP_FAILED_FIRST)
             mq_warn("no checkpoint at iteration %llu: %s (further failures are only events)",
                     (unsigned long long)msg->iter, sv->error);
-        self->ckpt_warned = true;
         char fields[400], why[300];
         mq_json_escape(sv->error, why, sizeof why);
         snprintf(fields, sizeof fields, "\"at\":%llu,\"reason\":\"%s\"",
@@ -529,12 +514,7 @@ static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
         s_event(self, "checkpoint_failed", fields);
         return;
     }
-    self->saved[sv->shard] = true;
-    for (uint32_t s = 0; s < self->mb.nservers; s++)
-        if (!self->saved[s])
-            return;
-    self->ckpt_pending = false;
-    if (self->consistent > 0 && mq_sched_ckpt_keep_prev(self->run_dir) != 0)
+    if (self->cp.consistent > 0 && mq_sched_ckpt_keep_prev(self->run_dir) != 0)
         mq_warn("checkpoint-prev.json: %s (no checkpoint to fall back on)", mq_err_last());
     if (mq_sched_ckpt_write(self->run_dir, &self->ckpt) != 0) {
         mq_error("checkpoint.json: %s", mq_err_last());
@@ -542,8 +522,7 @@ static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
         return;
     }
     mq_metric_set(self->m.ckpt_iter, (double)self->ckpt.iter);
-    self->consistent_before = self->consistent;
-    self->consistent = self->ckpt.iter;
+    mq_cp_committed(&self->cp);
     mq_metric_set(self->m.ckpt_time, (double)time(NULL));
     char fields[64];
     snprintf(fields, sizeof fields, "\"at\":%llu", (unsigned long long)self->ckpt.iter);
@@ -608,11 +587,9 @@ static void s_restore(s_sched_t *self, const mq_sched_ckpt_t *c)
     self->watch.seen = c->seen;
     if (c->policy[0] && !self->policy[0])
         snprintf(self->policy, sizeof self->policy, "%s", c->policy);
-    self->resumed_at = c->iter;
-    self->consistent = c->iter;
     mq_sched_ckpt_t prev;
-    self->consistent_before =
-        mq_sched_ckpt_read_prev(self->run_dir, &prev) == 0 && prev.iter < c->iter ? prev.iter : 0;
+    mq_cp_restart(&self->cp, c->iter,
+                  mq_sched_ckpt_read_prev(self->run_dir, &prev) == 0 ? prev.iter : 0);
 }
 
 /* The run directory: a new run, or with --resume the unfinished run there, from its last
@@ -667,7 +644,7 @@ static void s_start(s_sched_t *self)
     if (!self->lineage)
         self->lineage = self->run_id;
     self->run.lineage = self->lineage;
-    self->run.resume_iter = self->resumed_at;
+    self->run.resume_iter = self->cp.resumed_at;
     if (self->external && self->mb.workers[self->seeder].state == MQ_MB_FREE)
         for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) /* the first worker left: the next */
             if (self->mb.workers[r].state != MQ_MB_FREE) {
@@ -1607,7 +1584,6 @@ static void s_roll_back(s_sched_t *self, const mq_sched_ckpt_t *ck, const char *
     double now = mq_now_s();
     double wall = self->wall_before + (self->t_training > 0 ? now - self->t_training : 0);
     mq_mb_forget(&self->mb);
-    self->ckpt_pending = false;
     s_agent_event(self, MQ_AL_RESET, NULL, NULL, NULL);
     if (ck) {
         s_restore(self, ck);
@@ -1619,8 +1595,7 @@ static void s_roll_back(s_sched_t *self, const mq_sched_ckpt_t *ck, const char *
         self->last_acc = self->last_loss = self->last_sparsity = NAN;
         self->acc_iter = -1;
         self->bits = (int)self->cfg->bits;
-        self->resumed_at = 0;
-        self->consistent = self->consistent_before = 0;
+        mq_cp_restart(&self->cp, 0, 0);
     }
     self->wall_before = wall;
     self->t_training = 0;
@@ -1668,7 +1643,7 @@ static void s_fall_back(s_sched_t *self, uint32_t server, uint64_t bad, const ch
 {
     mq_sched_ckpt_t prev = {0};
     int rc = mq_sched_ckpt_read_prev(self->run_dir, &prev);
-    mq_rc_plan_t plan = mq_rc_unreadable(bad, self->consistent, rc, prev.iter);
+    mq_rc_plan_t plan = mq_rc_unreadable(bad, self->cp.consistent, rc, prev.iter);
     if (plan.action == MQ_RC_IGNORE)
         return;
     if (plan.action == MQ_RC_FAIL) {
@@ -1814,6 +1789,7 @@ static int s_start_service(void *arg, mq_service_t *svc)
     svc->drops = &self->drops;
     mq_mb_init(&self->mb, (uint32_t)self->cfg->max_workers, (uint32_t)self->cfg->servers);
     mq_hz_init(&self->hz, self->cfg);
+    mq_cp_init(&self->cp, self->cfg->checkpoint_every);
     mq_sched_run_config(self->cfg, &self->run);
     self->external = strcmp(self->run.model, "external") == 0;
     self->has_layout =

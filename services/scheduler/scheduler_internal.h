@@ -71,6 +71,54 @@ typedef struct {
 int mq_sched_open_run(const mq_scheduler_config_t *c, char *run_dir, size_t len,
                       mq_sched_opened_t *out);
 
+/* ---- the checkpoint in progress (checkpoints.c) -------------------------------------------
+ * Every --checkpoint-every iterations the servers write their shards as of the round's start;
+ * once all have, the scheduler's state goes to checkpoint.json: a consistent point.
+ *
+ *   IDLE      a round at a multiple of every (not 0, not the iteration resumed at):
+ *             -> PENDING of it, the round's ITERATE says "checkpoint".
+ *   PENDING   SAVED of it from a server, ok: tallied; the last -> COMPLETE, IDLE (the actor
+ *             writes checkpoint.json, then says committed: the point is consistent).
+ *             SAVED of it, failed: -> IDLE, FAILED (FAILED_FIRST the first time in the run:
+ *             said loudly once, an event each time).
+ *             SAVED of another iteration or shard: IGNORE.
+ *   any       a restore (resume, roll back) -> IDLE, consistent at the iteration gone on from.
+ *
+ * The servers keep the last two consistent checkpoints (ITERATE's keep_from): one whose shard
+ * a server cannot read leaves the one before (recovery.c). */
+typedef struct {
+    long every;          /* --checkpoint-every (0: none) */
+    uint64_t resumed_at; /* the iteration the run went on from (no checkpoint there) */
+    bool pending;        /* being written... */
+    uint64_t iter;       /* ...of this iteration */
+    uint32_t servers;    /* ...by this many servers */
+    bool saved[MQ_WIRE_MAX_SERVERS];
+    bool warned;         /* a failure was said loudly */
+    uint64_t consistent; /* the last consistent checkpoint (0: none) */
+    uint64_t before;     /* the one before it (checkpoint-prev.json; 0: none) */
+} mq_ckround_t;
+
+typedef enum {
+    MQ_CP_IGNORE,       /* not the checkpoint in progress */
+    MQ_CP_WAIT,         /* tallied; other servers have not said */
+    MQ_CP_COMPLETE,     /* every server saved: write checkpoint.json */
+    MQ_CP_FAILED_FIRST, /* a server could not: no checkpoint this time (the first failure) */
+    MQ_CP_FAILED,       /* the same, again */
+} mq_cp_action_t;
+
+void mq_cp_init(mq_ckround_t *cp, long every);
+/* Whether the round ITER, with SERVERS servers, writes a checkpoint; if so it is pending. */
+bool mq_cp_due(mq_ckround_t *cp, uint64_t iter, uint32_t servers);
+/* The oldest checkpoint a server keeps when it writes a new one. */
+uint64_t mq_cp_keep_from(const mq_ckround_t *cp);
+/* A server's SAVED: the shard SHARD of iteration ITER was written (OK) or not. */
+mq_cp_action_t mq_cp_saved(mq_ckround_t *cp, uint64_t iter, uint32_t shard, bool ok);
+/* checkpoint.json now holds the pending checkpoint. */
+void mq_cp_committed(mq_ckround_t *cp);
+/* The run goes on from iteration AT (0: its start), the checkpoint before it at BEFORE (0:
+ * none); nothing pending. */
+void mq_cp_restart(mq_ckround_t *cp, uint64_t at, uint64_t before);
+
 /* ---- the run's horizon (horizon.c) --------------------------------------------------------
  * Which rounds are evaluated (every --eval-every, and the last), on how many test images
  * (--eval-limit, or --final-eval-limit for the last), and when the run ends (--iterations,
