@@ -603,6 +603,51 @@ Test(scheduler, out_of_time_on_a_round_not_evaluated_the_run_gets_one_more_evalu
 
 /* ---- recovery (recovery.c) ----------------------------------------------------------------- */
 
+/* A report is taken once, from a member, for the round in flight; the rest are drops with
+ * their reason, a straggler's and a closed round's counted as late. */
+Test(scheduler, a_report_counts_once_for_its_own_round_and_adds_to_the_round_totals)
+{
+    mq_round_t *r = s_round(MQ_STRAGGLERS_FIRST, 1, (uint32_t[]){0, 2}, 2, true);
+    const char *why = "";
+    cr_assert_eq(mq_round_report_check(r, true, 7, false, 7, 0, &why), MQ_DROP_NONE);
+    cr_assert_eq(mq_round_report_check(r, true, 7, false, 6, 0, &why), MQ_DROP_LATE);
+    cr_assert(strstr(why, "closed"), "%s", why);
+    cr_assert_eq(mq_round_report_check(r, true, 7, false, 8, 0, &why), MQ_DROP_ITER);
+    cr_assert_eq(mq_round_report_check(r, false, 7, false, 7, 0, &why), MQ_DROP_ITER,
+                 "no round in flight (paused, waiting for the agent)");
+    cr_assert_eq(mq_round_report_check(r, true, 7, false, 7, 1, &why), MQ_DROP_ITER,
+                 "rank 1 is not a member");
+    cr_assert_eq(mq_round_report_check(r, true, 7, true, 7, 1, &why), MQ_DROP_LATE,
+                 "once stragglers were cut, a non-member's report is a straggler's");
+    cr_assert(strstr(why, "straggler"), "%s", why);
+    mq_round_out_t o;
+    mq_round_report(r, 0, &o);
+    cr_assert_eq(mq_round_report_check(r, true, 7, false, 7, 0, &why), MQ_DROP_DUPLICATE);
+
+    mq_report_t sum = {0};
+    mq_report_t a = {.loss = 1.5, .bytes_up = 100, .nonfinite = 1, .evaluated = true,
+                     .eval_correct = 80, .eval_total = 100, .eval_ms = 40, .params = 9,
+                     .zero_params = 3, .n_tensor_err = 2, .tensor_err = {0.5, 1.0}};
+    mq_report_t b = {.loss = 0.5, .bytes_up = 50, .loss_nonfinite = true, .evaluated = true,
+                     .eval_correct = 90, .eval_total = 100, .eval_ms = 60, .params = 9,
+                     .zero_params = 3, .n_tensor_err = 2, .tensor_err = {0.25, 0.5}};
+    mq_report_t other = {.loss = 1, .n_tensor_err = 3, .tensor_err = {9, 9, 9}};
+    mq_round_sum(&sum, &a, 2);
+    mq_round_sum(&sum, &b, 2);
+    mq_round_sum(&sum, &other, 2);
+    cr_assert_float_eq(sum.loss, 3.0, 1e-12);
+    cr_assert_eq(sum.bytes_up, 150);
+    cr_assert_eq(sum.nonfinite, 1);
+    cr_assert(sum.loss_nonfinite, "one non-finite loss makes the round's");
+    cr_assert_eq(sum.eval_correct, 170);
+    cr_assert_eq(sum.eval_total, 200);
+    cr_assert_float_eq(sum.eval_ms, 60, 1e-12, "the longest evaluation, not their sum");
+    cr_assert_eq(sum.params, 9);
+    cr_assert_eq(sum.n_tensor_err, 2);
+    cr_assert_float_eq(sum.tensor_err[0], 0.75, 1e-12, "another layout's errors are not added");
+    cr_assert_float_eq(sum.tensor_err[1], 1.5, 1e-12);
+}
+
 Test(scheduler, a_round_past_its_timeout_takes_out_the_members_that_did_not_push)
 {
     mq_round_t *r = s_round(MQ_STRAGGLERS_WAIT, 0, (uint32_t[]){0, 1, 2}, 3, false);

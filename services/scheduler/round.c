@@ -119,6 +119,54 @@ void mq_round_report(mq_round_t *r, uint32_t rank, mq_round_out_t *out)
         s_try_close(r, out);
 }
 
+mq_drop_t mq_round_report_check(const mq_round_t *r, bool running, uint64_t iter, bool cut,
+                                uint64_t msg_iter, uint32_t rank, const char **why)
+{
+    bool member = mq_member_index(r->members, r->nmembers, rank) >= 0;
+    if (msg_iter < iter)
+        return *why = "report for a round that closed without it", MQ_DROP_LATE;
+    if (running && msg_iter == iter && cut && !member)
+        return *why = "report of a straggler cut from the round", MQ_DROP_LATE;
+    if (!running || msg_iter != iter || !member)
+        return *why = "report for another iteration, or from a worker not in it", MQ_DROP_ITER;
+    if (r->got[rank])
+        return *why = "second report", MQ_DROP_DUPLICATE;
+    return MQ_DROP_NONE;
+}
+
+void mq_round_sum(mq_report_t *sum, const mq_report_t *r, uint32_t ntensors)
+{
+    sum->loss += r->loss;
+    sum->grad_sqmean += r->grad_sqmean;
+    sum->grad_range += r->grad_range;
+    sum->compute_ms += r->compute_ms;
+    sum->encode_ms += r->encode_ms;
+    sum->wait_ms += r->wait_ms;
+    sum->decode_ms += r->decode_ms;
+    sum->update_ms += r->update_ms;
+    sum->bytes_up += r->bytes_up;
+    sum->bytes_down += r->bytes_down;
+    sum->nonfinite += r->nonfinite;
+    sum->loss_nonfinite |= r->loss_nonfinite;
+    sum->grad_sq += r->grad_sq;
+    sum->sent_sq += r->sent_sq;
+    sum->update_sq += r->update_sq;
+    if (r->n_tensor_err == ntensors && ntensors <= MQ_WIRE_MAX_TENSORS) {
+        for (uint32_t t = 0; t < ntensors; t++)
+            sum->tensor_err[t] += r->tensor_err[t];
+        sum->n_tensor_err = ntensors;
+    }
+    if (r->evaluated) {
+        sum->eval_correct += r->eval_correct;
+        sum->eval_total += r->eval_total;
+        sum->eval_loss_sum += r->eval_loss_sum;
+        /* every worker holds the same parameters: any one's count is the model's */
+        sum->zero_params = r->zero_params;
+        sum->params = r->params;
+        sum->eval_ms = r->eval_ms > sum->eval_ms ? r->eval_ms : sum->eval_ms;
+    }
+}
+
 void mq_round_deadline(mq_round_t *r, uint32_t nservers, mq_round_out_t *out)
 {
     s_out_clear(out);

@@ -74,7 +74,6 @@ typedef struct {
     double slowest_ms;
     uint64_t cut_total, cut_rounds;
     mq_report_t sum;
-    double max_eval_ms;
     /* run totals */
     double train_time, agent_ms;
     mq_watch_t watch; /* smoothed loss, divergence, spike guard */
@@ -433,7 +432,6 @@ static void s_issue(s_sched_t *self)
     bool checkpoint = s_checkpoint_due(self);
     mq_round_begin(&self->round, self->evaluate);
     memset(&self->sum, 0, sizeof self->sum);
-    self->max_eval_ms = 0;
     self->phase = S_RUNNING;
     self->t_issued = mq_now_s();
     /* Simulated clock: iterations follow one another without gaps, so the iteration starts
@@ -1143,7 +1141,7 @@ static void s_iteration_done(s_sched_t *self)
 {
     double iter_ms = self->run.simulated_clock
                          ? (self->sim_done - self->sim_issued) * 1e3
-                         : (mq_now_s() - self->t_issued) * 1e3 - self->max_eval_ms;
+                         : (mq_now_s() - self->t_issued) * 1e3 - self->sum.eval_ms;
     self->train_time += iter_ms / 1e3;
     self->last_iter_s = iter_ms / 1e3;
     double smoothed_before = self->watch.smoothed;
@@ -1341,16 +1339,9 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
     const mq_mb_node_t *w = mq_mb_node(&self->mb, MQ_ROLE_WORKER, msg->rank, msg->incarnation);
     if (!w || w->state != MQ_MB_ACTIVE || !mq_mb_from_peer(w, msg))
         d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
-    else if (msg->iter < self->iter)
-        d = MQ_DROP_LATE, why = "report for a round that closed without it";
-    else if (self->phase == S_RUNNING && msg->iter == self->iter && self->cut &&
-             mq_member_index(self->round.members, self->round.nmembers, msg->rank) < 0)
-        d = MQ_DROP_LATE, why = "report of a straggler cut from the round";
-    else if (self->phase != S_RUNNING || msg->iter != self->iter ||
-             mq_member_index(self->round.members, self->round.nmembers, msg->rank) < 0)
-        d = MQ_DROP_ITER, why = "report for another iteration, or from a worker not in it";
-    else if (self->round.got[msg->rank])
-        d = MQ_DROP_DUPLICATE, why = "second report";
+    else
+        d = mq_round_report_check(&self->round, self->phase == S_RUNNING, self->iter,
+                                  self->cut > 0, msg->iter, msg->rank, &why);
     if (d != MQ_DROP_NONE) {
         mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why);
         return;
@@ -1362,40 +1353,10 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
         self->slowest_ms = took_ms;
         self->slowest_rank = msg->rank;
     }
-    const mq_report_t *r = rep;
-    mq_report_t *s = &self->sum;
-    s_metrics_report(self, msg->rank, r);
+    s_metrics_report(self, msg->rank, rep);
     if (msg->sim_time > self->sim_done)
         self->sim_done = msg->sim_time;
-    s->loss += r->loss;
-    s->grad_sqmean += r->grad_sqmean;
-    s->grad_range += r->grad_range;
-    s->compute_ms += r->compute_ms;
-    s->encode_ms += r->encode_ms;
-    s->wait_ms += r->wait_ms;
-    s->decode_ms += r->decode_ms;
-    s->update_ms += r->update_ms;
-    s->bytes_up += r->bytes_up;
-    s->bytes_down += r->bytes_down;
-    s->nonfinite += r->nonfinite;
-    s->loss_nonfinite |= r->loss_nonfinite;
-    s->grad_sq += r->grad_sq;
-    s->sent_sq += r->sent_sq;
-    s->update_sq += r->update_sq;
-    if (r->n_tensor_err == self->layout.n) { /* else a worker of another layout: refused */
-        for (uint32_t t = 0; t < r->n_tensor_err; t++)
-            s->tensor_err[t] += r->tensor_err[t];
-        s->n_tensor_err = r->n_tensor_err;
-    }
-    if (r->evaluated) {
-        s->eval_correct += r->eval_correct;
-        s->eval_total += r->eval_total;
-        s->eval_loss_sum += r->eval_loss_sum;
-        /* every worker holds the same parameters: any one's count is the model's */
-        s->zero_params = r->zero_params;
-        s->params = r->params;
-        self->max_eval_ms = r->eval_ms > self->max_eval_ms ? r->eval_ms : self->max_eval_ms;
-    }
+    mq_round_sum(&self->sum, rep, self->layout.n);
     mq_round_out_t o;
     mq_round_report(&self->round, msg->rank, &o);
     s_round_do(self, &o);

@@ -256,6 +256,15 @@ void mq_round_progress(mq_round_t *r, uint32_t shard, const uint32_t *ranks, uin
 /* Member RANK reported: DONE when it is the last, or when the policy ends the round without
  * the others. A second report, or one from outside the member set, changes nothing. */
 void mq_round_report(mq_round_t *r, uint32_t rank, mq_round_out_t *out);
+/* Whether a report of MSG_ITER from RANK is one round ITER takes (RUNNING: a round is in
+ * flight; CUT: the policy left stragglers out of it): MQ_DROP_NONE, or the drop and WHY (a
+ * straggler's report, or one for a closed round, is LATE). */
+mq_drop_t mq_round_report_check(const mq_round_t *r, bool running, uint64_t iter, bool cut,
+                                uint64_t msg_iter, uint32_t rank, const char **why);
+/* Adds a member's report R to the round's totals SUM: sums, the worst flags, the evaluation's
+ * counts and its longest time (eval_ms); the per-tensor errors only from a report of
+ * NTENSORS tensors, the run's layout. */
+void mq_round_sum(mq_report_t *sum, const mq_report_t *r, uint32_t ntensors);
 /* deadline:S's seconds are over: cut (VIEW) before the commit, end (DONE) after it. */
 void mq_round_deadline(mq_round_t *r, uint32_t nservers, mq_round_out_t *out);
 /* Worker RANK is gone: out of the round (VIEW; AGAIN when nobody is left) unless it reported;
