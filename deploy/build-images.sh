@@ -18,7 +18,8 @@
 #   --torch        also build the PyTorch worker image of the compose profile "torch"
 #                  (deploy/torch: Debian's python3-torch, libmqgrad, the Python package and
 #                  examples/torch)
-#   --torch-only   the base images and the PyTorch worker image, not the project image
+#   --torch-only   the base images and the PyTorch worker image, and the project image only
+#                  when it is missing (the PyTorch image takes libmqgrad from it)
 #   --torch-tag IMAGE  its name (default: $MQGRAD_TORCH_IMAGE or mqgrad-torch:latest)
 # env: MQGRAD_DEBIAN_MIRROR / MQGRAD_DEBIAN_SECURITY_MIRROR override the mirror read
 #      from this host's apt sources; MQGRAD_SUITE (default bookworm).
@@ -162,6 +163,12 @@ make_base "debian:${suite}-slim" slim
 
 [ "$base_only" = 1 ] && exit 0
 
+# The PyTorch image takes libmqgrad from the project image: one compile for both.
+if [ "$torch" = 1 ] && [ "$project" = 0 ] && ! docker image inspect "$image" >/dev/null 2>&1; then
+    log "$image is missing: the PyTorch image takes libmqgrad from it, so it is built first"
+    project=1
+fi
+
 if [ "$project" = 1 ]; then
     log "building $image from deploy/Dockerfile ..."
     start=$(date +%s)
@@ -178,11 +185,12 @@ if [ "$prometheus" = 1 ]; then
     log "$prometheus_image built in $(( $(date +%s) - start )) s: $(docker image inspect -f '{{.Size}}' "$prometheus_image" | awk '{printf "%.0f MB", $1/1e6}')"
 fi
 
-# The PyTorch worker image: the repository is its build context, as for the project image
-# (it compiles libmqgrad alone, with the project image's build packages).
+# The PyTorch worker image: the repository is its build context (the Python package and the
+# examples), libmqgrad is the project image's.
 if [ "$torch" = 1 ]; then
     log "building $torch_image from deploy/torch/Dockerfile ..."
     start=$(date +%s)
-    docker build -f "$here/torch/Dockerfile" -t "$torch_image" "$repo" >&2
+    docker build --build-arg MQGRAD_IMAGE="$image" \
+        -f "$here/torch/Dockerfile" -t "$torch_image" "$repo" >&2
     log "$torch_image built in $(( $(date +%s) - start )) s: $(docker image inspect -f '{{.Size}}' "$torch_image" | awk '{printf "%.0f MB", $1/1e6}')"
 fi
