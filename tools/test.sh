@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, builds with warnings as errors, runs every
 # Criterion test through ctest, every fuzz target for a bounded time with ASan and UBSan
-# (tools/fuzz.sh; MQGRAD_FUZZ_SECONDS, default 30 each), the Criterion suite once more under
+# (tools/fuzz.sh; MQGRAD_FUZZ_SECONDS, default 20 each), the Criterion suite once more under
 # ASan and UBSan (tools/sanitize.sh), then the end-to-end tests on real containers, after
 # rendering and validating the Kubernetes manifests offline (tools/check-k8s.sh).
 # The end-to-end stage starts as soon as ctest has passed and runs beside the fuzz, sanitize
@@ -130,7 +130,7 @@ s_e2e_join() {
     return "$rc"
 }
 if [ "${MQGRAD_FUZZ:-1}" != 0 ]; then
-    s_stage fuzz tools/fuzz.sh "${MQGRAD_FUZZ_SECONDS:-30}"
+    s_stage fuzz tools/fuzz.sh "${MQGRAD_FUZZ_SECONDS:-20}"
 else
     s_off fuzz "MQGRAD_FUZZ=0"
 fi
