@@ -14,14 +14,15 @@
 # it is built when missing). About 8 minutes with the defaults on 2 cores (two runs of
 # ~50 it/s, plus start-up and what the crashes cost).
 #
-# --network (root: tc and nsenter): the chaos run's events are also network faults, two in
-# three of them by the seeded schedule: a random service's container loses 1-5 % of its
-# packets, or gets 50-200 ms of delay (jitter a quarter of it), or is cut off (100 % loss),
-# for 10-60 s, then healed. tc netem on both ends of the container's link (its eth0 in its
-# network namespace and the veth peer on the host), so both directions suffer, TCP's
-# acknowledgements too. Faults overlap crashes and one another. The script then checks the
-# goals: the run completes, loses at most the checkpoint interval per fault or crash, and
-# ends within 1 point of the calm run's accuracy; it exits 1 when one is missed.
+# --network (root: iptables, tc, nsenter): the chaos run's events are also network faults,
+# two in three of them by the seeded schedule, on a random service's container for 10-60 s,
+# then healed: it loses 1-5 % of its packets (iptables' statistic match, both directions), or
+# is cut off (everything on its eth0 dropped, both directions), or its link is slowed: 50-200
+# ms of delay with a quarter of it as jitter (tc netem, both ends of its link) where the
+# kernel has netem, else a congested link (tc tbf at 2-20 Mbit/s with a queue of 50-200 ms,
+# both ends). Faults overlap crashes and one another. The script then checks the goals: the
+# run completes, loses at most the checkpoint interval per fault or crash, and ends within 1
+# point of the calm run's accuracy; it exits 1 when one is missed.
 set -uo pipefail
 SEED=1 ITERATIONS=10000 EVERY=15 WORKERS=3 NETWORK=0
 while [ $# -gt 0 ]; do
@@ -31,7 +32,7 @@ while [ $# -gt 0 ]; do
     --iterations) ITERATIONS="$2"; shift 2 ;;
     --every) EVERY="$2"; shift 2 ;;
     --workers) WORKERS="$2"; shift 2 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "chaos.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -39,10 +40,13 @@ for v in "$SEED" "$ITERATIONS" "$EVERY" "$WORKERS"; do
     [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || { echo "chaos.sh: '$v' is not a positive integer" >&2; exit 2; }
 done
 if [ "$NETWORK" = 1 ]; then
-    [ "$(id -u)" = 0 ] || { echo "chaos.sh: --network needs root (tc, nsenter)" >&2; exit 2; }
-    for t in tc nsenter ip; do
-        command -v "$t" >/dev/null || { echo "chaos.sh: --network needs $t (iproute2, util-linux)" >&2; exit 2; }
+    [ "$(id -u)" = 0 ] || { echo "chaos.sh: --network needs root (iptables, tc, nsenter)" >&2; exit 2; }
+    for t in iptables tc nsenter ip unshare; do
+        command -v "$t" >/dev/null || { echo "chaos.sh: --network needs $t (iptables, iproute2, util-linux)" >&2; exit 2; }
     done
+    # Delay needs the kernel's netem; without it a slow link stands in (see above).
+    NETEM=0
+    unshare -n tc qdisc add dev lo root netem delay 1ms 2>/dev/null && NETEM=1
 fi
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/../tests/e2e/lib.sh"
@@ -74,43 +78,68 @@ s_link_ends() {
     [ -n "$veth" ] || return 1
     echo "$pid $veth"
 }
-# netem ARGS on both ends of container $1's link; "heal" takes them off.
-s_netem() {
-    local id="$1" ends pid veth
-    shift
+# Fault KIND (loss P, partition, delay MS, slow MBPS MS, heal) on container $1's link.
+s_shape() {
+    local id="$1" kind="$2" ends pid veth
     ends=$(s_link_ends "$id") || return 1
     read -r pid veth <<<"$ends"
-    if [ "$1" = heal ]; then
-        nsenter -t "$pid" -n tc qdisc del dev eth0 root 2>/dev/null
+    local in=(nsenter -t "$pid" -n)
+    case "$kind" in
+    loss)
+        local p
+        p=$(awk -v p="$3" 'BEGIN { printf "%.2f", p / 100 }')
+        "${in[@]}" iptables -A INPUT -i eth0 -m statistic --mode random --probability "$p" -j DROP &&
+            "${in[@]}" iptables -A OUTPUT -o eth0 -m statistic --mode random --probability "$p" -j DROP ;;
+    partition)
+        "${in[@]}" iptables -A INPUT -i eth0 -j DROP && "${in[@]}" iptables -A OUTPUT -o eth0 -j DROP ;;
+    delay)
+        "${in[@]}" tc qdisc replace dev eth0 root netem delay "${3}ms" "$(($3 / 4))ms" &&
+            tc qdisc replace dev "$veth" root netem delay "${3}ms" "$(($3 / 4))ms" ;;
+    slow)
+        "${in[@]}" tc qdisc replace dev eth0 root tbf rate "${3}mbit" burst 32kb latency "${4}ms" &&
+            tc qdisc replace dev "$veth" root tbf rate "${3}mbit" burst 32kb latency "${4}ms" ;;
+    heal)
+        "${in[@]}" iptables -F INPUT 2>/dev/null
+        "${in[@]}" iptables -F OUTPUT 2>/dev/null
+        "${in[@]}" tc qdisc del dev eth0 root 2>/dev/null
         tc qdisc del dev "$veth" root 2>/dev/null
-        return 0
-    fi
-    nsenter -t "$pid" -n tc qdisc replace dev eth0 root netem "$@" &&
-        tc qdisc replace dev "$veth" root netem "$@"
+        return 0 ;;
+    esac
 }
 HEALS=()   # every container a fault touched: healed as the run ends, whatever happened
+declare -A UNTIL  # a container's fault lasts until then (s): one at a time on each
 s_heal_all() {
     local id
     kill $(jobs -p) 2>/dev/null
-    for id in "${HEALS[@]}"; do s_netem "$id" heal; done
+    for id in "${HEALS[@]}"; do s_shape "$id" heal; done
     HEALS=()
 }
 # A network fault on container $1 (service $2) by the seeded schedule, healed after 10-60 s
 # in the background. Sets FAULT to its kind (loss, delay, partition), or to nothing when the
 # container could not be shaped (it was restarting).
 s_fault() {
-    local id="$1" role="$2" kind args secs
+    local id="$1" role="$2" kind args secs what
     FAULT=""
     secs=$((10 + RANDOM % 51))
+    if [ "${UNTIL[$id]:-0}" -gt "$(date +%s)" ]; then
+        e2e_log "the $role ${id:0:12} is under a fault already: none added"
+        return 0
+    fi
     case $((RANDOM % 3)) in
-    0) kind=loss args=(loss "$((1 + RANDOM % 5))%") ;;
-    1) local d=$((50 + RANDOM % 151)); kind=delay args=(delay "${d}ms" "$((d / 4))ms") ;;
-    *) kind=partition args=(loss 100%) ;;
+    0) kind=loss args=("$((1 + RANDOM % 5))") what="${args[0]} % of packets lost" ;;
+    1) local ms=$((50 + RANDOM % 151))
+       if [ "$NETEM" = 1 ]; then
+           kind=delay args=("$ms") what="${ms} ms of delay"
+       else
+           kind=slow args=("$((2 + RANDOM % 19))" "$ms") what="${args[0]} Mbit/s, a ${ms} ms queue"
+       fi ;;
+    *) kind=partition args=() what="cut off" ;;
     esac
-    s_netem "$id" "${args[@]}" || { e2e_log "cannot shape ${id:0:12} (restarting?)"; return 0; }
+    s_shape "$id" "$kind" "${args[@]}" || { e2e_log "cannot shape ${id:0:12} (restarting?)"; s_shape "$id" heal; return 0; }
     HEALS+=("$id")
-    e2e_log "network fault at iteration $(e2e_iterations): $kind (${args[*]}) on the $role ${id:0:12} for ${secs} s"
-    (sleep "$secs"; s_netem "$id" heal && e2e_log "healed the $role ${id:0:12}") >/dev/null &
+    UNTIL[$id]=$(( $(date +%s) + secs + 1 ))
+    e2e_log "network fault at iteration $(e2e_iterations): $kind ($what) on the $role ${id:0:12} for ${secs} s"
+    (sleep "$secs"; s_shape "$id" heal && e2e_log "healed the $role ${id:0:12}") >/dev/null &
     FAULT="$kind"
 }
 
