@@ -18,8 +18,8 @@
 #   --torch        also build the PyTorch worker image of the compose profile "torch"
 #                  (deploy/torch: Debian's python3-torch, libmqgrad, the Python package and
 #                  examples/torch)
-#   --torch-only   the base images and the PyTorch worker image, and the project image only
-#                  when it is missing (the PyTorch image takes libmqgrad from it)
+#   --torch-only   the same as --torch: the PyTorch image is built from the project image
+#                  (libmqgrad), which is rebuilt from these sources first (cached when unchanged)
 #   --torch-tag IMAGE  its name (default: $MQGRAD_TORCH_IMAGE or mqgrad-torch:latest)
 # env: MQGRAD_DEBIAN_MIRROR / MQGRAD_DEBIAN_SECURITY_MIRROR override the mirror read
 #      from this host's apt sources; MQGRAD_SUITE (default bookworm).
@@ -47,7 +47,7 @@ while [ $# -gt 0 ]; do
         --prometheus-only) prometheus=1; project=0 ;;
         --prometheus-tag) prometheus_image="$2"; shift ;;
         --torch) torch=1 ;;
-        --torch-only) torch=1; project=0 ;;
+        --torch-only) torch=1 ;;
         --torch-tag) torch_image="$2"; shift ;;
         -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
         *) echo "build-images: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -163,11 +163,6 @@ make_base "debian:${suite}-slim" slim
 
 [ "$base_only" = 1 ] && exit 0
 
-# The PyTorch image takes libmqgrad from the project image: one compile for both.
-if [ "$torch" = 1 ] && [ "$project" = 0 ] && ! docker image inspect "$image" >/dev/null 2>&1; then
-    log "$image is missing: the PyTorch image takes libmqgrad from it, so it is built first"
-    project=1
-fi
 
 if [ "$project" = 1 ]; then
     log "building $image from deploy/Dockerfile ..."
