@@ -1,6 +1,7 @@
 /* Tests of the data module: IDX and CIFAR-10 loaders on small files written here (good ones,
  * plain and gzip, and corrupt ones, whose errors must name the file and the fault), and the
  * batcher's partition, epoch and seek properties. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,9 +95,13 @@ Test(data, idx_plain_and_gzip_load_with_normalized_pixels)
         cr_expect_eq(mq_dataset_channels(d), 1);
         cr_expect(!d->crop);
         cr_expect_eq(d->labels[3], 3);
-        cr_expect_float_eq(d->images[0], -1.0f, 1e-6, "pixel 0 -> -1");
-        cr_expect_float_eq(d->images[255], 1.0f, 1e-6, "pixel 255 -> +1");
-        cr_expect_float_eq(d->images[784 * 2 + 1], (3 / 255.0f - 0.5f) / 0.5f, 1e-6);
+        float x[5 * 784];
+        mq_dataset_export28(d, 0, 5, x);
+        cr_expect_float_eq(x[0], -1.0f, 1e-6, "pixel 0 -> -1");
+        cr_expect_float_eq(x[255], 1.0f, 1e-6, "pixel 255 -> +1");
+        cr_expect_float_eq(x[784 * 2 + 1], (3 / 255.0f - 0.5f) / 0.5f, 1e-6);
+        mq_dataset_export28(d, 2, 1, x);
+        cr_expect_float_eq(x[1], (3 / 255.0f - 0.5f) / 0.5f, 1e-6, "from example 2 on");
         mq_dataset_destroy(&d);
         cr_expect_null(d);
     }
@@ -160,7 +165,7 @@ Test(data, cifar_loads_all_batches_and_crops_the_centre)
     cr_expect(d->crop && d->h == 32 && d->w == 32);
     cr_expect_eq(d->labels[4], 1);
     float *x = malloc(sizeof(float) * 15 * 3 * 784);
-    mq_dataset_export28(d, x);
+    mq_dataset_export28(d, 0, 15, x);
     /* The centre crop starts at row 2, column 2: its first pixel is 2 + 2 = 4. */
     cr_expect_float_eq(x[0], (4 / 255.0f - 0.5f) / 0.5f, 1e-6);
     cr_expect_float_eq(x[784 + 27], ((2 + 29) / 255.0f - 0.5f) / 0.5f, 1e-6);
@@ -178,19 +183,27 @@ Test(data, cifar_truncated_and_bad_labels_are_named)
 
 /* ---- batcher -------------------------------------------------------------------------- */
 
-/* A synthetic dataset whose pixel 0 (and label) encodes the example index; with SIDE 32 the
- * images get cropped, and pixel values encode (index, row, column). */
+/* A synthetic dataset of N <= 255 examples: with SIDE 28 every pixel of example k is k (the
+ * label is k mod 10); with SIDE 32 the images get cropped, and pixels vary with (index, row,
+ * column), so that two different crops differ. */
 static mq_dataset_t *s_synthetic(int n, int side)
 {
     mq_dataset_t *d = calloc(1, sizeof *d);
-    *d = (mq_dataset_t){n, 1, side, side, malloc(sizeof(float) * n * side * side), malloc(n),
+    *d = (mq_dataset_t){n, 1, side, side, malloc((size_t)n * side * side), malloc(n),
                         side > 28};
     for (int k = 0; k < n; k++) {
         d->labels[k] = (uint8_t)(k % 10);
         for (int i = 0; i < side * side; i++)
-            d->images[(size_t)k * side * side + i] = (float)(k * 10000 + i);
+            d->pixels[(size_t)k * side * side + i] =
+                (uint8_t)(side > 28 ? k * 5 + i / side * 7 + i % side * 3 : k);
     }
     return d;
+}
+
+/* The example of a SIDE 28 synthetic image from its first pixel, as the batch holds it. */
+static int s_example(const float *x)
+{
+    return (int)lroundf((x[0] * 0.5f + 0.5f) * 255.0f);
 }
 
 static void s_partition_check(int side)
@@ -232,7 +245,7 @@ Test(data, epochs_are_permutations_and_differ)
         for (int s = 0; s < 5; s++) {
             mq_batcher_next(b, x, y);
             for (int i = 0; i < 8; i++) {
-                int k = (int)(x[i * 784] / 10000);
+                int k = s_example(x + i * 784);
                 seen[k]++;
                 if (e == 0)
                     first[s * 8 + i] = k;
@@ -289,7 +302,7 @@ Test(data, positions_cover_each_epoch_once_however_members_change)
             mq_batcher_take(b, pos, x, y);
             for (int i = 0; i < B; i++) {
                 int e = (int)((pos + (uint64_t)i) / (uint64_t)n);
-                int ex = (int)(x[i * 784] / 10000);
+                int ex = s_example(x + i * 784);
                 cr_assert(ex >= 0 && ex < n);
                 cr_expect_eq(y[i], ex % 10, "the label travels with its image");
                 seen[e][ex]++;

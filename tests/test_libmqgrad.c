@@ -21,6 +21,7 @@
 #define S_CLASSES 10
 
 static const mq_dataset_t *s_train, *s_test;
+static float *s_train_x, *s_test_x; /* their images as the model takes them */
 
 typedef struct {
     const char *endpoint;
@@ -44,7 +45,7 @@ static double s_grad(const float *p, float *g, const int64_t *idx, int batch)
     float *gw = g, *gb = g + S_IN * S_CLASSES;
     double loss = 0;
     for (int k = 0; k < batch; k++) {
-        const float *x = s_train->images + (size_t)idx[k] * S_IN;
+        const float *x = s_train_x + (size_t)idx[k] * S_IN;
         int y = s_train->labels[idx[k]];
         double z[S_CLASSES], mx = -INFINITY, sum = 0;
         for (int c = 0; c < S_CLASSES; c++) {
@@ -70,7 +71,7 @@ static void s_eval(const float *p, int lo, int hi, uint64_t *correct, double *lo
 {
     const float *w = p, *b = p + S_IN * S_CLASSES;
     for (int k = lo; k < hi; k++) {
-        const float *x = s_test->images + (size_t)k * S_IN;
+        const float *x = s_test_x + (size_t)k * S_IN;
         double z[S_CLASSES], mx = -INFINITY, sum = 0;
         int best = 0;
         for (int c = 0; c < S_CLASSES; c++) {
@@ -167,6 +168,11 @@ static void s_load(void)
         train = mq_dataset_load("fashion-mnist", NULL, true);
         test = mq_dataset_load("fashion-mnist", NULL, false);
         cr_assert(train && test, "Fashion-MNIST: %s", mq_err_last());
+        s_train_x = malloc(sizeof(float) * S_IN * (size_t)train->n);
+        s_test_x = malloc(sizeof(float) * S_IN * (size_t)test->n);
+        cr_assert(s_train_x && s_test_x);
+        mq_dataset_export28(train, 0, train->n, s_train_x);
+        mq_dataset_export28(test, 0, test->n, s_test_x);
     }
     s_train = train, s_test = test;
 }

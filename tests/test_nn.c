@@ -898,13 +898,10 @@ Test(nn, small_model_learns_fashion_mnist, .timeout = 120)
         first += it < 30 ? loss / 30 : 0;
         last += it >= 270 ? loss / 30 : 0;
     }
-    float *tx = malloc(sizeof(float) * test->n * 784);
-    mq_dataset_export28(test, tx);
-    mq_model_eval(m, tx, test->labels, 1000, &ls, &correct);
+    mq_model_eval_data(m, test, 0, 1000, x, 32, &ls, &correct);
     cr_expect_lt(last, 0.7 * first, "mean loss of the last 30 steps %g vs first 30 %g", last,
                  first);
     cr_expect_gt(correct, 600, "test accuracy after 300 steps: %ld/1000", correct);
-    free(tx);
     mq_model_destroy(&m);
     mq_batcher_destroy(&b);
     mq_dataset_destroy(&train), mq_dataset_destroy(&test);

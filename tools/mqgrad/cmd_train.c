@@ -29,7 +29,7 @@ typedef struct {
     mq_model_t *model;
     mq_batcher_t *batcher;
     mq_runlog_t *log;
-    float *x, *test_x;
+    float *x;
     uint8_t *y;
     int test_n;
     uint64_t max_iter; /* from --iterations or --epochs; UINT64_MAX if only a time budget */
@@ -166,12 +166,10 @@ static int s_setup(s_run_t *r)
     r->test_n = r->test->n < o->eval_limit ? r->test->n : (int)o->eval_limit;
     r->x = malloc(sizeof(float) * o->batch * ch * 784);
     r->y = malloc(o->batch);
-    r->test_x = malloc(sizeof(float) * r->test->n * ch * 784);
-    if (!r->x || !r->y || !r->test_x) {
+    if (!r->x || !r->y) {
         fprintf(stderr, "mqgrad train: out of memory\n");
         return 1;
     }
-    mq_dataset_export28(r->test, r->test_x);
     double per_epoch = floor((double)r->train->n / o->batch);
     r->max_iter = UINT64_MAX;
     if (o->epochs)
@@ -196,7 +194,7 @@ static void s_evaluate(s_run_t *r, mq_metrics_row_t *row)
 {
     double ls = 0;
     long correct = 0;
-    mq_model_eval(r->model, r->test_x, r->test->labels, r->test_n, &ls, &correct);
+    mq_model_eval_data(r->model, r->test, 0, r->test_n, r->x, (int)r->o->batch, &ls, &correct);
     row->evaluated = true;
     row->test_acc = (double)correct / r->test_n;
     row->test_loss = ls / r->test_n;
@@ -344,6 +342,5 @@ int mq_cmd_train(int argc, char **argv)
     mq_dataset_destroy(&r.test);
     free(r.x);
     free(r.y);
-    free(r.test_x);
     return rc;
 }

@@ -27,7 +27,7 @@ int mq_dataset_check(const char *kind, const char *dir);
 typedef struct {
     int n;            /* examples */
     int c, h, w;      /* stored image shape (CIFAR-10: 3 x 32 x 32; IDX: 1 x 28 x 28) */
-    float *images;    /* n x c x h x w, scaled to [0, 1] then normalized */
+    uint8_t *pixels;  /* n x c x h x w, the files' bytes; batches hold mq_pixel of each */
     uint8_t *labels;  /* n labels in 0..9 */
     bool crop;        /* images are larger than 28x28 and get cropped to it */
 } mq_dataset_t;
@@ -40,6 +40,13 @@ typedef struct {
  * is not there, how to get the data set (as mq_dataset_check). */
 mq_dataset_t *mq_dataset_load(const char *kind, const char *dir, bool train);
 void mq_dataset_destroy(mq_dataset_t **self_p);
+
+/* A pixel as the batches hold it: scaled to [0, 1], then normalized to [-1, 1] by
+ * (x - 0.5) / 0.5. */
+static inline float mq_pixel(uint8_t v)
+{
+    return ((float)v / 255.0f - 0.5f) / 0.5f;
+}
 
 /* Channels of the 28x28 images the batcher produces. */
 int mq_dataset_channels(const mq_dataset_t *d);
@@ -64,8 +71,9 @@ void mq_batcher_next(mq_batcher_t *b, float *x, uint8_t *y);
  * and go no example is skipped or seen twice within an epoch, except a batch whose worker
  * died with it. The partition given to mq_batcher_new is not used here. */
 void mq_batcher_take(mq_batcher_t *b, uint64_t pos, float *x, uint8_t *y);
-/* Writes the whole dataset as 28x28 images (centre crop if needed) into x (n x C x 28 x 28). */
-void mq_dataset_export28(const mq_dataset_t *d, float *x);
+/* Writes examples LO .. LO+N as 28x28 images (centre crop if needed) into x (N x C x 28 x 28):
+ * an evaluation takes the test set a batch at a time, in the buffer its training batches use. */
+void mq_dataset_export28(const mq_dataset_t *d, int lo, int n, float *x);
 
 /* The run's order of epoch EPOCH over N examples (run seed SEED): PERM[0..N) is a seeded
  * permutation, the one the batcher takes position epoch*N + k from (perm[k]). */

@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "mqgrad/data.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -87,6 +89,11 @@ void mq_model_set_accumulate(mq_model_t *m, size_t tensor, bool on);
  * correct predictions of the n examples to *loss_sum and *correct. */
 void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, double *loss_sum,
                    long *correct);
+/* mq_model_eval of examples LO .. HI of D (28x28 centre crops), made a chunk of BATCH at a time
+ * in X (room for BATCH images; BATCH the model's max_batch, as the training batches' buffer
+ * has): the same sums as over the whole range at once, without the range as floats. */
+void mq_model_eval_data(mq_model_t *m, const mq_dataset_t *d, int lo, int hi, float *x,
+                        int batch, double *loss_sum, long *correct);
 
 /* Called during mq_model_grad once the gradient from flat index FROM to the end is final
  * (the fully connected layers come first in the backward pass; the convolutions' gradients,

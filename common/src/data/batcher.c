@@ -93,15 +93,18 @@ void mq_batcher_seek(mq_batcher_t *b, uint64_t step)
     }
 }
 
-/* Copies example I as a 28x28 crop at (oy, ox) into dst. */
+/* Writes example I as a 28x28 crop at (oy, ox), normalized, into dst. */
 static void s_crop(const mq_dataset_t *d, int i, int oy, int ox, float *dst)
 {
     const size_t plane = (size_t)d->h * d->w;
-    const float *src = d->images + (size_t)i * d->c * plane;
+    const uint8_t *src = d->pixels + (size_t)i * d->c * plane;
     for (int c = 0; c < d->c; c++)
-        for (int r = 0; r < 28; r++)
-            memcpy(dst + ((size_t)c * 28 + r) * 28, src + c * plane + (size_t)(r + oy) * d->w + ox,
-                   28 * sizeof(float));
+        for (int r = 0; r < 28; r++) {
+            const uint8_t *row = src + c * plane + (size_t)(r + oy) * d->w + ox;
+            float *out = dst + ((size_t)c * 28 + r) * 28;
+            for (int k = 0; k < 28; k++)
+                out[k] = mq_pixel(row[k]);
+        }
 }
 
 void mq_batcher_next(mq_batcher_t *b, float *x, uint8_t *y)
@@ -146,8 +149,8 @@ void mq_batcher_take(mq_batcher_t *b, uint64_t pos, float *x, uint8_t *y)
     }
 }
 
-void mq_dataset_export28(const mq_dataset_t *d, float *x)
+void mq_dataset_export28(const mq_dataset_t *d, int lo, int n, float *x)
 {
-    for (int i = 0; i < d->n; i++)
-        s_crop(d, i, (d->h - 28) / 2, (d->w - 28) / 2, x + (size_t)i * d->c * 784);
+    for (int i = 0; i < n; i++)
+        s_crop(d, lo + i, (d->h - 28) / 2, (d->w - 28) / 2, x + (size_t)i * d->c * 784);
 }

@@ -1,6 +1,7 @@
 /* Dataset loaders: IDX (Fashion-MNIST, MNIST; gzip or plain, read through zlib which passes
- * plain files through) and the CIFAR-10 binary format. Pixels are scaled to [0, 1], then
- * normalized to [-1, 1] by (x - 0.5) / 0.5; every error names the file and what is wrong. */
+ * plain files through) and the CIFAR-10 binary format. Pixels are kept as the files' bytes
+ * (a quarter of the memory of floats: 55 MB for Fashion-MNIST, not 220 MB in every worker) and
+ * normalized as batches are made (mq_pixel); every error names the file and what is wrong. */
 #include <errno.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -159,17 +160,11 @@ static uint32_t s_be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static void s_normalize(const unsigned char *src, float *dst, size_t n)
-{
-    for (size_t i = 0; i < n; i++)
-        dst[i] = ((float)src[i] / 255.0f - 0.5f) / 0.5f;
-}
-
 /* An IDX images file: magic 0x00000803, count, 28, 28, then count*784 pixel bytes. */
 static int s_idx_images(const char *kind, const char *dir, const char *base, mq_dataset_t *d)
 {
     char path[4096];
-    unsigned char hdr[16], *px = NULL;
+    unsigned char hdr[16];
     gzFile f = s_open(kind, dir, base, path, sizeof path);
     if (!f)
         return -1;
@@ -187,21 +182,17 @@ static int s_idx_images(const char *kind, const char *dir, const char *base, mq_
         goto err;
     }
     size_t len = (size_t)n * 784;
-    px = malloc(len);
-    d->images = malloc(len * sizeof(float));
-    if (!px || !d->images) {
+    d->pixels = malloc(len);
+    if (!d->pixels) {
         mq_err_set("%s: out of memory for %u images", path, n);
         goto err;
     }
-    if (s_read(f, path, "the pixels", px, len) < 0 || s_expect_end(f, path) < 0)
+    if (s_read(f, path, "the pixels", d->pixels, len) < 0 || s_expect_end(f, path) < 0)
         goto err;
-    s_normalize(px, d->images, len);
     d->n = (int)n, d->c = 1, d->h = 28, d->w = 28, d->crop = false;
-    free(px);
     gzclose(f);
     return 0;
 err:
-    free(px);
     gzclose(f);
     return -1;
 }
@@ -275,10 +266,10 @@ static int s_cifar_file(const char *kind, const char *dir, const char *base, mq_
         }
         if (d->n % 1024 == 0) {
             size_t cap = (size_t)d->n + 1024;
-            float *im = realloc(d->images, cap * 3072 * sizeof(float));
+            uint8_t *im = realloc(d->pixels, cap * 3072);
             uint8_t *lb = im ? realloc(d->labels, cap) : NULL;
             if (im)
-                d->images = im;
+                d->pixels = im;
             if (!im || !lb) {
                 mq_err_set("%s: out of memory", path);
                 gzclose(f);
@@ -287,7 +278,7 @@ static int s_cifar_file(const char *kind, const char *dir, const char *base, mq_
             d->labels = lb;
         }
         d->labels[d->n] = rec[0];
-        s_normalize(rec + 1, d->images + (size_t)d->n * 3072, 3072);
+        memcpy(d->pixels + (size_t)d->n * 3072, rec + 1, 3072);
         d->n++;
     }
     gzclose(f);
@@ -335,7 +326,7 @@ void mq_dataset_destroy(mq_dataset_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    free((*self_p)->images);
+    free((*self_p)->pixels);
     free((*self_p)->labels);
     free(*self_p);
     *self_p = NULL;

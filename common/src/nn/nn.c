@@ -391,6 +391,16 @@ void mq_model_eval(mq_model_t *m, const float *x, const uint8_t *y, int n, doubl
         mq_net_eval_f(m->net, m->params, x, y, n, loss_sum, correct);
 }
 
+void mq_model_eval_data(mq_model_t *m, const mq_dataset_t *d, int lo, int hi, float *x,
+                        int batch, double *loss_sum, long *correct)
+{
+    for (int at = lo; at < hi; at += batch) {
+        int n = hi - at < batch ? hi - at : batch;
+        mq_dataset_export28(d, at, n, x);
+        mq_model_eval(m, x, d->labels + at, n, loss_sum, correct);
+    }
+}
+
 typedef struct {
     float *w;
     const float *g;

@@ -47,8 +47,7 @@ typedef struct {
     mq_model_t *model;
     mq_dataset_t *train, *test;
     mq_batcher_t *batcher;
-    float *x, *test_x; /* test_x: the whole test set, 28x28 crops; each evaluation takes this
-                        * worker's slice of its first eval_limit images */
+    float *x; /* a batch's images; an evaluation takes its slice of the test set through it */
     uint8_t *y;
     mq_codec_t codec;   /* the run's codec for quantized segments, level set per iteration */
     mq_codec_t reply;   /* the one the servers answer with (mq_codec_reply) */
@@ -163,14 +162,10 @@ static int s_load_data(s_worker_t *self)
     int c = mq_dataset_channels(self->train);
     self->x = malloc(sizeof(float) * r->batch * c * 28 * 28);
     self->y = malloc(r->batch);
-    /* The whole test set (31 MB for Fashion-MNIST): each ITERATE says how many images an
-     * evaluation uses, and the last one may use more than the periodic ones. */
-    self->test_x = malloc(sizeof(float) * (size_t)self->test->n * c * 28 * 28);
-    if (!self->batcher || !self->x || !self->y || !self->test_x) {
+    if (!self->batcher || !self->x || !self->y) {
         mq_err_set("out of memory loading the data");
         return -1;
     }
-    mq_dataset_export28(self->test, self->test_x);
     return 0;
 }
 
@@ -183,11 +178,11 @@ static void s_evaluate(s_worker_t *self, uint32_t limit)
         total = (int)limit;
     int lo = (int)((int64_t)total * self->member / self->nmembers);
     int hi = (int)((int64_t)total * (self->member + 1) / self->nmembers);
-    size_t img = (size_t)mq_dataset_channels(self->test) * 28 * 28;
     double t0 = mq_now_s(), loss_sum = 0;
     long correct = 0;
-    mq_model_eval(self->model, self->test_x + (size_t)lo * img, self->test->labels + lo, hi - lo,
-                  &loss_sum, &correct);
+    /* a batch at a time in the training batches' buffer, free until the next round */
+    mq_model_eval_data(self->model, self->test, lo, hi, self->x, (int)self->run.batch, &loss_sum,
+                       &correct);
     mq_report_t *rep = &self->report;
     rep->evaluated = true;
     rep->eval_correct = (uint64_t)correct;
@@ -1111,7 +1106,6 @@ static void s_stop(void *arg)
     mq_kv_worker_destroy(&self->kv);
     free(self->x);
     free(self->y);
-    free(self->test_x);
     mq_batcher_destroy(&self->batcher);
     mq_dataset_destroy(&self->train);
     mq_dataset_destroy(&self->test);
