@@ -107,6 +107,40 @@ Test(data, idx_plain_and_gzip_load_with_normalized_pixels)
     }
 }
 
+/* A plain images file is mapped (every worker of a machine shares its pages), a gzip one read:
+ * the same images either way; a plain file longer than its header says is refused as a gzip
+ * one is. */
+Test(data, plain_idx_is_mapped_and_equals_the_gzip_one)
+{
+    mq_dataset_t *d[2];
+    float x[2][3 * 784];
+    for (int gz = 0; gz <= 1; gz++) {
+        s_write_idx("train", 3, gz, 0x803, 0, 3, -1);
+        d[gz] = mq_dataset_load("mnist", s_dir, true);
+        cr_assert_not_null(d[gz], "%s", mq_err_last());
+        mq_dataset_export28(d[gz], 0, 3, x[gz]);
+        char path[512];
+        snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", s_dir);
+        unlink(path); /* the gzip pass must not find the plain file first */
+    }
+    cr_expect_not_null(d[0]->map, "the plain file is mapped");
+    cr_expect_null(d[1]->map, "the gzip file is read");
+    cr_expect(memcmp(x[0], x[1], sizeof x[0]) == 0, "the same images");
+    cr_expect_float_eq(x[0][784 + 5], mq_pixel(6), 1e-9, "pixel 5 of image 1 is byte 6");
+    mq_dataset_destroy(&d[0]), mq_dataset_destroy(&d[1]);
+
+    char path[512];
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", s_dir);
+    unlink(path);
+    s_write_idx("train", 3, false, 0x803, 0, 3, -1);
+    snprintf(path, sizeof path, "%s/train-images-idx3-ubyte", s_dir);
+    FILE *f = fopen(path, "ab");
+    cr_assert_not_null(f);
+    fputs("extra", f);
+    fclose(f);
+    s_expect_error("mnist", true, "train-images-idx3-ubyte", "size mismatch");
+}
+
 Test(data, idx_wrong_magic_is_named)
 {
     s_write_idx("train", 4, true, 0x801, 0, 4, -1);
@@ -189,8 +223,9 @@ Test(data, cifar_truncated_and_bad_labels_are_named)
 static mq_dataset_t *s_synthetic(int n, int side)
 {
     mq_dataset_t *d = calloc(1, sizeof *d);
-    *d = (mq_dataset_t){n, 1, side, side, malloc((size_t)n * side * side), malloc(n),
-                        side > 28};
+    *d = (mq_dataset_t){.n = n, .c = 1, .h = side, .w = side,
+                        .pixels = malloc((size_t)n * side * side), .labels = malloc(n),
+                        .crop = side > 28};
     for (int k = 0; k < n; k++) {
         d->labels[k] = (uint8_t)(k % 10);
         for (int i = 0; i < side * side; i++)

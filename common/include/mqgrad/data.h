@@ -30,10 +30,15 @@ typedef struct {
     uint8_t *pixels;  /* n x c x h x w, the files' bytes; batches hold mq_pixel of each */
     uint8_t *labels;  /* n labels in 0..9 */
     bool crop;        /* images are larger than 28x28 and get cropped to it */
+    void *map;        /* a plain IDX images file mapped read-only (pixels point into it), so
+                       * that the workers of one machine share one copy; NULL: pixels are
+                       * the dataset's own memory */
+    size_t map_len;
 } mq_dataset_t;
 
 /* Loads the training or test split of KIND ("fashion-mnist", "mnist" or "cifar10") from DIR
- * (NULL or empty: KIND's default directory).
+ * (NULL or empty: KIND's default directory). A plain (not gzip) IDX images file is mapped, not
+ * read: every process of a machine that loads it shares its pages.
  * IDX: {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; CIFAR-10: data_batch_{1..5}.bin
  * and test_batch.bin. A missing, truncated or corrupt file gives NULL and an error naming the
  * file and what is wrong (wrong magic, size mismatch, label out of range, ...); a file that

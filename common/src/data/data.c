@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -160,6 +163,37 @@ static uint32_t s_be32(const unsigned char *p)
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
+/* Maps the plain IDX images file PATH, whose header promised LEN pixel bytes, into D. */
+static int s_idx_map(const char *path, size_t len, mq_dataset_t *d)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        mq_err_set("%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    if ((size_t)st.st_size != 16 + len) {
+        close(fd);
+        if ((size_t)st.st_size < 16 + len)
+            mq_err_set("%s: truncated: the pixels need %zu bytes, the file has %zu", path, len,
+                       (size_t)st.st_size - 16);
+        else
+            mq_err_set("%s: size mismatch: more bytes than the header's count promises", path);
+        return -1;
+    }
+    void *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        mq_err_set("%s: cannot map: %s", path, strerror(errno));
+        return -1;
+    }
+    d->map = map, d->map_len = (size_t)st.st_size;
+    d->pixels = (uint8_t *)map + 16;
+    return 0;
+}
+
 /* An IDX images file: magic 0x00000803, count, 28, 28, then count*784 pixel bytes. */
 static int s_idx_images(const char *kind, const char *dir, const char *base, mq_dataset_t *d)
 {
@@ -182,6 +216,11 @@ static int s_idx_images(const char *kind, const char *dir, const char *base, mq_
         goto err;
     }
     size_t len = (size_t)n * 784;
+    d->n = (int)n, d->c = 1, d->h = 28, d->w = 28, d->crop = false;
+    if (gzdirect(f)) { /* plain: mapped, its pages shared by every process that loads it */
+        gzclose(f);
+        return s_idx_map(path, len, d);
+    }
     d->pixels = malloc(len);
     if (!d->pixels) {
         mq_err_set("%s: out of memory for %u images", path, n);
@@ -189,7 +228,6 @@ static int s_idx_images(const char *kind, const char *dir, const char *base, mq_
     }
     if (s_read(f, path, "the pixels", d->pixels, len) < 0 || s_expect_end(f, path) < 0)
         goto err;
-    d->n = (int)n, d->c = 1, d->h = 28, d->w = 28, d->crop = false;
     gzclose(f);
     return 0;
 err:
@@ -326,7 +364,10 @@ void mq_dataset_destroy(mq_dataset_t **self_p)
 {
     if (!self_p || !*self_p)
         return;
-    free((*self_p)->pixels);
+    if ((*self_p)->map)
+        munmap((*self_p)->map, (*self_p)->map_len);
+    else
+        free((*self_p)->pixels);
     free((*self_p)->labels);
     free(*self_p);
     *self_p = NULL;
