@@ -3,6 +3,7 @@
  * run ends, when a service fails, or on Ctrl-C. A worker that dies is started again (bounded)
  * and joins the run, which goes on without it meanwhile. Each child's log goes to RUN/logs/
  * (a restarted worker's is appended to). */
+#include <assert.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -36,8 +37,8 @@
 #include "mqgrad/rl.h"
 #include "mqgrad/security.h"
 #include "mqgrad/util.h"
+#include "mqgrad/wire.h"
 
-#define S_MAX_CHILDREN 80
 /* The source tree this mqgrad was built from (its python/ is --worker-exec's package): set by
  * tools/CMakeLists.txt; a build of this file without it (the fuzz targets) names none. */
 #ifndef MQGRAD_SOURCE_DIR
@@ -131,8 +132,9 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
     mq_policy_names(policies, sizeof policies - 24, " | ");
     strcat(policies, " | none (fp32, no agent)");
     const mq_flag_t flags[] = {
-        {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, 64, "worker processes"},
-        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, 16,
+        {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, MQ_WIRE_MAX_WORKERS,
+         "worker processes"},
+        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, MQ_WIRE_MAX_SERVERS,
          "server processes (default: one per worker, up to 16)"},
         {"min-workers", NULL, MQ_FLAG_STR, o->min_workers, sizeof o->min_workers, 1, 0,
          "below this many workers the run pauses (1)"},
@@ -420,8 +422,8 @@ enum { S_AGENT, S_SCHEDULER, S_SERVER, S_WORKER, S_ROLES };
 static const char *const s_role_names[S_ROLES] = {"agent", "scheduler", "server", "worker"};
 
 typedef struct {
-    s_child_t kids[S_MAX_CHILDREN];
-    int n;
+    s_child_t *kids; /* the agent, the scheduler, the servers and the workers */
+    int n, cap;
     int sched, agent; /* indexes, -1 if none */
     bool with_agent;  /* the run has an agent (a policy, and a codec with levels) */
     char exe[S_ROLES][PATH_MAX];
@@ -439,30 +441,36 @@ static void s_write_targets(const mq_local_opts_t *o, const s_cluster_t *cl)
 {
     if (!o->http_port)
         return;
-    char text[S_MAX_CHILDREN * 128 + 8], path[PATH_MAX];
-    size_t len = 0;
+    size_t cap = (size_t)cl->n * 160 + 8, len = 0;
+    char *text = malloc(cap), path[PATH_MAX];
+    if (!text) {
+        mq_warn("prometheus-targets.json: out of memory");
+        return;
+    }
     len += (size_t)snprintf(text + len, sizeof text - len, "[");
-    for (int i = 0, k = 0; i < cl->n && len < sizeof text; i++) {
+    for (int i = 0, k = 0; i < cl->n && len < cap; i++) {
         const s_child_t *c = &cl->kids[i];
         if (!c->http)
             continue;
         const char *role = i == cl->agent ? "agent" : i == cl->sched ? "scheduler"
                            : c->worker >= 0   ? "worker"
                                               : "server";
-        len += (size_t)snprintf(text + len, sizeof text - len,
+        len += (size_t)snprintf(text + len, cap - len,
                                 "%s\n  {\"targets\": [\"127.0.0.1:%d\"], \"labels\": "
                                 "{\"role\": \"%s\", \"process\": \"%s\"}}",
                                 k++ ? "," : "", c->http, role, c->name);
     }
-    if (len < sizeof text)
-        len += (size_t)snprintf(text + len, sizeof text - len, "\n]\n");
+    if (len < cap)
+        len += (size_t)snprintf(text + len, cap - len, "\n]\n");
     snprintf(path, sizeof path, "%s/prometheus-targets.json", o->run_dir);
-    if (len >= sizeof text || mq_write_file_atomic(path, text, len) != 0)
-        mq_warn("%s: %s", path, len >= sizeof text ? "too many targets" : mq_err_last());
+    if (len >= cap || mq_write_file_atomic(path, text, len) != 0)
+        mq_warn("%s: %s", path, len >= cap ? "too many targets" : mq_err_last());
+    free(text);
 }
 
 static s_child_t *s_new_child(s_cluster_t *cl, const char *fmt, long i)
 {
+    assert(cl->n < cl->cap); /* s_plan made room for every process of the run */
     s_child_t *c = &cl->kids[cl->n++];
     memset(c, 0, sizeof *c);
     snprintf(c->name, sizeof c->name, fmt, i);
@@ -505,6 +513,12 @@ static int s_keys(const mq_local_opts_t *o, char *keys, size_t len)
 /* The executables and the ports: everything a child's flags name that is not an option. */
 static int s_plan(const mq_local_opts_t *o, s_cluster_t *cl)
 {
+    cl->cap = (int)(o->workers + o->servers + 2);
+    free(cl->kids);
+    if (!(cl->kids = calloc((size_t)cl->cap, sizeof *cl->kids))) {
+        mq_err_set("out of memory for %d processes", cl->cap);
+        return -1;
+    }
     for (int r = 0; r < S_ROLES; r++)
         if (s_find_exe(o, s_role_names[r], cl->exe[r], sizeof cl->exe[r]) != 0)
             return -1;
@@ -753,6 +767,7 @@ static int s_preflight(const mq_local_opts_t *o, s_cluster_t *cl)
 int mq_local_check(const mq_local_opts_t *o)
 {
     static s_cluster_t cl;
+    free(cl.kids);
     memset(&cl, 0, sizeof cl);
     if (s_plan(o, &cl) != 0) {
         fprintf(stderr, "mqgrad local: %s\n", mq_err_last());
@@ -1119,6 +1134,7 @@ int mq_local_run(const mq_local_opts_t *o, int argc, char **argv)
         return 2;
     }
     static s_cluster_t cl;
+    free(cl.kids);
     memset(&cl, 0, sizeof cl);
     cl.agent = cl.sched = -1;
     if (s_plan(o, &cl) != 0) {

@@ -9,7 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifndef MQGRAD_VERSION
 #define MQGRAD_VERSION "unknown"
@@ -42,6 +44,7 @@ struct mq_metrics_t {
     pthread_mutex_t lock;
     s_family_t **families;
     size_t nfamilies, capfamilies;
+    mq_metric_t *cpu, *rss; /* the process's, read as the registry is rendered */
 };
 
 const double mq_metrics_seconds_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -215,7 +218,26 @@ mq_metrics_t *mq_metrics_new(const char *role)
                                    "Start time of the process since the Unix epoch, seconds.",
                                    NULL),
                   (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    self->cpu = mq_metrics_counter(self, "process_cpu_seconds_total",
+                                   "User and system CPU time of the process, seconds.", NULL);
+    self->rss = mq_metrics_gauge(self, "process_resident_memory_bytes",
+                                 "Resident memory of the process, bytes.", NULL);
     return self;
+}
+
+/* The process's CPU time and resident memory, into their series. */
+static void s_process(mq_metrics_t *self)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        mq_metric_set(self->cpu, (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 +
+                                     (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6);
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages, resident;
+    if (f && fscanf(f, "%lu %lu", &pages, &resident) == 2)
+        mq_metric_set(self->rss, (double)resident * (double)sysconf(_SC_PAGESIZE));
+    if (f)
+        fclose(f);
 }
 
 void mq_metrics_destroy(mq_metrics_t **self_p)
@@ -351,6 +373,7 @@ size_t mq_metrics_render(mq_metrics_t *self, char *buf, size_t cap)
         buf[0] = '\0';
     if (!self)
         return 0;
+    s_process(self);
     static const char *const types[] = {"counter", "gauge", "histogram"};
     pthread_mutex_lock(&self->lock);
     for (size_t i = 0; i < self->nfamilies; i++) {
