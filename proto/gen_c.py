@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Generates mqgrad's typed messages in C from proto/mqgrad.proto, the one model.
 
-A message whose `message` line ends in `// c: TYPE_t` becomes a fixed-size C struct named
-TYPE_t (no pointers: it copies by value, lives in other structs and outlives any receive),
-with, for the wire module only:
+A message whose `message` line ends in `// c: TYPE_t` becomes a C struct named TYPE_t, of a
+fixed size but for its [grow] fields (below), with, for the wire module only:
 
   TYPE_to_pb(const TYPE_t *c, s_TYPE_pbx *x)      the protobuf-c struct (in X's storage)
                                                     pointing at C's fields
   TYPE_from_pb(const Mqgrad__X *pb, TYPE_t *c)    copies in and validates; returns an
                                                     mq_drop_t and sets the error (mq_err_set)
+                                                    (with [grow] fields, a third argument: the
+                                                    mq_msg_t whose storage takes them)
 
 Meta's `oneof body` is the list of message types, once: each entry `Body name = N;` is the
 type MQ_MSG_NAME ("name" in logs, '_' written '-'), whose body is the member NAME of mq_msg_t
@@ -17,12 +18,19 @@ body members; the wire module a packer and an unpacker that switch on the type.
 
 Field annotations, in a field's trailing comment:
   [max N]    a string's bytes with its NUL, or a repeated field's entries (N: a number or a C
-             constant); required on strings and repeated fields. More is refused
-             (MQ_DROP_TOO_MANY), never cut.
+             constant); required on strings and repeated fields but [grow] ones. More is
+             refused (MQ_DROP_TOO_MANY), never cut.
+  [grow]     a repeated field of as many entries as the run has (a member set: as many as its
+             workers; the servers' endpoints): C gets a count and a pointer, `uint32_t n_NAME;
+             T *NAME` (a string: `char (*NAME)[L]`). Sent, the pointer is the sender's array;
+             received, the entries are in the message's own storage (mq_msg_t, grown to the
+             largest such message it took), valid as its payloads are, and mq_msg_copy copies
+             them. Only the meta frame's size bounds them. Top-level bodies only.
   [len L]    a repeated string's bytes each, with its NUL.
   [fixed N]  bytes of exactly N when present: C gets `bool has_NAME; uint8_t NAME[N]`.
   [set N]    a repeated uint32 in strictly increasing order, each below N (a rank set:
-             receivers search it and count it as a set); otherwise MQ_DROP_RANK.
+             receivers search it and count it as a set); otherwise MQ_DROP_RANK. [set]: no bound
+             but the order.
   [pairs F]  a repeated field with one entry per entry of F, or none (MQ_DROP_RANK).
   [req]      a string, bytes, message or list that must be there (MQ_DROP_GARBAGE).
   [any]      a double or float that may be non-finite (otherwise one is refused,
@@ -76,11 +84,12 @@ class Field:
         self.max = opt("max")
         self.len = opt("len")
         self.fixed = opt("fixed")
-        self.set = opt("set")
+        self.set = opt("set") or ("set" if "[set]" in comment else None)
+        self.grow = "[grow]" in comment
         self.pairs = opt("pairs")
         self.req = "[req]" in comment
         self.any = "[any]" in comment
-        self.doc = re.sub(r"\s*\[(\w+ [A-Za-z0-9_]+|req|any)\]", "", comment).strip()
+        self.doc = re.sub(r"\s*\[(\w+ [A-Za-z0-9_]+|req|any|grow|set)\]", "", comment).strip()
 
 
 class Message:
@@ -97,6 +106,14 @@ class Message:
     @property
     def pb(self):
         return "Mqgrad__" + self.name
+
+    @property
+    def grows(self):
+        return any(f.grow for f in self.fields)
+
+    def elem_size(self, f):
+        """The C bytes of one entry of the [grow] field F."""
+        return f"{f.len}" if f.ptype == "string" else f"sizeof({SCALARS[f.ptype]})"
 
 
 def parse(path):
@@ -150,6 +167,14 @@ def c_members(msgs, m, f):
     """The struct members for F."""
     where = f"{m.name}.{f.name}"
     n = f.cname
+    if f.grow:
+        if not f.repeated or f.ptype not in list(SCALARS) + ["string"]:
+            sys.exit(f"{where}: [grow] is for repeated scalars and strings")
+        if f.ptype == "string":
+            if not f.len:
+                sys.exit(f"{where}: a repeated string needs [len L]")
+            return [f"uint32_t n_{n};", f"char (*{n})[{f.len}];"]
+        return [f"uint32_t n_{n};", f"{SCALARS[f.ptype]} *{n};"]
     if f.ptype == "string":
         if f.repeated:
             if not (f.max and f.len):
@@ -226,7 +251,9 @@ def gen_pbx(msgs, m, w):
     """Storage for the protobuf-c struct of M and everything it points to."""
     w(f"typedef struct {{\n    {m.pb} pb;\n")
     for f in m.fields:
-        if f.ptype == "string" and f.repeated:
+        if f.ptype == "string" and f.repeated and f.grow:
+            w(f"    char **{f.cname};\n")
+        elif f.ptype == "string" and f.repeated:
             w(f"    char *{f.cname}[{f.max}];\n")
         elif f.ptype not in SCALARS and f.ptype not in ("string", "bytes"):
             w(f"    s_{msgs[f.ptype].fn}_pbx {f.cname};\n")
@@ -240,7 +267,17 @@ def gen_to_pb(msgs, m, w):
         w("    (void)c;\n")
     for f in m.fields:
         n, pn = f.cname, f.cname
-        if f.ptype == "string" and f.repeated:
+        if f.grow and f.ptype == "string":
+            w(f"    if (c->n_{n} && !(x->{n} = s_gen_strv(c->n_{n})))\n")
+            w("        return NULL;\n")
+            w(f"    x->pb.n_{pn} = c->n_{n};\n")
+            w(f"    for (size_t i = 0; i < x->pb.n_{pn}; i++)\n")
+            w(f"        x->{n}[i] = (char *)c->{n}[i];\n")
+            w(f"    x->pb.{pn} = x->{n};\n")
+        elif f.grow:
+            w(f"    x->pb.n_{pn} = c->n_{n};\n")
+            w(f"    x->pb.{pn} = ({SCALARS[f.ptype]} *)c->{n};\n")
+        elif f.ptype == "string" and f.repeated:
             w(f"    x->pb.n_{pn} = c->n_{n} > {f.max} ? {f.max} : c->n_{n};\n")
             w(f"    for (size_t i = 0; i < x->pb.n_{pn}; i++)\n")
             w(f"        x->{n}[i] = (char *)c->{n}[i];\n")
@@ -261,11 +298,25 @@ def gen_to_pb(msgs, m, w):
 
 
 def gen_from_pb(msgs, m, w):
-    w(f"static mq_drop_t {m.fn}_from_pb(const {m.pb} *pb, {m.ctype} *c)\n{{\n")
+    store = ", mq_msg_t *msg" if m.grows else ""
+    w(f"static mq_drop_t {m.fn}_from_pb(const {m.pb} *pb, {m.ctype} *c{store})\n{{\n")
     if not m.fields:
         w("    (void)pb;\n    (void)c;\n    return MQ_DROP_NONE;\n}\n\n")
         return
     w("    memset(c, 0, sizeof *c);\n")
+    if m.grows:  # room for every [grow] field at once, then each takes its part
+        w("    size_t need = 0;\n")
+        for f in m.fields:
+            if f.grow:
+                w(f"    need += s_gen_round(pb->n_{f.cname} * {m.elem_size(f)});\n")
+        w("    unsigned char *room = s_gen_room(msg, need);\n")
+        w("    if (need && !room) {\n")
+        w(f"        mq_err_set(\"{m.name}: no memory for %zu bytes of lists\", need);\n")
+        w("        return MQ_DROP_TOO_MANY;\n    }\n")
+        for f in m.fields:
+            if f.grow:
+                w(f"    c->{f.cname} = (void *)room;\n")
+                w(f"    room += s_gen_round(pb->n_{f.cname} * {m.elem_size(f)});\n")
     for f in m.fields:
         n, pn = f.cname, f.cname
         where = f"{m.name}.{f.name}"
@@ -286,8 +337,9 @@ def gen_from_pb(msgs, m, w):
                 missing = f"!pb->{pn}"
             refuse(missing, "MQ_DROP_GARBAGE", f"{where} is missing")
         if f.repeated:
-            refuse(f"pb->n_{pn} > {f.max}", "MQ_DROP_TOO_MANY",
-                   f"{where}: %zu entries, at most %d", f"pb->n_{pn}", f"(int){f.max}")
+            if not f.grow:
+                refuse(f"pb->n_{pn} > {f.max}", "MQ_DROP_TOO_MANY",
+                       f"{where}: %zu entries, at most %d", f"pb->n_{pn}", f"(int){f.max}")
             if f.pairs:
                 refuse(f"pb->n_{pn} != 0 && pb->n_{pn} != pb->n_{c_name(f.pairs)}",
                        "MQ_DROP_RANK" if f.pairs == "members" else "MQ_DROP_LAYOUT",
@@ -303,7 +355,11 @@ def gen_from_pb(msgs, m, w):
                 w(f"        if (!isfinite(pb->{pn}[i])) {{\n")
                 w(f"            mq_err_set(\"{where}[%zu] is not finite\", i);\n")
                 w("            return MQ_DROP_NONFINITE;\n        }\n")
-            if f.set:
+            if f.set == "set":
+                w(f"        if (i > 0 && pb->{pn}[i] <= pb->{pn}[i - 1]) {{\n")
+                w(f"            mq_err_set(\"{where}: not in strictly increasing order\");\n")
+                w("            return MQ_DROP_RANK;\n        }\n")
+            elif f.set:
                 w(f"        if (pb->{pn}[i] >= {f.set} || (i > 0 && pb->{pn}[i] <= pb->{pn}[i - 1])) {{\n")
                 w(f"            mq_err_set(\"{where}: not in strictly increasing order below %d\", (int){f.set});\n")
                 w("            return MQ_DROP_RANK;\n        }\n")
@@ -346,6 +402,9 @@ def gen_body(msgs, meta, w):
         w(f"        meta->body_case = MQGRAD__META__BODY_{field.upper()};\n")
         if mm.fields:
             w(f"        meta->{cn} = {mm.fn}_to_pb(&msg->{cn}, &x->{cn});\n")
+            if mm.grows:
+                w(f"        if (!meta->{cn}) {{\n            mq_err_set(\"out of memory\");\n")
+                w("            return -1;\n        }\n")
         else:
             w(f"        meta->{cn} = &empty;\n")
         w("        return 0;\n")
@@ -359,7 +418,9 @@ def gen_body(msgs, meta, w):
         cn = c_name(field)
         w(f"    case MQGRAD__META__BODY_{field.upper()}:\n")
         w(f"        msg->type = MQ_MSG_{field.upper()};\n")
-        if mm.fields:
+        if mm.grows:
+            w(f"        return {mm.fn}_from_pb(meta->{cn}, &msg->{cn}, msg);\n")
+        elif mm.fields:
             w(f"        return {mm.fn}_from_pb(meta->{cn}, &msg->{cn});\n")
         else:
             w("        return MQ_DROP_NONE;\n")
@@ -376,6 +437,26 @@ def gen_body(msgs, meta, w):
             w(f"        on->{cn}(self, msg);\n")
         w("        return true;\n")
     w("    default:\n        return false;\n    }\n}\n\n")
+    w("/* After MSG's envelope and body were copied from another message: its [grow] fields'\n")
+    w(" * entries copied into MSG's own storage. -1 when it cannot grow. */\n")
+    w("static int s_body_own(mq_msg_t *msg)\n{\n    size_t need = 0;\n")
+    w("    unsigned char *room;\n    switch (msg->type) {\n")
+    for field, mtype in meta.body:
+        mm = msgs[mtype]
+        if not mm.grows:
+            continue
+        cn = c_name(field)
+        gf = [f for f in mm.fields if f.grow]
+        w(f"    case MQ_MSG_{field.upper()}:\n")
+        for f in gf:
+            w(f"        need += s_gen_round(msg->{cn}.n_{f.cname} * {mm.elem_size(f)});\n")
+        w("        if (!(room = s_gen_room(msg, need)) && need)\n            return -1;\n")
+        for f in gf:
+            w(f"        memmove(room, msg->{cn}.{f.cname}, msg->{cn}.n_{f.cname} * {mm.elem_size(f)});\n")
+            w(f"        msg->{cn}.{f.cname} = (void *)room;\n")
+            w(f"        room += s_gen_round(msg->{cn}.n_{f.cname} * {mm.elem_size(f)});\n")
+        w("        return 0;\n")
+    w("    default:\n        (void)need, (void)room;\n        return 0;\n    }\n}\n\n")
     w("/* The bytes mq_msg_init clears for a message of TYPE: its body's. */\n")
     w("static size_t s_body_size(mq_msg_type_t type)\n{\n    switch (type) {\n")
     for field, mtype in meta.body:

@@ -246,11 +246,12 @@ Test(protocol, the_generated_readers_refuse_malformed_bodies_by_field)
     static mq_msg_t m;
     mq_drop_t drop;
     mq_msg_init(&m, MQ_MSG_ITERATE); /* members out of order */
-    m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .n_members = 3, .members = {0, 2, 1}};
+    uint32_t unordered[] = {0, 2, 1}, ordered[] = {0, 1, 2}, terms[] = {1, 1};
+    m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .n_members = 3, .members = unordered};
     s_expect_refused(a, b, &m, MQ_DROP_RANK, "Iterate.members: not in strictly increasing order");
     mq_msg_init(&m, MQ_MSG_ITERATE); /* two terms for three members */
-    m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .n_members = 3, .members = {0, 1, 2},
-                               .n_member_terms = 2, .member_terms = {1, 1}};
+    m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .n_members = 3, .members = ordered,
+                               .n_member_terms = 2, .member_terms = terms};
     s_expect_refused(a, b, &m, MQ_DROP_RANK, "Iterate.member_terms: 2 entries for 3 members");
     mq_msg_init(&m, MQ_MSG_OBSERVE); /* per-tensor measurements that do not pair up */
     m.observe = (mq_obs_msg_t){.n_tensor_count = 2, .tensor_count = {1000, 2000},

@@ -239,7 +239,8 @@ static mq_round_t *s_round(mq_stragglers_t policy, double value, const uint32_t 
                            uint32_t n, bool evaluate)
 {
     static mq_round_t r;
-    memset(&r, 0, sizeof r);
+    mq_round_destroy(&r);
+    cr_assert_eq(mq_round_init(&r, 16, 4), 0); /* ranks below 16, up to 4 servers */
     r.policy = policy;
     r.value = value;
     r.nmembers = n;
@@ -417,6 +418,7 @@ Test(scheduler, ranks_are_taken_in_order_and_refused_with_the_reason_when_none_i
     cr_expect(o.retry, "a restarted server may try again");
     mq_msg_t odd = s_reg(MQ_ROLE_NONE, 8, 800, 0, "", 0);
     cr_expect_eq(mq_mb_take(&mb, &odd, true, 1.0, &o), MQ_MB_REFUSED);
+    mq_mb_destroy(&mb);
 }
 
 Test(scheduler, a_later_try_moves_the_answers_and_an_earlier_or_the_same_changes_nothing)
@@ -437,6 +439,7 @@ Test(scheduler, a_later_try_moves_the_answers_and_an_earlier_or_the_same_changes
     cr_expect_eq(mb.workers[0].peer[0], 2);
     cr_expect_eq(mb.worker_term[0], 1, "a try again is not a new holder");
     cr_expect_eq(mq_mb_count(&mb, MQ_MB_FREE), 1);
+    mq_mb_destroy(&mb);
 }
 
 Test(scheduler, members_get_ready_join_rounds_fall_silent_and_leave)
@@ -473,7 +476,7 @@ Test(scheduler, members_get_ready_join_rounds_fall_silent_and_leave)
     cr_expect_eq(mb.workers[2].state, MQ_MB_SETUP, "still loading: not a member");
     /* the third gets ready later and joins at the next round */
     cr_expect(mq_mb_ready(&mb, &w[2], 2.0), "worker 2 ready");
-    uint32_t members[MQ_MAX_WORKERS], n, joined[MQ_MAX_WORKERS], nj;
+    uint32_t members[8], n, joined[8], nj;
     mq_mb_form_round(&mb, members, &n, joined, &nj);
     cr_expect_eq(n, 3);
     cr_expect_eq(nj, 1);
@@ -483,7 +486,7 @@ Test(scheduler, members_get_ready_join_rounds_fall_silent_and_leave)
     /* worker 1 falls silent: listed; the server, heard at 1.0, too once past the limit */
     mb.workers[0].last_heard = mb.workers[2].last_heard = 9.0;
     mb.servers[0].last_heard = 9.0;
-    uint32_t silent[MQ_MAX_WORKERS], ns;
+    uint32_t silent[8], ns;
     cr_expect_eq(mq_mb_silent(&mb, 10.0, 5.0, silent, &ns), -1, "the server was heard");
     cr_assert_eq(ns, 1);
     cr_expect_eq(silent[0], 1);
@@ -506,6 +509,7 @@ Test(scheduler, members_get_ready_join_rounds_fall_silent_and_leave)
     cr_expect_eq(mb.nservers, 0);
     cr_expect_eq(mb.worker_term[1], 2);
     cr_expect_eq(mb.server_term[0], 1);
+    mq_mb_destroy(&mb);
 }
 
 Test(scheduler, servers_get_the_shard_they_ask_for_whatever_order_they_registered_in)
@@ -526,6 +530,7 @@ Test(scheduler, servers_get_the_shard_they_ask_for_whatever_order_they_registere
     cr_expect_str_eq(mb.servers[1].endpoint, "tcp://b:1");
     for (int i = 0; i < 3; i++)
         cr_expect_eq(mb.servers[i].state, MQ_MB_SETUP);
+    mq_mb_destroy(&mb);
 }
 
 /* ---- the run's horizon (horizon.c) --------------------------------------------------------- */
@@ -653,7 +658,7 @@ Test(scheduler, a_round_past_its_timeout_takes_out_the_members_that_did_not_push
     mq_round_t *r = s_round(MQ_STRAGGLERS_WAIT, 0, (uint32_t[]){0, 1, 2}, 3, false);
     static mq_membership_t mb;
     mq_mb_init(&mb, 3, 1);
-    uint32_t stuck[MQ_MAX_WORKERS];
+    uint32_t stuck[3];
     cr_expect_eq(mq_rc_stuck(r, &mb, 7, stuck), 0, "nobody moved: the round is what is wrong");
     mq_round_out_t o;
     mq_round_report(r, 0, &o);     /* 0 reported */
@@ -663,6 +668,7 @@ Test(scheduler, a_round_past_its_timeout_takes_out_the_members_that_did_not_push
     cr_expect_eq(stuck[0], 2);
     mb.workers[2].pushed = 7 + 1;
     cr_expect_eq(mq_rc_stuck(r, &mb, 7, stuck), 0, "every member moved: nobody is stuck");
+    mq_mb_destroy(&mb);
 }
 
 Test(scheduler, a_lost_server_rolls_back_to_the_last_checkpoint_or_fails_without_one)
@@ -783,9 +789,10 @@ Test(scheduler, an_unreadable_checkpoint_falls_back_to_the_one_before_or_ends_th
 Test(scheduler, a_checkpoint_is_due_every_n_rounds_and_consistent_once_every_server_saved_it)
 {
     mq_ckround_t cp;
-    mq_cp_init(&cp, 0);
+    mq_cp_init(&cp, 0, 3);
     cr_assert_not(mq_cp_due(&cp, 10, 2), "--checkpoint-every 0: never");
-    mq_cp_init(&cp, 5);
+    mq_cp_destroy(&cp);
+    mq_cp_init(&cp, 5, 3);
     cr_assert_not(mq_cp_due(&cp, 0, 2), "not at the start");
     cr_assert_not(mq_cp_due(&cp, 7, 2), "not between multiples");
     cr_assert(mq_cp_due(&cp, 5, 2));
@@ -816,12 +823,13 @@ Test(scheduler, a_checkpoint_is_due_every_n_rounds_and_consistent_once_every_ser
     cr_assert_eq(cp.consistent, 20);
     cr_assert_eq(cp.before, 5);
     cr_assert_eq(mq_cp_keep_from(&cp), 5, "the servers keep the one before too");
+    mq_cp_destroy(&cp);
 }
 
 Test(scheduler, a_restore_ends_the_checkpoint_in_progress_and_none_is_written_where_it_resumed)
 {
     mq_ckround_t cp;
-    mq_cp_init(&cp, 5);
+    mq_cp_init(&cp, 5, 3);
     cr_assert(mq_cp_due(&cp, 5, 1));
     mq_cp_restart(&cp, 10, 5); /* resumed from 10, the one before at 5 */
     cr_assert_eq(mq_cp_saved(&cp, 5, 0, true), MQ_CP_IGNORE, "the old one is forgotten");
@@ -835,4 +843,5 @@ Test(scheduler, a_restore_ends_the_checkpoint_in_progress_and_none_is_written_wh
     cr_assert_eq(mq_cp_saved(&cp, 15, 0, true), MQ_CP_IGNORE);
     mq_cp_restart(&cp, 10, 10); /* a "before" that is not before is none */
     cr_assert_eq(cp.before, 0);
+    mq_cp_destroy(&cp);
 }

@@ -3,23 +3,32 @@
  * files: the actor snapshots its state, writes checkpoint.json, and says so. */
 #include "scheduler_internal.h"
 
+#include <stdlib.h>
 #include <string.h>
 
-void mq_cp_init(mq_ckround_t *cp, long every)
+int mq_cp_init(mq_ckround_t *cp, long every, uint32_t servers)
 {
-    *cp = (mq_ckround_t){.every = every};
+    *cp = (mq_ckround_t){.every = every, .cap = servers};
+    cp->saved = calloc(servers ? servers : 1, sizeof *cp->saved);
+    return cp->saved ? 0 : -1;
+}
+
+void mq_cp_destroy(mq_ckround_t *cp)
+{
+    free(cp->saved);
+    cp->saved = NULL;
 }
 
 bool mq_cp_due(mq_ckround_t *cp, uint64_t iter, uint32_t servers)
 {
     if (cp->every <= 0 || iter == 0 || iter % (uint64_t)cp->every != 0 ||
         iter == cp->resumed_at || (cp->pending && cp->iter == iter) || servers == 0 ||
-        servers > MQ_WIRE_MAX_SERVERS)
+        servers > cp->cap)
         return false;
     cp->pending = true;
     cp->iter = iter;
     cp->servers = servers;
-    memset(cp->saved, 0, sizeof cp->saved);
+    memset(cp->saved, 0, servers * sizeof *cp->saved);
     return true;
 }
 

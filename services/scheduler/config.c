@@ -159,7 +159,7 @@ int mq_sched_stragglers(const char *spec, mq_stragglers_t *kind, double *value)
     } else if (strncmp(spec, "first:", 6) == 0) {
         *kind = MQ_STRAGGLERS_FIRST;
         *value = strtod(spec + 6, &end);
-        if (end != spec + 6 && !*end && *value >= 1 && *value <= MQ_MAX_WORKERS &&
+        if (end != spec + 6 && !*end && *value >= 1 && *value <= MQ_FLAG_MAX_WORKERS &&
             *value == (double)(long)*value)
             return 0;
     }
@@ -174,12 +174,12 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
     const mq_flag_t flags[] = {
         {"bind", "MQGRAD_SCHEDULER_BIND", MQ_FLAG_STR, c->bind, sizeof c->bind, 0, 0,
          "endpoint to bind"},
-        {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &c->workers, 0, 1, MQ_MAX_WORKERS,
+        {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &c->workers, 0, 1, MQ_FLAG_MAX_WORKERS,
          "workers to wait for before the first iteration (more may join later)"},
         {"min-workers", "MQGRAD_MIN_WORKERS", MQ_FLAG_LONG, &c->min_workers, 0, 1,
-         MQ_MAX_WORKERS, "below this many workers the run pauses (not fails) until some join"},
+         MQ_FLAG_MAX_WORKERS, "below this many workers the run pauses (not fails) until some join"},
         {"max-workers", "MQGRAD_MAX_WORKERS", MQ_FLAG_LONG, &c->max_workers, 0, 1,
-         MQ_MAX_WORKERS, "workers the run takes at most; later ones are refused (default "
+         MQ_FLAG_MAX_WORKERS, "workers the run takes at most; later ones are refused (default "
                          "max(--workers, 64))"},
         {"heartbeat-timeout", "MQGRAD_HEARTBEAT_TIMEOUT", MQ_FLAG_DOUBLE, &c->heartbeat_timeout,
          0, 1.5, 3600, "seconds of silence after which a node is lost (heartbeats every 0.5 s)"},
@@ -193,7 +193,7 @@ int mq_scheduler_config_parse(mq_scheduler_config_t *c, int argc, char **argv)
             "late) | first:N (close it with the first N members, backup workers)"},
         {"pause-timeout", "MQGRAD_PAUSE_TIMEOUT", MQ_FLAG_DOUBLE, &c->pause_timeout, 0, 1, 86400,
          "seconds the run may stay paused below --min-workers before it fails"},
-        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &c->servers, 0, 1, MQ_WIRE_MAX_SERVERS,
+        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &c->servers, 0, 1, MQ_FLAG_MAX_SERVERS,
          "servers expected"},
         {"model", "MQGRAD_MODEL", MQ_FLAG_STR, c->model, sizeof c->model, 0, 0,
          "paper | small (the built-in networks) | external (the workers' own model: its layout "

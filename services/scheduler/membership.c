@@ -1,15 +1,32 @@
 /* Who holds each rank, and in what state: the scheduler's membership without sockets (the
  * state-by-event table is in scheduler_internal.h). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "scheduler_internal.h"
 
-void mq_mb_init(mq_membership_t *mb, uint32_t max_workers, uint32_t want_servers)
+int mq_mb_init(mq_membership_t *mb, uint32_t max_workers, uint32_t want_servers)
 {
     memset(mb, 0, sizeof *mb);
-    mb->max_workers = max_workers < MQ_MAX_WORKERS ? max_workers : MQ_MAX_WORKERS;
-    mb->want_servers = want_servers < MQ_WIRE_MAX_SERVERS ? want_servers : MQ_WIRE_MAX_SERVERS;
+    mb->max_workers = max_workers;
+    mb->want_servers = want_servers;
+    size_t w = max_workers ? max_workers : 1, s = want_servers ? want_servers : 1;
+    mb->workers = calloc(w, sizeof *mb->workers);
+    mb->servers = calloc(s, sizeof *mb->servers);
+    mb->worker_term = calloc(w, sizeof *mb->worker_term);
+    mb->server_term = calloc(s, sizeof *mb->server_term);
+    if (mb->workers && mb->servers && mb->worker_term && mb->server_term)
+        return 0;
+    mq_mb_destroy(mb);
+    return -1;
+}
+
+void mq_mb_destroy(mq_membership_t *mb)
+{
+    free(mb->workers), free(mb->servers), free(mb->worker_term), free(mb->server_term);
+    mb->workers = mb->servers = NULL;
+    mb->worker_term = mb->server_term = NULL;
 }
 
 bool mq_mb_from_peer(const mq_mb_node_t *n, const mq_msg_t *msg)
@@ -29,7 +46,7 @@ static void s_answer_at(mq_mb_node_t *n, const mq_msg_t *msg)
 int mq_mb_again(mq_membership_t *mb, const mq_msg_t *msg, mq_mb_reg_out_t *out)
 {
     mq_mb_node_t *n = NULL;
-    for (uint32_t i = 0; !n && i < MQ_MAX_WORKERS; i++)
+    for (uint32_t i = 0; !n && i < mb->max_workers; i++)
         if (mb->workers[i].state != MQ_MB_FREE && mb->workers[i].incarnation == msg->incarnation)
             n = &mb->workers[i], out->worker = true, out->rank = i;
     for (uint32_t i = 0; !n && i < mb->nservers; i++)
@@ -103,7 +120,7 @@ mq_mb_reg_t mq_mb_take(mq_membership_t *mb, const mq_msg_t *msg, bool registerin
 mq_mb_node_t *mq_mb_node(mq_membership_t *mb, mq_role_t role, uint32_t rank, uint64_t incarnation)
 {
     mq_mb_node_t *n = NULL;
-    if (role == MQ_ROLE_WORKER && rank < MQ_MAX_WORKERS)
+    if (role == MQ_ROLE_WORKER && rank < mb->max_workers)
         n = &mb->workers[rank];
     else if (role == MQ_ROLE_SERVER && rank < mb->nservers)
         n = &mb->servers[rank];
@@ -124,7 +141,7 @@ bool mq_mb_ready(mq_membership_t *mb, const mq_msg_t *msg, double now)
 uint32_t mq_mb_count(const mq_membership_t *mb, mq_mb_state_t state)
 {
     uint32_t n = 0;
-    for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
+    for (uint32_t i = 0; i < mb->max_workers; i++)
         n += state == MQ_MB_FREE ? mb->workers[i].state != MQ_MB_FREE
                                  : mb->workers[i].state == state;
     return n;
@@ -142,7 +159,7 @@ void mq_mb_form_round(mq_membership_t *mb, uint32_t *members, uint32_t *n, uint3
                       uint32_t *n_joined)
 {
     *n = *n_joined = 0;
-    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) {
+    for (uint32_t r = 0; r < mb->max_workers; r++) {
         mq_mb_node_t *w = &mb->workers[r];
         if (w->state == MQ_MB_READY) {
             w->state = MQ_MB_ACTIVE;
@@ -157,14 +174,14 @@ void mq_mb_start(mq_membership_t *mb)
 {
     for (uint32_t s = 0; s < mb->nservers; s++)
         mb->servers[s].state = MQ_MB_ACTIVE;
-    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++)
+    for (uint32_t r = 0; r < mb->max_workers; r++)
         if (mb->workers[r].state == MQ_MB_READY)
             mb->workers[r].state = MQ_MB_ACTIVE;
 }
 
 bool mq_mb_lose(mq_membership_t *mb, uint32_t rank)
 {
-    if (rank >= MQ_MAX_WORKERS)
+    if (rank >= mb->max_workers)
         return false;
     mq_mb_node_t *w = &mb->workers[rank];
     bool member = w->state == MQ_MB_ACTIVE;
@@ -179,7 +196,7 @@ int mq_mb_silent(const mq_membership_t *mb, double now, double limit, uint32_t *
                  uint32_t *n)
 {
     *n = 0;
-    for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) {
+    for (uint32_t r = 0; r < mb->max_workers; r++) {
         const mq_mb_node_t *w = &mb->workers[r];
         if (w->state != MQ_MB_FREE && now - w->last_heard > limit)
             silent_workers[(*n)++] = r;
@@ -207,8 +224,8 @@ void mq_mb_place_servers(mq_membership_t *mb)
 
 void mq_mb_forget(mq_membership_t *mb)
 {
-    memset(mb->workers, 0, sizeof mb->workers);
-    memset(mb->servers, 0, sizeof mb->servers);
+    memset(mb->workers, 0, mb->max_workers * sizeof *mb->workers);
+    memset(mb->servers, 0, mb->want_servers * sizeof *mb->servers);
     mb->nservers = 0;
 }
 

@@ -1,10 +1,38 @@
 /* A round's close without sockets (scheduler_internal.h, "the round in flight"): which
  * servers hold which pushes, when the round commits, which stragglers it leaves out, when it
  * is done. The actor feeds what arrives and carries out what comes back. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "mqgrad/wire.h"
 #include "scheduler_internal.h"
+
+int mq_round_init(mq_round_t *r, uint32_t max_workers, uint32_t servers)
+{
+    memset(r, 0, sizeof *r);
+    r->max_workers = max_workers;
+    r->servers = servers;
+    r->words = (max_workers + 63) / 64;
+    size_t w = max_workers ? max_workers : 1, s = servers ? servers : 1;
+    r->members = calloc(w, sizeof *r->members);
+    r->got = calloc(w, sizeof *r->got);
+    r->in = calloc(w, sizeof *r->in);
+    r->left = calloc(w, sizeof *r->left);
+    r->have = calloc(s, sizeof *r->have);
+    r->held = calloc(s * (r->words ? r->words : 1), sizeof *r->held);
+    if (r->members && r->got && r->in && r->left && r->have && r->held)
+        return 0;
+    mq_round_destroy(r);
+    return -1;
+}
+
+void mq_round_destroy(mq_round_t *r)
+{
+    free(r->members), free(r->got), free(r->in), free(r->left), free(r->have), free(r->held);
+    r->members = r->in = r->left = NULL;
+    r->got = r->have = NULL;
+    r->held = NULL;
+}
 
 void mq_round_begin(mq_round_t *r, bool evaluate)
 {
@@ -12,15 +40,22 @@ void mq_round_begin(mq_round_t *r, bool evaluate)
     r->committed = false;
     r->deadline_passed = false;
     r->nreports = 0;
-    memset(r->have, 0, sizeof r->have);
-    memset(r->held, 0, sizeof r->held);
-    memset(r->got, 0, sizeof r->got);
+    memset(r->have, 0, r->servers * sizeof *r->have);
+    memset(r->held, 0, (size_t)r->servers * r->words * sizeof *r->held);
+    memset(r->got, 0, r->max_workers * sizeof *r->got);
 }
 
-static void s_out_clear(mq_round_out_t *out)
+static void s_out_clear(mq_round_t *r, mq_round_out_t *out)
 {
     out->actions = 0;
     out->nleft = 0;
+    out->left = r->left;
+}
+
+/* Whether server S holds the push of RANK. */
+static bool s_held(const mq_round_t *r, uint32_t s, uint32_t rank)
+{
+    return (r->held[(size_t)s * r->words + rank / 64] >> (rank % 64)) & 1;
 }
 
 /* Every server has every member's push: the round commits. */
@@ -28,7 +63,7 @@ static void s_maybe_commit(mq_round_t *r, uint32_t nservers, mq_round_out_t *out
 {
     if (r->committed || r->nmembers == 0)
         return;
-    for (uint32_t s = 0; s < nservers; s++)
+    for (uint32_t s = 0; s < nservers && s < r->servers; s++)
         if (!r->have[s])
             return;
     r->committed = true;
@@ -43,12 +78,12 @@ static void s_try_cut(mq_round_t *r, uint32_t nservers, mq_round_out_t *out)
     if (r->committed || r->policy == MQ_STRAGGLERS_WAIT || r->evaluate ||
         (r->policy == MQ_STRAGGLERS_DEADLINE && !r->deadline_passed))
         return;
-    uint32_t in[MQ_MAX_WORKERS], nin = 0;
+    uint32_t *in = r->in, nin = 0;
     for (uint32_t k = 0; k < r->nmembers; k++) {
         uint32_t rank = r->members[k];
         bool everywhere = true;
-        for (uint32_t s = 0; s < nservers && everywhere; s++)
-            everywhere = (r->held[s][rank / 64] >> (rank % 64)) & 1;
+        for (uint32_t s = 0; s < nservers && s < r->servers && everywhere; s++)
+            everywhere = s_held(r, s, rank);
         if (everywhere)
             in[nin++] = rank;
     }
@@ -59,11 +94,11 @@ static void s_try_cut(mq_round_t *r, uint32_t nservers, mq_round_out_t *out)
         if (j < nin && in[j] == r->members[k])
             j++;
         else
-            out->left[out->nleft++] = r->members[k];
+            r->left[out->nleft++] = r->members[k];
     memcpy(r->members, in, nin * sizeof *in);
     r->nmembers = nin;
     r->view++;
-    memset(r->have, 0, sizeof r->have);
+    memset(r->have, 0, r->servers * sizeof *r->have);
     out->actions |= MQ_RD_VIEW;
 }
 
@@ -80,15 +115,15 @@ static void s_try_close(mq_round_t *r, mq_round_out_t *out)
         return;
     for (uint32_t k = 0; k < r->nmembers; k++)
         if (!r->got[r->members[k]])
-            out->left[out->nleft++] = r->members[k];
+            r->left[out->nleft++] = r->members[k];
     out->actions |= MQ_RD_DONE;
 }
 
 void mq_round_have(mq_round_t *r, uint32_t shard, uint32_t view, uint32_t nservers,
                    mq_round_out_t *out)
 {
-    s_out_clear(out);
-    if (shard >= MQ_WIRE_MAX_SERVERS || view != r->view)
+    s_out_clear(r, out);
+    if (shard >= r->servers || view != r->view)
         return; /* for a member set since cut: the new one's HAVE follows */
     r->have[shard] = true;
     s_maybe_commit(r, nservers, out);
@@ -97,19 +132,19 @@ void mq_round_have(mq_round_t *r, uint32_t shard, uint32_t view, uint32_t nserve
 void mq_round_progress(mq_round_t *r, uint32_t shard, const uint32_t *ranks, uint32_t n,
                        uint32_t nservers, mq_round_out_t *out)
 {
-    s_out_clear(out);
-    if (shard >= MQ_WIRE_MAX_SERVERS)
+    s_out_clear(r, out);
+    if (shard >= r->servers)
         return;
     for (uint32_t k = 0; k < n; k++)
-        if (ranks[k] < MQ_MAX_WORKERS)
-            r->held[shard][ranks[k] / 64] |= 1ULL << (ranks[k] % 64);
+        if (ranks[k] < r->max_workers)
+            r->held[(size_t)shard * r->words + ranks[k] / 64] |= 1ULL << (ranks[k] % 64);
     s_try_cut(r, nservers, out);
 }
 
 void mq_round_report(mq_round_t *r, uint32_t rank, mq_round_out_t *out)
 {
-    s_out_clear(out);
-    if (rank >= MQ_MAX_WORKERS || r->got[rank] ||
+    s_out_clear(r, out);
+    if (rank >= r->max_workers || r->got[rank] ||
         mq_member_index(r->members, r->nmembers, rank) < 0)
         return;
     r->got[rank] = true;
@@ -129,7 +164,7 @@ mq_drop_t mq_round_report_check(const mq_round_t *r, bool running, uint64_t iter
         return *why = "report of a straggler cut from the round", MQ_DROP_LATE;
     if (!running || msg_iter != iter || !member)
         return *why = "report for another iteration, or from a worker not in it", MQ_DROP_ITER;
-    if (r->got[rank])
+    if (rank >= r->max_workers || r->got[rank])
         return *why = "second report", MQ_DROP_DUPLICATE;
     return MQ_DROP_NONE;
 }
@@ -169,7 +204,7 @@ void mq_round_sum(mq_report_t *sum, const mq_report_t *r, uint32_t ntensors)
 
 void mq_round_deadline(mq_round_t *r, uint32_t nservers, mq_round_out_t *out)
 {
-    s_out_clear(out);
+    s_out_clear(r, out);
     r->deadline_passed = true;
     s_try_cut(r, nservers, out);
     if (!out->actions)
@@ -178,9 +213,9 @@ void mq_round_deadline(mq_round_t *r, uint32_t nservers, mq_round_out_t *out)
 
 void mq_round_lose(mq_round_t *r, uint32_t rank, mq_round_out_t *out)
 {
-    s_out_clear(out);
+    s_out_clear(r, out);
     int k = mq_member_index(r->members, r->nmembers, rank);
-    if (k < 0 || r->got[rank])
+    if (k < 0 || rank >= r->max_workers || r->got[rank])
         return; /* not in the round, or its push is in every shard's aggregate already */
     memmove(&r->members[k], &r->members[k + 1],
             (r->nmembers - (uint32_t)k - 1) * sizeof *r->members);
@@ -191,7 +226,7 @@ void mq_round_lose(mq_round_t *r, uint32_t rank, mq_round_out_t *out)
         return;
     }
     r->view++;
-    memset(r->have, 0, sizeof r->have);
+    memset(r->have, 0, r->servers * sizeof *r->have);
     out->actions |= MQ_RD_VIEW;
     if (r->nmembers == 0)
         out->actions |= MQ_RD_AGAIN;

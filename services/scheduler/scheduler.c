@@ -97,6 +97,10 @@ typedef struct {
     double t_progress;
     mq_msg_t in, out;
     mq_inbox_t router_in, agent_in; /* the nodes' socket's and the agent's */
+    /* sized by the run: --max-workers ranks, --servers servers */
+    uint32_t *joined, *stuck, *silent; /* ranks, each for its own step */
+    uint32_t *terms;                   /* an ITERATE's: each member's term */
+    char (*endpoints)[MQ_WIRE_MAX_TEXT]; /* a WELCOME's: the servers' */
     char refusal[160];              /* why router_in refused a message */
     mq_drops_t drops;
     bool log_failed; /* the run directory refused a write: the run fails */
@@ -114,8 +118,9 @@ typedef struct {
             *paused, *stragglers, *fallbacks, *ckpt_iter, *ckpt_time, *link, *simulated;
         mq_metric_t *drops[MQ_DROP_COUNT_];
         /* per rank, made when the rank first reports */
-        mq_metric_t *w_seconds[MQ_MAX_WORKERS][4], *w_loss[MQ_MAX_WORKERS],
-            *w_straggles[MQ_MAX_WORKERS];
+        struct s_rank_metrics {
+            mq_metric_t *seconds[4], *loss, *straggles;
+        } *w; /* --max-workers of them */
     } m; /* in cfg->metrics, all NULL without one */
 } s_sched_t;
 
@@ -197,22 +202,22 @@ static void s_metrics_init(s_sched_t *self)
 static void s_metrics_rank(s_sched_t *self, uint32_t r)
 {
     mq_metrics_t *m = self->cfg->metrics;
-    if (!m || self->m.w_loss[r])
+    if (!m || !self->m.w || r >= self->mb.max_workers || self->m.w[r].loss)
         return;
     static const char *const phases[4] = {"compute", "encode", "wait", "decode"};
     char labels[64];
     for (int i = 0; i < 4; i++) {
         snprintf(labels, sizeof labels, "rank=\"%u\",phase=\"%s\"", r, phases[i]);
-        self->m.w_seconds[r][i] = mq_metrics_gauge(
+        self->m.w[r].seconds[i] = mq_metrics_gauge(
             m, "mqgrad_scheduler_worker_seconds",
             "Each worker's time per phase in its last report: the gradient, quantizing, "
             "waiting for the aggregates, applying them.",
             labels);
     }
     snprintf(labels, sizeof labels, "rank=\"%u\"", r);
-    self->m.w_loss[r] = mq_metrics_gauge(m, "mqgrad_scheduler_worker_loss",
+    self->m.w[r].loss = mq_metrics_gauge(m, "mqgrad_scheduler_worker_loss",
                                          "Each worker's training loss in its last report.", labels);
-    self->m.w_straggles[r] = mq_metrics_counter(
+    self->m.w[r].straggles = mq_metrics_counter(
         m, "mqgrad_scheduler_worker_straggles_total",
         "Iterations each worker was left out of by the straggler policy.", labels);
 }
@@ -222,10 +227,12 @@ static void s_metrics_report(s_sched_t *self, uint32_t r, const mq_report_t *rep
     if (!self->cfg->metrics)
         return;
     s_metrics_rank(self, r);
+    if (!self->m.w || r >= self->mb.max_workers)
+        return;
     const double ms[4] = {rep->compute_ms, rep->encode_ms, rep->wait_ms, rep->decode_ms};
     for (int i = 0; i < 4; i++)
-        mq_metric_set(self->m.w_seconds[r][i], ms[i] * 1e-3);
-    mq_metric_set(self->m.w_loss[r], rep->loss_nonfinite ? NAN : rep->loss);
+        mq_metric_set(self->m.w[r].seconds[i], ms[i] * 1e-3);
+    mq_metric_set(self->m.w[r].loss, rep->loss_nonfinite ? NAN : rep->loss);
 }
 
 
@@ -236,7 +243,7 @@ static void s_metrics_tick(s_sched_t *self)
     if (!self->cfg->metrics)
         return;
     uint32_t servers = 0;
-    for (uint32_t i = 0; i < MQ_WIRE_MAX_SERVERS; i++)
+    for (uint32_t i = 0; i < self->mb.want_servers; i++)
         servers += self->mb.servers[i].state != MQ_MB_FREE;
     mq_metric_set(self->m.workers, mq_mb_count(&self->mb, MQ_MB_FREE)); /* FREE: not free */
     mq_metric_set(self->m.servers, servers);
@@ -250,7 +257,8 @@ static void s_metrics_straggler(s_sched_t *self, uint32_t r)
     if (!self->cfg->metrics)
         return;
     s_metrics_rank(self, r);
-    mq_metric_add(self->m.w_straggles[r], 1);
+    if (self->m.w && r < self->mb.max_workers)
+        mq_metric_add(self->m.w[r].straggles, 1);
 }
 
 static void s_finish(s_sched_t *self, const char *status, int code);
@@ -274,7 +282,7 @@ static int s_send_to(s_sched_t *self, const mq_mb_node_t *node)
 static int s_broadcast(s_sched_t *self, bool workers, bool servers)
 {
     int failed = 0;
-    for (uint32_t i = 0; workers && i < MQ_MAX_WORKERS; i++)
+    for (uint32_t i = 0; workers && i < self->mb.max_workers; i++)
         if (self->mb.workers[i].state != MQ_MB_FREE)
             failed += s_send_to(self, &self->mb.workers[i]) != 0;
     for (uint32_t i = 0; servers && i < self->mb.nservers; i++)
@@ -287,9 +295,10 @@ static void s_put_members(s_sched_t *self)
 {
     mq_iterate_t *it = &self->out.iterate;
     it->n_members = it->n_member_terms = self->round.nmembers;
-    memcpy(it->members, self->round.members, self->round.nmembers * sizeof *self->round.members);
+    it->members = self->round.members;
     for (uint32_t k = 0; k < self->round.nmembers; k++)
-        it->member_terms[k] = self->mb.worker_term[self->round.members[k]];
+        self->terms[k] = self->mb.worker_term[self->round.members[k]];
+    it->member_terms = self->terms;
 }
 
 /* Tells the servers the round's member set (a new view of it). */
@@ -301,8 +310,7 @@ static void s_send_members(s_sched_t *self, mq_msg_type_t type, bool checkpoint)
         self->out.sim_time = self->commit_sim;
         self->out.commit.view = self->round.view;
         self->out.commit.n_members = self->round.nmembers;
-        memcpy(self->out.commit.members, self->round.members,
-               self->round.nmembers * sizeof *self->round.members);
+        self->out.commit.members = self->round.members;
     } else {
         s_put_members(self);
         self->out.iterate.checkpoint = checkpoint;
@@ -361,7 +369,7 @@ static void s_pause(s_sched_t *self, uint32_t have)
 /* The round's members: every worker up (those ready since the last round join now). */
 static void s_form_round(s_sched_t *self)
 {
-    uint32_t joined[MQ_MAX_WORKERS], nj;
+    uint32_t *joined = self->joined, nj;
     mq_mb_form_round(&self->mb, self->round.members, &self->round.nmembers, joined, &nj);
     for (uint32_t k = 0; k < nj; k++) {
         char fields[64];
@@ -427,7 +435,7 @@ static void s_issue(s_sched_t *self)
     it->lr = (float)mq_sched_lr(c, s_progress_fraction(self));
     it->evaluate = self->evaluate;
     it->eval_limit = hr.limit;
-    s_put_members(self);
+    it->nmembers = self->round.nmembers; /* and each one its index: not the set (the servers') */
     it->cursor = self->round_cursor;
     bool checkpoint = s_checkpoint_due(self);
     mq_round_begin(&self->round, self->evaluate);
@@ -439,10 +447,12 @@ static void s_issue(s_sched_t *self)
     self->sim_issued = self->sim_done = self->run.simulated_clock ? self->train_time : 0;
     self->out.sim_time = self->sim_issued;
     it->run_time = self->train_time; /* the links' schedules run on it (mqgrad/ps.h) */
-    for (uint32_t k = 0; k < self->round.nmembers; k++)
+    for (uint32_t k = 0; k < self->round.nmembers; k++) {
+        it->member = k;
         if (s_send_to(self, &self->mb.workers[self->round.members[k]]) != 0)
             mq_warn("iteration %llu: cannot reach worker %u: %s", (unsigned long long)self->iter,
                     self->round.members[k], mq_err_last()); /* its heartbeats will tell */
+    }
     s_send_members(self, MQ_MSG_ITERATE, checkpoint);
 }
 
@@ -530,7 +540,7 @@ static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
 /* Whether NODE is one of the servers' places (else a worker's). */
 static bool s_is_server(const s_sched_t *self, const mq_mb_node_t *node)
 {
-    return node >= self->mb.servers && node < self->mb.servers + MQ_WIRE_MAX_SERVERS;
+    return node >= self->mb.servers && node < self->mb.servers + self->mb.want_servers;
 }
 
 /* WELCOME for NODE, which holds rank RANK: the run, its id, the servers. */
@@ -544,7 +554,8 @@ static void s_welcome(s_sched_t *self, mq_mb_node_t *node, uint32_t rank)
     w->rank = rank;
     w->n_servers = self->mb.nservers;
     for (uint32_t s = 0; s < self->mb.nservers; s++)
-        memcpy(w->servers[s], self->mb.servers[s].endpoint, sizeof w->servers[s]);
+        memcpy(self->endpoints[s], self->mb.servers[s].endpoint, sizeof self->endpoints[s]);
+    w->servers = self->endpoints;
     bool server = s_is_server(self, node);
     if (self->external) { /* the servers build the model from it; workers check theirs */
         self->out.layout = self->layout;
@@ -644,7 +655,7 @@ static void s_start(s_sched_t *self)
     self->run.lineage = self->lineage;
     self->run.resume_iter = self->cp.resumed_at;
     if (self->external && self->mb.workers[self->seeder].state == MQ_MB_FREE)
-        for (uint32_t r = 0; r < MQ_MAX_WORKERS; r++) /* the first worker left: the next */
+        for (uint32_t r = 0; r < self->mb.max_workers; r++) /* the first worker left: the next */
             if (self->mb.workers[r].state != MQ_MB_FREE) {
                 self->seeder = r;
                 break;
@@ -653,7 +664,7 @@ static void s_start(s_sched_t *self)
     for (uint32_t i = 0; i < self->mb.nservers; i++)
         s_welcome(self, &self->mb.servers[i], i);
     s_metrics_tick(self);
-    for (uint32_t i = 0; i < MQ_MAX_WORKERS; i++)
+    for (uint32_t i = 0; i < self->mb.max_workers; i++)
         if (self->mb.workers[i].state != MQ_MB_FREE)
             s_welcome(self, &self->mb.workers[i], i);
     char fields[160];
@@ -1433,9 +1444,9 @@ static const char *s_refusal(s_sched_t *self, const mq_msg_t *msg)
     if (msg->type == MQ_MSG_REGISTER || msg->run_id != self->run_id)
         return NULL; /* a node of another run is told to register again, below */
     uint32_t term = 0; /* the rank's current term: an older one's token is revoked */
-    if (server && msg->rank < MQ_WIRE_MAX_SERVERS)
+    if (server && msg->rank < self->mb.want_servers)
         term = self->mb.server_term[msg->rank];
-    else if (!server && msg->rank < MQ_MAX_WORKERS)
+    else if (!server && msg->rank < self->mb.max_workers)
         term = self->mb.worker_term[msg->rank];
     uint8_t token[MQ_TOKEN_LEN];
     mq_token_make(self->run_key, msg->role, msg->rank, term, token);
@@ -1521,7 +1532,7 @@ static void s_missing(s_sched_t *self, char *buf, size_t len)
  * rather than at the round. */
 static bool s_take_out_stuck(s_sched_t *self, double now)
 {
-    uint32_t stuck[MQ_MAX_WORKERS];
+    uint32_t *stuck = self->stuck;
     uint32_t n = mq_rc_stuck(&self->round, &self->mb, self->iter, stuck);
     if (n == 0)
         return false;
@@ -1640,7 +1651,7 @@ static void s_check_nodes(s_sched_t *self, double now)
     double limit = self->cfg->heartbeat_timeout;
     if (self->phase == S_REGISTERING) /* nobody beats before its WELCOME */
         return;
-    uint32_t silent[MQ_MAX_WORKERS], n;
+    uint32_t *silent = self->silent, n;
     int server = mq_mb_silent(&self->mb, now, limit, silent, &n);
     for (uint32_t k = 0; k < n && self->phase != S_DONE; k++) {
         char why[96];
@@ -1748,9 +1759,20 @@ static int s_start_service(void *arg, mq_service_t *svc)
     self->loop = svc->loop;
     self->cfg = svc->cfg;
     svc->drops = &self->drops;
-    mq_mb_init(&self->mb, (uint32_t)self->cfg->max_workers, (uint32_t)self->cfg->servers);
+    /* Everything sized by the run: its worker ranks and its servers. */
+    uint32_t w = (uint32_t)self->cfg->max_workers, s = (uint32_t)self->cfg->servers;
+    if (mq_mb_init(&self->mb, w, s) != 0 || mq_round_init(&self->round, w, s) != 0 ||
+        mq_cp_init(&self->cp, self->cfg->checkpoint_every, s) != 0 ||
+        !(self->joined = calloc(w, sizeof *self->joined)) ||
+        !(self->stuck = calloc(w, sizeof *self->stuck)) ||
+        !(self->silent = calloc(w, sizeof *self->silent)) ||
+        !(self->terms = calloc(w, sizeof *self->terms)) ||
+        !(self->endpoints = calloc(s, sizeof *self->endpoints)) ||
+        (self->cfg->metrics && !(self->m.w = calloc(w, sizeof *self->m.w)))) {
+        self->phase = S_DONE;
+        return mq_err_set("out of memory for a run of %u workers and %u servers", w, s), 1;
+    }
     mq_hz_init(&self->hz, self->cfg);
-    mq_cp_init(&self->cp, self->cfg->checkpoint_every);
     mq_sched_run_config(self->cfg, &self->run);
     self->external = strcmp(self->run.model, "external") == 0;
     self->has_layout =
@@ -1813,7 +1835,14 @@ static void s_stop(void *arg)
     mq_sec_unserve(self->sec, self->router);
     zsock_destroy(&self->router);
     mq_sec_close(&self->sec); /* after its sockets */
-    mq_msg_reset(&self->in);
+    mq_msg_free(&self->in);
+    mq_msg_free(&self->out);
+    mq_mb_destroy(&self->mb);
+    mq_round_destroy(&self->round);
+    mq_cp_destroy(&self->cp);
+    free(self->joined), free(self->stuck), free(self->silent), free(self->terms);
+    free(self->endpoints);
+    free(self->m.w);
 }
 
 static const mq_service_ops_t s_ops = {.name = "scheduler",

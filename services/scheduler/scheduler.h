@@ -13,8 +13,6 @@
 #include "mqgrad/security.h"
 #include "mqgrad/watch.h"
 
-#define MQ_MAX_WORKERS 256
-
 /* Values per quantization range by default. One range per tensor slice (bucket 0, the paper's
  * exact codec) kills the paper model at 2 bits within ~100 iterations; ranges per 512 values
  * train at every width for 8 more bits per 512 values (docs/codec-sweep.md). */

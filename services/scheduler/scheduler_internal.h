@@ -92,7 +92,8 @@ typedef struct {
     bool pending;        /* being written... */
     uint64_t iter;       /* ...of this iteration */
     uint32_t servers;    /* ...by this many servers */
-    bool saved[MQ_WIRE_MAX_SERVERS];
+    bool *saved;         /* by shard, for the run's servers (cap of them) */
+    uint32_t cap;
     bool warned;         /* a failure was said loudly */
     uint64_t consistent; /* the last consistent checkpoint (0: none) */
     uint64_t before;     /* the one before it (checkpoint-prev.json; 0: none) */
@@ -106,7 +107,10 @@ typedef enum {
     MQ_CP_FAILED,       /* the same, again */
 } mq_cp_action_t;
 
-void mq_cp_init(mq_ckround_t *cp, long every);
+/* Checkpoints every EVERY iterations (0: none) of a run of SERVERS servers; -1 when out of
+ * memory. mq_cp_destroy frees what it took. */
+int mq_cp_init(mq_ckround_t *cp, long every, uint32_t servers);
+void mq_cp_destroy(mq_ckround_t *cp);
 /* Whether the round ITER, with SERVERS servers, writes a checkpoint; if so it is pending. */
 bool mq_cp_due(mq_ckround_t *cp, uint64_t iter, uint32_t servers);
 /* The oldest checkpoint a server keeps when it writes a new one. */
@@ -224,10 +228,13 @@ typedef struct {
     bool committed, deadline_passed;
     uint32_t view; /* the member set's version within the iteration */
     uint32_t nmembers, nreports;
-    uint32_t members[MQ_MAX_WORKERS]; /* in rank order */
-    bool have[MQ_WIRE_MAX_SERVERS];   /* each server's HAVE for the current view */
-    bool got[MQ_MAX_WORKERS];         /* each rank's report */
-    uint64_t held[MQ_WIRE_MAX_SERVERS][MQ_MAX_WORKERS / 64]; /* PROGRESS: pushes each holds */
+    /* sized by the run (mq_round_init): its workers' ranks and its servers */
+    uint32_t max_workers, servers, words; /* words: of a rank set's bits */
+    uint32_t *members; /* in rank order */
+    bool *have;        /* each server's HAVE for the current view */
+    bool *got;         /* each rank's report */
+    uint64_t *held;    /* PROGRESS: the pushes each server holds (words per server) */
+    uint32_t *in, *left; /* scratch: a cut's members, and the ones left out (out->left) */
 } mq_round_t;
 
 enum {
@@ -239,9 +246,14 @@ enum {
 
 typedef struct {
     unsigned actions;
-    uint32_t nleft;                /* members this event left out (stragglers), rank order */
-    uint32_t left[MQ_MAX_WORKERS];
+    uint32_t nleft;       /* members this event left out (stragglers), rank order */
+    const uint32_t *left; /* (the round's: valid until its next event) */
 } mq_round_out_t;
+
+/* A round of a run of MAX_WORKERS worker ranks and SERVERS servers, no members yet; -1 when
+ * out of memory. mq_round_destroy frees what it took. */
+int mq_round_init(mq_round_t *r, uint32_t max_workers, uint32_t servers);
+void mq_round_destroy(mq_round_t *r);
 
 /* A new round over R->members (set by the caller): nothing held, reported or committed. The
  * view is left as it is (the caller starts each iteration's at 0). */
@@ -307,10 +319,10 @@ typedef struct {
 } mq_mb_node_t;
 
 typedef struct {
-    uint32_t max_workers, want_servers; /* --max-workers, --servers */
-    mq_mb_node_t workers[MQ_MAX_WORKERS], servers[MQ_WIRE_MAX_SERVERS];
+    uint32_t max_workers, want_servers; /* --max-workers, --servers: the arrays' sizes */
+    mq_mb_node_t *workers, *servers;
     uint32_t nservers; /* registered, in rank order */
-    uint32_t worker_term[MQ_MAX_WORKERS], server_term[MQ_WIRE_MAX_SERVERS];
+    uint32_t *worker_term, *server_term;
 } mq_membership_t;
 
 /* What a REGISTER comes to. */
@@ -328,7 +340,10 @@ typedef struct {
     const char *why;
 } mq_mb_reg_out_t;
 
-void mq_mb_init(mq_membership_t *mb, uint32_t max_workers, uint32_t want_servers);
+/* Room for MAX_WORKERS worker ranks and WANT_SERVERS servers, every one FREE; -1 when out of
+ * memory. mq_mb_destroy frees what it took. */
+int mq_mb_init(mq_membership_t *mb, uint32_t max_workers, uint32_t want_servers);
+void mq_mb_destroy(mq_membership_t *mb);
 /* A known node's REGISTER again (found by its incarnation): MOVED or SAME, or -1 when no
  * rank is held by that incarnation (then it is a first try: mq_mb_take). */
 int mq_mb_again(mq_membership_t *mb, const mq_msg_t *msg, mq_mb_reg_out_t *out);

@@ -55,9 +55,11 @@ typedef struct {
     /* the round in flight: its member set as the scheduler last named it */
     bool set_known, have_sent;
     uint32_t view, nmembers;
-    uint32_t members[MQ_WIRE_MAX_WORKERS];
-    uint32_t member_terms[MQ_WIRE_MAX_WORKERS]; /* ITERATE's: each member's term */
-    int member_at[MQ_WIRE_MAX_WORKERS]; /* by rank: its index in members, -1 outside them */
+    /* sized by the run's worker ranks (WELCOME's), as slots and terms are */
+    uint32_t *members;
+    uint32_t *member_terms; /* ITERATE's: each member's term */
+    int *member_at;         /* by rank: its index in members, -1 outside them */
+    uint32_t *ranks;        /* scratch: the ranks a reply or a PROGRESS goes to or names */
     /* under a straggler policy: the last round's reply, kept (references on the layer's
      * buffers) until the next round closes, for a member cut from it whose push comes late:
      * it gets the reply too, and stays in step without pulling the whole model */
@@ -66,7 +68,7 @@ typedef struct {
     uint32_t kept_n;
     mq_tensor_hdr_t kept_hdrs[MQ_WIRE_MAX_TENSORS];
     mq_payload_t kept_payloads[MQ_WIRE_MAX_TENSORS];
-    bool late_sent[MQ_WIRE_MAX_WORKERS];
+    bool *late_sent; /* by rank */
     struct s_snapshot *snapshot; /* the master shard as PULLs of its iteration get it */
     uint64_t keep_from; /* the run's last consistent checkpoint: never pruned (0: none) */
     mq_link_t link;
@@ -132,7 +134,7 @@ int mq_server_config_parse(mq_server_config_t *cfg, int argc, char **argv)
          sizeof cfg->checkpoint_dir, 0, 0,
          "directory for shard checkpoints, on a volume that outlives the server (none: no "
          "checkpoints)"},
-        {"shard", "MQGRAD_SHARD", MQ_FLAG_LONG, &cfg->shard, 0, -1, MQ_WIRE_MAX_SERVERS - 1,
+        {"shard", "MQGRAD_SHARD", MQ_FLAG_LONG, &cfg->shard, 0, -1, MQ_FLAG_MAX_SERVERS - 1,
          "the shard to hold when the run starts, if no other server asks for it: a stable "
          "identity (a StatefulSet's pod index) keeps each volume's checkpoints with their "
          "shard (-1: any)"},
@@ -178,10 +180,18 @@ static int s_setup(s_server_t *self, const mq_layout_t *layout)
         return -1;
     self->slots = calloc(r->workers, sizeof *self->slots);
     self->terms = calloc(r->workers, sizeof *self->terms);
-    if (!self->slots || !self->terms) {
-        mq_err_set("out of memory");
+    self->members = calloc(r->workers, sizeof *self->members);
+    self->member_terms = calloc(r->workers, sizeof *self->member_terms);
+    self->member_at = malloc(r->workers * sizeof *self->member_at);
+    self->ranks = calloc(r->workers, sizeof *self->ranks);
+    self->late_sent = calloc(r->workers, sizeof *self->late_sent);
+    if (!self->slots || !self->terms || !self->members || !self->member_terms ||
+        !self->member_at || !self->ranks || !self->late_sent) {
+        mq_err_set("out of memory for %u workers", r->workers);
         return -1;
     }
+    for (uint32_t k = 0; k < r->workers; k++) /* no member set yet */
+        self->member_at[k] = -1;
     return mq_link_setup(&self->link, r, "server", self->rank);
 }
 
@@ -381,7 +391,7 @@ static void s_on_welcome(void *arg, mq_msg_t *msg, const mq_welcome_t *w)
     self->run = w->config;
     self->rank = w->rank;
     if (self->rank >= self->run.servers || self->run.workers == 0 ||
-        self->run.workers > MQ_WIRE_MAX_WORKERS) {
+        self->run.workers > MQ_FLAG_MAX_WORKERS) {
         mq_err_set("inconsistent welcome (rank %u of %u servers, %u workers)", self->rank,
                    self->run.servers, self->run.workers);
         s_fail(self, "welcome");
@@ -438,7 +448,7 @@ static void s_drop_kept(s_server_t *self)
 /* The kept reply to a member whose push for it came late. */
 static void s_send_kept(s_server_t *self, const mq_msg_t *push)
 {
-    if (!self->kept || push->iter != self->kept_iter || push->rank >= MQ_WIRE_MAX_WORKERS ||
+    if (!self->kept || push->iter != self->kept_iter || push->rank >= self->run.workers ||
         self->late_sent[push->rank])
         return;
     self->late_sent[push->rank] = true;
@@ -471,8 +481,8 @@ static void s_complete(s_server_t *self)
     mq_link_settle(&self->link); /* simulated clock: every push has streamed in */
     /* Every worker whose push is in gets the reply: the members, and under a straggler
      * policy those cut from the round whose pushes came before it closed. */
-    uint32_t to[MQ_WIRE_MAX_WORKERS], nto = 0;
-    for (uint32_t r = 0; r < self->run.workers && r < MQ_WIRE_MAX_WORKERS; r++)
+    uint32_t *to = self->ranks, nto = 0;
+    for (uint32_t r = 0; r < self->run.workers; r++)
         if (mq_kv_has(self->kv, r))
             to[nto++] = r;
     mq_msg_init(&self->out, MQ_MSG_AGGREGATE);
@@ -514,7 +524,7 @@ static void s_complete(s_server_t *self)
         self->kept_n = nsegs;
         memcpy(self->kept_hdrs, self->out.tensors, nsegs * sizeof *self->kept_hdrs);
         memcpy(self->kept_payloads, payloads, nsegs * sizeof *payloads);
-        memset(self->late_sent, 0, sizeof self->late_sent);
+        memset(self->late_sent, 0, self->run.workers * sizeof *self->late_sent);
         for (uint32_t k = 0; k < nto; k++) /* they have it */
             self->late_sent[to[k]] = true;
         return;
@@ -535,7 +545,8 @@ static void s_progress(s_server_t *self)
     mq_members_t *p = &self->out.progress;
     p->shard = self->rank;
     p->view = self->view;
-    for (uint32_t r = 0; r < self->run.workers && r < MQ_WIRE_MAX_WORKERS; r++)
+    p->members = self->ranks;
+    for (uint32_t r = 0; r < self->run.workers; r++)
         if (mq_kv_has(self->kv, r))
             p->members[p->n_members++] = r;
     mq_wire_send(self->node.sched, &self->out, NULL, 0);
@@ -560,18 +571,23 @@ static void s_maybe_have(s_server_t *self)
     self->have_sent = true;
 }
 
-/* The round's member set is MEMBERS[0..N) (strictly increasing: the wire checked it); each
- * rank's place in it is kept too, so that a message's rank is looked up, not searched for. */
+/* Whether MEMBERS[0..N) (strictly increasing: the wire checked it) are ranks of the run: a
+ * set of the scheduler's always is. */
+static bool s_members_of_run(const s_server_t *self, const uint32_t *members, uint32_t n)
+{
+    return n <= self->run.workers && (n == 0 || members[n - 1] < self->run.workers);
+}
+
+/* The round's member set is MEMBERS[0..N) (s_members_of_run); each rank's place in it is kept
+ * too, so that a message's rank is looked up, not searched for. */
 static void s_set_members(s_server_t *self, const uint32_t *members, uint32_t n)
 {
     for (uint32_t k = 0; k < self->nmembers; k++)
-        if (self->members[k] < MQ_WIRE_MAX_WORKERS)
-            self->member_at[self->members[k]] = -1;
+        self->member_at[self->members[k]] = -1;
     self->nmembers = n;
     memcpy(self->members, members, n * sizeof *members);
     for (uint32_t k = 0; k < n; k++)
-        if (members[k] < MQ_WIRE_MAX_WORKERS)
-            self->member_at[members[k]] = (int)k;
+        self->member_at[members[k]] = (int)k;
 }
 
 /* The scheduler names the round's members (again, with a higher view, after a cut). */
@@ -586,6 +602,11 @@ static void s_on_iterate(void *arg, mq_msg_t *msg, const mq_iterate_t *it)
                       (const uint8_t *)"sched", 5, "member set for another round");
         return;
     }
+    if (!s_members_of_run(self, it->members, it->n_members)) {
+        mq_drops_note(&self->node.drops, MQ_DROP_RANK, (const uint8_t *)"sched", 5,
+                      "a member set with ranks the run does not have");
+        return;
+    }
     if (!self->set_known) /* a round's first view: its time is the round's start */
         mq_link_anchor(&self->link, it->run_time);
     if (it->checkpoint && !self->set_known) {
@@ -598,7 +619,7 @@ static void s_on_iterate(void *arg, mq_msg_t *msg, const mq_iterate_t *it)
     s_set_members(self, it->members, it->n_members);
     for (uint32_t k = 0; k < it->n_members; k++) { /* a rank's term only grows */
         self->member_terms[k] = it->member_terms[k];
-        if (it->members[k] < self->run.workers && it->member_terms[k] > self->terms[it->members[k]])
+        if (it->member_terms[k] > self->terms[it->members[k]])
             self->terms[it->members[k]] = it->member_terms[k];
     }
     if (self->nmembers == 0) { /* every member is gone: the round will be run again */
@@ -616,14 +637,15 @@ static void s_on_commit(void *arg, mq_msg_t *msg, const mq_members_t *c)
     if (!self->kv)
         return;
     if (!self->set_known || msg->iter != mq_kv_iter(self->kv) || c->view != self->view ||
-        c->n_members == 0 || !mq_kv_has_all(self->kv, c->members, c->n_members)) {
+        c->n_members == 0 || !s_members_of_run(self, c->members, c->n_members) ||
+        !mq_kv_has_all(self->kv, c->members, c->n_members)) {
         mq_drops_note(&self->node.drops, MQ_DROP_ITER, (const uint8_t *)"sched", 5,
                       "commit for a round this server cannot close");
         return;
     }
     s_set_members(self, c->members, c->n_members);
     for (uint32_t k = 0; k < c->n_members; k++) /* members of the round: their terms' */
-        self->member_terms[k] = c->members[k] < self->run.workers ? self->terms[c->members[k]] : 0;
+        self->member_terms[k] = self->terms[c->members[k]];
     mq_link_sync(&self->link, msg->sim_time);
     s_complete(self);
 }
@@ -914,8 +936,6 @@ static int s_start(void *arg, mq_service_t *svc)
     self->loop = svc->loop;
     self->cfg = svc->cfg;
     svc->drops = &self->node.drops;
-    for (uint32_t r = 0; r < MQ_WIRE_MAX_WORKERS; r++) /* no member set yet */
-        self->member_at[r] = -1;
     s_metrics_init(self);
     int swept = self->cfg->checkpoint_dir[0] ? mq_tmp_sweep(self->cfg->checkpoint_dir, NULL) : 0;
     if (swept > 0)
@@ -969,8 +989,11 @@ static void s_stop(void *arg)
     mq_kv_destroy(&self->kv); /* before the model: it holds the master copy's pointer */
     free(self->slots);
     free(self->terms);
+    free(self->members), free(self->member_terms), free(self->member_at), free(self->ranks);
+    free(self->late_sent);
     mq_model_destroy(&self->model);
-    mq_msg_reset(&self->in);
+    mq_msg_free(&self->in);
+    mq_msg_free(&self->out);
 }
 
 static const mq_service_ops_t s_ops = {.name = "server",

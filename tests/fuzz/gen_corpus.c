@@ -212,11 +212,13 @@ static void s_wire(const char *name, mq_msg_t *msg, const mq_payload_t *p, size_
 }
 
 /* A member set of N ranks (1, 3, 5, ...) into SET and *NSET. */
-static void s_members(uint32_t *set, uint32_t *nset, uint32_t n)
+/* A set of N ranks (1, 3, 5, ...) in SET's own array (room for 8), which LIST points at. */
+static void s_members(uint32_t *set, uint32_t **list, uint32_t *nset, uint32_t n)
 {
     *nset = n;
     for (uint32_t i = 0; i < n; i++)
         set[i] = 2 * i + 1;
+    *list = set;
 }
 
 /* One message of every type, and a PUSH per codec. */
@@ -255,9 +257,10 @@ static void s_wire_seeds(void)
             w->has_token = true;
             memset(w->token, 0x5a, sizeof w->token);
             w->term = 1;
+            static char servers[2][MQ_WIRE_MAX_TEXT] = {"tcp://127.0.0.1:7100",
+                                                        "tcp://127.0.0.1:7101"};
             w->n_servers = 2;
-            snprintf(w->servers[0], sizeof w->servers[0], "tcp://127.0.0.1:7100");
-            snprintf(w->servers[1], sizeof w->servers[1], "tcp://127.0.0.1:7101");
+            w->servers = servers;
             break;
         }
         case MQ_MSG_ITERATE: {
@@ -266,8 +269,11 @@ static void s_wire_seeds(void)
                                  .view = 1, .cursor = 4096, .checkpoint = true, .keep_from = 20,
                                  .run_time = 31.5};
             m.sim_time = 12.5;
-            s_members(it->members, &it->n_members, 4);
-            s_members(it->member_terms, &it->n_member_terms, 4);
+            static uint32_t members[8], terms[8];
+            s_members(members, &it->members, &it->n_members, 4);
+            s_members(terms, &it->member_terms, &it->n_member_terms, 4);
+            it->member = 1; /* and a worker's own place in it, as the scheduler sends it */
+            it->nmembers = 4;
             break;
         }
         case MQ_MSG_HAVE:
@@ -276,7 +282,8 @@ static void s_wire_seeds(void)
             m.have.shard = 1;
             m.have.view = 2;
             m.sim_time = 12.5;
-            s_members(m.have.members, &m.have.n_members, 4);
+            static uint32_t have[8];
+            s_members(have, &m.have.members, &m.have.n_members, 4);
             break;
         case MQ_MSG_REPORT:
             m.report = (mq_report_t){.loss = 1.25, .grad_sqmean = 1e-4, .grad_range = 0.5,

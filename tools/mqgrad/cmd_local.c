@@ -132,9 +132,9 @@ static int s_parse(mq_local_opts_t *o, int argc, char **argv)
     mq_policy_names(policies, sizeof policies - 24, " | ");
     strcat(policies, " | none (fp32, no agent)");
     const mq_flag_t flags[] = {
-        {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, MQ_WIRE_MAX_WORKERS,
+        {"workers", "MQGRAD_WORKERS", MQ_FLAG_LONG, &o->workers, 0, 1, MQ_FLAG_MAX_WORKERS,
          "worker processes"},
-        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, MQ_WIRE_MAX_SERVERS,
+        {"servers", "MQGRAD_SERVERS", MQ_FLAG_LONG, &o->servers, 0, 1, MQ_FLAG_MAX_SERVERS,
          "server processes (default: one per worker, up to 16)"},
         {"min-workers", NULL, MQ_FLAG_STR, o->min_workers, sizeof o->min_workers, 1, 0,
          "below this many workers the run pauses (1)"},

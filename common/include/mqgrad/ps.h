@@ -208,12 +208,16 @@ double mq_link_rate_finish(const mq_link_rate_t *r, double t, double bytes);
 /* When BYTES that have all gone by run time T started (mq_link_rate_finish backwards). */
 double mq_link_rate_start(const mq_link_rate_t *r, double t, double bytes);
 
-#define MQ_LINK_MAX_PENDING 256
+/* Messages a simulated link orders by their stamps before it charges them: a server's round
+ * of pushes from up to this many workers is timed exactly; past it, a round is charged in
+ * parts of this many (each in stamp order). */
+#define MQ_LINK_MAX_PENDING 4096
 
 typedef struct {
     double stamp;  /* when the message's last byte left its sender */
     double cpu;    /* this thread's CPU time when the message was taken */
     size_t bytes;
+    uint32_t seq;  /* the order it was taken in (ties of stamps keep it) */
 } mq_arrival_t;
 
 typedef struct {

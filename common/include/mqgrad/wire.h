@@ -25,21 +25,28 @@
 extern "C" {
 #endif
 
-#define MQ_WIRE_VERSION 3
+#define MQ_WIRE_VERSION 4
 /* Payload frames in a message, and so segments in a shard: a model of MQ_LAYOUT_MAX tensors
  * fits in one shard. */
 #define MQ_WIRE_MAX_TENSORS MQ_LAYOUT_MAX
-#define MQ_WIRE_MAX_SERVERS 64
 #define MQ_WIRE_MAX_PEER 256
 #define MQ_WIRE_MAX_TEXT 256
 #define MQ_WIRE_MAX_Q 16
-#define MQ_WIRE_MAX_WORKERS 256 /* worker ranks a run can hold */
+/* The largest values of the flags that size a run (--workers, --max-workers, --servers, a
+ * server's --shard): bounds against typos, not capacities. Every array of a service is as
+ * large as its run's value, and nothing else bounds a run but memory and MQ_WIRE_MAX_META
+ * (about 50,000 workers; bench/README.md, "scale.sh", says what grows with them). */
+#define MQ_FLAG_MAX_WORKERS 1000000
+#define MQ_FLAG_MAX_SERVERS 65536
 /* Largest message any socket accepts (ZMQ_MAXMSGSIZE): the paper model's fp32 gradient is
  * 64 MB, so 256 MB leaves room while refusing absurd frames. */
 #define MQ_WIRE_MAX_MSG (256LL << 20)
 /* Largest message a control socket (the scheduler's, the agent's, a node's link to the
- * scheduler) takes: a Meta frame and nothing else. */
-#define MQ_WIRE_MAX_CONTROL_MSG (128LL << 10)
+ * scheduler) takes: a Meta frame and nothing else, and the largest Meta frame any socket
+ * takes. The one bound on a member set (a rank and a term take 2-6 bytes): about 50,000
+ * workers, a run far past what one scheduler serves (bench/README.md, "scale.sh"). */
+#define MQ_WIRE_MAX_CONTROL_MSG (256LL << 10)
+#define MQ_WIRE_MAX_META MQ_WIRE_MAX_CONTROL_MSG
 /* A node's token for the run (proto/mqgrad.proto Meta.token) and the servers' run key. */
 #define MQ_TOKEN_LEN 16
 #define MQ_RUN_KEY_LEN 32
@@ -147,6 +154,12 @@ typedef struct mq_msg {
      * the fields mq_msg_init clears, which empties it (n = 0) without clearing its 9 KB on
      * every message sent; copies of the header fields do not take it. */
     mq_layout_t layout;
+    /* The entries of the body's [grow] fields (proto/gen_c.py: the member sets, the servers'
+     * endpoints), received or copied: in room_small_, or past its size in a heap block kept
+     * for the next ones (room_, freed by mq_msg_free). Not cleared by mq_msg_init. */
+    unsigned char *room_;
+    size_t room_cap_;
+    _Alignas(16) unsigned char room_small_[4096];
 } mq_msg_t;
 
 /* Zeroes the envelope of MSG and the body of TYPE for a new message of TYPE (keeps nothing
@@ -154,11 +167,15 @@ typedef struct mq_msg {
 void mq_msg_init(mq_msg_t *msg, mq_msg_type_t type);
 /* Releases received payload frames. Safe to call twice. */
 void mq_msg_reset(mq_msg_t *msg);
+/* Releases the frames and the storage a message of more entries than room_small_ holds
+ * left (a service's messages, when it ends). MSG stays usable. */
+void mq_msg_free(mq_msg_t *msg);
 
-/* Copies SRC's envelope, body and tensor headers into DST, without payload frames (DST's
- * payload pointers are NULL): for a message kept past the next receive (an ITERATE that
- * waits its turn). DST must hold no frames. */
-void mq_msg_copy(mq_msg_t *dst, const mq_msg_t *src);
+/* Copies SRC's envelope, body (its [grow] fields' entries into DST's own storage) and tensor
+ * headers into DST, without payload frames (DST's payload pointers are NULL): for a message
+ * kept past the next receive (an ITERATE that waits its turn). DST must hold no frames.
+ * 0, or -1 (error set) when DST's storage cannot grow to SRC's entries. */
+int mq_msg_copy(mq_msg_t *dst, const mq_msg_t *src);
 /* Moves MSG's received payload frames into DST[0..n), n returned: the caller keeps the bytes
  * past the next receive without copying them, and closes each with zmq_msg_close. MSG's
  * payload pointers are NULL afterwards. */

@@ -96,7 +96,7 @@ int mq_kv_plan(const mq_model_t *m, mq_kv_slicer_fn *slicer, uint32_t nservers,
 static int s_plan(mq_kv_t *self)
 {
     const mq_kv_config_t *c = &self->cfg;
-    if (c->workers == 0 || c->servers == 0 || c->servers > MQ_WIRE_MAX_SERVERS ||
+    if (c->workers == 0 || c->servers == 0 ||
         c->rank >= c->servers) {
         mq_err_set("shard %u of %u servers for %u workers", c->rank, c->servers, c->workers);
         return -1;

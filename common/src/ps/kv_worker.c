@@ -84,7 +84,7 @@ mq_kv_worker_t *mq_kv_worker_new(mq_model_t *model, const mq_kv_worker_config_t 
         mq_err_set("no update rule");
         goto err;
     }
-    if (cfg->servers == 0 || cfg->servers > MQ_WIRE_MAX_SERVERS || cfg->workers == 0 ||
+    if (cfg->servers == 0 || cfg->workers == 0 ||
         cfg->rank >= cfg->workers) {
         mq_err_set("rank %u of %u workers for %u servers", cfg->rank, cfg->workers,
                    cfg->servers);

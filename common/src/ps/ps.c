@@ -20,7 +20,7 @@ int mq_shard_plan(const mq_model_t *m, uint32_t nservers, uint64_t threshold, bo
                   mq_shard_t *shards)
 {
     uint64_t n = mq_model_nparams(m);
-    if (nservers == 0 || nservers > MQ_WIRE_MAX_SERVERS || nservers > n) {
+    if (nservers == 0 || nservers > n) {
         mq_err_set("cannot cut %llu parameters into %u shards", (unsigned long long)n,
                    nservers);
         return -1;
@@ -660,9 +660,10 @@ static void s_sleep_until(double t)
  * that disagree. A stamp past that (or over an hour old) comes from a clock not synchronised with
  * this one, or from a bad peer: the message is taken as arriving now, and no receiver sleeps for
  * it. */
+#define S_SHARDS_AHEAD 64 /* shards of one push whose bytes may queue before a message's */
 static bool s_stamp_trusted(double local, double dur, double now)
 {
-    return local - now <= MQ_WIRE_MAX_SERVERS * dur + 1.0 && now - local <= 3600.0;
+    return local - now <= S_SHARDS_AHEAD * dur + 1.0 && now - local <= 3600.0;
 }
 
 /* The ingress model: a message of BYTES whose last byte left at STAMP streamed in during the
@@ -739,8 +740,17 @@ void mq_link_arrive(mq_link_t *link, size_t bytes, double stamp)
     }
     if (link->npending == MQ_LINK_MAX_PENDING)
         mq_link_settle(link); /* more than a round can hold: charge what is in so far */
-    link->pending[link->npending++] =
-        (mq_arrival_t){.stamp = stamp, .cpu = mq_thread_cpu_s(), .bytes = bytes};
+    link->pending[link->npending] = (mq_arrival_t){
+        .stamp = stamp, .cpu = mq_thread_cpu_s(), .bytes = bytes, .seq = link->npending};
+    link->npending++;
+}
+
+static int s_by_stamp(const void *a, const void *b)
+{
+    const mq_arrival_t *x = a, *y = b;
+    if (x->stamp != y->stamp)
+        return x->stamp < y->stamp ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
 }
 
 double mq_link_settle(mq_link_t *link)
@@ -757,13 +767,7 @@ double mq_link_settle(mq_link_t *link)
     double t = link->sim_now + (p[0].cpu - link->cpu_mark);
     for (uint32_t i = 0; i < n; i++)
         p[i].cpu = (i + 1 < n ? p[i + 1].cpu : cpu_now) - p[i].cpu;
-    for (uint32_t i = 1; i < n; i++) { /* stamp order; stable, and n is small */
-        mq_arrival_t a = p[i];
-        uint32_t j = i;
-        for (; j > 0 && p[j - 1].stamp > a.stamp; j--)
-            p[j] = p[j - 1];
-        p[j] = a;
-    }
+    qsort(p, n, sizeof *p, s_by_stamp); /* ties in the order taken */
     for (uint32_t i = 0; i < n; i++)
         t = fmax(t, s_ingress_at(link, p[i].bytes, p[i].stamp)) + p[i].cpu;
     link->npending = 0;

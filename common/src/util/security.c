@@ -15,7 +15,6 @@
 
 #include "mqgrad/util.h"
 
-#define S_MAX_KEYS 64
 #define S_MAX_WATCH 4
 
 static const char *const s_role_names[MQ_KEY_COUNT_] = {"none",  "scheduler", "server",
@@ -45,8 +44,8 @@ typedef struct {
 struct mq_sec {
     bool enabled;
     mq_key_role_t self;
-    s_key_t keys[S_MAX_KEYS];
-    int nkeys;
+    s_key_t *keys; /* the keyring: as many as it holds */
+    int nkeys, capkeys;
     zcert_t *cert; /* this program's */
     zactor_t *watch[S_MAX_WATCH];
     zsock_t *served[S_MAX_WATCH]; /* the socket each watch reads the monitor of */
@@ -61,7 +60,7 @@ struct mq_sec {
 static pthread_mutex_t s_auth_lock = PTHREAD_MUTEX_INITIALIZER;
 static zactor_t *s_auth;
 static int s_auth_users;
-static char s_auth_keys[S_MAX_KEYS][41];
+static char (*s_auth_keys)[41]; /* the keyring it serves (s_auth_join's) */
 static int s_auth_nkeys;
 static bool s_auth_open;
 
@@ -114,6 +113,13 @@ static int s_auth_join(mq_sec_t *s, bool open)
 {
     pthread_mutex_lock(&s_auth_lock);
     int rc = 0;
+    if (!s_auth) { /* the handler starts with this keyring: room for every key of it */
+        free(s_auth_keys);
+        if (!(s_auth_keys = calloc(s->nkeys ? (size_t)s->nkeys : 1, sizeof *s_auth_keys))) {
+            pthread_mutex_unlock(&s_auth_lock);
+            return mq_err_set("out of memory for %d keys", s->nkeys), -1;
+        }
+    }
     if (!s_auth && open) {
         s_auth_nkeys = 0;
         for (int i = 0; i < s->nkeys; i++)
@@ -165,6 +171,8 @@ static void s_auth_leave(void)
         zactor_destroy(&s_auth);
         s_auth_open = false;
         s_auth_nkeys = 0;
+        free(s_auth_keys);
+        s_auth_keys = NULL;
     }
     pthread_mutex_unlock(&s_auth_lock);
 }
@@ -196,9 +204,15 @@ static int s_add_key(mq_sec_t *s, mq_key_role_t role, const char *name, const ch
     for (int i = 0; i < s->nkeys; i++)
         if (strcmp(s->keys[i].public_txt, public_txt) == 0)
             return 0;
-    if (s->nkeys == S_MAX_KEYS) {
-        mq_err_set("more than %d keys", S_MAX_KEYS);
-        return -1;
+    if (s->nkeys == s->capkeys) {
+        int cap = s->capkeys ? 2 * s->capkeys : 16;
+        s_key_t *more = realloc(s->keys, (size_t)cap * sizeof *more);
+        if (!more) {
+            mq_err_set("out of memory for %d keys", cap);
+            return -1;
+        }
+        s->keys = more;
+        s->capkeys = cap;
     }
     s_key_t *k = &s->keys[s->nkeys++];
     k->role = role;
@@ -250,26 +264,29 @@ static int s_load_dir(mq_sec_t *s, const char *dir)
 /* MQGRAD_PUBLIC_KEYS: "role:Z85,role:Z85,..." (role as in a key's name: operator-ana). */
 static int s_load_env_list(mq_sec_t *s, const char *list)
 {
-    char buf[S_MAX_KEYS * 80];
-    if (strlen(list) >= sizeof buf) {
-        mq_err_set("MQGRAD_PUBLIC_KEYS is too long");
+    char *buf = strdup(list);
+    if (!buf) {
+        mq_err_set("MQGRAD_PUBLIC_KEYS: out of memory");
         return -1;
     }
-    snprintf(buf, sizeof buf, "%s", list);
     char *save = NULL;
-    for (char *item = strtok_r(buf, ", \n", &save); item; item = strtok_r(NULL, ", \n", &save)) {
+    int rc = 0;
+    for (char *item = strtok_r(buf, ", \n", &save); rc == 0 && item;
+         item = strtok_r(NULL, ", \n", &save)) {
         char *colon = strchr(item, ':');
         if (!colon) {
             mq_err_set("MQGRAD_PUBLIC_KEYS: '%s' is not role:KEY", item);
-            return -1;
+            rc = -1;
+            break;
         }
         *colon = 0;
         if (s_add_key(s, s_role_parse(item), item, colon + 1) != 0) {
             mq_err_set("MQGRAD_PUBLIC_KEYS: %s", mq_err_last());
-            return -1;
+            rc = -1;
         }
     }
-    return 0;
+    free(buf);
+    return rc;
 }
 
 static zcert_t *s_load_own(const mq_sec_config_t *c, mq_key_role_t self)
@@ -394,6 +411,7 @@ void mq_sec_close(mq_sec_t **sp)
     if (s->joined)
         s_auth_leave();
     zcert_destroy(&s->cert);
+    free(s->keys);
     free(s);
     *sp = NULL;
 }

@@ -11,12 +11,54 @@
 #include "mqgrad.pb-c.h"
 #include "mqgrad/util.h"
 
+/* ---- what the generated code needs (mqgrad_msgs.inc) -------------------------------------- */
+
+/* BYTES rounded up to the alignment of any entry. */
+static size_t s_gen_round(size_t bytes)
+{
+    return (bytes + 15) & ~(size_t)15;
+}
+
+/* NEED bytes of MSG's storage for its body's [grow] fields: its small room, or its heap block
+ * grown (at least doubled) when that is too small; NULL when it cannot grow. */
+static unsigned char *s_gen_room(mq_msg_t *msg, size_t need)
+{
+    if (need <= sizeof msg->room_small_)
+        return msg->room_small_;
+    if (need > msg->room_cap_) {
+        size_t cap = need > 2 * msg->room_cap_ ? need : 2 * msg->room_cap_;
+        unsigned char *bigger = realloc(msg->room_, cap);
+        if (!bigger)
+            return NULL;
+        msg->room_ = bigger;
+        msg->room_cap_ = cap;
+    }
+    return msg->room_;
+}
+
+/* N pointers for a [grow] string field being sent, from this thread's scratch (pointers the
+ * packer holds until the message is packed); NULL when it cannot grow. */
+static _Thread_local char **s_strv;
+static _Thread_local size_t s_strv_cap;
+static char **s_gen_strv(size_t n)
+{
+    if (n > s_strv_cap) {
+        char **bigger = realloc(s_strv, n * sizeof *bigger);
+        if (!bigger)
+            return NULL;
+        s_strv = bigger;
+        s_strv_cap = n;
+    }
+    return s_strv;
+}
+
 /* mq_run_config_to_pb, mq_report_from_pb, ...: generated from the proto (proto/gen_c.py) */
 #include "mqgrad_msgs.inc"
 
-/* Meta frames are small; anything bigger than this is garbage or an attack. */
-#define S_MAX_META (64 * 1024)
-#define S_ARENA_SIZE (256 * 1024)
+/* Meta frames are small; anything bigger than this is garbage or an attack. Unpacked, a
+ * frame's lists may take four times its bytes (a 1-byte varint, a 4-byte integer). */
+#define S_MAX_META MQ_WIRE_MAX_META
+#define S_ARENA_SIZE (4 * S_MAX_META + 256 * 1024)
 
 /* ---- names ------------------------------------------------------------------------ */
 
@@ -57,14 +99,30 @@ void mq_msg_reset(mq_msg_t *msg)
     }
 }
 
-void mq_msg_copy(mq_msg_t *dst, const mq_msg_t *src)
+int mq_msg_copy(mq_msg_t *dst, const mq_msg_t *src)
 {
+    if (dst == src)
+        return 0;
     memcpy(dst, src, offsetof(mq_msg_t, frames_));
     for (uint32_t i = 0; i < MQ_WIRE_MAX_TENSORS; i++) {
         dst->payload[i] = NULL;
         dst->payload_len[i] = 0;
     }
     dst->nframes_ = 0;
+    if (s_body_own(dst) != 0) { /* its lists still point at SRC's: none at all instead */
+        mq_msg_init(dst, MQ_MSG_UNKNOWN);
+        mq_err_set("no memory to keep a message's lists");
+        return -1;
+    }
+    return 0;
+}
+
+void mq_msg_free(mq_msg_t *msg)
+{
+    mq_msg_reset(msg);
+    free(msg->room_);
+    msg->room_ = NULL;
+    msg->room_cap_ = 0;
 }
 
 uint32_t mq_msg_take_frames(mq_msg_t *msg, zmq_msg_t *dst)
@@ -497,6 +555,9 @@ void mq_wire_thread_cleanup(void)
 {
     free(s_arena);
     s_arena = NULL;
+    free(s_strv);
+    s_strv = NULL;
+    s_strv_cap = 0;
     free(s_pack_buf);
     s_pack_buf = NULL;
     s_pack_cap = 0;
@@ -539,7 +600,7 @@ int mq_wire_recv(zsock_t *sock, mq_msg_t *msg, mq_drop_t *drop)
         snprintf(msg->user_id, sizeof msg->user_id, "%s", uid);
     mq_drop_t d = s_recv_payloads(h, msg, more);
     if (d == MQ_DROP_NONE && zmq_msg_size(&first) > S_MAX_META) {
-        mq_err_set("meta frame of %zu bytes (limit %d)", zmq_msg_size(&first), S_MAX_META);
+        mq_err_set("meta frame of %zu bytes (limit %d)", zmq_msg_size(&first), (int)S_MAX_META);
         d = MQ_DROP_TOO_MANY;
     }
     Mqgrad__Meta *meta = NULL;

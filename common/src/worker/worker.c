@@ -37,9 +37,12 @@ typedef struct {
     mq_node_t node; /* scheduler link, pipe, drops */
     const mq_worker_config_t *cfg;
     zloop_t *loop;
-    zsock_t *servers[MQ_WIRE_MAX_SERVERS];
-    s_from_server_t from_server[MQ_WIRE_MAX_SERVERS];
-    mq_inbox_t server_in[MQ_WIRE_MAX_SERVERS], sched_in; /* each socket's inbox */
+    /* one per server of the run (WELCOME's): its socket, who its messages come from, its
+     * inbox, whether its shard's aggregate came this round, whether the push went to it */
+    zsock_t **servers;
+    s_from_server_t *from_server;
+    mq_inbox_t *server_in, sched_in; /* each socket's inbox */
+    bool *got_shard, *pushed;
     bool welcomed;
     uint32_t rank;
     mq_run_config_t run;
@@ -65,14 +68,12 @@ typedef struct {
     uint32_t member, nmembers; /* this worker's index in the round's member set, its size */
     uint64_t cursor;           /* the round's data position */
     uint32_t got;
-    bool got_shard[MQ_WIRE_MAX_SERVERS];
     double t_pushed;      /* the node's time (mqgrad/ps.h clock) when the pushes were out */
     double t_pushed_wall; /* the same on the wall clock, for the timeout */
     double egress_s;      /* this iteration's time on the NIC: sending, not encoding */
     /* pushes sent from inside the backward pass (s_on_grad_ready), while the convolutions'
      * gradients are still being computed */
     bool computing, push_failed;
-    bool pushed[MQ_WIRE_MAX_SERVERS];
     double early_s; /* their time (statistics, encode, send), taken out of compute */
     struct {
         double sq;
@@ -364,6 +365,16 @@ static void s_on_welcome(void *arg, mq_msg_t *msg, const mq_welcome_t *w)
         s_fail(self, "welcome");
         return;
     }
+    uint32_t n = self->nservers; /* the run's servers: what each round keeps per server */
+    if (!(self->servers = calloc(n, sizeof *self->servers)) ||
+        !(self->from_server = calloc(n, sizeof *self->from_server)) ||
+        !(self->server_in = calloc(n, sizeof *self->server_in)) ||
+        !(self->got_shard = calloc(n, sizeof *self->got_shard)) ||
+        !(self->pushed = calloc(n, sizeof *self->pushed))) {
+        mq_err_set("out of memory for %u servers", n);
+        s_fail(self, "welcome");
+        return;
+    }
     if (self->ext && self->run.simulated_clock) {
         /* it charges a node's compute as its actor thread's CPU time; the caller computes
          * on a thread of its own, which that clock would not see */
@@ -583,7 +594,7 @@ static void s_compute(s_worker_t *self)
         return;
     }
     mq_kv_worker_round(self->kv, self->iter); /* the round's draws, whatever came before */
-    memset(self->pushed, 0, sizeof self->pushed);
+    memset(self->pushed, 0, self->nservers * sizeof *self->pushed);
     self->gs.sq = 0, self->gs.n = 0, self->gs.lo = INFINITY, self->gs.hi = -INFINITY;
     memset(self->tensor_sq, 0, sizeof self->tensor_sq);
     memset(self->tensor_sent, 0, sizeof self->tensor_sent);
@@ -682,10 +693,8 @@ static bool s_abandoned(s_worker_t *self, const mq_msg_t *msg)
     s_hear_servers(self, true);
     int applied = 0;
     s_tell(self, "APPLIED", &applied, sizeof applied);
-    if (msg) {
-        mq_msg_copy(self->held, msg);
-        self->has_held = true;
-    }
+    if (msg) /* no memory for its lists: the round is missed, as a lost message's */
+        self->has_held = mq_msg_copy(self->held, msg) == 0;
     return true;
 }
 
@@ -700,13 +709,16 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
                       it->lr > 0 ? mq_err_last() : "iterate with a bad learning rate");
         return;
     }
-    int member = mq_member_index(it->members, it->n_members, self->rank);
+    /* its index and the set's size (the scheduler's), or the set (a scheduler may send it) */
+    uint32_t nmembers = it->n_members ? it->n_members : it->nmembers;
+    int member = it->n_members ? mq_member_index(it->members, it->n_members, self->rank)
+                 : it->member < it->nmembers ? (int)it->member
+                                              : -1;
     if (member < 0) /* not in this round: joins at a later one */
         return;
     if (self->ext && !self->busy && !self->caller_waiting && msg != self->held) {
         /* the caller is still on the last round: this one waits for its "NEXT" */
-        mq_msg_copy(self->held, msg);
-        self->has_held = true;
+        self->has_held = mq_msg_copy(self->held, msg) == 0;
         return;
     }
     self->has_held = false;
@@ -716,7 +728,8 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     }
     if (self->busy && !self->pulling && self->run.report_pushes && msg != self->pending) {
         /* our pushes are out: the aggregates may still come (a straggler's late reply) */
-        mq_msg_copy(self->pending, msg);
+        if (mq_msg_copy(self->pending, msg) != 0)
+            return; /* no memory for its lists: missed, as a lost message */
         if (!self->has_pending) /* a newer one replaces it; the wait counts from the first */
             self->t_pending = mq_now_s();
         self->has_pending = true;
@@ -737,10 +750,10 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
     self->evaluate = it->evaluate;
     self->eval_limit = it->eval_limit;
     self->member = (uint32_t)member;
-    self->nmembers = it->n_members;
+    self->nmembers = nmembers;
     self->cursor = it->cursor;
     self->got = 0;
-    memset(self->got_shard, 0, sizeof self->got_shard);
+    memset(self->got_shard, 0, self->nservers * sizeof *self->got_shard);
     memset(&self->report, 0, sizeof self->report);
     self->egress_s = 0;
     self->decode_s = 0;
@@ -897,7 +910,7 @@ static void s_on_params(void *arg, mq_msg_t *msg, const mq_shard_msg_t *params)
     self->pulling = false;
     self->synced = self->iter;
     self->got = 0;
-    memset(self->got_shard, 0, sizeof self->got_shard);
+    memset(self->got_shard, 0, self->nservers * sizeof *self->got_shard);
     mq_info("in step at iteration %llu", (unsigned long long)self->iter);
     s_compute(self);
 }
@@ -1099,8 +1112,10 @@ static void s_stop(void *arg)
 {
     s_worker_t *self = arg;
     mq_node_leave(&self->node); /* stopped by a signal, not by the run's end */
-    for (uint32_t s = 0; s < MQ_WIRE_MAX_SERVERS; s++)
+    for (uint32_t s = 0; self->servers && s < self->nservers; s++)
         zsock_destroy(&self->servers[s]);
+    free(self->servers), free(self->from_server), free(self->server_in);
+    free(self->got_shard), free(self->pushed);
     mq_node_close(&self->node);
     mq_sec_close(&self->sec); /* after its sockets */
     mq_kv_worker_destroy(&self->kv);
@@ -1110,7 +1125,12 @@ static void s_stop(void *arg)
     mq_dataset_destroy(&self->train);
     mq_dataset_destroy(&self->test);
     mq_model_destroy(&self->model);
-    mq_msg_reset(&self->in);
+    mq_msg_free(&self->in);
+    mq_msg_free(&self->out);
+    if (self->pending)
+        mq_msg_free(self->pending);
+    if (self->held)
+        mq_msg_free(self->held);
     free(self->pending);
     free(self->held);
 }
