@@ -296,3 +296,77 @@ Test(protocol, the_generated_readers_refuse_malformed_bodies_by_field)
     zsock_destroy(&b);
     zsock_destroy(&a);
 }
+
+/* A run's lists are as long as the run: a member set of 20,000 workers with their terms, and
+ * 300 servers' endpoints, arrive whole (past the message's own small room, in the storage it
+ * grows); a copy (a worker's ITERATE that waits its turn) owns its lists, whatever the
+ * original takes next; a worker's ITERATE names its place without the set; a set longer than
+ * the meta frame's limit is refused, and the next message is taken. */
+Test(protocol, member_sets_and_server_lists_are_as_long_as_the_run)
+{
+    zsock_t *a, *b;
+    s_pair("mq-test-long", &a, &b);
+    mq_wire_prepare(b, 0, MQ_WIRE_MAX_CONTROL_MSG);
+    static mq_msg_t m, kept;
+    static uint32_t ranks[20000], terms[20000];
+    for (uint32_t k = 0; k < 20000; k++)
+        ranks[k] = 3 * k + 1, terms[k] = k % 7 + 1;
+    mq_msg_init(&m, MQ_MSG_ITERATE);
+    m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .n_members = 20000, .members = ranks,
+                               .n_member_terms = 20000, .member_terms = terms, .view = 2};
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    mq_drop_t drop;
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
+    cr_assert_eq(m.iterate.n_members, 20000);
+    cr_assert_eq(m.iterate.n_member_terms, 20000);
+    cr_assert_neq(m.iterate.members, ranks, "received into the message's storage");
+    for (uint32_t k = 0; k < 20000; k++) {
+        cr_assert_eq(m.iterate.members[k], 3 * k + 1, "member %u", k);
+        cr_assert_eq(m.iterate.member_terms[k], k % 7 + 1, "term %u", k);
+    }
+    cr_assert_eq(mq_msg_copy(&kept, &m), 0);
+
+    static char endpoints[300][MQ_WIRE_MAX_TEXT];
+    for (int s = 0; s < 300; s++)
+        snprintf(endpoints[s], sizeof endpoints[s], "tcp://10.0.%d.%d:7100", s / 250, s % 250);
+    mq_msg_init(&m, MQ_MSG_WELCOME);
+    m.welcome.rank = 299;
+    m.welcome.has_token = true;
+    m.welcome.n_servers = 300;
+    m.welcome.servers = endpoints;
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
+    cr_assert_eq(m.welcome.n_servers, 300);
+    cr_expect_str_eq(m.welcome.servers[0], "tcp://10.0.0.0:7100");
+    cr_expect_str_eq(m.welcome.servers[299], "tcp://10.0.1.49:7100");
+    /* the copy kept its own lists while the original took the welcome */
+    cr_expect_eq(kept.iterate.n_members, 20000);
+    cr_expect_eq(kept.iterate.members[19999], 3 * 19999 + 1);
+    cr_expect_eq(kept.iterate.member_terms[19999], 19999 % 7 + 1);
+
+    mq_msg_init(&m, MQ_MSG_ITERATE); /* to a worker: its place, not the set */
+    m.iterate = (mq_iterate_t){.bits = 4, .lr = 0.1f, .member = 41, .nmembers = 20000};
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
+    cr_expect_eq(m.iterate.n_members, 0);
+    cr_expect_eq(m.iterate.member, 41);
+    cr_expect_eq(m.iterate.nmembers, 20000);
+
+    static uint32_t many[120000];
+    for (uint32_t k = 0; k < 120000; k++)
+        many[k] = 100000 + k; /* 3 bytes each: past the 256 KB meta frame */
+    mq_msg_init(&m, MQ_MSG_COMMIT);
+    m.commit = (mq_members_t){.view = 1, .n_members = 120000, .members = many};
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), -1, "a set past the meta frame's limit was taken");
+    mq_msg_init(&m, MQ_MSG_COMMIT);
+    m.commit = (mq_members_t){.view = 1, .n_members = 3, .members = ranks};
+    cr_assert_eq(mq_wire_send(a, &m, NULL, 0), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_wire_recv(b, &m, &drop), 0, "%s", mq_err_last());
+    cr_expect_eq(m.commit.n_members, 3);
+    cr_expect_eq(m.commit.members[2], 7);
+    mq_msg_free(&m);
+    mq_msg_free(&kept);
+    zsock_destroy(&b);
+    zsock_destroy(&a);
+}

@@ -421,6 +421,59 @@ Test(scheduler, ranks_are_taken_in_order_and_refused_with_the_reason_when_none_i
     mq_mb_destroy(&mb);
 }
 
+/* Nothing but the run's flags sizes the membership and the round: 1000 worker ranks and 300
+ * servers are taken, the next worker is refused naming the run's count, and a round over all
+ * of them under first:600 is cut to the 600 whose pushes every server holds, then commits. */
+Test(scheduler, a_run_of_a_thousand_workers_and_three_hundred_servers_is_sized_by_its_flags)
+{
+    static mq_membership_t mb;
+    cr_assert_eq(mq_mb_init(&mb, 1000, 300), 0);
+    mq_mb_reg_out_t o;
+    for (uint32_t k = 0; k < 1000; k++) {
+        mq_msg_t m = s_reg(MQ_ROLE_WORKER, (uint8_t)k, 10000 + k, 0, "", 0);
+        cr_assert_eq(mq_mb_take(&mb, &m, true, 1.0, &o), MQ_MB_TAKEN, "worker %u", k);
+        cr_assert_eq(o.rank, k);
+    }
+    mq_msg_t late = s_reg(MQ_ROLE_WORKER, 1, 99999, 0, "", 0);
+    cr_assert_eq(mq_mb_take(&mb, &late, true, 1.0, &o), MQ_MB_REFUSED);
+    cr_expect(strstr(o.why, "all 1000 worker ranks are taken"), "%s", o.why);
+    for (uint32_t k = 0; k < 300; k++) {
+        char ep[32];
+        snprintf(ep, sizeof ep, "tcp://s%u:1", k);
+        mq_msg_t m = s_reg(MQ_ROLE_SERVER, (uint8_t)k, 50000 + k, 0, ep, 0);
+        cr_assert_eq(mq_mb_take(&mb, &m, true, 1.0, &o), MQ_MB_TAKEN, "server %u", k);
+    }
+    cr_expect_eq(mb.nservers, 300);
+    cr_expect_str_eq(mb.servers[299].endpoint, "tcp://s299:1");
+    cr_expect_eq(mq_mb_count(&mb, MQ_MB_SETUP), 1000);
+    mq_mb_destroy(&mb);
+
+    static mq_round_t r;
+    cr_assert_eq(mq_round_init(&r, 1000, 300), 0);
+    r.policy = MQ_STRAGGLERS_FIRST;
+    r.value = 600;
+    r.nmembers = 1000;
+    for (uint32_t k = 0; k < 1000; k++)
+        r.members[k] = k;
+    mq_round_begin(&r, false);
+    static uint32_t first[600];
+    for (uint32_t k = 0; k < 600; k++)
+        first[k] = k;
+    mq_round_out_t out;
+    for (uint32_t s = 0; s < 300; s++) {
+        mq_round_progress(&r, s, first, 600, 300, &out);
+        cr_assert_eq(out.actions, s == 299 ? MQ_RD_VIEW : 0u, "server %u", s);
+    }
+    cr_expect_eq(out.nleft, 400, "the 400 whose pushes are not everywhere are cut");
+    cr_expect_eq(out.left[0], 600);
+    cr_expect_eq(r.nmembers, 600);
+    for (uint32_t s = 0; s < 300; s++) {
+        mq_round_have(&r, s, r.view, 300, &out);
+        cr_assert_eq(out.actions, s == 299 ? MQ_RD_COMMIT : 0u, "server %u", s);
+    }
+    mq_round_destroy(&r);
+}
+
 Test(scheduler, a_later_try_moves_the_answers_and_an_earlier_or_the_same_changes_nothing)
 {
     mq_membership_t mb;

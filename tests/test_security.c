@@ -596,6 +596,50 @@ Test(security, a_socket_unserved_leaves_the_process_io_free, .timeout = 60)
     mq_sec_close(&sec);
 }
 
+/* A keyring holds as many keys as the cluster has: with 300 operators' keys beside the
+ * roles', the last one's client is let in and known as an operator. */
+Test(security, a_keyring_holds_as_many_keys_as_the_cluster_has, .timeout = 120)
+{
+    char dir[128];
+    snprintf(dir, sizeof dir, "/tmp/mqgrad-test-manykeys-%d", (int)getpid());
+    test_rmtree(dir);
+    cr_assert_eq(mq_sec_keygen(dir, NULL), 0, "%s", mq_err_last());
+    for (int i = 0; i < 300; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "op%03d", i);
+        cr_assert_eq(mq_sec_keygen(dir, name), 0, "%s", mq_err_last());
+    }
+    mq_sec_config_t c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.keys, sizeof c.keys, "%s", dir);
+    mq_sec_t *sec = mq_sec_open(&c, MQ_KEY_SCHEDULER);
+    cr_assert_not_null(sec, "%s", mq_err_last());
+    zsock_t *served = zsock_new(ZMQ_ROUTER);
+    cr_assert_not_null(served);
+    mq_wire_prepare(served, 0, MQ_WIRE_MAX_CONTROL_MSG);
+    zsock_set_rcvtimeo(served, 5000);
+    cr_assert_eq(mq_sec_serve(sec, served, "the test's socket"), 0, "%s", mq_err_last());
+    int port = zsock_bind(served, "tcp://127.0.0.1:*");
+    cr_assert_gt(port, 0);
+    zsock_t *client = zsock_new(ZMQ_DEALER);
+    cr_assert_not_null(client);
+    mq_wire_prepare(client, 0, MQ_WIRE_MAX_CONTROL_MSG);
+    test_sec_client_from(client, dir, "operator-op299", MQ_KEY_SCHEDULER);
+    cr_assert_eq(zsock_connect(client, "tcp://127.0.0.1:%d", port), 0);
+    static mq_msg_t m;
+    mq_msg_init(&m, MQ_MSG_PING);
+    cr_assert_eq(mq_wire_send(client, &m, NULL, 0), 0, "%s", mq_err_last());
+    mq_drop_t drop;
+    cr_assert_eq(mq_wire_recv(served, &m, &drop), 0, "the 300th operator was not let in");
+    cr_expect_eq(mq_sec_role(sec, &m), MQ_KEY_OPERATOR);
+    mq_msg_reset(&m);
+    zsock_destroy(&client);
+    mq_sec_unserve(sec, served);
+    zsock_destroy(&served);
+    mq_sec_close(&sec);
+    test_rmtree(dir);
+}
+
 /* A peer that asks and never reads its answers (a PING flood from a cluster key whose socket
  * takes no reply) fills the scheduler's queue towards it. Replies to a peer wait for no one:
  * the ones it cannot take are dropped and counted ("unread"), and the run goes on; before,
