@@ -315,7 +315,7 @@ def gen_from_pb(msgs, m, w):
         w("        return MQ_DROP_TOO_MANY;\n    }\n")
         for f in m.fields:
             if f.grow:
-                w(f"    c->{f.cname} = (void *)room;\n")
+                w(f"    c->{f.cname} = pb->n_{f.cname} ? (void *)room : NULL; /* none: NULL */\n")
                 w(f"    room += s_gen_round(pb->n_{f.cname} * {m.elem_size(f)});\n")
     for f in m.fields:
         n, pn = f.cname, f.cname

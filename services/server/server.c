@@ -618,9 +618,10 @@ static void s_on_iterate(void *arg, mq_msg_t *msg, const mq_iterate_t *it)
     self->view = it->view;
     s_set_members(self, it->members, it->n_members);
     for (uint32_t k = 0; k < it->n_members; k++) { /* a rank's term only grows */
-        self->member_terms[k] = it->member_terms[k];
-        if (it->member_terms[k] > self->terms[it->members[k]])
-            self->terms[it->members[k]] = it->member_terms[k];
+        uint32_t term = it->n_member_terms ? it->member_terms[k] : 0; /* [pairs]: all or none */
+        self->member_terms[k] = term;
+        if (term > self->terms[it->members[k]])
+            self->terms[it->members[k]] = term;
     }
     if (self->nmembers == 0) { /* every member is gone: the round will be run again */
         mq_kv_discard(self->kv);

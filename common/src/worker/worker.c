@@ -357,11 +357,13 @@ static void s_on_welcome(void *arg, mq_msg_t *msg, const mq_welcome_t *w)
         self->nservers == 0 || self->run.batch == 0) {
         mq_err_set("inconsistent welcome (rank %u of %u, %u servers listed, %u expected)",
                    self->rank, self->run.workers, self->nservers, self->run.servers);
+        self->nservers = 0; /* nothing is kept per server */
         s_fail(self, "welcome");
         return;
     }
     if (!msg->welcome.has_token) {
         mq_err_set("welcome without the rank's token");
+        self->nservers = 0;
         s_fail(self, "welcome");
         return;
     }
@@ -372,6 +374,7 @@ static void s_on_welcome(void *arg, mq_msg_t *msg, const mq_welcome_t *w)
         !(self->got_shard = calloc(n, sizeof *self->got_shard)) ||
         !(self->pushed = calloc(n, sizeof *self->pushed))) {
         mq_err_set("out of memory for %u servers", n);
+        self->nservers = 0;
         s_fail(self, "welcome");
         return;
     }
