@@ -452,8 +452,10 @@ def gen_body(msgs, meta, w):
             w(f"        need += s_gen_round(msg->{cn}.n_{f.cname} * {mm.elem_size(f)});\n")
         w("        if (!(room = s_gen_room(msg, need)) && need)\n            return -1;\n")
         for f in gf:
-            w(f"        memmove(room, msg->{cn}.{f.cname}, msg->{cn}.n_{f.cname} * {mm.elem_size(f)});\n")
-            w(f"        msg->{cn}.{f.cname} = (void *)room;\n")
+            x = f"msg->{cn}.{f.cname}"
+            w(f"        if (msg->{cn}.n_{f.cname}) /* none: NULL, as received */\n")
+            w(f"            memmove(room, {x}, msg->{cn}.n_{f.cname} * {mm.elem_size(f)});\n")
+            w(f"        {x} = msg->{cn}.n_{f.cname} ? (void *)room : NULL;\n")
             w(f"        room += s_gen_round(msg->{cn}.n_{f.cname} * {mm.elem_size(f)});\n")
         w("        return 0;\n")
     w("    default:\n        (void)need, (void)room;\n        return 0;\n    }\n}\n\n")

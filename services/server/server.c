@@ -585,7 +585,8 @@ static void s_set_members(s_server_t *self, const uint32_t *members, uint32_t n)
     for (uint32_t k = 0; k < self->nmembers; k++)
         self->member_at[self->members[k]] = -1;
     self->nmembers = n;
-    memcpy(self->members, members, n * sizeof *members);
+    if (n) /* none: MEMBERS is NULL (a [grow] field with no entries) */
+        memcpy(self->members, members, n * sizeof *members);
     for (uint32_t k = 0; k < n; k++)
         self->member_at[members[k]] = (int)k;
 }
