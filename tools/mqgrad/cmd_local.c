@@ -513,8 +513,7 @@ static int s_keys(const mq_local_opts_t *o, char *keys, size_t len)
 /* The executables and the ports: everything a child's flags name that is not an option. */
 static int s_plan(const mq_local_opts_t *o, s_cluster_t *cl)
 {
-    cl->cap = (int)(o->workers + o->servers + 2);
-    free(cl->kids);
+    cl->cap = (int)(o->workers + o->servers + 2); /* the caller freed the last plan's */
     if (!(cl->kids = calloc((size_t)cl->cap, sizeof *cl->kids))) {
         mq_err_set("out of memory for %d processes", cl->cap);
         return -1;

@@ -712,11 +712,9 @@ static void s_on_iterate(s_worker_t *self, const mq_msg_t *msg)
                       it->lr > 0 ? mq_err_last() : "iterate with a bad learning rate");
         return;
     }
-    /* its index and the set's size (the scheduler's), or the set (a scheduler may send it) */
-    uint32_t nmembers = it->n_members ? it->n_members : it->nmembers;
-    int member = it->n_members ? mq_member_index(it->members, it->n_members, self->rank)
-                 : it->member < it->nmembers ? (int)it->member
-                                              : -1;
+    /* its place in the member set and the set's size: a worker is sent only to its rounds */
+    uint32_t nmembers = it->nmembers;
+    int member = it->member < it->nmembers ? (int)it->member : -1;
     if (member < 0) /* not in this round: joins at a later one */
         return;
     if (self->ext && !self->busy && !self->caller_waiting && msg != self->held) {
