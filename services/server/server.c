@@ -773,7 +773,9 @@ static bool s_owner_ok(const s_server_t *self, const mq_msg_t *msg)
 }
 
 /* Validates a push against the run's state and reads its levels into W; returns the drop
- * reason or MQ_DROP_NONE. */
+ * reason or MQ_DROP_NONE. A push that is the round's, from the holder of its rank, is charged
+ * to the emulated link before its layout is checked: its bytes crossed the link whether or
+ * not the layout is then taken. */
 static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, mq_widths_t *w,
                               const char **why)
 {
@@ -799,6 +801,7 @@ static mq_drop_t s_check_push(s_server_t *self, const mq_msg_t *msg, mq_widths_t
         return *why = "push from a worker that is not a member of the round", MQ_DROP_RANK;
     if (self->slots[msg->rank].n > 0) /* its frames are held until the round closes */
         return *why = "second push from a rank", MQ_DROP_DUPLICATE;
+    mq_link_arrive(&self->link, msg->wire_bytes, msg->sim_time);
     if (!(msg->push.lr > 0))
         return *why = "bad learning rate", MQ_DROP_CODEC;
     if (mq_widths_read(w, self->codec_ops, r->fp32, (int)msg->push.bits, msg->push.widths,
@@ -822,7 +825,6 @@ static void s_on_push(void *arg, mq_msg_t *msg, const mq_push_t *push)
     s_slot_t *slot = NULL;
     if (d == MQ_DROP_NONE) {
         slot = &self->slots[msg->rank];
-        mq_link_arrive(&self->link, msg->wire_bytes, msg->sim_time);
         const uint8_t *data[MQ_WIRE_MAX_TENSORS];
         size_t len[MQ_WIRE_MAX_TENSORS];
         slot->n = mq_msg_take_frames(msg, slot->frames); /* kept, not copied, until the commit */
