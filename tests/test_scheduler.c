@@ -1,7 +1,7 @@
 /* The scheduler's own rules that need no cluster: its flags, the learning-rate schedule it
  * sends with every ITERATE, its checkpoint file, and its socket-free modules fed event by
  * event (the round, membership, the agent link, the run's horizon, recovery, the checkpoint
- * in progress). */
+ * in progress, the round's record). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -897,4 +897,150 @@ Test(scheduler, a_restore_ends_the_checkpoint_in_progress_and_none_is_written_wh
     mq_cp_restart(&cp, 10, 10); /* a "before" that is not before is none */
     cr_assert_eq(cp.before, 0);
     mq_cp_destroy(&cp);
+}
+
+/* ---- the round's record (record.c) ------------------------------------------------------- */
+
+Test(scheduler, a_closed_round_is_a_row_of_its_reports_means_and_adds_to_the_run_totals)
+{
+    mq_totals_t t;
+    mq_watch_t w;
+    mq_rec_init(&t);
+    mq_watch_init(&w, NULL);
+    cr_assert(isnan(t.last_acc) && isnan(t.last_loss) && t.acc_iter < 0);
+    /* two reporters of three members (one cut), evaluated */
+    mq_report_t sum = {.loss = 3.0, .bytes_up = 300, .bytes_down = 500, .compute_ms = 40,
+                       .wait_ms = 10, .eval_correct = 150, .eval_total = 200, .params = 10,
+                       .zero_params = 4, .grad_sq = 8, .sent_sq = 2, .update_sq = 0.5};
+    mq_rec_round_t in = {.iter = 4, .train_time_s = 2.5, .bits = 3, .evaluated = true,
+                         .nmembers = 3, .nreports = 2, .cut = 1, .slowest_rank = 2,
+                         .slowest_ms = 70, .agent_ms = 1.5};
+    mq_rec_out_t out;
+    cr_assert_eq(mq_rec_round(&t, &w, true, &in, &sum, &out), 0, "a first loss is no spike");
+    const mq_metrics_row_t *row = &out.row;
+    cr_assert_eq(row->iter, 4);
+    cr_assert_float_eq(row->loss, 1.5, 1e-12, "the mean over the reports in hand");
+    cr_assert_float_eq(row->compute_ms, 20, 1e-12);
+    cr_assert_float_eq(row->wait_ms, 5, 1e-12);
+    cr_assert_eq(row->bits, 3);
+    cr_assert_eq(row->workers, 3);
+    cr_assert_eq(row->stragglers, 1);
+    cr_assert_eq(row->slowest_rank, 2);
+    cr_assert(row->evaluated);
+    cr_assert_float_eq(row->test_acc, 0.75, 1e-12);
+    cr_assert_float_eq(t.last_acc, 0.75, 1e-12);
+    cr_assert_float_eq(t.last_sparsity, 0.4, 1e-12);
+    cr_assert_float_eq(t.acc_iter, 4, 1e-12);
+    cr_assert_eq(t.bytes_up, 300);
+    double g, q, u;
+    mq_rec_norms(&sum, in.nreports, &g, &q, &u);
+    cr_assert_float_eq(g, 2, 1e-12);
+    cr_assert_float_eq(q, 1, 1e-12);
+    cr_assert_float_eq(u, 0.5, 1e-12);
+
+    /* not evaluated, one loss not finite: the row's loss is NaN, the last accuracy stays */
+    mq_report_t bad = {.loss = 1, .loss_nonfinite = true, .bytes_up = 100};
+    in.iter = 5, in.evaluated = false, in.nreports = 1;
+    unsigned a = mq_rec_round(&t, &w, false, &in, &bad, &out);
+    cr_assert(isnan(out.row.loss));
+    cr_assert(!out.row.evaluated);
+    cr_assert_float_eq(t.last_acc, 0.75, 1e-12);
+    cr_assert_float_eq(t.acc_iter, 4, 1e-12);
+    cr_assert_eq(t.bytes_up, 400);
+    cr_assert_eq(a, MQ_REC_DIVERGED, "a loss that is not finite diverges; continue: no stop");
+    cr_assert_str_eq(w.rule, "nonfinite");
+    in.iter = 6;
+    mq_report_t ok = {.loss = 1};
+    cr_assert_eq(mq_rec_round(&t, &w, false, &in, &ok, &out), 0, "said once");
+}
+
+Test(scheduler, a_spike_raises_the_guard_and_a_divergence_stops_the_run_only_under_stop)
+{
+    mq_totals_t t;
+    mq_watch_t w;
+    mq_rec_init(&t);
+    mq_watch_init(&w, NULL);
+    mq_rec_out_t out;
+    mq_rec_round_t in = {.bits = 2, .nmembers = 1, .nreports = 1};
+    for (in.iter = 0; in.iter < 30; in.iter++)
+        cr_assert_eq(mq_rec_round(&t, &w, true, &in, &(mq_report_t){.loss = 1}, &out), 0);
+    unsigned a = mq_rec_round(&t, &w, true, &in, &(mq_report_t){.loss = 3}, &out);
+    cr_assert_eq(a, MQ_REC_GUARD, "three times the smoothed loss after the warm-up");
+    cr_assert_float_eq(out.smoothed_before, 1, 1e-9);
+    cr_assert_gt(mq_watch_bits(&w, in.iter + 1, 2), 2, "the guard's floor holds");
+    in.iter++;
+    a = mq_rec_round(&t, &w, true, &in, &(mq_report_t){.loss = 1, .nonfinite = 5}, &out);
+    cr_assert_eq(a, MQ_REC_DIVERGED | MQ_REC_STOP, "non-finite values, --on-divergence stop");
+
+    /* the accuracy rule, on an evaluated round; a stop already told is not judged twice */
+    mq_rec_init(&t);
+    mq_watch_init(&w, NULL);
+    in = (mq_rec_round_t){.bits = 2, .nmembers = 1, .nreports = 1, .evaluated = true};
+    mq_report_t good = {.loss = 1, .eval_correct = 80, .eval_total = 100};
+    mq_report_t dead = {.loss = 1, .eval_correct = 10, .eval_total = 100};
+    cr_assert_eq(mq_rec_round(&t, &w, true, &in, &good, &out), 0);
+    in.iter = 1;
+    a = mq_rec_round(&t, &w, true, &in, &dead, &out);
+    cr_assert_eq(a, MQ_REC_DIVERGED | MQ_REC_STOP, "from 80 %% to chance");
+    cr_assert_str_eq(w.rule, "accuracy");
+}
+
+Test(scheduler, the_summary_and_a_checkpoint_carry_the_record_and_a_stale_accuracy_is_not_final)
+{
+    mq_totals_t t;
+    mq_watch_t w;
+    mq_rec_init(&t);
+    mq_watch_init(&w, NULL);
+    mq_rec_out_t out;
+    mq_rec_round_t in = {.bits = 4, .nmembers = 2, .nreports = 2, .evaluated = true};
+    mq_report_t r = {.loss = 2, .bytes_up = 7, .bytes_down = 9, .eval_correct = 170,
+                     .eval_total = 200};
+    for (in.iter = 0; in.iter < 3; in.iter++)
+        mq_rec_round(&t, &w, false, &in, &r, &out);
+    mq_summary_t s = {0};
+    mq_rec_summary(&t, &w, &s);
+    cr_assert_float_eq(s.final_test_acc, 0.85, 1e-12);
+    cr_assert_float_eq(s.final_loss, 1, 1e-12);
+    cr_assert_eq(s.bytes_up, 21);
+    cr_assert_eq(s.bytes_down, 27);
+    cr_assert_null(s.divergence_rule);
+    cr_assert(!mq_rec_final(&t, &w, 3), "85 %% at the last round: it learned");
+
+    /* into a checkpoint and back: the same totals and watch */
+    mq_sched_ckpt_t c = {0};
+    mq_rec_save(&t, &w, &c);
+    mq_totals_t t2;
+    mq_watch_t w2;
+    mq_rec_init(&t2);
+    mq_watch_init(&w2, NULL);
+    mq_rec_load(&t2, &w2, &c);
+    cr_assert_eq(t2.bytes_up, t.bytes_up);
+    cr_assert_float_eq(t2.last_acc, t.last_acc, 1e-12);
+    cr_assert_float_eq(t2.acc_iter, t.acc_iter, 1e-12);
+    cr_assert_float_eq(w2.smoothed, w.smoothed, 1e-12);
+    cr_assert_float_eq(w2.best, w.best, 1e-12);
+    cr_assert_eq(w2.seen, w.seen);
+
+    /* the run then diverges on a round that is not evaluated: the accuracy measured before
+     * is not what it ended with */
+    in.evaluated = false;
+    mq_rec_round(&t, &w, false, &in, &(mq_report_t){.loss = 2, .nonfinite = 1}, &out);
+    memset(&s, 0, sizeof s);
+    mq_rec_summary(&t, &w, &s);
+    cr_assert_str_eq(s.divergence_rule, "nonfinite");
+    cr_assert_eq(s.divergence_iter, 3);
+    cr_assert(isnan(s.final_test_acc));
+    cr_assert(!mq_rec_final(&t, &w, 4), "the last round was not evaluated: nothing judged");
+
+    /* a run that ends evaluated at chance did not learn */
+    mq_rec_init(&t);
+    mq_watch_init(&w, NULL);
+    in = (mq_rec_round_t){.bits = 4, .nmembers = 1, .nreports = 1, .evaluated = false};
+    for (in.iter = 0; in.iter < 99; in.iter++)
+        mq_rec_round(&t, &w, false, &in, &(mq_report_t){.loss = 2.3}, &out);
+    in.evaluated = true;
+    mq_rec_round(&t, &w, false, &in,
+                 &(mq_report_t){.loss = 2.3, .eval_correct = 10, .eval_total = 100}, &out);
+    cr_assert(mq_rec_final(&t, &w, 100));
+    cr_assert_str_eq(w.rule, "chance");
 }

@@ -77,11 +77,8 @@ typedef struct {
     /* run totals */
     double train_time, agent_ms;
     mq_watch_t watch; /* smoothed loss, divergence, spike guard */
-    double acc_iter;  /* iteration of the last evaluation, -1 before any */
+    mq_totals_t tot;  /* bytes, the last loss and evaluation (record.c) */
     double last_iter_s; /* the last iteration's training time, to foresee the budget's end */
-    uint64_t bytes_up, bytes_down;
-    double last_acc, last_loss;
-    double last_sparsity; /* fraction of parameters exactly zero at the last evaluation */
     mq_codec_t codec;     /* the run's codec (its level range bounds the bits sent) */
     /* the model's layout: the built-in model's, or with --model external the first worker's;
      * every worker that declares one must match it */
@@ -470,19 +467,9 @@ static bool s_checkpoint_due(s_sched_t *self)
         .bits = self->bits,
         .train_time_s = self->train_time,
         .wall_time_s = wall,
-        .bytes_up = self->bytes_up,
-        .bytes_down = self->bytes_down,
         .fallbacks = self->fallbacks,
-        .last_acc = self->last_acc,
-        .acc_iter = self->acc_iter < 0 ? NAN : self->acc_iter,
-        .last_loss = self->last_loss,
-        .last_sparsity = self->last_sparsity,
-        .smoothed = self->watch.smoothed,
-        .best = isinf(self->watch.best) ? NAN : self->watch.best,
-        .best_acc = self->watch.best_acc < 0 ? NAN : self->watch.best_acc,
-        .first_loss = self->watch.first,
-        .seen = self->watch.seen,
     };
+    mq_rec_save(&self->tot, &self->watch, &self->ckpt);
     snprintf(self->ckpt.model, sizeof self->ckpt.model, "%s", self->cfg->model);
     snprintf(self->ckpt.policy, sizeof self->ckpt.policy, "%s", self->policy);
     return true;
@@ -582,18 +569,8 @@ static void s_restore(s_sched_t *self, const mq_sched_ckpt_t *c)
     self->bits = c->bits;
     self->train_time = c->train_time_s;
     self->wall_before = c->wall_time_s;
-    self->bytes_up = c->bytes_up;
-    self->bytes_down = c->bytes_down;
     self->fallbacks = c->fallbacks;
-    self->last_acc = c->last_acc;
-    self->acc_iter = isnan(c->acc_iter) ? -1 : c->acc_iter;
-    self->last_loss = c->last_loss;
-    self->last_sparsity = c->last_sparsity;
-    self->watch.smoothed = c->smoothed;
-    self->watch.best = isnan(c->best) ? INFINITY : c->best;
-    self->watch.best_acc = isnan(c->best_acc) ? -1 : c->best_acc;
-    self->watch.first = c->first_loss;
-    self->watch.seen = c->seen;
+    mq_rec_load(&self->tot, &self->watch, c);
     if (c->policy[0] && !self->policy[0])
         snprintf(self->policy, sizeof self->policy, "%s", c->policy);
     mq_sched_ckpt_t prev;
@@ -711,11 +688,6 @@ static void s_summary(s_sched_t *self, const char *status)
     mq_summary_t s = {
         .iterations = self->iter,
         .train_time_s = self->train_time,
-        .final_loss = self->last_loss,
-        .final_test_acc = self->last_acc,
-        .final_sparsity = self->last_sparsity,
-        .bytes_up = self->bytes_up,
-        .bytes_down = self->bytes_down,
         .policy = self->policy[0] ? self->policy : "unknown (the agent never answered)",
         .model = self->cfg->model,
         .params = s_params(self),
@@ -729,14 +701,7 @@ static void s_summary(s_sched_t *self, const char *status)
         .status = status,
         .reason = self->reason[0] ? self->reason : NULL,
     };
-    if (self->watch.diverged) {
-        s.divergence_rule = self->watch.rule;
-        s.divergence_iter = self->watch.div_iter;
-        s.divergence_detail = self->watch.detail;
-        /* An accuracy measured before the run diverged is not what it ended with. */
-        if (self->acc_iter < (double)self->watch.div_iter)
-            s.final_test_acc = NAN;
-    }
+    mq_rec_summary(&self->tot, &self->watch, &s);
     if (mq_runlog_summary(self->log, &s) != 0) {
         mq_error("summary: %s", mq_err_last());
         self->log_failed = true;
@@ -773,8 +738,8 @@ static void s_finish(s_sched_t *self, const char *status, int code)
     }
     mq_info("run %s after %llu iterations, %.1f s of training; final loss %.4f, test accuracy "
             "%.2f%%, %.1f MB sent",
-            status, (unsigned long long)self->iter, self->train_time, self->last_loss,
-            self->last_acc * 100, (double)(self->bytes_up + self->bytes_down) / 1e6);
+            status, (unsigned long long)self->iter, self->train_time, self->tot.last_loss,
+            self->tot.last_acc * 100, (double)(self->tot.bytes_up + self->tot.bytes_down) / 1e6);
     if (self->cut_total)
         mq_info("stragglers: %llu rounds closed without %llu late pushes (--stragglers %s)",
                 (unsigned long long)self->cut_rounds, (unsigned long long)self->cut_total,
@@ -800,8 +765,8 @@ static void s_progress(s_sched_t *self, bool force)
     if (c->time_budget > 0 && (left < 0 || c->time_budget - self->train_time < left))
         left = c->time_budget - self->train_time;
     char acc[32] = "-";
-    if (!isnan(self->last_acc))
-        snprintf(acc, sizeof acc, "%.2f%%", self->last_acc * 100);
+    if (!isnan(self->tot.last_acc))
+        snprintf(acc, sizeof acc, "%.2f%%", self->tot.last_acc * 100);
     char it[48];
     if (c->iterations)
         snprintf(it, sizeof it, "%llu/%ld", (unsigned long long)self->iter, c->iterations);
@@ -809,7 +774,7 @@ static void s_progress(s_sched_t *self, bool force)
         snprintf(it, sizeof it, "%llu", (unsigned long long)self->iter);
     printf("iter %-11s loss %.4f  acc %-6s  bits %2d  sent %8.1f MB  %5.2f it/s  left %.0f s%s\n",
            it, self->watch.smoothed, acc, self->used_bits,
-           (double)(self->bytes_up + self->bytes_down) / 1e6, rate, left < 0 ? 0 : left,
+           (double)(self->tot.bytes_up + self->tot.bytes_down) / 1e6, rate, left < 0 ? 0 : left,
            self->run.simulated_clock ? " (simulated clock)" : "");
     fflush(stdout);
 }
@@ -832,8 +797,7 @@ static void s_next(s_sched_t *self)
     if (next == MQ_HZ_END) {
         s_progress(self, true);
         /* The last iteration is evaluated (s_issue): a run that ends at chance did not learn. */
-        if (self->acc_iter == (double)(self->iter - 1) &&
-            mq_watch_final(&self->watch, self->iter, self->last_acc))
+        if (mq_rec_final(&self->tot, &self->watch, self->iter))
             s_diverged(self);
         if (self->watch.diverged)
             s_finish(self, "diverged", MQ_EXIT_DIVERGED);
@@ -845,22 +809,11 @@ static void s_next(s_sched_t *self)
     s_issue(self);
 }
 
-/* The gradient's norms this iteration, root mean square over the workers of the sums of
- * squares they reported: before quantization, as pushed, and the aggregate applied. */
-static void s_norms(const s_sched_t *self, double *grad, double *sent, double *update)
-{
-    const mq_report_t *r = &self->sum;
-    double W = self->round.nreports; /* the reports in hand (all members', unless some were late) */
-    *grad = sqrt(r->grad_sq / W);
-    *sent = sqrt(r->sent_sq / W);
-    *update = sqrt(r->update_sq / W);
-}
-
 /* The same as JSON fields of an event. */
 static void s_norms_json(const s_sched_t *self, char *buf, size_t len)
 {
     double g, q, u;
-    s_norms(self, &g, &q, &u);
+    mq_rec_norms(&self->sum, self->round.nreports, &g, &q, &u);
     snprintf(buf, len, "\"grad_norm\":%.6g,\"sent_norm\":%.6g,\"update_norm\":%.6g", g, q,
              u);
 }
@@ -896,96 +849,66 @@ static void s_diverged(s_sched_t *self)
     fflush(stdout);
 }
 
-/* Feeds the iteration's loss to the watch: a spike raises the bits for a while (the guard,
- * outside any policy), a blow-up ends the run. Returns true if the run must stop now. */
-static bool s_check_health(s_sched_t *self, double loss, double smoothed_before)
+/* Records the closed round (record.c): its row written, the watch's word said; returns true
+ * if the run must stop (it diverged under --on-divergence stop, or its files cannot be
+ * written). *SMOOTHED_BEFORE: the smoothed loss before this round's. */
+static bool s_record(s_sched_t *self, double *smoothed_before)
 {
-    bool spike = false;
-    if (mq_watch_loss(&self->watch, self->iter, loss, self->sum.nonfinite, self->used_bits,
-                      &spike)) {
-        s_diverged(self);
-        return strcmp(self->cfg->on_divergence, "stop") == 0;
-    }
-    if (spike) {
+    mq_rec_round_t in = {
+        .iter = self->iter,
+        .train_time_s = self->train_time,
+        .agent_ms = self->agent_ms,
+        .slowest_ms = self->slowest_ms,
+        .bits = self->used_bits,
+        .evaluated = self->evaluate,
+        .nmembers = self->round.nmembers,
+        .nreports = self->round.nreports,
+        .cut = self->cut,
+        .slowest_rank = self->slowest_rank,
+    };
+    mq_rec_out_t out;
+    unsigned a = mq_rec_round(&self->tot, &self->watch,
+                              strcmp(self->cfg->on_divergence, "stop") == 0, &in, &self->sum,
+                              &out);
+    const mq_metrics_row_t *row = &out.row;
+    *smoothed_before = out.smoothed_before;
+    if (a & MQ_REC_GUARD) {
         char fields[400], norms[160];
         s_norms_json(self, norms, sizeof norms);
         snprintf(fields, sizeof fields,
                  "\"loss\":%.6g,\"smoothed\":%.6g,\"bits\":%d,\"floor\":%d,\"until_iter\":%llu,%s",
-                 loss, smoothed_before, self->used_bits, self->watch.guard_floor,
+                 row->loss, out.smoothed_before, self->used_bits, self->watch.guard_floor,
                  (unsigned long long)self->watch.guard_until, norms);
         s_event(self, "guard", fields);
         mq_warn("loss spike at iteration %llu (%.4g, smoothed %.4g): at least %d bits until "
                 "iteration %llu",
-                (unsigned long long)self->iter, loss, smoothed_before, self->watch.guard_floor,
-                (unsigned long long)self->watch.guard_until);
+                (unsigned long long)self->iter, row->loss, out.smoothed_before,
+                self->watch.guard_floor, (unsigned long long)self->watch.guard_until);
     }
-    return false;
-}
-
-/* Records iteration m's row; returns true if the run must stop (it diverged). */
-static bool s_record(s_sched_t *self)
-{
-    uint32_t W = self->round.nreports;
-    const mq_report_t *s = &self->sum;
-    double loss = s->loss_nonfinite ? NAN : s->loss / W;
-    double smoothed_before = self->watch.smoothed;
-    bool stop = s_check_health(self, loss, smoothed_before);
-    self->last_loss = loss;
-    self->bytes_up += s->bytes_up;
-    self->bytes_down += s->bytes_down;
-    mq_metrics_row_t row = {
-        .iter = self->iter,
-        .train_time_s = self->train_time,
-        .loss = loss,
-        .smoothed_loss = self->watch.smoothed,
-        .bits = self->used_bits,
-        .bytes_up = s->bytes_up,
-        .bytes_down = s->bytes_down,
-        .compute_ms = s->compute_ms / W,
-        .encode_ms = s->encode_ms / W,
-        .wait_ms = s->wait_ms / W,
-        .decode_ms = s->decode_ms / W,
-        .update_ms = s->update_ms / W,
-        .agent_ms = self->agent_ms,
-        .evaluated = self->evaluate && s->eval_total > 0,
-        .workers = self->round.nmembers,
-        .stragglers = self->cut,
-        .slowest_rank = self->slowest_rank,
-        .slowest_ms = self->slowest_ms,
-    };
-    if (row.evaluated) {
-        row.test_acc = (double)s->eval_correct / (double)s->eval_total;
-        row.test_loss = s->eval_loss_sum / (double)s->eval_total;
-        self->last_acc = row.test_acc;
-        self->last_sparsity = s->params ? (double)s->zero_params / (double)s->params : NAN;
-        self->acc_iter = (double)self->iter;
-        if (!stop && mq_watch_accuracy(&self->watch, self->iter, row.test_acc)) {
-            s_diverged(self);
-            stop = strcmp(self->cfg->on_divergence, "stop") == 0;
-        }
-    }
+    if (a & MQ_REC_DIVERGED)
+        s_diverged(self);
     mq_metric_set(self->m.iteration, (double)self->iter + 1);
     mq_metric_add(self->m.iterations, 1);
-    mq_metric_set(self->m.loss, loss);
+    mq_metric_set(self->m.loss, row->loss);
     mq_metric_set(self->m.bits, self->used_bits);
-    mq_metric_add(self->m.pushed, (double)s->bytes_up);
-    mq_metric_add(self->m.pulled, (double)s->bytes_down);
-    mq_metric_set(self->m.iter_pushed, (double)s->bytes_up);
+    mq_metric_add(self->m.pushed, (double)row->bytes_up);
+    mq_metric_add(self->m.pulled, (double)row->bytes_down);
+    mq_metric_set(self->m.iter_pushed, (double)row->bytes_up);
     mq_metric_observe(self->m.iter_seconds, self->last_iter_s);
     mq_metric_set(self->m.members, self->round.nmembers);
     mq_metric_add(self->m.stragglers, self->cut);
-    if (row.evaluated) {
-        mq_metric_set(self->m.acc, row.test_acc);
-        mq_metric_set(self->m.test_loss, row.test_loss);
+    if (row->evaluated) {
+        mq_metric_set(self->m.acc, row->test_acc);
+        mq_metric_set(self->m.test_loss, row->test_loss);
     }
-    if (mq_runlog_row(self->log, &row) != 0) {
+    if (mq_runlog_row(self->log, row) != 0) {
         /* A run that cannot record itself fails now, with the reason, rather than end
          * "completed" with rows missing. */
         mq_error("metrics: %s", mq_err_last());
         self->log_failed = true;
         return true;
     }
-    return stop;
+    return a & MQ_REC_STOP;
 }
 
 /* ---- the agent ----------------------------------------------------------------------------- */
@@ -1076,7 +999,7 @@ static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
     self->out.iter = self->iter - 1;
     double progress = s_progress_fraction(self);
     double grad_norm, sent_norm, update_norm;
-    s_norms(self, &grad_norm, &sent_norm, &update_norm);
+    mq_rec_norms(&self->sum, self->round.nreports, &grad_norm, &sent_norm, &update_norm);
     self->out.observe = (mq_obs_msg_t){
         .loss = self->sum.loss / W,
         .loss_smoothed = smoothed_before,
@@ -1155,8 +1078,8 @@ static void s_iteration_done(s_sched_t *self)
                          : (mq_now_s() - self->t_issued) * 1e3 - self->sum.eval_ms;
     self->train_time += iter_ms / 1e3;
     self->last_iter_s = iter_ms / 1e3;
-    double smoothed_before = self->watch.smoothed;
-    bool stop = s_record(self);
+    double smoothed_before;
+    bool stop = s_record(self, &smoothed_before);
     self->agent_ms = 0;
     self->iter++;
     self->round.view = 0;
@@ -1563,9 +1486,7 @@ static void s_roll_back(s_sched_t *self, const mq_sched_ckpt_t *ck, const char *
         mq_watch_init(&self->watch, &self->watch.o);
         self->iter = self->cursor = 0;
         self->train_time = 0;
-        self->bytes_up = self->bytes_down = 0;
-        self->last_acc = self->last_loss = self->last_sparsity = NAN;
-        self->acc_iter = -1;
+        mq_rec_init(&self->tot);
         self->bits = (int)self->cfg->bits;
         mq_cp_restart(&self->cp, 0, 0);
     }
@@ -1784,10 +1705,7 @@ static int s_start_service(void *arg, mq_service_t *svc)
     self->agent_timer = -1;
     self->deadline_timer = -1;
     mq_sched_stragglers(self->cfg->stragglers, &self->round.policy, &self->round.value);
-    self->last_acc = NAN;
-    self->last_sparsity = NAN;
-    self->last_loss = NAN;
-    self->acc_iter = -1;
+    mq_rec_init(&self->tot);
     mq_watch_opts_t wo;
     mq_watch_opts_default(&wo);
     wo.loss_factor = self->cfg->diverge_factor;

@@ -4,6 +4,7 @@
 
 #include "mqgrad/ps.h"
 #include "mqgrad/runlog.h"
+#include "mqgrad/watch.h"
 #include "mqgrad/wire.h"
 #include "scheduler.h"
 
@@ -417,5 +418,64 @@ mq_rc_plan_t mq_rc_server_lost(long checkpoint_every, int read_rc, uint64_t ckpt
  * unreadable). IGNORE a word on a checkpoint already fallen back from; ROLLBACK to the one
  * before; FAIL without one. */
 mq_rc_plan_t mq_rc_unreadable(uint64_t bad, uint64_t consistent, int prev_rc, uint64_t prev_iter);
+
+/* ---- the round's record (record.c) --------------------------------------------------------
+ * A closed round becomes a row of metrics.csv and adds to the run's totals; its loss, and its
+ * accuracy when it was evaluated, go to the divergence watch (mqgrad/watch.h). Without files
+ * or sockets: the actor writes the row, says the events and ends the run as it is told.
+ *
+ *   a round closed:  the reports' means -> the row (its loss NaN when one was not finite);
+ *                    the totals add its bytes and its loss; evaluated: the last accuracy
+ *                    and sparsity.  The loss spiked: GUARD (the watch raises the bits for a
+ *                    while).  The loss, or else the accuracy, diverged: DIVERGED, and STOP
+ *                    under --on-divergence stop.
+ *   the run ended:   its last round evaluated at chance, or flat: diverged (mq_rec_final).
+ *   the summary:     the totals; an accuracy measured before the run diverged is NaN.
+ *   a checkpoint:    the totals and the watch go into it and come back from it. */
+typedef struct {
+    uint64_t bytes_up, bytes_down;
+    double last_loss, last_acc; /* NaN: none yet */
+    double last_sparsity;       /* fraction of parameters exactly zero at the last evaluation */
+    double acc_iter;            /* the iteration last_acc is of, -1 before any */
+} mq_totals_t;
+
+/* A closed round, as the actor saw it. */
+typedef struct {
+    uint64_t iter;
+    double train_time_s, agent_ms, slowest_ms;
+    int bits;       /* the bits it used */
+    bool evaluated; /* its members were told to evaluate */
+    uint32_t nmembers, nreports, cut, slowest_rank;
+} mq_rec_round_t;
+
+enum {
+    MQ_REC_GUARD = 1 << 0,    /* the loss spiked: say so (the watch holds the raised floor) */
+    MQ_REC_DIVERGED = 1 << 1, /* the run diverged at this round: say so, once */
+    MQ_REC_STOP = 1 << 2,     /* ...and it stops now (--on-divergence stop) */
+};
+
+typedef struct {
+    unsigned actions;       /* MQ_REC_* */
+    double smoothed_before; /* the watch's smoothed loss before this round's */
+    mq_metrics_row_t row;
+} mq_rec_out_t;
+
+/* No rounds yet: no bytes, no loss, no accuracy. */
+void mq_rec_init(mq_totals_t *t);
+/* Round IN closed with the reports' totals SUM: its row and actions into OUT; the actions. */
+unsigned mq_rec_round(mq_totals_t *t, mq_watch_t *w, bool stop_on_divergence,
+                      const mq_rec_round_t *in, const mq_report_t *sum, mq_rec_out_t *out);
+/* The gradient's norms of a round: root mean square over its NREPORTS reports of the sums of
+ * squares, before quantization, as pushed, and the aggregate applied. */
+void mq_rec_norms(const mq_report_t *sum, uint32_t nreports, double *grad, double *sent,
+                  double *update);
+/* The run ended after ITERS rounds: whether its last evaluation (the last round's, else none
+ * is judged) makes it diverged by the chance or the flat rule. */
+bool mq_rec_final(const mq_totals_t *t, mq_watch_t *w, uint64_t iters);
+/* The summary's totals and divergence fields. */
+void mq_rec_summary(const mq_totals_t *t, const mq_watch_t *w, mq_summary_t *s);
+/* The totals and the watch's state into a checkpoint, and back. */
+void mq_rec_save(const mq_totals_t *t, const mq_watch_t *w, mq_sched_ckpt_t *c);
+void mq_rec_load(mq_totals_t *t, mq_watch_t *w, const mq_sched_ckpt_t *c);
 
 #endif
