@@ -20,8 +20,9 @@ static const char *const s_methods[] = {"qsgd",   "dqsgd",  "terngrad", "topk", 
 /* On the paper's model, by default, one method of each family the small model's test cannot
  * tell apart from the others on big tensors: unbiased levels (qsgd), sparsification (topk),
  * signs with error feedback (efsign), an l1 update rule on the servers (qrda). The uniform
- * codec is the default job's (test_local). MQGRAD_TEST_EXTENDED=1 runs every method (the
- * whole test: 248 s instead of 163 s on 2 cores). */
+ * codec is the default job's (test_local). MQGRAD_TEST_EXTENDED=1 runs every method. Sixty
+ * iterations are enough for each to leave chance far behind; the test asserts learning, the
+ * comparison of methods is docs/results.md's. */
 static const char *const s_paper_methods[] = {"qsgd", "topk", "efsign", "qrda"};
 #define S_NPAPER (sizeof s_paper_methods / sizeof s_paper_methods[0])
 
@@ -82,7 +83,7 @@ Test(methods, every_method_learns_on_the_paper_model, .timeout = 1500)
 {
     char dir[128];
     snprintf(dir, sizeof dir, "/tmp/mqgrad-methods-paper-%d", (int)getpid());
-    const char *args[] = {"--model", "paper", "--iterations", "100", "--eval-every", "0",
+    const char *args[] = {"--model", "paper", "--iterations", "60", "--eval-every", "0",
                           "--eval-limit", "1000", NULL};
     const char *const *list = s_extended() ? s_methods : s_paper_methods;
     size_t n = s_extended() ? S_NMETHODS : S_NPAPER;

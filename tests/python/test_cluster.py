@@ -66,13 +66,13 @@ def _tail(path, n=3000):
 
 
 def test_two_torch_workers_train_the_paper_cnn(tmp_path):
-    """2 PyTorch workers, C servers and the agent, 400 iterations of the paper's CNN on
+    """2 PyTorch workers, C servers and the agent, 300 iterations of the paper's CNN on
     Fashion-MNIST: above 80 % test accuracy on the whole test set, the bits the agent's. The
     learning rate decays over the last 30 %, as in the demo: a constant rate's last iterate
     swings by a point or two from one evaluation to the next (docs/codec-sweep.md)."""
     run = tmp_path / "run"
     p = _local(run, ["--worker-exec", "%s %s" % (PYTHON, EXAMPLE), "--workers", "2",
-                     "--iterations", "400", "--lr-decay", "0.3", "--eval-every", "100",
+                     "--iterations", "300", "--lr-decay", "0.3", "--eval-every", "100",
                      "--eval-limit", "1000", "--final-eval-limit", "0"],
                timeout=1500)
     assert p.returncode == 0, p.stderr[-4000:] + _tail(run / "logs" / "worker-0.log")
