@@ -257,6 +257,55 @@ static void s_expect_members(const mq_round_t *r, const uint32_t *want, uint32_t
                      want[k]);
 }
 
+Test(scheduler, the_agent_is_told_the_means_and_each_quantized_tensor_of_the_run_layout)
+{
+    mq_layout_t l = {.n = 3};
+    snprintf(l.t[0].name, sizeof l.t[0].name, "conv.w");
+    l.t[0].count = 5000;
+    snprintf(l.t[1].name, sizeof l.t[1].name, "conv.b");
+    l.t[1].count = 32; /* under the threshold: fp32 on the wire, not observed */
+    snprintf(l.t[2].name, sizeof l.t[2].name, "fc.w");
+    l.t[2].count = 90000;
+    mq_widths_t w = {.bits = 3, .n = 3, .per = {2, 8, 5}};
+    mq_report_t sum = {.loss = 3, .nonfinite = 1, .grad_sqmean = 8, .grad_range = 4,
+                       .grad_sq = 18, .sent_sq = 8, .update_sq = 2, .n_tensor_err = 3,
+                       .tensor_err = {0.5, 9, 0.25}};
+    mq_al_round_t r = {.sum = &sum, .nreports = 2, .smoothed_before = 1.25, .iter_ms = 40,
+                       .progress = 0.5, .bits = 3, .used_bits = 5, .total_iters = 100,
+                       .fallbacks = 2, .layout = &l, .quant_threshold = 1000, .widths = &w};
+    mq_obs_msg_t o;
+    mq_al_observation(&r, &o);
+    cr_assert_float_eq(o.loss, 1.5, 1e-12, "the mean over the reports in hand");
+    cr_assert_float_eq(o.loss_smoothed, 1.25, 1e-12);
+    cr_assert_float_eq(o.grad_norm, 3, 1e-12);
+    cr_assert_float_eq(o.sent_norm, 2, 1e-12);
+    cr_assert_float_eq(o.update_norm, 1, 1e-12);
+    cr_assert_float_eq(o.grad_sqmean, 4, 1e-12);
+    cr_assert(o.guard, "the round used 5 bits where the policy chose 3: the guard held them");
+    cr_assert_eq(o.bits, 5);
+    cr_assert_eq(o.fallbacks, 2);
+    cr_assert_eq(o.tensors, 3);
+    cr_assert_eq(o.n_tensor_index, 2, "the 32-value bias travels fp32");
+    cr_assert_eq(o.tensor_index[0], 0);
+    cr_assert_eq(o.tensor_index[1], 2);
+    cr_assert_eq(o.tensor_bits[1], 5);
+    cr_assert_eq(o.tensor_count[1], 90000);
+    cr_assert_float_eq(o.tensor_err[1], 0.125, 1e-12);
+
+    sum.n_tensor_err = 2; /* reports of another layout: no per-tensor part */
+    mq_al_observation(&r, &o);
+    cr_assert_eq(o.n_tensor_index, 0);
+    cr_assert_float_eq(o.loss, 1.5, 1e-12);
+    sum.n_tensor_err = 3;
+    r.fp32 = true, r.used_bits = 32; /* fp32: no levels, no guard */
+    mq_al_observation(&r, &o);
+    cr_assert_eq(o.n_tensor_index, 0);
+    cr_assert(!o.guard);
+    r.fp32 = false, r.layout = NULL; /* no layout known yet */
+    mq_al_observation(&r, &o);
+    cr_assert_eq(o.n_tensor_index, 0);
+}
+
 Test(scheduler, a_round_commits_when_every_server_has_every_push_and_is_done_with_every_report)
 {
     mq_round_t *r = s_round(MQ_STRAGGLERS_WAIT, 0, (uint32_t[]){0, 1}, 2, false);

@@ -95,3 +95,42 @@ mq_drop_t mq_al_decision(const mq_status_msg_t *d, uint32_t layout_tensors, mq_w
     }
     return MQ_DROP_NONE;
 }
+
+void mq_al_observation(const mq_al_round_t *r, mq_obs_msg_t *o)
+{
+    const mq_report_t *s = r->sum;
+    double W = r->nreports; /* the reports in hand */
+    double grad, sent, update;
+    mq_rec_norms(s, r->nreports, &grad, &sent, &update);
+    *o = (mq_obs_msg_t){
+        .loss = s->loss / W,
+        .loss_smoothed = r->smoothed_before,
+        .nonfinite = s->nonfinite,
+        .grad_norm = grad,
+        .sent_norm = sent,
+        .update_norm = update,
+        .guard = r->used_bits != r->bits && !r->fp32,
+        .iter_ms = r->iter_ms,
+        .grad_sqmean = s->grad_sqmean / W,
+        .grad_range = s->grad_range / W,
+        .total_iters = r->total_iters,
+        .progress = r->progress,
+        .bits = (uint32_t)r->used_bits,
+        .fallbacks = r->fallbacks,
+    };
+    /* Per tensor, only from reports of the run's layout, and only the quantized tensors. */
+    const mq_layout_t *l = r->layout;
+    if (r->fp32 || !l || s->n_tensor_err != l->n)
+        return;
+    uint32_t k = 0;
+    for (uint32_t t = 0; t < l->n && k < MQ_WIRE_MAX_TENSORS; t++) {
+        if (l->t[t].count < r->quant_threshold)
+            continue;
+        o->tensor_count[k] = l->t[t].count;
+        o->tensor_bits[k] = (uint32_t)mq_widths_at(r->widths, t);
+        o->tensor_err[k] = s->tensor_err[t] / W;
+        o->tensor_index[k++] = t;
+    }
+    o->n_tensor_count = o->n_tensor_bits = o->n_tensor_err = o->n_tensor_index = k;
+    o->tensors = l->n;
+}

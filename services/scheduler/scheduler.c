@@ -970,53 +970,28 @@ static int s_on_agent_deadline(zloop_t *loop, int timer_id, void *arg)
     return 0;
 }
 
-/* The quantized tensors of the iteration just recorded into O, for a per-tensor policy: each
- * one's size, level and squared quantization error (the mean of W workers' reports). */
-static void s_observe_tensors(const s_sched_t *self, mq_obs_msg_t *o, uint32_t W)
-{
-    if (self->run.fp32 || self->sum.n_tensor_err != self->layout.n)
-        return;
-    uint32_t k = 0;
-    for (uint32_t t = 0; t < self->layout.n; t++) {
-        if (self->layout.t[t].count < self->run.quant_threshold)
-            continue;
-        o->tensor_count[k] = self->layout.t[t].count;
-        o->tensor_bits[k] = (uint32_t)mq_widths_at(&self->used_widths, t);
-        o->tensor_err[k] = self->sum.tensor_err[t] / W;
-        o->tensor_index[k++] = t;
-    }
-    o->n_tensor_count = o->n_tensor_bits = o->n_tensor_err = o->n_tensor_index = k;
-    o->tensors = self->layout.n;
-}
-
 /* Tells the agent about the iteration just recorded; waits for its decision if it has been
  * answering, else goes straight on. */
 static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
 {
-    uint32_t W = self->round.nreports;
-    const mq_scheduler_config_t *c = self->cfg;
     mq_msg_init(&self->out, MQ_MSG_OBSERVE);
     self->out.iter = self->iter - 1;
-    double progress = s_progress_fraction(self);
-    double grad_norm, sent_norm, update_norm;
-    mq_rec_norms(&self->sum, self->round.nreports, &grad_norm, &sent_norm, &update_norm);
-    self->out.observe = (mq_obs_msg_t){
-        .loss = self->sum.loss / W,
-        .loss_smoothed = smoothed_before,
-        .nonfinite = self->sum.nonfinite,
-        .grad_norm = grad_norm,
-        .sent_norm = sent_norm,
-        .update_norm = update_norm,
-        .guard = self->used_bits != self->bits && !self->run.fp32,
+    mq_al_round_t r = {
+        .sum = &self->sum,
+        .nreports = self->round.nreports,
+        .smoothed_before = smoothed_before,
         .iter_ms = iter_ms,
-        .grad_sqmean = self->sum.grad_sqmean / W,
-        .grad_range = self->sum.grad_range / W,
-        .total_iters = (uint64_t)c->iterations,
-        .progress = progress,
-        .bits = (uint32_t)self->used_bits,
+        .progress = s_progress_fraction(self),
+        .bits = self->bits,
+        .used_bits = self->used_bits,
+        .fp32 = self->run.fp32,
+        .total_iters = (uint64_t)self->cfg->iterations,
         .fallbacks = self->fallbacks,
+        .layout = self->has_layout ? &self->layout : NULL,
+        .quant_threshold = self->run.quant_threshold,
+        .widths = &self->used_widths,
     };
-    s_observe_tensors(self, &self->out.observe, W);
+    mq_al_observation(&r, &self->out.observe);
     if (mq_wire_send(self->agent, &self->out, NULL, 0) != 0)
         s_agent_event(self, MQ_AL_UNREACHABLE, "is unreachable", NULL, NULL);
     else

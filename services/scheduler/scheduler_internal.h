@@ -213,6 +213,24 @@ const char *mq_al_event_name(mq_al_event_t e);
 mq_drop_t mq_al_decision(const mq_status_msg_t *d, uint32_t layout_tensors, mq_widths_t *out,
                          const char **why);
 
+/* A recorded round as the agent is told of it (OBSERVE). */
+typedef struct {
+    const mq_report_t *sum; /* the round's totals (round.c) */
+    uint32_t nreports;      /* ...over this many reports */
+    double smoothed_before; /* the smoothed loss before this round's (record.c) */
+    double iter_ms, progress;
+    int bits, used_bits; /* the policy's, and the round's (the guard's floor may be higher) */
+    bool fp32;
+    uint64_t total_iters, fallbacks;
+    const mq_layout_t *layout; /* the run's (NULL: not known yet) */
+    uint64_t quant_threshold;  /* smaller tensors travel fp32: not observed */
+    const mq_widths_t *widths; /* the round's levels */
+} mq_al_round_t;
+
+/* OBSERVE's body for round R: the means over its reports, and per quantized tensor of the
+ * run's layout its size, level and error (none from reports of another layout, or in fp32). */
+void mq_al_observation(const mq_al_round_t *r, mq_obs_msg_t *o);
+
 /* ---- the round in flight (round.c) --------------------------------------------------------
  * A round closes on the scheduler's word: each server says HAVE once it holds every member's
  * push for the member set's current view, and when every server has, the round COMMITs (the
