@@ -257,6 +257,42 @@ static void s_expect_members(const mq_round_t *r, const uint32_t *want, uint32_t
                      want[k]);
 }
 
+Test(scheduler, a_round_uses_the_policy_levels_raised_by_the_guard_within_the_codec_range)
+{
+    mq_watch_t watch;
+    mq_watch_init(&watch, NULL);
+    const mq_codec_ops_t two_to_eight = {.min_bits = 2, .max_bits = 8};
+    const mq_codec_ops_t no_levels = {.min_bits = 0, .max_bits = 0};
+    mq_widths_t policy = {.bits = 1, .n = 3, .per = {1, 4, 9}};
+    mq_widths_t used;
+    mq_al_levels(&watch, 0, 1, &policy, &two_to_eight, &used);
+    cr_assert_eq(used.bits, 2, "1 bit is below the codec's range");
+    cr_assert_eq(used.n, 3);
+    cr_assert_eq(used.per[0], 2);
+    cr_assert_eq(used.per[1], 4);
+    cr_assert_eq(used.per[2], 8, "9 is above it");
+    mq_al_levels(&watch, 0, 1, &policy, &no_levels, &used);
+    cr_assert_eq(used.bits, 1, "a codec without levels takes the bits as they are");
+    mq_al_levels(&watch, 0, 1, &policy, NULL, &used);
+    cr_assert_eq(used.bits, 32, "fp32");
+    cr_assert_eq(used.n, 0);
+
+    /* a spike at 3 bits: the floor holds 5 (3 + 2) for the next rounds, then lets go */
+    uint64_t m = 0;
+    for (; m < 30; m++)
+        mq_watch_loss(&watch, m, 1, 0, 3, NULL);
+    bool spike = false;
+    mq_watch_loss(&watch, m, 3, 0, 3, &spike);
+    cr_assert(spike);
+    mq_widths_t low = {.bits = 3, .n = 2, .per = {3, 6}};
+    mq_al_levels(&watch, m + 1, 3, &low, &two_to_eight, &used);
+    cr_assert_eq(used.bits, 5);
+    cr_assert_eq(used.per[0], 5);
+    cr_assert_eq(used.per[1], 6, "a level above the floor stays");
+    mq_al_levels(&watch, watch.guard_until, 3, &low, &two_to_eight, &used);
+    cr_assert_eq(used.bits, 3, "the floor has let go");
+}
+
 Test(scheduler, the_agent_is_told_the_means_and_each_quantized_tensor_of_the_run_layout)
 {
     mq_layout_t l = {.n = 3};

@@ -134,3 +134,24 @@ void mq_al_observation(const mq_al_round_t *r, mq_obs_msg_t *o)
     o->n_tensor_count = o->n_tensor_bits = o->n_tensor_err = o->n_tensor_index = k;
     o->tensors = l->n;
 }
+
+/* BITS within the range of levels of the codec OPS. */
+static int s_within(const mq_codec_ops_t *ops, int bits)
+{
+    if (ops->max_bits <= 0) /* a codec without levels takes the bits as they are */
+        return bits;
+    return bits < ops->min_bits ? ops->min_bits : bits > ops->max_bits ? ops->max_bits : bits;
+}
+
+void mq_al_levels(const mq_watch_t *watch, uint64_t iter, int bits, const mq_widths_t *widths,
+                  const mq_codec_ops_t *ops, mq_widths_t *used)
+{
+    if (!ops) {
+        *used = (mq_widths_t){.bits = 32};
+        return;
+    }
+    used->bits = s_within(ops, mq_watch_bits(watch, iter, bits));
+    used->n = widths->n;
+    for (uint32_t t = 0; t < used->n; t++)
+        used->per[t] = (uint8_t)s_within(ops, mq_watch_bits(watch, iter, widths->per[t]));
+}

@@ -378,16 +378,6 @@ static void s_form_round(s_sched_t *self)
     }
 }
 
-/* BITS within the run's codec's range of levels (a policy may range wider: qsgd needs 2 bits
- * for a sign and a level); an fp32 run's 32 stays. */
-static int s_level(const s_sched_t *self, int bits)
-{
-    const mq_codec_ops_t *ops = mq_codec_ops(&self->codec);
-    if (self->run.fp32 || ops->max_bits <= 0)
-        return bits;
-    return bits < ops->min_bits ? ops->min_bits : bits > ops->max_bits ? ops->max_bits : bits;
-}
-
 static void s_issue(s_sched_t *self)
 {
     const mq_scheduler_config_t *c = self->cfg;
@@ -417,13 +407,9 @@ static void s_issue(s_sched_t *self)
     self->cursor += (uint64_t)self->round.nmembers * (uint64_t)c->batch;
     mq_hz_round_t hr = mq_hz_round(&self->hz, self->iter, self->train_time, self->last_iter_s);
     self->evaluate = hr.evaluate;
-    self->used_bits = self->run.fp32 ? 32 : mq_watch_bits(&self->watch, self->iter, self->bits);
-    self->used_bits = s_level(self, self->used_bits);
-    self->used_widths.bits = self->used_bits;
-    self->used_widths.n = self->run.fp32 ? 0 : self->widths.n;
-    for (uint32_t t = 0; t < self->used_widths.n; t++)
-        self->used_widths.per[t] = (uint8_t)s_level(
-            self, mq_watch_bits(&self->watch, self->iter, self->widths.per[t]));
+    mq_al_levels(&self->watch, self->iter, self->bits, &self->widths,
+                 self->run.fp32 ? NULL : mq_codec_ops(&self->codec), &self->used_widths);
+    self->used_bits = self->used_widths.bits;
     mq_msg_init(&self->out, MQ_MSG_ITERATE);
     self->out.iter = self->iter;
     mq_iterate_t *it = &self->out.iterate;

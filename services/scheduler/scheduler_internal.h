@@ -213,6 +213,12 @@ const char *mq_al_event_name(mq_al_event_t e);
 mq_drop_t mq_al_decision(const mq_status_msg_t *d, uint32_t layout_tensors, mq_widths_t *out,
                          const char **why);
 
+/* The levels round ITER uses, into USED: the policy's BITS and per-tensor WIDTHS raised to
+ * the spike guard's floor while it holds, within the range of the codec OPS (a policy may
+ * range wider: qsgd needs 2 bits for a sign and a level); OPS NULL: an fp32 run, 32 bits. */
+void mq_al_levels(const mq_watch_t *watch, uint64_t iter, int bits, const mq_widths_t *widths,
+                  const mq_codec_ops_t *ops, mq_widths_t *used);
+
 /* A recorded round as the agent is told of it (OBSERVE). */
 typedef struct {
     const mq_report_t *sum; /* the round's totals (round.c) */
