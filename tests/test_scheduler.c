@@ -509,6 +509,63 @@ Test(scheduler, ranks_are_taken_in_order_and_refused_with_the_reason_when_none_i
 /* Nothing but the run's flags sizes the membership and the round: 1000 worker ranks and 300
  * servers are taken, the next worker is refused naming the run's count, and a round over all
  * of them under first:600 is cut to the 600 whose pushes every server holds, then commits. */
+/* A worker's message of RUN with rank RANK's token of TERM under KEY (none if TERM is 0). */
+static mq_msg_t s_tokened(mq_msg_type_t type, uint64_t run, uint32_t rank, uint32_t term,
+                          const uint8_t *key)
+{
+    mq_msg_t m;
+    memset(&m, 0, sizeof m);
+    m.type = type;
+    m.role = MQ_ROLE_WORKER;
+    m.run_id = run;
+    m.rank = rank;
+    m.term = term;
+    m.has_token = term != 0;
+    if (term)
+        mq_token_make(key, MQ_ROLE_WORKER, rank, term, m.token);
+    return m;
+}
+
+Test(scheduler, the_gate_lets_a_rank_speak_only_with_its_current_token)
+{
+    uint8_t key[MQ_RUN_KEY_LEN], other[MQ_RUN_KEY_LEN];
+    mq_run_key_new(key);
+    mq_run_key_new(other);
+    mq_membership_t mb;
+    mq_mb_init(&mb, 2, 1);
+    mq_mb_reg_out_t o;
+    mq_msg_t reg = s_reg(MQ_ROLE_WORKER, 1, 100, 0, "", 0);
+    cr_assert_null(mq_mb_refusal(&mb, NULL, key, 7, &reg), "a REGISTER needs no token");
+    cr_assert_eq(mq_mb_take(&mb, &reg, true, 1.0, &o), MQ_MB_TAKEN);
+    mq_msg_t ready = s_tokened(MQ_MSG_READY, 7, 0, 1, key);
+    cr_assert_null(mq_mb_refusal(&mb, NULL, key, 7, &ready));
+    const char *why = "";
+    mq_msg_t bare = s_tokened(MQ_MSG_READY, 7, 0, 0, key);
+    cr_assert_not_null(why = mq_mb_refusal(&mb, NULL, key, 7, &bare), "no token");
+    cr_assert(strstr(why, "token"), "%s", why);
+    mq_msg_t forged = s_tokened(MQ_MSG_READY, 7, 0, 1, other);
+    cr_assert_not_null(mq_mb_refusal(&mb, NULL, key, 7, &forged), "another run key's token");
+    mq_msg_t free_rank = s_tokened(MQ_MSG_HEARTBEAT, 7, 1, 1, key);
+    cr_assert_not_null(mq_mb_refusal(&mb, NULL, key, 7, &free_rank), "rank 1 is nobody's");
+    mq_msg_t past = s_tokened(MQ_MSG_HEARTBEAT, 7, 5, 1, key);
+    cr_assert_not_null(mq_mb_refusal(&mb, NULL, key, 7, &past), "beyond --max-workers");
+    mq_msg_t stranger = s_tokened(MQ_MSG_REPORT, 8, 0, 0, key);
+    cr_assert_null(mq_mb_refusal(&mb, NULL, key, 7, &stranger),
+                   "another run's message passes the gate: the actor tells it to register");
+    mq_msg_t ping = {.type = MQ_MSG_PING};
+    cr_assert_null(mq_mb_refusal(&mb, NULL, key, 7, &ping));
+
+    /* the rank lost and given out again: the old holder's token is revoked */
+    mq_mb_lose(&mb, 0);
+    mq_msg_t reg2 = s_reg(MQ_ROLE_WORKER, 2, 200, 0, "", 0);
+    cr_assert_eq(mq_mb_take(&mb, &reg2, false, 2.0, &o), MQ_MB_TAKEN);
+    cr_assert_eq(o.rank, 0);
+    cr_assert_not_null(mq_mb_refusal(&mb, NULL, key, 7, &ready), "term 1 is over");
+    mq_msg_t ready2 = s_tokened(MQ_MSG_READY, 7, 0, 2, key);
+    cr_assert_null(mq_mb_refusal(&mb, NULL, key, 7, &ready2));
+    mq_mb_destroy(&mb);
+}
+
 Test(scheduler, a_run_of_a_thousand_workers_and_three_hundred_servers_is_sized_by_its_flags)
 {
     static mq_membership_t mb;

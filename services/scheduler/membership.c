@@ -234,3 +234,31 @@ const char *mq_mb_state_name(mq_mb_state_t s)
     static const char *const names[] = {"free", "setup", "ready", "active"};
     return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "?";
 }
+
+const char *mq_mb_refusal(const mq_membership_t *mb, const mq_sec_t *sec,
+                          const uint8_t run_key[MQ_RUN_KEY_LEN], uint64_t run_id,
+                          const mq_msg_t *msg)
+{
+    if (msg->type == MQ_MSG_PING)
+        return mq_sec_allows(sec, msg, MQ_KEYS_KNOWN) ? NULL : "a ping from an unknown key";
+    if (msg->role != MQ_ROLE_SERVER && msg->role != MQ_ROLE_WORKER)
+        return msg->type == MQ_MSG_REGISTER || mq_sec_allows(sec, msg, MQ_KEYS_NODE)
+                   ? NULL
+                   : "a message from a key that is no node's";
+    bool server = msg->role == MQ_ROLE_SERVER;
+    if (!mq_sec_allows(sec, msg, MQ_KEYS(server ? MQ_KEY_SERVER : MQ_KEY_WORKER)))
+        return server ? "a server's message from a key that is not the servers' key"
+                      : "a worker's message from a key that is not the workers' key";
+    if (msg->type == MQ_MSG_REGISTER || msg->run_id != run_id)
+        return NULL; /* a node of another run is told to register again (the actor) */
+    uint32_t term = 0; /* the rank's current term: an older one's token is revoked */
+    if (server && msg->rank < mb->want_servers)
+        term = mb->server_term[msg->rank];
+    else if (!server && msg->rank < mb->max_workers)
+        term = mb->worker_term[msg->rank];
+    uint8_t token[MQ_TOKEN_LEN];
+    mq_token_make(run_key, msg->role, msg->rank, term, token);
+    if (term == 0 || !msg->has_token || msg->term != term || !mq_token_equal(token, msg->token))
+        return "a message without its rank's token (of its current term)";
+    return NULL;
+}

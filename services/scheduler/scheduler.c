@@ -1311,40 +1311,12 @@ static void s_on_have(void *arg, mq_msg_t *msg, const mq_members_t *h)
 
 /* ---- event handlers ------------------------------------------------------------------------ */
 
-/* Who may send what (SECURITY.md): a node speaks with its role's key, and once welcomed into
- * this run with its rank's token. NULL, or why not. */
-static const char *s_refusal(s_sched_t *self, const mq_msg_t *msg)
-{
-    if (msg->type == MQ_MSG_PING)
-        return mq_sec_allows(self->sec, msg, MQ_KEYS_KNOWN) ? NULL : "a ping from an unknown key";
-    if (msg->role != MQ_ROLE_SERVER && msg->role != MQ_ROLE_WORKER)
-        return msg->type == MQ_MSG_REGISTER || mq_sec_allows(self->sec, msg, MQ_KEYS_NODE)
-                   ? NULL
-                   : "a message from a key that is no node's";
-    bool server = msg->role == MQ_ROLE_SERVER;
-    if (!mq_sec_allows(self->sec, msg, MQ_KEYS(server ? MQ_KEY_SERVER : MQ_KEY_WORKER)))
-        return server ? "a server's message from a key that is not the servers' key"
-                      : "a worker's message from a key that is not the workers' key";
-    if (msg->type == MQ_MSG_REGISTER || msg->run_id != self->run_id)
-        return NULL; /* a node of another run is told to register again, below */
-    uint32_t term = 0; /* the rank's current term: an older one's token is revoked */
-    if (server && msg->rank < self->mb.want_servers)
-        term = self->mb.server_term[msg->rank];
-    else if (!server && msg->rank < self->mb.max_workers)
-        term = self->mb.worker_term[msg->rank];
-    uint8_t token[MQ_TOKEN_LEN];
-    mq_token_make(self->run_key, msg->role, msg->rank, term, token);
-    if (term == 0 || !msg->has_token || msg->term != term || !mq_token_equal(token, msg->token))
-        return "a message without its rank's token (of its current term)";
-    return NULL;
-}
-
-/* The router's gate: who may send what (s_refusal), and a node's message of another run is
+/* The router's gate: who may send what (mq_mb_refusal), and a node's message of another run is
  * told to register again (a stranger's is not: it names no run). */
 static mq_drop_t s_router_refusal(void *arg, mq_msg_t *msg, const char **why)
 {
     s_sched_t *self = arg;
-    const char *refusal = s_refusal(self, msg);
+    const char *refusal = mq_mb_refusal(&self->mb, self->sec, self->run_key, self->run_id, msg);
     if (refusal) {
         if (msg->type == MQ_MSG_REGISTER) /* said, so the node stops with the reason */
             s_refuse(self, msg, refusal, false);

@@ -4,6 +4,7 @@
 
 #include "mqgrad/ps.h"
 #include "mqgrad/runlog.h"
+#include "mqgrad/security.h"
 #include "mqgrad/watch.h"
 #include "mqgrad/wire.h"
 #include "scheduler.h"
@@ -405,6 +406,13 @@ void mq_mb_place_servers(mq_membership_t *mb);
 /* Forgets every node (a rollback: all register again); the terms stay. */
 void mq_mb_forget(mq_membership_t *mb);
 const char *mq_mb_state_name(mq_mb_state_t s);
+/* The gate of the scheduler's socket (SECURITY.md): who may send MSG. A ping from any key of
+ * the cluster; a node's message with its role's key (SEC: the keyring, NULL or off: any key)
+ * and, once it is of run RUN_ID and not a REGISTER, with the token RUN_KEY gives its rank in
+ * the rank's current term (an older term's token is revoked). NULL, or why not. */
+const char *mq_mb_refusal(const mq_membership_t *mb, const mq_sec_t *sec,
+                          const uint8_t run_key[MQ_RUN_KEY_LEN], uint64_t run_id,
+                          const mq_msg_t *msg);
 
 /* ---- recovery (recovery.c) ----------------------------------------------------------------
  *   a round past --iter-timeout:  some member pushed (its report, or its heartbeat's count),
