@@ -25,8 +25,17 @@ case "$build" in /*) ;; *) build="$repo/$build" ;; esac
 
 results=()      # "stage: passed|failed|skipped (why)", in order
 passed=0 skipped=0 failed=0 t_all=$(date +%s)
+# The machine's busy CPU time so far, in clock ticks (/proc/stat: user, nice, system, irq,
+# softirq; the containers' too): the command cannot take less wall time than it over the cores.
+s_cpu_ticks() { awk '/^cpu /{print $2 + $3 + $4 + $7 + $8; exit}' /proc/stat 2>/dev/null || echo 0; }
+cpu0=$(s_cpu_ticks)
 s_summary() {
-    echo "== test command: $(( $(date +%s) - t_all )) s"
+    local took=$(( $(date +%s) - t_all )) hz cores busy
+    echo "== test command: $took s"
+    hz=$(getconf CLK_TCK 2>/dev/null || echo 100) cores=$(nproc)
+    busy=$(( ($(s_cpu_ticks) - cpu0) / hz ))
+    echo "   CPU: $busy core-seconds busy on $cores cores (the machine's, whatever ran): no" \
+        "order of the stages takes less than $(( busy / cores )) s here"
     for r in "${results[@]}"; do echo "   $r"; done
     echo "== $passed stage(s) passed, $skipped skipped, $failed failed"
 }
