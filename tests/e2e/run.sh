@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs mqgrad's end-to-end tests on real containers: builds the images offline, then each
-# tests/e2e/test_*.sh in turn (E2E_ONLY=regex picks some). Prints a SKIP line and exits 77
+# tests/e2e/test_*.sh in turn, but those of E2E_BESIDE, beside them (E2E_ONLY=regex picks
+# some). Prints a SKIP line and exits 77
 # (could not run: tools/test.sh counts it as skipped) when no Docker engine answers; exits 1
 # when any test fails.
 set -uo pipefail
@@ -42,17 +43,51 @@ done
 echo "build_s=$(( $(date +%s) - start ))" >>"$E2E_FIGURES"
 
 passed=0 failed=0 failures=()
+# test_1_scale checks the build itself; the images were just built.
+export E2E_SKIP_BUILD=1
+# The tests named in E2E_BESIDE (default: the monitoring test, whose containers mostly wait on
+# Prometheus' scrapes) start now and run beside the sequence instead of lengthening it, on
+# host ports from bases of their own; their logs are printed when they end. E2E_BESIDE=
+# (empty) runs every test in turn.
+beside_pids=() beside_names=()
+s_timed() { # runs test $1, then says how long it took
+    local t0 rc=0
+    t0=$(date +%s)
+    bash "$1" || rc=$?
+    echo "took=$(( $(date +%s) - t0 ))"
+    return "$rc"
+}
 for t in "$here"/test_*.sh; do
     name="$(basename "$t" .sh)"
     [[ "$name" =~ ${E2E_ONLY:-.} ]] || continue
-    # test_1_scale checks the build itself; the images were just built.
-    export E2E_SKIP_BUILD=1
+    [[ " ${E2E_BESIDE-test_6_monitoring} " == *" $name "* ]] || continue
+    echo "e2e: --- $name (beside the others)"
+    (export E2E_AGENT_PORT=7700 E2E_HTTP_PORT=8700 E2E_SCHEDULER_HTTP_PORT=8500 \
+        E2E_PROMETHEUS_PORT=9590; s_timed "$t") >"$scratch/$name.log" 2>&1 &
+    beside_pids+=($!) beside_names+=("$name")
+done
+for t in "$here"/test_*.sh; do
+    name="$(basename "$t" .sh)"
+    [[ "$name" =~ ${E2E_ONLY:-.} ]] || continue
+    [[ " ${E2E_BESIDE-test_6_monitoring} " == *" $name "* ]] && continue
     echo "e2e: --- $name"
     t0=$(date +%s)
     if bash "$t"; then
         passed=$((passed + 1)); echo "e2e: PASS $name ($(( $(date +%s) - t0 )) s)"
     else
         failed=$((failed + 1)); failures+=("$name"); echo "e2e: FAIL $name ($(( $(date +%s) - t0 )) s)"
+    fi
+done
+for i in "${!beside_pids[@]}"; do
+    name="${beside_names[$i]}" rc=0
+    wait "${beside_pids[$i]}" || rc=$?
+    echo "e2e: --- $name (ran beside the others)"
+    grep -v '^took=' "$scratch/$name.log"
+    took="$(sed -n 's/^took=//p' "$scratch/$name.log")"
+    if [ "$rc" = 0 ]; then
+        passed=$((passed + 1)); echo "e2e: PASS $name (${took:-?} s)"
+    else
+        failed=$((failed + 1)); failures+=("$name"); echo "e2e: FAIL $name (${took:-?} s)"
     fi
 done
 echo "suite_s=$(( $(date +%s) - start ))" >>"$E2E_FIGURES"
