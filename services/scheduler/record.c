@@ -67,7 +67,6 @@ unsigned mq_rec_round(mq_totals_t *t, mq_watch_t *w, bool stop_on_divergence,
         if (!(actions & MQ_REC_STOP) && mq_watch_accuracy(w, in->iter, row->test_acc))
             actions |= MQ_REC_DIVERGED | (stop_on_divergence ? MQ_REC_STOP : 0);
     }
-    out->actions = actions;
     return actions;
 }
 

@@ -487,14 +487,13 @@ enum {
 };
 
 typedef struct {
-    unsigned actions;       /* MQ_REC_* */
     double smoothed_before; /* the watch's smoothed loss before this round's */
     mq_metrics_row_t row;
 } mq_rec_out_t;
 
 /* No rounds yet: no bytes, no loss, no accuracy. */
 void mq_rec_init(mq_totals_t *t);
-/* Round IN closed with the reports' totals SUM: its row and actions into OUT; the actions. */
+/* Round IN closed with the reports' totals SUM: its row into OUT; returns the actions. */
 unsigned mq_rec_round(mq_totals_t *t, mq_watch_t *w, bool stop_on_divergence,
                       const mq_rec_round_t *in, const mq_report_t *sum, mq_rec_out_t *out);
 /* The gradient's norms of a round: root mean square over its NREPORTS reports of the sums of

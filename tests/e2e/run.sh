@@ -50,6 +50,7 @@ export E2E_SKIP_BUILD=1
 # host ports from bases of their own; their logs are printed when they end. E2E_BESIDE=
 # (empty) runs every test in turn.
 beside_pids=() beside_names=()
+s_beside() { [[ " ${E2E_BESIDE-test_6_monitoring} " == *" $1 "* ]]; } # is test $1 one of them
 s_timed() { # runs test $1, then says how long it took
     local t0 rc=0
     t0=$(date +%s)
@@ -60,7 +61,7 @@ s_timed() { # runs test $1, then says how long it took
 for t in "$here"/test_*.sh; do
     name="$(basename "$t" .sh)"
     [[ "$name" =~ ${E2E_ONLY:-.} ]] || continue
-    [[ " ${E2E_BESIDE-test_6_monitoring} " == *" $name "* ]] || continue
+    s_beside "$name" || continue
     echo "e2e: --- $name (beside the others)"
     (export E2E_AGENT_PORT=7700 E2E_HTTP_PORT=8700 E2E_SCHEDULER_HTTP_PORT=8500 \
         E2E_PROMETHEUS_PORT=9590; s_timed "$t") >"$scratch/$name.log" 2>&1 &
@@ -69,7 +70,7 @@ done
 for t in "$here"/test_*.sh; do
     name="$(basename "$t" .sh)"
     [[ "$name" =~ ${E2E_ONLY:-.} ]] || continue
-    [[ " ${E2E_BESIDE-test_6_monitoring} " == *" $name "* ]] && continue
+    s_beside "$name" && continue
     echo "e2e: --- $name"
     t0=$(date +%s)
     if bash "$t"; then
