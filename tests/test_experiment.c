@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "mqgrad/util.h"
+#include "../common/src/rl/rl_internal.h"
+#include "agent_internal.h"
 
 #define MQGRAD MQ_TEST_BIN_DIR "/tools/mqgrad"
 
@@ -338,9 +340,31 @@ Test(experiment, bad_flags_exit_2_before_running, .timeout = 60)
     s_rmtree(root);
 }
 
+/* The price buckets (learned's communication share) the table at PATH has visits in. */
+static int s_price_buckets_seen(const char *path)
+{
+    mq_policy_t *p = NULL, *stash = NULL;
+    mq_agent_counters_t c;
+    cr_assert_eq(mq_agent_state_load(path, &p, &stash, &c), 0, "%s", mq_err_last());
+    mq_policy_destroy(&stash);
+    cr_assert_str_eq(p->ops->name, "learned");
+    const mq_rl_learned_t *m = p->priv;
+    cr_assert_eq(m->nprice, 3);
+    bool seen[3] = {false};
+    for (int s = 0; s < m->nstates; s++)
+        for (int a = 0; a < MQ_RL_LEARNED_ACTIONS; a++)
+            if (m->visits[(size_t)s * MQ_RL_LEARNED_ACTIONS + (size_t)a] > 0)
+                seen[s % m->nprice] = true;
+    mq_policy_destroy(&p);
+    return seen[0] + seen[1] + seen[2];
+}
+
 /* --train-agent: episodes continue one agent state (the agent's episode count grows), the
  * learning curve has a row per episode, a re-run skips finished episodes, and a trained agent
- * is deployed frozen on another seed with --agent-state, which is never written. */
+ * is deployed frozen on another seed with --agent-state, which is never written. The training
+ * runs on a link that changes every second of training (8 and 1000 Mbit/s): the agent sees
+ * the price of the bits change (its table has visits at more than one communication share,
+ * measured by the workers and passed on by the scheduler). */
 Test(experiment, train_agent_learns_across_runs_and_deploys, .timeout = 300)
 {
     char root[64], out[96], log[128], dep[96];
@@ -351,8 +375,8 @@ Test(experiment, train_agent_learns_across_runs_and_deploys, .timeout = 300)
     cr_assert_eq(mq_mkdirs(root), 0);
     const char *args[] = {"--train-agent", "3",  "--methods", "learned:every=1", "--seeds",
                           "11,12",         "--model", "small", "--workers",       "2",
-                          "--servers",     "2",       "--threads", "1",        "--link-mbps",
-                          "80",            "--clock", "simulated", "--time-budget", "4",
+                          "--servers",     "2",       "--threads", "1",        "--link",
+                          "8@0,1000@1/2",  "--clock", "simulated", "--time-budget", "4",
                           "--eval-every",  "0",       NULL};
     int code = s_experiment(out, log, 240, args);
     char *text = s_slurp(log);
@@ -379,6 +403,8 @@ Test(experiment, train_agent_learns_across_runs_and_deploys, .timeout = 300)
     free(text);
 
     snprintf(path, sizeof path, "%s/agent.state", out);
+    int buckets = s_price_buckets_seen(path);
+    cr_expect_geq(buckets, 2, "the price of the bits seen in %d bucket(s)", buckets);
     char *before = s_slurp(path);
     size_t before_len = 0;
     {

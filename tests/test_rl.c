@@ -530,8 +530,8 @@ Test(rl, corrupt_state_refused)
     c[0] = 'X';
     s_expect_refused(c, len, "magic");
     memcpy(c, buf, len);
-    c[8] = 3;
-    s_expect_refused(c, len, "version 3");
+    c[8] = 4;
+    s_expect_refused(c, len, "version 4");
     memcpy(c, buf, len);
     c[8] = 0;
     s_expect_refused(c, len, "version 0");

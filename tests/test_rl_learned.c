@@ -60,31 +60,61 @@ __attribute__((constructor)) static void s_no_keys(void)
     setenv("MQGRAD_INSECURE", "1", 1);
 }
 
+/* A link that changes (the second simulated run): slow for S_SLOW_MS of every S_PERIOD_MS of
+ * training (S_C1_SLOW ms a bit), fast the rest (S_C1_FAST). There the quantization noise
+ * slows the progress instead of setting a floor: an iteration at b bits closes
+ * S_RATE_LINK (1 - 2^-b) of the gap to L*. Per millisecond of training that is
+ * (1 - 2^-b) / (S_C0 + c b): on the slow link 0.0100 at 1 bit, 0.0083 at 2, 0.0067 at 3; on
+ * the fast one 0.048 at 1 bit, 0.076 at 3, 0.078 at 4, 0.071 at 8. No width is best on both:
+ * the best fixed one, 3 bits, makes 0.0206 per millisecond over the square wave, 1 bit on the
+ * slow link and 4 on the fast one 0.0236 (1.15x). The communication time is c b. */
+#define S_PERIOD_MS 40000.0
+#define S_SLOW_MS 32000.0
+#define S_C1_SLOW 40.0
+#define S_C1_FAST 0.5
+#define S_RATE_LINK 0.0005
+
 typedef struct {
     double loss, t_ms;
     uint64_t iter;
+    bool changing; /* the second run: the link that changes */
     mq_rng_t rng;
 } s_env_t;
 
-static void s_env_start(s_env_t *e, uint64_t seed)
+static void s_env_start(s_env_t *e, uint64_t seed, bool changing)
 {
     e->loss = S_L0;
     e->t_ms = 0;
     e->iter = 0;
+    e->changing = changing;
     mq_rng_seed(&e->rng, seed);
+}
+
+/* The link of the changing run is fast now. */
+static bool s_env_fast(const s_env_t *e)
+{
+    return e->changing && fmod(e->t_ms, S_PERIOD_MS) >= S_SLOW_MS;
 }
 
 /* One iteration at BITS: the observation the scheduler would send. */
 static mq_observation_t s_env_step(s_env_t *e, int bits)
 {
-    double floor_b = S_LSTAR + S_FLOOR_A * pow(4.0, -(bits - 1));
-    e->loss -= S_RATE * (e->loss - floor_b);
-    double ms = S_C0 + S_C1 * bits;
+    double c1 = S_C1, comm_ms = 0; /* the first run does not say what the link costs */
+    if (e->changing) {
+        c1 = s_env_fast(e) ? S_C1_FAST : S_C1_SLOW;
+        comm_ms = c1 * bits;
+        e->loss -= S_RATE_LINK * (1 - ldexp(1.0, -bits)) * (e->loss - S_LSTAR);
+    } else {
+        double floor_b = S_LSTAR + S_FLOOR_A * pow(4.0, -(bits - 1));
+        e->loss -= S_RATE * (e->loss - floor_b);
+    }
+    double ms = S_C0 + c1 * bits;
     e->t_ms += ms;
     double levels = ldexp(1.0, bits) - 1;
     mq_observation_t o = {.iter = e->iter++,
                           .loss = e->loss * (1 + S_NOISE * mq_rng_normal(&e->rng)),
                           .iter_ms = ms,
+                          .comm_ms = comm_ms,
                           .progress = fmin(e->t_ms / S_BUDGET_MS, 1.0),
                           .bits = bits,
                           .grad_norm = 1.0,
@@ -92,22 +122,33 @@ static mq_observation_t s_env_step(s_env_t *e, int bits)
     return o;
 }
 
-/* One episode of P on the simulated run seeded SEED, then a new episode (which records its
- * return). Returns the final (noise-free) loss; BITS_SEEN[b] counts iterations at b. */
-static double s_episode(mq_policy_t *p, uint64_t seed, uint64_t bits_seen[9])
+/* One episode of P on the simulated run seeded SEED (the changing link's if CHANGING), then
+ * a new episode (which records its return). Returns the final (noise-free) loss;
+ * SEEN[fast][b] counts iterations at b bits on the slow (0) and fast (1) link. */
+static double s_episode_on(mq_policy_t *p, uint64_t seed, bool changing, uint64_t seen[2][9])
 {
     s_env_t e;
-    s_env_start(&e, seed);
+    s_env_start(&e, seed, changing);
     int bits = p->bits;
     while (e.t_ms < S_BUDGET_MS) {
-        if (bits_seen)
-            bits_seen[bits]++;
+        if (seen)
+            seen[s_env_fast(&e)][bits]++;
         mq_observation_t o = s_env_step(&e, bits);
         bits = mq_policy_observe(p, &o);
         cr_assert(bits >= 1 && bits <= 8);
     }
     cr_assert_eq(mq_policy_new_episode(p), 0, "%s", mq_err_last());
     return e.loss;
+}
+
+/* The first run: BITS_SEEN[b] counts iterations at b. */
+static double s_episode(mq_policy_t *p, uint64_t seed, uint64_t bits_seen[9])
+{
+    uint64_t seen[2][9] = {{0}};
+    double loss = s_episode_on(p, seed, false, bits_seen ? seen : NULL);
+    for (int b = 0; bits_seen && b < 9; b++)
+        bits_seen[b] += seen[0][b];
+    return loss;
 }
 
 static double s_last_return(const mq_policy_t *p)
@@ -142,7 +183,9 @@ Test(rl_learned, defaults_and_options)
     cr_expect_eq(m->nprog, 4);
     cr_expect_eq(m->ntrend, 2);
     cr_expect_eq(m->nqerr, 3);
-    cr_expect_eq(m->nstates, 7 * 4 * 2 * 3, "bits 2..8, 4 progress, 2 trend, 3 error buckets");
+    cr_expect_eq(m->nprice, 3);
+    cr_expect_eq(m->nstates, 7 * 4 * 2 * 3 * 3,
+                 "bits 2..8, 4 progress, 2 trend, 3 error, 3 price buckets");
     cr_expect_eq(p->bits, 2, "starts at the start bits");
     cr_expect(mq_policy_episodic(p));
     const double *r;
@@ -157,11 +200,15 @@ Test(rl_learned, defaults_and_options)
     cr_expect_float_eq(m->gain, 10, 1e-12);
     cr_expect_float_eq(m->discount, 0, 1e-12, "learned's own discount");
     cr_expect_eq(m->frozen, true);
-    cr_expect_eq(m->nstates, 4 * 2 * 2 * 3, "bits 1..4, 2 progress buckets");
+    cr_expect_eq(m->nstates, 4 * 2 * 2 * 3 * 3, "bits 1..4, 2 progress buckets");
     cr_expect_float_eq(mq_rl_learned_epsilon(p), 0, 1e-12, "frozen: greedy");
     mq_policy_destroy(&p);
+    p = test_policy_new("learned:trend=0,qerr=0,price=0", &o);
+    cr_expect_eq(s_ln(p)->nstates, 4 * 4,
+                 "bits 1..4, 4 progress buckets, no trend, no error, no price");
+    mq_policy_destroy(&p);
     p = test_policy_new("learned:trend=0,qerr=0", &o);
-    cr_expect_eq(s_ln(p)->nstates, 4 * 4, "bits 1..4, 4 progress buckets, no trend, no error");
+    cr_expect_eq(s_ln(p)->nstates, 4 * 4 * 3, "the price feature on by default");
     mq_policy_destroy(&p);
 
     p = test_policy_new("learned:epsilon=0.005,every=0", NULL);
@@ -197,6 +244,7 @@ Test(rl_learned, bad_options_refused)
         {"learned:progress=11", "1..10"},
         {"learned:trend=2", "trend (the loss trend feature, 0 or 1)"},
         {"learned:qerr=yes", "qerr (the quantization error feature, 0 or 1)"},
+        {"learned:price=2", "price (the communication share feature, 0 or 1)"},
         {"learned:frozen=2", "learned option frozen"},
         {"learned:every", "'every' is not key=value"},
         {"learned:bogus=1", "learned takes every, smooth, gain, discount, decay, floor, frozen, "
@@ -356,8 +404,8 @@ Test(rl_learned, save_restore_is_bit_exact)
         b = s_save_restore(b);
     }
     s_env_t ea, eb;
-    s_env_start(&ea, 3);
-    s_env_start(&eb, 3);
+    s_env_start(&ea, 3, true);
+    s_env_start(&eb, 3, true);
     int ba = a->bits, bb = b->bits;
     for (int i = 0; i < 1500; i++) {
         if (i == 777)
@@ -395,6 +443,72 @@ Test(rl_learned, save_restore_is_bit_exact)
               mq_err_last());
     free(sa);
     free(sb);
+    mq_policy_destroy(&a);
+    mq_policy_destroy(&b);
+}
+
+/* A state saved before the price feature (version 2: no price buckets in learned's section,
+ * nor the open interval's communication time) restores as a policy without it, which goes
+ * on as the one that was saved. The version 2 bytes are made from a version 3 state of
+ * learned:price=0 by taking those fields out. */
+Test(rl_learned, a_state_from_before_the_price_feature_restores)
+{
+    mq_policy_opts_t o;
+    s_opts(&o, 1, 8, 4);
+    o.epsilon = 0.3;
+    o.seed = 7;
+    mq_policy_t *a = test_policy_new("learned:every=5,price=0", &o);
+    for (uint64_t ep = 0; ep < 3; ep++)
+        s_episode(a, ep, NULL);
+    s_env_t ea, eb;
+    s_env_start(&ea, 5, false);
+    s_env_start(&eb, 5, false);
+    int ba = a->bits;
+    for (int i = 0; i < 700; i++) { /* into an open interval */
+        mq_observation_t oa = s_env_step(&ea, ba);
+        s_env_step(&eb, ba);
+        ba = mq_policy_observe(a, &oa);
+    }
+    uint8_t *buf;
+    size_t len;
+    cr_assert_eq(mq_policy_save(a, &buf, &len), 0, "%s", mq_err_last());
+    cr_assert_eq(buf[8], 3, "saved as version 3");
+    const double head[2] = {5, 0.1}; /* every, smooth: learned's section begins with them */
+    size_t at = 0;
+    while (at + 16 <= len && memcmp(buf + at, head, 16) != 0)
+        at++;
+    cr_assert_lt(at + 16, len, "learned's section not found");
+    uint32_t seclen;
+    memcpy(&seclen, buf + at - 4, 4);
+    int32_t nprice;
+    memcpy(&nprice, buf + at + 64, 4); /* after 6 doubles, frozen and 3 bucket counts */
+    cr_assert_eq(nprice, 1);
+    /* out: the price buckets, and the section's last 20 bytes (the interval's communication
+     * time, the time it is part of, the price bucket) */
+    size_t end = at + seclen;
+    memmove(buf + end - 20, buf + end, len - end);
+    len -= 20;
+    memmove(buf + at + 64, buf + at + 68, len - (at + 68));
+    len -= 4;
+    seclen -= 24;
+    memcpy(buf + at - 4, &seclen, 4);
+    uint64_t payload = len - 24;
+    memcpy(buf + 12, &payload, 8);
+    buf[8] = 2;
+    uint32_t crc = mq_rl_crc32(mq_rl_crc32(0, buf, 20), buf + 24, len - 24);
+    memcpy(buf + 20, &crc, 4);
+    mq_policy_t *b = mq_policy_restore(buf, len);
+    cr_assert_not_null(b, "%s", mq_err_last());
+    free(buf);
+    cr_expect_eq(s_ln(b)->nprice, 1, "no price feature");
+    cr_expect_eq(b->bits, a->bits);
+    int bb = b->bits;
+    for (int i = 0; i < 3000; i++) {
+        mq_observation_t oa = s_env_step(&ea, ba), ob = s_env_step(&eb, bb);
+        ba = mq_policy_observe(a, &oa);
+        bb = mq_policy_observe(b, &ob);
+        cr_assert_eq(ba, bb, "iteration %d", i);
+    }
     mq_policy_destroy(&a);
     mq_policy_destroy(&b);
 }
@@ -571,14 +685,24 @@ Test(rl_learned, epsilon_decays_across_episodes_and_zero_is_greedy)
 #define S_TRAIN_EPISODES 300
 #define S_EVAL_SEEDS 5
 
-/* The mean return and final loss of P over the evaluation runs (seeds 1000...). */
-static void s_evaluate(mq_policy_t *p, double *ret, double *loss, uint64_t bits_seen[9])
+/* The mean return and final loss of P over the evaluation runs (seeds 1000...) of the first
+ * run, or of the changing link's with CHANGING (then SEEN as s_episode_on's). */
+static void s_evaluate_on(mq_policy_t *p, bool changing, double *ret, double *loss,
+                          uint64_t seen[2][9])
 {
     *ret = *loss = 0;
     for (uint64_t s = 0; s < S_EVAL_SEEDS; s++) {
-        *loss += s_episode(p, 1000 + s, bits_seen) / S_EVAL_SEEDS;
+        *loss += s_episode_on(p, 1000 + s, changing, seen) / S_EVAL_SEEDS;
         *ret += s_last_return(p) / S_EVAL_SEEDS;
     }
+}
+
+static void s_evaluate(mq_policy_t *p, double *ret, double *loss, uint64_t bits_seen[9])
+{
+    uint64_t seen[2][9] = {{0}};
+    s_evaluate_on(p, false, ret, loss, seen);
+    for (int b = 0; bits_seen && b < 9; b++)
+        bits_seen[b] += seen[0][b];
 }
 
 /* Trained over 300 episodes of the simulated run (starting at 4 bits of 1..8, epsilon 0.2
@@ -630,6 +754,80 @@ Test(rl_learned, learns_to_beat_every_fixed_width, .timeout = 60)
                      (unsigned long)seed, loss, best_loss);
         mq_policy_destroy(&p);
         mq_policy_destroy(&g);
+    }
+}
+
+/* The share of the iterations in SEEN[1..8] at LO..HI bits. */
+static double s_share(const uint64_t seen[9], int lo, int hi)
+{
+    uint64_t in = 0, all = 0;
+    for (int b = 1; b <= 8; b++) {
+        all += seen[b];
+        in += b >= lo && b <= hi ? seen[b] : 0;
+    }
+    return all ? (double)in / (double)all : 0;
+}
+
+/* Trained greedy on the link that changes (the same 300 episodes, a decision every second of
+ * training), the controller that sees the price of a bit (the communication share, on by
+ * default) ends lower than every fixed width and above the same controller without that
+ * feature (price=0), for each of three training seeds, and plays the answer: few bits on the
+ * slow link, more on the fast one. Measured: fixed 3 bits, the best, ends at 0.3855 (return
+ * 83.31); with the price 0.3394-0.3746 (returns 83.75-85.31), at 1-2 bits for 89-97 % of the
+ * slow link's iterations and at 3-8 for 63-78 % of the fast link's (the answer played
+ * without delay would end near L* + 2.2 e^-2.36 = 0.31); without it 0.4090-0.4790 (returns
+ * 79.26-82.26), below the best fixed width: blind to the link, it settles on few bits. The
+ * test takes about 1 s. */
+Test(rl_learned, sees_the_price_of_a_bit_on_a_link_that_changes, .timeout = 60)
+{
+    mq_policy_opts_t o;
+    double best_ret = -INFINITY, best_loss = INFINITY;
+    int best = 0;
+    for (int b = 1; b <= 8; b++) {
+        s_opts(&o, b, b, b);
+        mq_policy_t *f = test_policy_new("learned:epsilon=0", &o);
+        double ret, loss;
+        s_evaluate_on(f, true, &ret, &loss, NULL);
+        printf("changing link, fixed %d bits: return %.3f, final loss %.4f\n", b, ret, loss);
+        if (ret > best_ret)
+            best_ret = ret, best = b;
+        best_loss = fmin(best_loss, loss);
+        mq_policy_destroy(&f);
+    }
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        double ret[2], loss[2];
+        uint64_t seen[2][2][9] = {{{0}}};
+        for (int price = 0; price <= 1; price++) {
+            s_opts(&o, 1, 8, 4);
+            o.epsilon = 0.2;
+            o.seed = seed;
+            char spec[64];
+            snprintf(spec, sizeof spec, "learned:every=1,price=%d", price);
+            mq_policy_t *p = test_policy_new(spec, &o);
+            for (uint64_t ep = 0; ep < S_TRAIN_EPISODES; ep++)
+                s_episode_on(p, seed * 100000 + ep, true, NULL);
+            snprintf(spec, sizeof spec, "learned:every=1,price=%d,epsilon=0", price);
+            mq_policy_t *g = test_policy_new(spec, &o);
+            cr_assert_eq(mq_policy_adopt(g, p), 0, "%s", mq_err_last());
+            s_evaluate_on(g, true, &ret[price], &loss[price], seen[price]);
+            printf("changing link, learned price=%d (seed %lu): return %.3f, final loss %.4f; "
+                   "slow link at 1-2 bits %.0f %%, fast link at 3-8 bits %.0f %%\n",
+                   price, (unsigned long)seed, ret[price], loss[price],
+                   100 * s_share(seen[price][0], 1, 2), 100 * s_share(seen[price][1], 3, 8));
+            mq_policy_destroy(&p);
+            mq_policy_destroy(&g);
+        }
+        cr_expect_gt(ret[1], best_ret, "seed %lu: return %.3f, best fixed (%d bits) %.3f",
+                     (unsigned long)seed, ret[1], best, best_ret);
+        cr_expect_lt(loss[1], best_loss, "seed %lu: final loss %.4f, best fixed %.4f",
+                     (unsigned long)seed, loss[1], best_loss);
+        cr_expect_gt(ret[1], ret[0], "seed %lu: return with the price %.3f, without %.3f",
+                     (unsigned long)seed, ret[1], ret[0]);
+        cr_expect_gt(s_share(seen[1][0], 1, 2), 0.75, "seed %lu: the slow link at 1-2 bits",
+                     (unsigned long)seed);
+        /* a change of link takes a decision a step to follow (a fast stretch is 8 decisions) */
+        cr_expect_gt(s_share(seen[1][1], 3, 8), 0.5, "seed %lu: the fast link at 3-8 bits",
+                     (unsigned long)seed);
     }
 }
 

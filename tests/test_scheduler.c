@@ -305,7 +305,7 @@ Test(scheduler, the_agent_is_told_the_means_and_each_quantized_tensor_of_the_run
     mq_widths_t w = {.bits = 3, .n = 3, .per = {2, 8, 5}};
     mq_report_t sum = {.loss = 3, .nonfinite = 1, .grad_sqmean = 8, .grad_range = 4,
                        .grad_sq = 18, .sent_sq = 8, .update_sq = 2, .n_tensor_err = 3,
-                       .tensor_err = {0.5, 9, 0.25}};
+                       .tensor_err = {0.5, 9, 0.25}, .wait_ms = 50};
     mq_al_round_t r = {.sum = &sum, .nreports = 2, .smoothed_before = 1.25, .iter_ms = 40,
                        .progress = 0.5, .bits = 3, .used_bits = 5, .total_iters = 100,
                        .fallbacks = 2, .layout = &l, .quant_threshold = 1000, .widths = &w};
@@ -317,6 +317,8 @@ Test(scheduler, the_agent_is_told_the_means_and_each_quantized_tensor_of_the_run
     cr_assert_float_eq(o.sent_norm, 2, 1e-12);
     cr_assert_float_eq(o.update_norm, 1, 1e-12);
     cr_assert_float_eq(o.grad_sqmean, 4, 1e-12);
+    cr_assert_float_eq(o.iter_ms, 40, 1e-12);
+    cr_assert_float_eq(o.comm_ms, 25, 1e-12, "the workers' mean wait: what the bits cost");
     cr_assert(o.guard, "the round used 5 bits where the policy chose 3: the guard held them");
     cr_assert_eq(o.bits, 5);
     cr_assert_eq(o.fallbacks, 2);

@@ -389,6 +389,7 @@ static void s_on_observe(void *arg, mq_msg_t *msg, const mq_obs_msg_t *obs)
                           .sent_norm = obs->sent_norm,
                           .update_norm = obs->update_norm,
                           .guard = obs->guard,
+                          .comm_ms = obs->comm_ms,
                           .ntensors = obs->n_tensor_count,
                           .layout_tensors = obs->tensors,
                           .tensor_count = obs->tensor_count,

@@ -111,6 +111,7 @@ void mq_al_observation(const mq_al_round_t *r, mq_obs_msg_t *o)
         .update_norm = update,
         .guard = r->used_bits != r->bits && !r->fp32,
         .iter_ms = r->iter_ms,
+        .comm_ms = s->wait_ms / W,
         .grad_sqmean = s->grad_sqmean / W,
         .grad_range = s->grad_range / W,
         .total_iters = r->total_iters,

@@ -38,6 +38,8 @@ typedef struct {
     double sent_norm;    /* |Q(g)| as pushed (RMS over workers) */
     double update_norm;  /* |g^| of the applied aggregate */
     bool guard;          /* the scheduler's spike guard held the bits up */
+    double comm_ms;      /* of iter_ms, the time from the push to the last aggregate applied
+                          * (mean over workers; 0: not measured): what the bits cost */
     /* The quantized tensors, for a per-tensor policy (NTENSORS 0: not reported): entry k is
      * tensor TENSOR_INDEX[k] of the run's layout of LAYOUT_TENSORS, TENSOR_COUNT[k] values
      * sent at TENSOR_BITS[k] with squared quantization error TENSOR_ERR[k] (mean over the

@@ -24,7 +24,13 @@
  *    three buckets, below 1 %, below 10 %, above (`qerr=0` drops it). Uniform quantization
  *    of a Gaussian bucket adds about 3/(2^B - 1)^2 to the energy: about 15 % at 2 bits, 3 %
  *    at 3, under 1 % from 4, so the buckets tell a coarse code from a fine one whatever the
- *    width is called, and move when the gradient's shape does. At most 8 * 10 * 2 * 3 states.
+ *    width is called, and move when the gradient's shape does; the price of the bits, the
+ *    share of the last interval's training time spent from the push to the last aggregate
+ *    applied (obs->comm_ms against obs->iter_ms), in three buckets, below 1/3, below 2/3,
+ *    above (`price=0` drops it). With the bits it was measured at, the share tells a link on
+ *    which a bit costs next to nothing from one on which it costs most of the iteration, and
+ *    it moves when the link does (a link schedule, `--link`). At most 8 * 10 * 2 * 3 * 3
+ *    states.
  *  - Learning: Q-learning (off-policy, so the greedy policy deployed is the one learned
  *    while exploring): Q(s,a) += lr [r + discount max_a' Q(s',a') - Q(s,a)], with
  *    lr = max(eta, 1/n(s,a)), n the visits: the first visit takes the target whole (no bias
@@ -68,6 +74,7 @@ enum {
     S_TREND = 1u << 6,
     S_QERR = 1u << 7,
     S_DISC = 1u << 8,
+    S_PRICE = 1u << 9,
 };
 
 /* ---- options ------------------------------------------------------------------------- */
@@ -127,17 +134,24 @@ static int s_option(mq_policy_t *p, int index, const char *key, const char *val)
         m->given |= S_PROG;
         return 0;
     }
-    if (strcmp(key, "trend") == 0 || strcmp(key, "qerr") == 0) {
-        bool trend = key[0] == 't';
-        if (mq_parse_long(trend ? "learned option trend (the loss trend feature, 0 or 1)"
-                                : "learned option qerr (the quantization error feature, 0 or 1)",
-                          val, 0, 1, &v) != 0)
+    static const struct {
+        const char *key, *what;
+        unsigned bit;
+        int on; /* buckets when on */
+    } features[] = {
+        {"trend", "learned option trend (the loss trend feature, 0 or 1)", S_TREND, 2},
+        {"qerr", "learned option qerr (the quantization error feature, 0 or 1)", S_QERR, 3},
+        {"price", "learned option price (the communication share feature, 0 or 1)", S_PRICE,
+         3},
+    };
+    for (size_t i = 0; i < sizeof features / sizeof features[0]; i++) {
+        if (strcmp(key, features[i].key) != 0)
+            continue;
+        if (mq_parse_long(features[i].what, val, 0, 1, &v) != 0)
             return -1;
-        if (trend)
-            m->ntrend = v ? 2 : 1;
-        else
-            m->nqerr = v ? 3 : 1;
-        m->given |= trend ? S_TREND : S_QERR;
+        int *dst[] = {&m->ntrend, &m->nqerr, &m->nprice};
+        *dst[i] = v ? features[i].on : 1;
+        m->given |= features[i].bit;
         return 0;
     }
     return s_option_double(m, key, val);
@@ -159,7 +173,7 @@ static int s_alloc_table(mq_rl_learned_t *m)
 
 static int s_states(const mq_policy_t *p, const mq_rl_learned_t *m)
 {
-    return (p->o.max_bits - p->o.min_bits + 1) * m->nprog * m->ntrend * m->nqerr;
+    return (p->o.max_bits - p->o.min_bits + 1) * m->nprog * m->ntrend * m->nqerr * m->nprice;
 }
 
 /* Clears what belongs to one episode. */
@@ -167,10 +181,10 @@ static void s_episode_reset(mq_policy_t *p, mq_rl_learned_t *m)
 {
     m->have_loss = false;
     m->sm = m->s0 = m->s_prev = m->ret = 0;
-    m->ms = m->qerr_sum = m->progress = 0;
+    m->ms = m->qerr_sum = m->comm_ms = m->comm_of = m->progress = 0;
     m->its = m->timed = m->qerr_n = 0;
     m->trend = m->ntrend - 1; /* "not risen" until an interval says otherwise */
-    m->qbucket = 0;
+    m->qbucket = m->pbucket = 0;
     m->have_sa = false;
     m->s = m->a = 0;
     m->decisions = 0;
@@ -198,6 +212,8 @@ static int s_init(mq_policy_t *p)
         m->ntrend = 2;
     if (!(m->given & S_QERR))
         m->nqerr = 3;
+    if (!(m->given & S_PRICE))
+        m->nprice = 3;
     if (!(m->given & S_FLOOR))
         m->floor = eps < 0.01 ? eps : 0.01;
     else if (m->floor > eps && eps > 0 && !m->frozen) {
@@ -243,7 +259,7 @@ static bool s_learning(const mq_policy_t *p)
 /* The width a state was taken at. */
 static int s_state_bits(const mq_policy_t *p, const mq_rl_learned_t *m, int s)
 {
-    return p->o.min_bits + s / (m->nprog * m->ntrend * m->nqerr);
+    return p->o.min_bits + s / (m->nprog * m->ntrend * m->nqerr * m->nprice);
 }
 
 /* The actions open at state S: down only above min, up only below max. */
@@ -305,13 +321,15 @@ static void s_update(mq_policy_t *p, mq_rl_learned_t *m, double r, int s2)
 
 /* ---- observations and decisions ------------------------------------------------------ */
 
-/* The state of now: bits, progress, the closed interval's trend and quantization error. */
+/* The state of now: bits, progress, the closed interval's trend, quantization error and
+ * price. */
 static int s_state(const mq_policy_t *p, const mq_rl_learned_t *m)
 {
     int pb = (int)floor(m->progress * m->nprog);
     pb = pb < 0 ? 0 : pb >= m->nprog ? m->nprog - 1 : pb;
     int b = p->bits - p->o.min_bits;
-    return ((b * m->nprog + pb) * m->ntrend + m->trend) * m->nqerr + m->qbucket;
+    return (((b * m->nprog + pb) * m->ntrend + m->trend) * m->nqerr + m->qbucket) * m->nprice +
+           m->pbucket;
 }
 
 /* The interval just closed: its features, its reward and update, then the next action. */
@@ -327,6 +345,10 @@ static int s_decide_now(mq_policy_t *p, mq_rl_learned_t *m)
         double e = m->qerr_sum / m->qerr_n;
         m->qbucket = e < 0.01 ? 0 : e < 0.1 ? 1 : 2;
     }
+    if (m->nprice == 3 && m->comm_of > 0) {
+        double share = m->comm_ms / m->comm_of;
+        m->pbucket = share < 1.0 / 3 ? 0 : share < 2.0 / 3 ? 1 : 2;
+    }
     int s = s_state(p, m);
     if (m->have_sa) {
         m->ret += r;
@@ -340,7 +362,7 @@ static int s_decide_now(mq_policy_t *p, mq_rl_learned_t *m)
     m->a = a;
     m->have_sa = true;
     m->s_prev = m->sm;
-    m->ms = m->qerr_sum = 0;
+    m->ms = m->qerr_sum = m->comm_ms = m->comm_of = 0;
     m->its = m->timed = m->qerr_n = 0;
     m->decisions++;
     return 0;
@@ -362,6 +384,10 @@ static int s_observe(mq_policy_t *p, const mq_observation_t *obs)
     if (isfinite(obs->iter_ms) && obs->iter_ms > 0) { /* 0: no time measured */
         m->ms += obs->iter_ms;
         m->timed++;
+        if (isfinite(obs->comm_ms) && obs->comm_ms > 0) {
+            m->comm_ms += fmin(obs->comm_ms, obs->iter_ms);
+            m->comm_of += obs->iter_ms;
+        }
     }
     if (isfinite(obs->grad_norm) && obs->grad_norm > 0 && isfinite(obs->sent_norm) &&
         obs->sent_norm >= 0) {
@@ -432,11 +458,13 @@ static int s_adopt(mq_policy_t *p, const mq_policy_t *from)
     mq_rl_learned_t *m = p->priv;
     const mq_rl_learned_t *f = from->priv;
     if (p->o.min_bits != from->o.min_bits || p->o.max_bits != from->o.max_bits ||
-        m->nprog != f->nprog || m->ntrend != f->ntrend || m->nqerr != f->nqerr) {
-        mq_err_set("learned: %s's table does not fit %s (bits %d..%d, buckets %d/%d/%d against "
-                   "bits %d..%d, buckets %d/%d/%d)",
+        m->nprog != f->nprog || m->ntrend != f->ntrend || m->nqerr != f->nqerr ||
+        m->nprice != f->nprice) {
+        mq_err_set("learned: %s's table does not fit %s (bits %d..%d, buckets %d/%d/%d/%d "
+                   "against bits %d..%d, buckets %d/%d/%d/%d)",
                    from->spec, p->spec, from->o.min_bits, from->o.max_bits, f->nprog, f->ntrend,
-                   f->nqerr, p->o.min_bits, p->o.max_bits, m->nprog, m->ntrend, m->nqerr);
+                   f->nqerr, f->nprice, p->o.min_bits, p->o.max_bits, m->nprog, m->ntrend,
+                   m->nqerr, m->nprice);
         return -1;
     }
     size_t n = (size_t)m->nstates * S_ACT;
@@ -465,6 +493,7 @@ static void s_save(const mq_policy_t *p, mq_rl_writer_t *w)
     mq_rl_put_i32(w, m->nprog);
     mq_rl_put_i32(w, m->ntrend);
     mq_rl_put_i32(w, m->nqerr);
+    mq_rl_put_i32(w, m->nprice);
     size_t n = (size_t)m->nstates * S_ACT;
     mq_rl_put_f64s(w, m->q, n);
     mq_rl_put_u32(w, (uint32_t)n);
@@ -492,6 +521,9 @@ static void s_save(const mq_policy_t *p, mq_rl_writer_t *w)
     mq_rl_put_u64(w, m->decisions);
     mq_rl_put_f64(w, m->last_r);
     mq_rl_put_i32(w, m->recorded);
+    mq_rl_put_f64(w, m->comm_ms);
+    mq_rl_put_f64(w, m->comm_of);
+    mq_rl_put_i32(w, m->pbucket);
 }
 
 /* The own options: the saved ones win over the spec's (a default may have changed since),
@@ -507,6 +539,8 @@ static int s_get_options(mq_policy_t *p, mq_rl_learned_t *m, mq_rl_reader_t *r)
     m->frozen = mq_rl_get_u32(r, "learned options") != 0;
     int np = mq_rl_get_i32(r, "learned options"), nt = mq_rl_get_i32(r, "learned options");
     int nq = mq_rl_get_i32(r, "learned options");
+    /* before version 3 there was no price feature: one bucket reproduces those tables */
+    int npr = r->version >= 3 ? mq_rl_get_i32(r, "learned options") : 1;
     if (r->fail)
         return 0;
     const char *bad = NULL;
@@ -520,16 +554,18 @@ static int s_get_options(mq_policy_t *p, mq_rl_learned_t *m, mq_rl_reader_t *r)
         bad = "epsilon's decay or floor outside (0, 1]";
     else if (!(m->discount >= 0 && m->discount <= 1))
         bad = "discount outside [0, 1]";
-    else if (np < 1 || np > S_MAX_PROG || nt < 1 || nt > 2 || (nq != 1 && nq != 3))
+    else if (np < 1 || np > S_MAX_PROG || nt < 1 || nt > 2 || (nq != 1 && nq != 3) ||
+             (npr != 1 && npr != 3))
         bad = "feature buckets out of range";
     if (bad) {
         mq_err_set("policy state is inconsistent: learned %s", bad);
         return -1;
     }
-    if (np != m->nprog || nt != m->ntrend || nq != m->nqerr) {
+    if (np != m->nprog || nt != m->ntrend || nq != m->nqerr || npr != m->nprice) {
         m->nprog = np;
         m->ntrend = nt;
         m->nqerr = nq;
+        m->nprice = npr;
         m->nstates = s_states(p, m);
         if (s_alloc_table(m) != 0)
             return -1;
@@ -586,6 +622,14 @@ static void s_get_episode(mq_rl_learned_t *m, mq_rl_reader_t *r)
     m->decisions = mq_rl_get_u64(r, what);
     m->last_r = mq_rl_get_f64(r, what);
     m->recorded = mq_rl_get_i32(r, what);
+    if (r->version >= 3) {
+        m->comm_ms = mq_rl_get_f64(r, what);
+        m->comm_of = mq_rl_get_f64(r, what);
+        m->pbucket = mq_rl_get_i32(r, what);
+    } else {
+        m->comm_ms = m->comm_of = 0;
+        m->pbucket = 0;
+    }
 }
 
 static int s_restore(mq_policy_t *p, mq_rl_reader_t *r)
@@ -599,7 +643,8 @@ static int s_restore(mq_policy_t *p, mq_rl_reader_t *r)
     const char *bad = NULL;
     if (m->have_loss && !(m->s0 > 0 && isfinite(m->s0) && isfinite(m->sm)))
         bad = "first smoothed loss not a positive number";
-    else if (m->trend < 0 || m->trend >= m->ntrend || m->qbucket < 0 || m->qbucket >= m->nqerr)
+    else if (m->trend < 0 || m->trend >= m->ntrend || m->qbucket < 0 ||
+             m->qbucket >= m->nqerr || m->pbucket < 0 || m->pbucket >= m->nprice)
         bad = "features outside their buckets";
     else if (m->have_sa && (m->s < 0 || m->s >= m->nstates || m->a < 0 || m->a >= S_ACT))
         bad = "state or action outside the table";
@@ -607,6 +652,8 @@ static int s_restore(mq_policy_t *p, mq_rl_reader_t *r)
         bad = "a decision without a loss";
     else if (m->timed > m->its || m->qerr_n > m->its)
         bad = "interval statistics counted more often than observations";
+    else if (!(m->comm_ms >= 0 && m->comm_ms <= m->comm_of && m->comm_of <= m->ms))
+        bad = "communication time outside the interval's time";
     else if (m->recorded < 1 || m->recorded > 8)
         bad = "recorded bits outside 1..8";
     else if (p->bits < p->o.min_bits || p->bits > p->o.max_bits)
@@ -646,7 +693,7 @@ const mq_policy_ops_t mq_policy_learned_ops = {
     .name = "learned",
     .usage = "learned[:every=S,frozen]",
     .help = "Q-learning of bits -1/keep/+1 every S s (5) of training, across runs",
-    .keys = "every, smooth, gain, discount, decay, floor, frozen, progress, trend, qerr",
+    .keys = "every, smooth, gain, discount, decay, floor, frozen, progress, trend, qerr, price",
     .size = sizeof(mq_rl_learned_t),
     .option = s_option,
     .init = s_init,

@@ -1,7 +1,7 @@
 /* Saving and restoring a policy bit-exactly. Layout (little-endian, fixed width, doubles
  * as their IEEE-754 bits):
  *   header  "MQPOLICY" | u32 version | u64 payload length | u32 CRC-32 of bytes 0..19 + payload
- *   payload (version 2) spec, options, rng, counters, smoothing, window,
+ *   payload (versions 2 and 3) spec, options, rng, counters, smoothing, window,
  *           u32 length + the policy's own section (its ops->save), history
  *   payload (version 1, still read) u32 kind (1 mqgrad, 2 fixed, 3 adaptive, 4 schedule),
  *           spec, options, i32 fixed's K, rng, ..., window, [mqgrad's section], history
@@ -10,7 +10,10 @@
  * exactly them. The policy is rebuilt from the saved spec (its own options, fixed's K)
  * and the saved options, then the state is read into it. Every size in the payload is
  * checked against the options and what is left of the buffer, so a corrupt or foreign
- * buffer is refused with a message instead of being trusted. */
+ * buffer is refused with a message instead of being trusted. Version 3 is version 2 with
+ * more in some policies' sections (learned's price feature); a section's restore reads the
+ * version from its reader (mq_rl_reader_t.version), so what an older one lacks gets the
+ * value that reproduces it. */
 #include "rl_internal.h"
 
 #include <math.h>
@@ -19,7 +22,7 @@
 #include <string.h>
 
 #define MQ_RL_MAGIC "MQPOLICY"
-#define MQ_RL_VERSION 2u
+#define MQ_RL_VERSION 3u
 #define MQ_RL_VERSION_OLDEST 1u
 #define MQ_RL_HEADER 24
 
@@ -276,7 +279,7 @@ static uint64_t s_le(const uint8_t *b, int n)
 }
 
 /* Magic, version, length and checksum, in that order: each failure says which. *VERSION
- * gets the version (1 or 2). */
+ * gets the version (1 to 3). */
 static int s_check_header(const uint8_t *buf, size_t len, uint32_t *version_out)
 {
     if (!buf || len < MQ_RL_HEADER) {
@@ -367,7 +370,7 @@ static int s_get_state(mq_rl_reader_t *r, mq_policy_t *p, uint32_t version)
     return mq_rl_get_f64s(r, w->lbar, (size_t)p->o.T, "window losses");
 }
 
-/* The policy's own section: framed by its length in version 2, which it must fill exactly;
+/* The policy's own section: framed by its length from version 2, which it must fill exactly;
  * in version 1 only mqgrad had one, unframed, which its restore reads as it is. */
 static int s_get_section(mq_rl_reader_t *r, mq_policy_t *p, uint32_t version)
 {
@@ -375,7 +378,7 @@ static int s_get_section(mq_rl_reader_t *r, mq_policy_t *p, uint32_t version)
     if (r->fail)
         return 0; /* reported as a truncation by the caller */
     if (version == 1) {
-        mq_rl_reader_t sub = {.buf = r->buf + r->pos, .len = r->len - r->pos};
+        mq_rl_reader_t sub = {.buf = r->buf + r->pos, .len = r->len - r->pos, .version = 1};
         if (ops->restore && ops->restore(p, &sub) != 0)
             return -1;
         r->pos += sub.pos;
@@ -386,7 +389,7 @@ static int s_get_section(mq_rl_reader_t *r, mq_policy_t *p, uint32_t version)
     const uint8_t *at = mq_rl_take(r, n, "policy section");
     if (!at)
         return 0; /* reported as a truncation by the caller */
-    mq_rl_reader_t sub = {.buf = at, .len = n};
+    mq_rl_reader_t sub = {.buf = at, .len = n, .version = version};
     if (ops->restore && ops->restore(p, &sub) != 0)
         return -1;
     if (sub.fail) {
@@ -538,6 +541,6 @@ mq_policy_t *mq_policy_restore(const uint8_t *buf, size_t len)
     uint32_t version;
     if (s_check_header(buf, len, &version) != 0)
         return NULL;
-    mq_rl_reader_t r = {.buf = buf + MQ_RL_HEADER, .len = len - MQ_RL_HEADER};
+    mq_rl_reader_t r = {.buf = buf + MQ_RL_HEADER, .len = len - MQ_RL_HEADER, .version = version};
     return s_read_payload(&r, version);
 }

@@ -25,6 +25,7 @@ typedef struct {
     const uint8_t *buf;
     size_t len, pos;
     const char *fail; /* the first field that did not fit (then every get returns 0) */
+    uint32_t version; /* of the saved state (persist.c): what a policy's section holds */
 } mq_rl_reader_t;
 
 void mq_rl_put(mq_rl_writer_t *w, const void *src, size_t n);
@@ -241,7 +242,7 @@ typedef struct {
     double decay;      /* epsilon = floor + (epsilon - floor) * decay^episodes */
     double floor;      /* epsilon's floor */
     bool frozen;       /* greedy, no learning (also when epsilon is 0) */
-    int nprog, ntrend, nqerr; /* buckets of each feature (1: feature off) */
+    int nprog, ntrend, nqerr, nprice; /* buckets of each feature (1: feature off) */
     unsigned given;    /* the own options the spec gave (one bit each), for the defaults */
     /* what it learned, kept across episodes */
     int nstates;
@@ -259,8 +260,10 @@ typedef struct {
     uint32_t its, timed;
     double qerr_sum;       /* relative quantization error | |Q(g)| - |g| | / |g|, summed */
     uint32_t qerr_n;
+    double comm_ms, comm_of; /* the communication time and the iteration time it is part of,
+                              * summed over the observations that measured both */
     double progress;       /* the last known fraction of the run's budget used */
-    int trend, qbucket;    /* features of the last closed interval */
+    int trend, qbucket, pbucket; /* features of the last closed interval */
     bool have_sa;          /* s, a: the state and action of the open interval */
     int s, a;
     uint64_t decisions;    /* this episode */
