@@ -1006,26 +1006,40 @@ Test(report, link_speeds_get_a_panel_each)
 }
 
 /* Runs under a link schedule (config.json's "link"; summary.json's link_mbps is 0) are not
- * runs without emulation: they get a panel of their own. */
+ * runs without emulation, and runs under two schedules are two conditions: each gets a panel
+ * of its own, titled with its schedule, and a comparison of its own. */
 Test(report, runs_under_a_link_schedule_are_not_shown_as_unemulated)
 {
     s_write_three_seeds("fixed:2", "none", 0);
     s_write_three_seeds("fixed:2", "wave", 0);
+    s_write_three_seeds("fixed:2", "fall", 0);
     for (int s = 1; s <= 3; s++) {
         char dir[256];
         snprintf(dir, sizeof dir, "%s/wave-%d", s_root, s);
         test_write_file(dir, "config.json", "{\"link_mbps\":0,\"link\":\"80@0,10000@30/60\"}\n");
+        snprintf(dir, sizeof dir, "%s/fall-%d", s_root, s);
+        test_write_file(dir, "config.json",
+                        "{\"link_mbps\":0,\"link\":\"10000@0,80@20;worker:0='x\"}\n");
     }
-    const char *args[] = {"--out", "repl", "none-1", "none-2", "none-3",
-                          "wave-1", "wave-2", "wave-3", NULL};
+    const char *args[] = {"--out", "repl", "none-1", "none-2", "none-3", "wave-1", "wave-2",
+                          "wave-3", "fall-1", "fall-2", "fall-3", NULL};
     cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
     char *gp = s_slurp("repl/accuracy.gp");
     cr_expect(strstr(gp, "set title 'no link emulation'"), "%s", gp);
-    cr_expect(strstr(gp, "set title 'link schedule (--link)'"), "%s", gp);
-    cr_expect(strstr(gp, "'data/accuracy_fixed-2_link-schedule.dat'"), "%s", gp);
+    cr_expect(strstr(gp, "set title 'link 80@0,10000@30/60'"), "%s", gp);
+    cr_expect(strstr(gp, "set title 'link 10000@0,80@20;worker:0=''x'"),
+              "a quote in a run's file stays inside the title:\n%s", gp);
+    cr_expect(strstr(gp, "'data/accuracy_fixed-2_link-schedule-1.dat'"), "%s", gp);
+    cr_expect(strstr(gp, "'data/accuracy_fixed-2_link-schedule-2.dat'"), "%s", gp);
     free(gp);
-    dat_row_t mid = s_dat_at("repl/data/accuracy_fixed-2_link-schedule.dat", 10.0);
-    cr_expect_eq(mid.seeds, 3, "the schedule's runs alone");
+    dat_row_t mid = s_dat_at("repl/data/accuracy_fixed-2_link-schedule-1.dat", 10.0);
+    cr_expect_eq(mid.seeds, 3, "the first schedule's runs alone");
+    mid = s_dat_at("repl/data/accuracy_fixed-2_link-schedule-2.dat", 10.0);
+    cr_expect_eq(mid.seeds, 3, "the second schedule's runs alone");
+    char *md = s_slurp("repl/report.md");
+    cr_expect(strstr(md, "### link 80@0,10000@30/60") && strstr(md, "### link 10000@0,80@20"),
+              "a comparison per schedule:\n%s", md);
+    free(md);
 }
 
 /* ---- the headline: against the best fixed setting, paired by seed ------------------------ */
@@ -1046,6 +1060,18 @@ static void s_write_headline_run(const char *policy, int s, double scale)
     for (char *c = dirname; *c; c++)
         *c = *c == ':' ? '-' : *c;
     s_write_curve(dirname, policy, s, 80, 20, t, acc);
+}
+
+/* The row of METHOD in headline.gp's ytics ('NAME' ROW), -1 if absent. */
+static int s_gp_row(const char *gp, const char *method)
+{
+    char key[96];
+    snprintf(key, sizeof key, "'%s' ", method);
+    const char *at = strstr(gp, key);
+    int row = -1;
+    if (at)
+        sscanf(at + strlen(key), "%d", &row);
+    return row;
 }
 
 Test(report, the_headline_pairs_seeds_against_the_best_fixed_setting)
@@ -1088,6 +1114,22 @@ Test(report, the_headline_pairs_seeds_against_the_best_fixed_setting)
     cr_expect_float_eq(mean, 1.0, 1e-9, "geometric mean of 0.5, 1, 2, 1, 1");
     cr_expect(lo < 1 && hi > 1 && lo >= 0.5 && hi <= 2, "a spread interval: %s", cells[2]);
     free(md);
+    /* the headline figure: a row per method, its ratio and interval as in the table, colour by
+     * method (the line types of every plot), and the best named in the panel's title */
+    char *gp = s_slurp("reph/headline.gp");
+    cr_expect(strstr(gp, "set output 'headline.png'"), "%s", gp);
+    cr_expect(strstr(gp, "80 Mbit/s — best fixed: fixed:2, 10.9 s to 85 %'"), "%s", gp);
+    int r2 = s_gp_row(gp, "fixed:2"), r4 = s_gp_row(gp, "fixed:4"), rm = s_gp_row(gp, "mqgrad"),
+        ra = s_gp_row(gp, "adaptive");
+    cr_expect(r2 >= 0 && r4 >= 0 && rm >= 0 && ra >= 0 && r2 != r4 && r4 != rm && rm != ra &&
+                  ra != r2 && ra != r4 && rm != r2,
+              "a row each: %d %d %d %d\n%s", r2, r4, rm, ra, gp);
+    char row[96];
+    snprintf(row, sizeof row, "\n0.8 %d 0.8 0.8 ", s_gp_row(gp, "mqgrad"));
+    cr_expect(strstr(gp, row), "mqgrad at 0.8 [0.8, 0.8] (%s):\n%s", row, gp);
+    snprintf(row, sizeof row, "\n1.5 %d 1.5 1.5 ", s_gp_row(gp, "fixed:4"));
+    cr_expect(strstr(gp, row), "fixed:4 at 1.5 (%s):\n%s", row, gp);
+    free(gp);
 }
 
 /* Runs with another update rule are another comparison: one table per codec setting and rule,

@@ -147,8 +147,8 @@ static void s_default_checkpoints(const mq_rep_set_t *set, s_opts_t *o)
         o->checkpoints[c] = shortest * (c + 1) / 4.0;
 }
 
-static int s_write_markdown(const mq_rep_set_t *set, const s_opts_t *o, bool drawn, char *path,
-                            size_t len)
+static int s_write_markdown(const mq_rep_set_t *set, const s_opts_t *o, bool drawn,
+                            bool headline, char *path, size_t len)
 {
     snprintf(path, len, "%s/report.md", o->out);
     FILE *f = fopen(path, "w");
@@ -161,7 +161,8 @@ static int s_write_markdown(const mq_rep_set_t *set, const s_opts_t *o, bool dra
                            .n_checkpoints = o->n_checkpoints,
                            .target_acc = o->target_acc,
                            .last_k = (size_t)o->last_k,
-                           .plots_drawn = drawn};
+                           .plots_drawn = drawn,
+                           .headline_drawn = headline};
     mq_rep_markdown(f, set, &mo);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
@@ -171,7 +172,8 @@ static int s_write_markdown(const mq_rep_set_t *set, const s_opts_t *o, bool dra
     return 0;
 }
 
-static void s_print_written(const mq_rep_set_t *set, const s_opts_t *o, const char *md, bool drawn)
+static void s_print_written(const mq_rep_set_t *set, const s_opts_t *o, const char *md, bool drawn,
+                            bool headline)
 {
     printf("mqgrad report: %zu runs, %zu methods:", set->n_runs, set->n_methods);
     for (size_t k = 0; k < set->n_methods; k++) {
@@ -190,6 +192,9 @@ static void s_print_written(const mq_rep_set_t *set, const s_opts_t *o, const ch
             else
                 printf("  script: %s/%s.gp (not drawn)\n", o->out, name);
         }
+    if (headline)
+        printf("  %s %s/headline.%s\n", drawn ? "plot:  " : "script:", o->out,
+               drawn ? "png" : "gp (not drawn)");
     printf("  data:   %s/data/\n", o->out);
 }
 
@@ -217,15 +222,17 @@ int mq_cmd_report(int argc, char **argv)
         goto done;
     }
     /* A plot that fails to draw still leaves the tables written. */
-    int plot_rc = mq_rep_plots(&set, o.out, o.title, &plots);
+    bool headline = false;
+    int plot_rc = mq_rep_plots(&set, o.out, o.title, o.target_acc, (size_t)o.last_k, &plots,
+                               &headline);
     if (plot_rc < 0)
         fprintf(stderr, "mqgrad report: plots: %s\n", mq_err_last());
     bool drawn = plot_rc == 0 && plots == MQ_REP_PLOTS_DRAWN;
-    if (s_write_markdown(&set, &o, drawn, md, sizeof md) < 0) {
+    if (s_write_markdown(&set, &o, drawn, headline, md, sizeof md) < 0) {
         fprintf(stderr, "mqgrad report: %s\n", mq_err_last());
         goto done;
     }
-    s_print_written(&set, &o, md, drawn);
+    s_print_written(&set, &o, md, drawn, headline);
     rc = plot_rc < 0 ? 1 : 0;
 done:
     mq_rep_set_free(&set);

@@ -44,8 +44,9 @@ typedef struct {
      * mq_rep_group, report_stats.c, which states the rule). */
     char method[128];
     uint64_t seed;
-    double link_mbps; /* the emulated link speed; 0 = no emulation, NaN = not recorded, -1 =
-                       * a schedule (config.json's "link": every such run in one panel) */
+    double link_mbps; /* the emulated link speed; 0 = no emulation, NaN = not recorded,
+                       * -K: the K-th distinct schedule of the report's runs (mq_rep_group) */
+    char link[512];   /* config.json's "link", the schedule ("" without one) */
     char status[32];
     bool diverged;     /* status "diverged": never counted as the method's accuracy */
     char div_rule[16]; /* the rule that fired, the iteration and the evidence */
@@ -87,8 +88,9 @@ void mq_rep_run_free(mq_rep_run_t *run);
 
 /* ---- report_stats.c ----------------------------------------------------------------- */
 /* Names each run's method (the policy and its codec settings, against the setting most runs
- * share: SET->common_codec) and groups SET's runs by method into SET->methods. -1 on
- * allocation failure. */
+ * share: SET->common_codec) and groups SET's runs by method into SET->methods; numbers the
+ * link schedules (runs under the same one share a condition, -K, K from 1 in order of first
+ * appearance). -1 on allocation failure. */
 int mq_rep_group(mq_rep_set_t *set);
 /* Whether C is the paper's codec: uniform (TensorFlow's MIN_COMBINED), one range per tensor
  * slice, nearest rounding, no error feedback. */
@@ -185,11 +187,14 @@ void mq_rep_setting_name(const mq_rep_codec_t *c, char *buf, size_t len);
 /* ---- report_plot.c ------------------------------------------------------------------ */
 typedef enum { MQ_REP_PLOTS_DRAWN, MQ_REP_PLOTS_NO_GNUPLOT } mq_rep_plots_t;
 /* Writes OUT/data/<plot>_<method>.dat (<plot>_<method>_<link>mbit.dat when the runs span
- * several link speeds: one panel each) and OUT/<plot>.gp for the four plots and runs gnuplot
- * in OUT (program from MQGRAD_GNUPLOT, default "gnuplot" on PATH). *STATE says whether the
- * PNGs were drawn. -1 if a file cannot be written or gnuplot fails. */
-int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title,
-                 mq_rep_plots_t *state);
+ * several link speeds: one panel each) and OUT/<plot>.gp for the plots, and the headline
+ * figure OUT/headline.gp (each comparison's time to TARGET over the best fixed setting's,
+ * with its interval, per method: mq_rep_compare with LAST_K) when some comparison has a best
+ * fixed setting (*HEADLINE), and runs gnuplot in OUT (program from MQGRAD_GNUPLOT, default
+ * "gnuplot" on PATH). *STATE says whether the PNGs were drawn. -1 if a file cannot be
+ * written or gnuplot fails. */
+int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, double target,
+                 size_t last_k, mq_rep_plots_t *state, bool *headline);
 /* The plots: their number, plot I's file name and what it draws ("test accuracy vs
  * iteration"), and whether it has any data (accuracy needs evaluations). */
 #define MQ_REP_N_PLOTS 5
@@ -199,13 +204,58 @@ const char *mq_rep_plot_caption(int i);
  * gnuplot here, -1 with an error when it failed. */
 int mq_rep_gnuplot(const char *dir, const char *script);
 bool mq_rep_plot_has_data(const mq_rep_set_t *set, int i);
-/* The distinct link speeds of SET's runs, ascending, "not recorded" (NaN) last, into LINKS
- * (room for SET->n_runs); their number. One panel each in every plot. */
+
+/* ---- report_cmp.c: conditions, and each method against the best fixed setting -------- */
+
+/* The distinct conditions of SET's runs: link schedules first (in the order mq_rep_group
+ * numbered them), then link speeds ascending, "not recorded" (NaN) last, into LINKS (room for
+ * SET->n_runs); their number. One panel each in every plot. */
 size_t mq_rep_links(const mq_rep_set_t *set, double *links);
 /* Whether two runs' link speeds are the same panel's (NaN matches NaN). */
 bool mq_rep_same_link(double a, double b);
-/* A link speed in words, a panel's title: "80 Mbit/s", "no link emulation". */
-void mq_rep_link_name(double mbps, char *buf, size_t len);
+/* A condition in words, a panel's title: "80 Mbit/s", "no link emulation", "link
+ * 80@0,10000@10/20" (a schedule of SET's runs). */
+void mq_rep_link_name(const mq_rep_set_t *set, double mbps, char *buf, size_t len);
+
+#define MQ_REP_BOOT 10000 /* bootstrap resamples of every interval over seeds */
+
+/* One method in one comparison, seed by seed against the best fixed setting's run. */
+typedef struct {
+    size_t method;   /* SET->methods[method] */
+    size_t runs;     /* its runs in this condition */
+    size_t paired;   /* of them, not diverged and with a run of the best's seed */
+    size_t diverged, late; /* diverged; paired but one of the two never at the target */
+    size_t n_ratio;  /* seeds with a time ratio: time to target / the best's with that seed */
+    double ratio, ratio_lo, ratio_hi; /* their geometric mean, 95 % bootstrap interval */
+    size_t n_acc;    /* runs with an endpoint: the mean of their last K evaluations */
+    double acc;      /* the endpoints' mean, in % */
+    size_t n_dacc;   /* seeds with both endpoints */
+    double dacc, dacc_lo, dacc_hi; /* the paired difference to the best's, points, interval */
+} mq_rep_vs_t;
+
+/* One comparison: a condition (a link speed or schedule) and a codec setting with its update
+ * rule. Methods with another rule or setting are never in one comparison; fp32 joins those of
+ * its rule. */
+typedef struct {
+    double link;
+    char setting[160];  /* the setting's name, or "codec settings not recorded" */
+    size_t n_settings;  /* comparisons at this link: the setting is worth naming when > 1 */
+    size_t n_fixed;     /* fixed:K methods in it */
+    /* the best fixed setting in hindsight: of the fixed:K methods whose every seed reached the
+     * target without diverging, the lowest geometric mean time to it (BEST_T, s) */
+    bool has_best;
+    size_t best;
+    double best_t;
+    mq_rep_vs_t *vs;    /* the methods in it, in method order (none without a best) */
+    size_t n_vs;
+} mq_rep_cmp_t;
+
+/* Every comparison of SET, by link (as mq_rep_links orders them) then setting, into *OUT (free
+ * with mq_rep_compare_free), their number in *N. TARGET: the accuracy of the time to target;
+ * LAST_K: the endpoint's evaluations. -1 on allocation failure. */
+int mq_rep_compare(const mq_rep_set_t *set, double target, size_t last_k, mq_rep_cmp_t **out,
+                   size_t *n);
+void mq_rep_compare_free(mq_rep_cmp_t *c, size_t n);
 
 /* ---- report_md.c -------------------------------------------------------------------- */
 typedef struct {
@@ -215,6 +265,7 @@ typedef struct {
     double target_acc;
     size_t last_k; /* the endpoint: the mean of each run's last K evaluations */
     bool plots_drawn;
+    bool headline_drawn; /* headline.png: some comparison has a best fixed setting */
 } mq_rep_md_opts_t;
 /* Writes the whole report.md to F. */
 void mq_rep_markdown(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o);

@@ -100,8 +100,10 @@ static int s_load_config(const char *dir, mq_rep_run_t *run)
     if (isnan(run->link_mbps) && link && link->kind == MQ_JSON_NUM && link->num >= 0)
         run->link_mbps = link->num;
     const mq_json_field_t *sched = mq_json_get(j, "link");
-    if (sched && sched->kind == MQ_JSON_STR && sched->str[0])
+    if (sched && sched->kind == MQ_JSON_STR && sched->str[0]) {
         run->link_mbps = -1; /* its rates change or differ per node: no one speed */
+        snprintf(run->link, sizeof run->link, "%s", sched->str);
+    }
     const mq_json_field_t *sp = mq_json_get(j, "codec_spec"), *op = mq_json_get(j, "optimizer");
     snprintf(run->codec.optimizer, sizeof run->codec.optimizer, "%.63s",
              op && op->kind == MQ_JSON_STR ? op->str : "sgd"); /* fp32's rule too */

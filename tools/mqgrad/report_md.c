@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mqgrad/util.h"
 #include "report.h"
 
 #define S_CELL 160
@@ -129,13 +130,13 @@ static void s_runs(FILE *f, const mq_rep_set_t *set)
 static void s_panels(FILE *f, const mq_rep_set_t *set)
 {
     double links[set->n_runs + 1];
-    char name[64];
+    char name[600];
     size_t n = mq_rep_links(set, links);
     if (n < 2)
         return;
     fprintf(f, "The runs span %zu link speeds: each plot has one panel per link speed (", n);
     for (size_t i = 0; i < n; i++) {
-        mq_rep_link_name(links[i], name, sizeof name);
+        mq_rep_link_name(set, links[i], name, sizeof name);
         fprintf(f, "%s%s", i ? ", " : "", name);
     }
     fprintf(f, "), with the same line style for a method in every panel; the tables below "
@@ -406,37 +407,6 @@ static void s_versus_table(FILE *f, const mq_rep_set_t *set)
 
 /* ---- the headline: each method against the best fixed setting, paired by seed ----------- */
 
-#define S_BOOT 10000 /* bootstrap resamples */
-
-/* M's run at LINK with SEED, or NULL. */
-static const mq_rep_run_t *s_run_of(const mq_rep_method_t *m, double link, uint64_t seed)
-{
-    for (size_t r = 0; r < m->n_runs; r++)
-        if (m->runs[r]->seed == seed && mq_rep_same_link(m->runs[r]->link_mbps, link))
-            return m->runs[r];
-    return NULL;
-}
-
-/* The geometric mean time to TARGET of M's runs at LINK, if every one of them reached it
- * without diverging (else false: no reference). */
-static bool s_all_reach(const mq_rep_method_t *m, double link, double target, double *geo)
-{
-    double sum = 0;
-    size_t n = 0;
-    for (size_t r = 0; r < m->n_runs; r++) {
-        const mq_rep_run_t *run = m->runs[r];
-        double t;
-        if (!mq_rep_same_link(run->link_mbps, link))
-            continue;
-        if (run->diverged || !mq_rep_time_to(run, target, &t) || !(t > 0))
-            return false;
-        sum += log(t);
-        n++;
-    }
-    *geo = n ? exp(sum / (double)n) : NAN;
-    return n > 0;
-}
-
 /* The median number of iterations between evaluations over the runs at LINK (0: none). */
 static double s_eval_spacing(const mq_rep_set_t *set, double link)
 {
@@ -465,18 +435,12 @@ static double s_eval_spacing(const mq_rep_set_t *set, double link)
     return spacing;
 }
 
-/* "0.82 [0.75, 0.90]" from the N values V (logs when GEO: the interval of the geometric
- * mean), "—" without any. */
-static const char *s_interval(char *buf, const double *v, size_t n, bool geo, const char *fmt)
+/* "0.82 [0.75, 0.90]" from N seeds' MEAN and interval LO..HI, "—" without any. */
+static const char *s_interval(char *buf, size_t n, double mean, double lo, double hi,
+                              const char *fmt)
 {
     if (n == 0)
         return "—";
-    double mean = 0, lo, hi;
-    for (size_t i = 0; i < n; i++)
-        mean += v[i] / (double)n;
-    mq_rep_bootstrap_mean(v, n, S_BOOT, 1, &lo, &hi);
-    if (geo)
-        mean = exp(mean), lo = exp(lo), hi = exp(hi);
     char a[32], b[32], c[32];
     snprintf(a, sizeof a, fmt, mean);
     snprintf(b, sizeof b, fmt, lo);
@@ -485,113 +449,35 @@ static const char *s_interval(char *buf, const double *v, size_t n, bool geo, co
     return buf;
 }
 
-/* One comparison's table: the methods IN[k] against the fixed setting BEST at LINK. */
-static void s_headline_rows(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o,
-                            double link, const bool *in, size_t best)
+/* One comparison's table. */
+static void s_headline_rows(FILE *f, const mq_rep_set_t *set, const mq_rep_cmp_t *c)
 {
     static const char *const cols[] = {"seeds paired", "time to target ÷ best fixed [95 % CI]",
                                        "final accuracy (%)", "Δ accuracy (points) [95 % CI]",
                                        "left out"};
     s_header(f, "method", cols, 5, 4);
-    const mq_rep_method_t *b = &set->methods[best];
-    for (size_t k = 0; k < set->n_methods; k++) {
-        const mq_rep_method_t *m = &set->methods[k];
-        if (!in[k])
-            continue;
-        double lr[m->n_runs + 1], d[m->n_runs + 1], acc[m->n_runs + 1];
-        size_t nr = 0, nd = 0, na = 0, runs = 0, paired = 0, diverged = 0, late = 0;
-        for (size_t r = 0; r < m->n_runs; r++) {
-            const mq_rep_run_t *run = m->runs[r], *ref;
-            if (!mq_rep_same_link(run->link_mbps, link))
-                continue;
-            runs++;
-            if (run->diverged) {
-                diverged++;
-                continue;
-            }
-            double ea, eb, ta, tb;
-            if (mq_rep_endpoint(run, o->last_k, &ea))
-                acc[na++] = 100 * ea;
-            if (!(ref = s_run_of(b, link, run->seed)))
-                continue;
-            paired++;
-            if (mq_rep_time_to(run, o->target_acc, &ta) && mq_rep_time_to(ref, o->target_acc, &tb) &&
-                ta > 0 && tb > 0)
-                lr[nr++] = log(ta / tb);
-            else
-                late++;
-            if (mq_rep_endpoint(ref, o->last_k, &eb) && !isnan(ea))
-                d[nd++] = 100 * (ea - eb);
-        }
-        if (runs == 0)
-            continue;
+    for (size_t i = 0; i < c->n_vs; i++) {
+        const mq_rep_vs_t *v = &c->vs[i];
+        const mq_rep_method_t *m = &set->methods[v->method];
+        bool best = v->method == c->best;
         char name[S_NAME], c0[S_CELL], c1[S_CELL], c2[S_CELL], why[S_CELL] = "";
         size_t w = 0;
-        if (diverged)
-            w += (size_t)snprintf(why + w, sizeof why - w, "%zu diverged", diverged);
-        if (late)
+        if (v->diverged)
+            w += (size_t)snprintf(why + w, sizeof why - w, "%zu diverged", v->diverged);
+        if (v->late)
             w += (size_t)snprintf(why + w, sizeof why - w, "%s%zu never at the target",
-                                  w ? ", " : "", late);
-        if (runs - diverged > paired)
+                                  w ? ", " : "", v->late);
+        if (v->runs - v->diverged > v->paired)
             snprintf(why + w, sizeof why - w, "%s%zu without a paired seed", w ? ", " : "",
-                     runs - diverged - paired);
-        double mean, std;
-        mq_rep_mean_std(acc, na, &mean, &std);
-        snprintf(c1, sizeof c1, na ? "%.2f" : "—", mean);
-        fprintf(f, "| %s%s%s | %zu of %zu | %s | %s | %s | %s |\n", k == best ? "**" : "",
-                s_name(name, m), k == best ? "**" : "", paired, runs,
-                s_interval(c0, lr, nr, true, "%.2f"), c1,
-                s_interval(c2, d, nd, false, "%+.2f"), why[0] ? why : "—");
+                     v->runs - v->diverged - v->paired);
+        snprintf(c1, sizeof c1, v->n_acc ? "%.2f" : "—", v->acc);
+        fprintf(f, "| %s%s%s | %zu of %zu | %s | %s | %s | %s |\n", best ? "**" : "",
+                s_name(name, m), best ? "**" : "", v->paired, v->runs,
+                s_interval(c0, v->n_ratio, v->ratio, v->ratio_lo, v->ratio_hi, "%.2f"), c1,
+                s_interval(c2, v->n_dacc, v->dacc, v->dacc_lo, v->dacc_hi, "%+.2f"),
+                why[0] ? why : "—");
     }
     fputc('\n', f);
-}
-
-/* M's first run at LINK, or NULL. */
-static const mq_rep_run_t *s_first_at(const mq_rep_method_t *m, double link)
-{
-    for (size_t r = 0; r < m->n_runs; r++)
-        if (mq_rep_same_link(m->runs[r]->link_mbps, link))
-            return m->runs[r];
-    return NULL;
-}
-
-/* The comparisons at LINK: one per codec setting and update rule among the quantized methods
- * (a controller chooses among the fixed widths of its own setting), fp32 joining those of its
- * update rule; runs of unknown settings (config.json from before them) make one of their
- * own. Their representatives into REPS, their number. */
-static size_t s_settings(const mq_rep_set_t *set, double link, const mq_rep_codec_t **reps)
-{
-    size_t n = 0;
-    bool unknown = false;
-    for (size_t k = 0; k < set->n_methods; k++) {
-        const mq_rep_run_t *run = s_first_at(&set->methods[k], link);
-        if (!run || strcmp(run->policy, "none") == 0)
-            continue;
-        if (!run->codec.known) {
-            unknown = true;
-            continue;
-        }
-        size_t i = 0;
-        while (i < n && !(reps[i] && mq_rep_same_setting(reps[i], &run->codec)))
-            i++;
-        if (i == n)
-            reps[n++] = &run->codec;
-    }
-    if (unknown || n == 0)
-        reps[n++] = NULL; /* the methods whose setting is not known, and fp32 alone */
-    return n;
-}
-
-/* Whether method M takes part in the comparison of setting REP (NULL: unknown) at LINK. */
-static bool s_in_setting(const mq_rep_method_t *m, double link, const mq_rep_codec_t *rep)
-{
-    const mq_rep_run_t *run = s_first_at(m, link);
-    if (!run)
-        return false;
-    if (strcmp(run->policy, "none") == 0) /* fp32: with the comparisons of its update rule */
-        return !rep || strcmp(run->codec.optimizer[0] ? run->codec.optimizer : "sgd",
-                              rep->optimizer) == 0;
-    return rep ? run->codec.known && mq_rep_same_setting(rep, &run->codec) : !run->codec.known;
 }
 
 /* The table the comparison stands on: per condition (link) and codec setting with its update
@@ -600,53 +486,45 @@ static bool s_in_setting(const mq_rep_method_t *m, double link, const mq_rep_cod
 static void s_headline(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o)
 {
     double links[set->n_runs + 1];
-    size_t nl = mq_rep_links(set, links), nm = set->n_methods;
-    const mq_rep_codec_t *reps[nm + 1];
-    bool in[nm + 1];
+    size_t nl = mq_rep_links(set, links), nc;
+    mq_rep_cmp_t *cmp;
     fprintf(f, "## Against the best fixed setting, paired by seed\n\n");
-    for (size_t l = 0; l < nl; l++) {
-        char lname[64], sname[160];
-        mq_rep_link_name(links[l], lname, sizeof lname);
-        size_t ns = s_settings(set, links[l], reps);
-        for (size_t g = 0; g < ns; g++) {
-            if (reps[g])
-                mq_rep_setting_name(reps[g], sname, sizeof sname);
-            else
-                snprintf(sname, sizeof sname, "codec settings not recorded");
-            if (nl > 1 || ns > 1)
-                fprintf(f, "### %s%s%s\n\n", nl > 1 ? lname : "", nl > 1 && ns > 1 ? " — " : "",
-                        ns > 1 ? sname : "");
-            size_t best = nm, n_fixed = 0;
-            double best_t = INFINITY, t;
-            for (size_t k = 0; k < nm; k++) {
-                const mq_rep_method_t *m = &set->methods[k];
-                in[k] = s_in_setting(m, links[l], reps[g]);
-                if (!in[k] || strncmp(m->policy, "fixed:", 6) != 0)
-                    continue;
-                n_fixed++;
-                if (s_all_reach(m, links[l], o->target_acc, &t) && t < best_t)
-                    best = k, best_t = t;
-            }
-            if (best == nm) {
-                fprintf(f, "_No reference: %s._\n\n",
-                        n_fixed ? "no fixed setting reached the target in every seed without "
-                                  "diverging"
-                                : "no fixed:K runs here");
-                continue;
-            }
+    if (mq_rep_compare(set, o->target_acc, o->last_k, &cmp, &nc) != 0) {
+        fprintf(f, "_Not computed: %s._\n\n", mq_err_last());
+        return;
+    }
+    if (o->plots_drawn && o->headline_drawn)
+        fprintf(f, "![time to %g %% against the best fixed setting](headline.png)\n\n",
+                100 * o->target_acc);
+    for (size_t i = 0; i < nc; i++) {
+        const mq_rep_cmp_t *c = &cmp[i];
+        char lname[600];
+        mq_rep_link_name(set, c->link, lname, sizeof lname);
+        if (nl > 1 || c->n_settings > 1)
+            fprintf(f, "### %s%s%s\n\n", nl > 1 ? lname : "",
+                    nl > 1 && c->n_settings > 1 ? " — " : "",
+                    c->n_settings > 1 ? c->setting : "");
+        if (!c->has_best)
+            fprintf(f, "_No reference: %s._\n\n",
+                    c->n_fixed ? "no fixed setting reached the target in every seed without "
+                                 "diverging"
+                               : "no fixed:K runs here");
+        else {
             fprintf(f, "%s%s%sBest fixed setting in hindsight: **%s** (time to %g %%: %.1f s, "
                        "geometric mean over its seeds).\n\n",
                     nl == 1 ? "Condition: " : "", nl == 1 ? lname : "", nl == 1 ? ". " : "",
-                    set->methods[best].name, 100 * o->target_acc, best_t);
-            s_headline_rows(f, set, o, links[l], in, best);
+                    set->methods[c->best].name, 100 * o->target_acc, c->best_t);
+            s_headline_rows(f, set, c);
         }
-        double spacing = s_eval_spacing(set, links[l]);
-        if (spacing > 5)
+        double spacing;
+        if ((i + 1 == nc || !mq_rep_same_link(cmp[i + 1].link, c->link)) &&
+            (spacing = s_eval_spacing(set, c->link)) > 5)
             fprintf(f, "_Evaluations every %g iterations (median): a time to target is read "
                        "at the first evaluation past it, so ratios closer than that spacing "
                        "are not told apart; `--eval-every 5` or less resolves them._\n\n",
                     spacing);
     }
+    mq_rep_compare_free(cmp, nc);
     fprintf(f,
             "One table per condition (link) and codec setting with its update rule: methods "
             "with another update rule or codec setting are never in one table (fp32 joins the "
@@ -659,7 +537,7 @@ static void s_headline(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t 
             "best fixed setting. Intervals: 95 %% percentile bootstrap over seeds (%d "
             "resamples, fixed seed). Left out: seeds that diverged, never reached the target "
             "(no ratio), or have no run of the best fixed setting to pair with.\n\n",
-            100 * o->target_acc, o->last_k, S_BOOT);
+            100 * o->target_acc, o->last_k, MQ_REP_BOOT);
 }
 
 /* Mean per-iteration worker times: shows the regime (wait vs compute). */

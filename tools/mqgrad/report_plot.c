@@ -92,45 +92,6 @@ bool mq_rep_plot_has_data(const mq_rep_set_t *set, int i)
 
 /* ---- link speeds: one panel each ------------------------------------------------------ */
 
-bool mq_rep_same_link(double a, double b)
-{
-    return (isnan(a) && isnan(b)) || a == b;
-}
-
-static int s_cmp_link(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    if (isnan(x) || isnan(y))
-        return isnan(x) - isnan(y); /* not recorded: last */
-    return x < y ? -1 : x > y;
-}
-
-size_t mq_rep_links(const mq_rep_set_t *set, double *links)
-{
-    size_t n = 0;
-    for (size_t i = 0; i < set->n_runs; i++) {
-        size_t k = 0;
-        while (k < n && !mq_rep_same_link(links[k], set->runs[i].link_mbps))
-            k++;
-        if (k == n)
-            links[n++] = set->runs[i].link_mbps;
-    }
-    qsort(links, n, sizeof *links, s_cmp_link);
-    return n;
-}
-
-void mq_rep_link_name(double mbps, char *buf, size_t len)
-{
-    if (isnan(mbps))
-        snprintf(buf, len, "link speed not recorded");
-    else if (mbps < 0)
-        snprintf(buf, len, "link schedule (--link)");
-    else if (mbps == 0)
-        snprintf(buf, len, "no link emulation");
-    else
-        snprintf(buf, len, "%g Mbit/s", mbps);
-}
-
 /* ---- data files --------------------------------------------------------------------- */
 
 /* File-name form of a method name: "fixed:4" -> "fixed-4". */
@@ -152,7 +113,7 @@ static void s_dat_name(const s_plot_t *p, const mq_rep_method_t *m, double link,
     if (panels && isnan(link))
         snprintf(suffix, sizeof suffix, "_link-unknown");
     else if (panels && link < 0)
-        snprintf(suffix, sizeof suffix, "_link-schedule");
+        snprintf(suffix, sizeof suffix, "_link-schedule-%g", -link);
     else if (panels && link == 0)
         snprintf(suffix, sizeof suffix, "_no-link");
     else if (panels)
@@ -432,7 +393,7 @@ static int s_write_gp(const s_fig_t *g, const char *out, const char *title)
 {
     const mq_rep_set_t *set = g->set;
     size_t nm = set->n_methods, n_panels = 0;
-    char path[4096], name[512], link[64];
+    char path[4096], name[512], link[600];
     for (size_t l = 0; l < g->n_links; l++)
         n_panels += s_panel(g, l);
     int cols, w, h, i = 0;
@@ -449,10 +410,12 @@ static int s_write_gp(const s_fig_t *g, const char *out, const char *title)
             continue;
         int r = i / cols, c = i % cols;
         i++;
-        mq_rep_link_name(g->links[l], link, sizeof link);
-        fprintf(f, "\nset origin %.4f, %.4f\nset size %.4f, %.4f\nset title '%s'\n",
+        mq_rep_link_name(set, g->links[l], link, sizeof link);
+        fprintf(f, "\nset origin %.4f, %.4f\nset size %.4f, %.4f\nset title '",
                 (double)(c * S_PANEL_W) / w, (double)(h - S_TITLE_H - (r + 1) * S_PANEL_H) / h,
-                (double)S_PANEL_W / w, (double)S_PANEL_H / h, link);
+                (double)S_PANEL_W / w, (double)S_PANEL_H / h);
+        s_gp_quote(f, link); /* a schedule comes from a run's config.json */
+        fputs("'\n", f);
         const char *sep = "plot ";
         for (size_t k = 0; k < nm; k++) {
             if (!s_drawn(&g->d[l * nm + k]))
@@ -554,11 +517,11 @@ static double s_panel_end(const mq_rep_set_t *set, const s_plot_t *p, double lin
 static int s_write_data(s_fig_t *g, const char *out, mq_rep_run_t **runs, bool *any)
 {
     const mq_rep_set_t *set = g->set;
-    char name[512], link[64];
+    char name[512], link[600];
     *any = false;
     for (size_t l = 0; l < g->n_links; l++) {
         double t_end = s_panel_end(set, g->p, g->links[l]);
-        mq_rep_link_name(g->links[l], link, sizeof link);
+        mq_rep_link_name(set, g->links[l], link, sizeof link);
         for (size_t k = 0; k < set->n_methods; k++) {
             const mq_rep_method_t *m = &set->methods[k];
             size_t n = s_runs_at(m, g->links[l], runs);
@@ -596,7 +559,156 @@ static int s_one_plot(const mq_rep_set_t *set, const s_plot_t *p, const double *
     return s_run_gnuplot(prog, out, script);
 }
 
-int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, mq_rep_plots_t *state)
+/* ---- the headline figure ------------------------------------------------------------ */
+
+#define S_HL_W 960
+#define S_HL_ROW 30   /* pixels per method */
+#define S_HL_PANEL 90 /* a panel's title, axis and labels */
+
+/* Comparison C's x range: every interval and 1, with room on both sides (log scale). */
+static void s_hl_range(const mq_rep_cmp_t *c, double *lo, double *hi)
+{
+    *lo = *hi = 1;
+    for (size_t i = 0; i < c->n_vs; i++)
+        if (c->vs[i].n_ratio) {
+            *lo = fmin(*lo, c->vs[i].ratio_lo);
+            *hi = fmax(*hi, c->vs[i].ratio_hi);
+        }
+    *lo /= 1.25;
+    *hi *= 1.25;
+}
+
+/* Comparison C's panel, at the figure's height fraction Y0..Y0+H. */
+static void s_hl_panel(FILE *f, const mq_rep_set_t *set, const mq_rep_cmp_t *c, double target,
+                       double y0, double h)
+{
+    char link[600], why[96];
+    double lo, hi;
+    s_hl_range(c, &lo, &hi);
+    mq_rep_link_name(set, c->link, link, sizeof link);
+    fprintf(f, "\nset origin 0, %.4f\nset size 1, %.4f\nunset label\nset title '", y0, h);
+    s_gp_quote(f, link);
+    if (c->n_settings > 1) {
+        fputs(" — ", f);
+        s_gp_quote(f, c->setting);
+    }
+    fputs(" — best fixed: ", f);
+    s_gp_quote(f, set->methods[c->best].name);
+    fprintf(f, ", %.1f s to %g %%'\nset xrange [%g:%g]\nset yrange [%zu.5:-0.5]\nset ytics (",
+            c->best_t, 100 * target, lo, hi, c->n_vs - 1);
+    for (size_t i = 0; i < c->n_vs; i++) {
+        fprintf(f, "%s'", i ? ", " : "");
+        s_gp_quote(f, set->methods[c->vs[i].method].name);
+        fprintf(f, "' %zu", i);
+    }
+    fputs(")\n", f);
+    /* a method without a ratio says why, where its point would be */
+    for (size_t i = 0; i < c->n_vs; i++) {
+        const mq_rep_vs_t *v = &c->vs[i];
+        if (v->n_ratio)
+            continue;
+        if (v->diverged)
+            snprintf(why, sizeof why, "diverged in %zu of %zu seeds", v->diverged, v->runs);
+        else if (v->late)
+            snprintf(why, sizeof why, "never at %g %% in %zu of %zu seeds", 100 * target,
+                     v->late, v->runs);
+        else
+            snprintf(why, sizeof why, "no seed paired with the best's");
+        fprintf(f, "set label '%s' at first %g, first %zu left tc rgb '#606060'\n", why,
+                lo * 1.05, i);
+    }
+    fputs("plot 1/0 notitle", f); /* a panel without any ratio still draws its axes */
+    bool any = false;
+    for (size_t i = 0; i < c->n_vs; i++)
+        any |= c->vs[i].n_ratio > 0;
+    if (any)
+        fputs(", '-' using 1:2:3:4:5 with xerrorbars lc variable pt 7 ps 1.4 notitle", f);
+    fputc('\n', f);
+    for (size_t i = 0; any && i < c->n_vs; i++) {
+        const mq_rep_vs_t *v = &c->vs[i];
+        if (v->n_ratio)
+            fprintf(f, "%.6g %zu %.6g %.6g %zu\n", v->ratio, i, v->ratio_lo, v->ratio_hi,
+                    v->method + 1);
+    }
+    if (any)
+        fputs("e\n", f);
+}
+
+/* OUT/headline.gp: one panel per comparison with a best fixed setting (*ANY: at least one),
+ * a row per method: its time ratio's geometric mean over seeds with the 95 % interval. */
+static int s_headline_plot(const mq_rep_set_t *set, const char *out, const char *title,
+                           double target, size_t last_k, bool *any)
+{
+    mq_rep_cmp_t *cmp;
+    size_t nc, rows = 0, panels = 0, longest = 20;
+    *any = false;
+    if (mq_rep_compare(set, target, last_k, &cmp, &nc) != 0)
+        return -1;
+    for (size_t i = 0; i < nc; i++)
+        if (cmp[i].has_best) {
+            rows += cmp[i].n_vs, panels++;
+            for (size_t k = 0; k < cmp[i].n_vs; k++) {
+                size_t len = strlen(set->methods[cmp[i].vs[k].method].name);
+                longest = len > longest ? len : longest;
+            }
+        }
+    if (panels == 0) {
+        mq_rep_compare_free(cmp, nc);
+        return 0;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/headline.gp", out);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        mq_err_set("%s: cannot write: %s", path, strerror(errno));
+        mq_rep_compare_free(cmp, nc);
+        return -1;
+    }
+    int h = S_TITLE_H + (int)(panels * S_HL_PANEL + rows * S_HL_ROW);
+    int w = S_HL_W + 7 * (int)longest; /* the methods' names at the left, whole */
+    fprintf(f,
+            "# Written by mqgrad report: per condition and codec setting, each method's time to "
+            "%g %%\n# divided by the best fixed setting's with the same seed: the geometric "
+            "mean over seeds\n# and its 95 %% bootstrap interval (report.md's table). Run it in "
+            "this directory:\n# gnuplot headline.gp\n",
+            100 * target);
+    fprintf(f,
+            "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+            "    set terminal pngcairo size %d,%d noenhanced font ',10'\n"
+            "} else {\n    set terminal png truecolor size %d,%d noenhanced\n}\n"
+            "set output 'headline.png'\n",
+            w, h, w, h);
+    s_linetypes(f, set->n_methods);
+    fputs("set multiplot title '", f);
+    s_gp_quote(f, title);
+    fprintf(f, ": time to %g %%, against the best fixed setting'\nunset key\nset grid xtics\n"
+               "set logscale x 2\nset lmargin %zu\nset rmargin 4\n"
+               "set xtics (0.25, 0.33, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4, 6, 8, 16)\n"
+               "set arrow 1 from 1, graph 0 to 1, graph 1 nohead lc rgb '#606060' dt 2\n"
+               "set xlabel 'time to %g %% ÷ the best fixed setting''s, same seed (below 1: "
+               "faster; 95 %% interval over seeds)'\n",
+            100 * target, longest + 3, 100 * target);
+    double y = 1 - (double)S_TITLE_H / h;
+    for (size_t i = 0; i < nc; i++) {
+        if (!cmp[i].has_best)
+            continue;
+        double ph = (double)(S_HL_PANEL + cmp[i].n_vs * S_HL_ROW) / h;
+        y -= ph;
+        s_hl_panel(f, set, &cmp[i], target, y, ph);
+    }
+    fputs("unset multiplot\n", f);
+    mq_rep_compare_free(cmp, nc);
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        mq_err_set("%s: write failed", path);
+        return -1;
+    }
+    *any = true;
+    return 0;
+}
+
+int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, double target,
+                 size_t last_k, mq_rep_plots_t *state, bool *headline)
 {
     char data[4096], buf[4096];
     snprintf(data, sizeof data, "%s/data", out);
@@ -620,5 +732,9 @@ int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, mq
     for (int i = 0; i < S_N_PLOTS && rc == 0; i++)
         rc = s_one_plot(set, &s_plots[i], links, n_links, out, title, prog);
     free(links);
+    if (rc == 0)
+        rc = s_headline_plot(set, out, title, target, last_k, headline);
+    if (rc == 0 && *headline && prog)
+        rc = s_run_gnuplot(prog, out, "headline.gp");
     return rc;
 }

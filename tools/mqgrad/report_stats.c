@@ -168,8 +168,24 @@ static int s_cmp_runs(const void *a, const void *b)
     return x->seed < y->seed ? -1 : x->seed > y->seed;
 }
 
+/* Each distinct schedule its own condition: -1, -2, ... in order of first appearance. */
+static void s_number_schedules(mq_rep_set_t *set)
+{
+    int k = 0;
+    for (size_t i = 0; i < set->n_runs; i++) {
+        mq_rep_run_t *run = &set->runs[i];
+        if (!run->link[0])
+            continue;
+        size_t j = 0;
+        while (j < i && strcmp(set->runs[j].link, run->link) != 0)
+            j++;
+        run->link_mbps = j < i ? set->runs[j].link_mbps : -(double)++k;
+    }
+}
+
 int mq_rep_group(mq_rep_set_t *set)
 {
+    s_number_schedules(set);
     s_name_methods(set);
     set->methods = calloc(set->n_runs, sizeof *set->methods);
     if (!set->methods) {
