@@ -713,23 +713,33 @@ static void s_evaluate(mq_policy_t *p, double *ret, double *loss, uint64_t bits_
  * 0.2956-0.2966 (returns 87.03-87.07): 4 bits down to 2 at once, then 3, then 4; the best
  * two-switch schedule found by search (2 bits to 15 % of the budget, 3 to 60 %, then 4)
  * ends at 0.289. The test takes about 0.2 s. */
-Test(rl_learned, learns_to_beat_every_fixed_width, .timeout = 60)
+/* Every fixed width 1..8 on the first run or the changing link's: the best return into
+ * *BEST_RET (its width returned), the lowest final loss into *BEST_LOSS. */
+static int s_best_fixed(bool changing, double *best_ret, double *best_loss)
 {
     mq_policy_opts_t o;
-    double best_ret = -INFINITY, best_loss = INFINITY;
     int best = 0;
+    *best_ret = -INFINITY, *best_loss = INFINITY;
     for (int b = 1; b <= 8; b++) {
         s_opts(&o, b, b, b);
         mq_policy_t *f = test_policy_new("learned:epsilon=0", &o);
         double ret, loss;
-        s_evaluate(f, &ret, &loss, NULL);
-        printf("fixed %d bits: return %.3f, final loss %.4f\n", b, ret, loss);
-        if (ret > best_ret)
-            best_ret = ret, best = b;
-        if (loss < best_loss)
-            best_loss = loss;
+        s_evaluate_on(f, changing, &ret, &loss, NULL);
+        printf("%sfixed %d bits: return %.3f, final loss %.4f\n",
+               changing ? "changing link, " : "", b, ret, loss);
+        if (ret > *best_ret)
+            *best_ret = ret, best = b;
+        *best_loss = fmin(*best_loss, loss);
         mq_policy_destroy(&f);
     }
+    return best;
+}
+
+Test(rl_learned, learns_to_beat_every_fixed_width, .timeout = 60)
+{
+    mq_policy_opts_t o;
+    double best_ret, best_loss;
+    int best = s_best_fixed(false, &best_ret, &best_loss);
     for (uint64_t seed = 1; seed <= 3; seed++) {
         s_opts(&o, 1, 8, 4);
         o.epsilon = 0.2;
@@ -781,19 +791,8 @@ static double s_share(const uint64_t seen[9], int lo, int hi)
 Test(rl_learned, sees_the_price_of_a_bit_on_a_link_that_changes, .timeout = 60)
 {
     mq_policy_opts_t o;
-    double best_ret = -INFINITY, best_loss = INFINITY;
-    int best = 0;
-    for (int b = 1; b <= 8; b++) {
-        s_opts(&o, b, b, b);
-        mq_policy_t *f = test_policy_new("learned:epsilon=0", &o);
-        double ret, loss;
-        s_evaluate_on(f, true, &ret, &loss, NULL);
-        printf("changing link, fixed %d bits: return %.3f, final loss %.4f\n", b, ret, loss);
-        if (ret > best_ret)
-            best_ret = ret, best = b;
-        best_loss = fmin(best_loss, loss);
-        mq_policy_destroy(&f);
-    }
+    double best_ret, best_loss;
+    int best = s_best_fixed(true, &best_ret, &best_loss);
     for (uint64_t seed = 1; seed <= 3; seed++) {
         double ret[2], loss[2];
         uint64_t seen[2][2][9] = {{{0}}};
