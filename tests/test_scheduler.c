@@ -344,6 +344,59 @@ Test(scheduler, the_agent_is_told_the_means_and_each_quantized_tensor_of_the_run
     cr_assert_eq(o.n_tensor_index, 0);
 }
 
+/* The round's clock on the wall clock: the last to report is the slowest, the round's time is
+ * its span less the evaluation's; a cut names the first straggler the slowest (its time so
+ * far) and later reports do not displace it; a new round starts over, the run's totals stay. */
+Test(scheduler, the_round_clock_times_rounds_and_names_the_slowest_on_the_wall_clock)
+{
+    mq_round_clock_t c = {.simulated = false};
+    mq_rclock_begin(&c, 100.0, 5.0);
+    cr_assert_float_eq(c.sim_issued, 0, 1e-12, "no simulated time on the wall clock");
+    mq_rclock_report(&c, 2, 100.3, 0);
+    mq_rclock_report(&c, 0, 100.5, 0);
+    mq_rclock_report(&c, 1, 100.4, 0); /* out of order: not the slowest */
+    cr_assert_eq(c.slowest_rank, 0);
+    cr_assert_float_eq(c.slowest_ms, 500, 1e-6);
+    cr_assert_float_eq(mq_rclock_iter_ms(&c, 100.6, 50), 550, 1e-6, "600 ms less 50 of eval");
+    mq_rclock_begin(&c, 200.0, 6.0);
+    cr_assert_eq(c.cut, 0);
+    cr_assert_float_eq(c.slowest_ms, 0, 1e-12);
+    mq_rclock_report(&c, 1, 200.2, 0);
+    mq_rclock_cut(&c, 3, 2, 200.7); /* ranks 3 and 4 left out */
+    cr_assert_eq(c.slowest_rank, 3);
+    cr_assert_float_eq(c.slowest_ms, 700, 1e-6, "its time so far");
+    mq_rclock_report(&c, 2, 200.9, 0);
+    cr_assert_eq(c.slowest_rank, 3, "a cut straggler is slower than any report after the cut");
+    mq_rclock_cut(&c, 5, 1, 201.0);
+    cr_assert_eq(c.slowest_rank, 3, "the first cut names the slowest");
+    cr_assert_eq(c.cut, 3);
+    cr_assert_eq(c.cut_rounds, 1, "one round cut, twice");
+    mq_rclock_begin(&c, 300.0, 7.0);
+    mq_rclock_cut(&c, 0, 1, 300.1);
+    cr_assert_eq(c.cut, 1);
+    cr_assert_eq(c.cut_total, 4);
+    cr_assert_eq(c.cut_rounds, 2);
+}
+
+/* On the simulated clock a round begins at the training time so far and ends at its latest
+ * report stamp, whenever the reports arrive; the wall clock does not count. */
+Test(scheduler, the_round_clock_follows_the_report_stamps_on_the_simulated_clock)
+{
+    mq_round_clock_t c = {.simulated = true};
+    mq_rclock_begin(&c, 100.0, 12.0);
+    cr_assert_float_eq(c.sim_issued, 12.0, 1e-12);
+    mq_rclock_report(&c, 1, 150.0, 12.4);
+    mq_rclock_report(&c, 0, 160.0, 12.2); /* arrives later, finished sooner */
+    cr_assert_eq(c.slowest_rank, 1);
+    cr_assert_float_eq(c.slowest_ms, 400, 1e-6);
+    cr_assert_float_eq(c.sim_done, 12.4, 1e-12);
+    cr_assert_float_eq(mq_rclock_iter_ms(&c, 999.0, 50), 400, 1e-6,
+                       "the stamps' span, not the wall clock's, and no evaluation in it");
+    mq_rclock_begin(&c, 200.0, 12.4);
+    mq_rclock_cut(&c, 2, 1, 230.0);
+    cr_assert_float_eq(c.slowest_ms, 0, 1e-12, "a straggler left out has no stamp");
+}
+
 Test(scheduler, a_round_commits_when_every_server_has_every_push_and_is_done_with_every_report)
 {
     mq_round_t *r = s_round(MQ_STRAGGLERS_WAIT, 0, (uint32_t[]){0, 1}, 2, false);

@@ -231,3 +231,41 @@ void mq_round_lose(mq_round_t *r, uint32_t rank, mq_round_out_t *out)
     if (r->nmembers == 0)
         out->actions |= MQ_RD_AGAIN;
 }
+
+/* ---- the round's clock ------------------------------------------------------------------ */
+
+void mq_rclock_begin(mq_round_clock_t *c, double now, double train_time)
+{
+    c->t_issued = now;
+    c->sim_issued = c->sim_done = c->simulated ? train_time : 0;
+    c->cut = 0;
+    c->slowest_rank = 0;
+    c->slowest_ms = 0;
+}
+
+void mq_rclock_report(mq_round_clock_t *c, uint32_t rank, double now, double sim_time)
+{
+    double took_ms = c->simulated ? (sim_time - c->sim_issued) * 1e3 : (now - c->t_issued) * 1e3;
+    if (!c->cut && took_ms >= c->slowest_ms) {
+        c->slowest_ms = took_ms;
+        c->slowest_rank = rank;
+    }
+    if (sim_time > c->sim_done)
+        c->sim_done = sim_time;
+}
+
+void mq_rclock_cut(mq_round_clock_t *c, uint32_t first, uint32_t n, double now)
+{
+    if (!c->cut) {
+        c->slowest_rank = first;
+        c->slowest_ms = c->simulated ? 0 : (now - c->t_issued) * 1e3;
+        c->cut_rounds++;
+    }
+    c->cut += n;
+    c->cut_total += n;
+}
+
+double mq_rclock_iter_ms(const mq_round_clock_t *c, double now, double eval_ms)
+{
+    return c->simulated ? (c->sim_done - c->sim_issued) * 1e3 : (now - c->t_issued) * 1e3 - eval_ms;
+}

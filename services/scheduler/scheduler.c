@@ -59,9 +59,8 @@ typedef struct {
     mq_widths_t used_widths; /* the iteration in flight's, after the guard and the codec */
     bool evaluate;
     mq_horizon_t hz; /* which rounds are evaluated, when the run ends (horizon.c) */
-    double t_issued, t_observed;
-    double sim_issued, sim_done; /* simulated clock: the iteration in flight was issued at,
-                                  * and the latest report stamp so far */
+    double t_observed;
+    mq_round_clock_t clock; /* the round in flight's start, span and slowest (round.c) */
     double t_training; /* wall time training started, for the summary */
     /* the round in flight (round.c): its member set, the servers' HAVEs and PROGRESS, the
      * reports, the straggler policy */
@@ -70,9 +69,6 @@ typedef struct {
     uint64_t cursor, round_cursor; /* the data position: next round's, this round's */
     /* the straggler policy: which ranks' pushes each server holds, the round's cut */
     int deadline_timer;
-    uint32_t cut, slowest_rank;
-    double slowest_ms;
-    uint64_t cut_total, cut_rounds;
     mq_report_t sum;
     /* run totals */
     double train_time, agent_ms;
@@ -345,7 +341,6 @@ static double s_progress_fraction(const s_sched_t *self)
 static bool s_checkpoint_due(s_sched_t *self);
 static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg);
 static void s_iteration_done(s_sched_t *self);
-static void s_note_stragglers(s_sched_t *self, uint32_t first, uint32_t n);
 
 static void s_pause(s_sched_t *self, uint32_t have)
 {
@@ -394,9 +389,6 @@ static void s_issue(s_sched_t *self)
         mq_info("%u workers: the run goes on", up);
     }
     s_form_round(self);
-    self->cut = 0;
-    self->slowest_rank = 0;
-    self->slowest_ms = 0;
     if (self->deadline_timer >= 0)
         zloop_timer_end(self->loop, self->deadline_timer);
     self->deadline_timer = -1;
@@ -424,11 +416,9 @@ static void s_issue(s_sched_t *self)
     mq_round_begin(&self->round, self->evaluate);
     memset(&self->sum, 0, sizeof self->sum);
     self->phase = S_RUNNING;
-    self->t_issued = mq_now_s();
-    /* Simulated clock: iterations follow one another without gaps, so the iteration starts
-     * at the training time so far; the agent's and the evaluations' time is not counted. */
-    self->sim_issued = self->sim_done = self->run.simulated_clock ? self->train_time : 0;
-    self->out.sim_time = self->sim_issued;
+    /* the agent's and the evaluations' time is not training: not on the simulated clock */
+    mq_rclock_begin(&self->clock, mq_now_s(), self->train_time);
+    self->out.sim_time = self->clock.sim_issued;
     it->run_time = self->train_time; /* the links' schedules run on it (mqgrad/ps.h) */
     for (uint32_t k = 0; k < self->round.nmembers; k++) {
         it->member = k;
@@ -726,9 +716,10 @@ static void s_finish(s_sched_t *self, const char *status, int code)
             "%.2f%%, %.1f MB sent",
             status, (unsigned long long)self->iter, self->train_time, self->tot.last_loss,
             self->tot.last_acc * 100, (double)(self->tot.bytes_up + self->tot.bytes_down) / 1e6);
-    if (self->cut_total)
+    if (self->clock.cut_total)
         mq_info("stragglers: %llu rounds closed without %llu late pushes (--stragglers %s)",
-                (unsigned long long)self->cut_rounds, (unsigned long long)self->cut_total,
+                (unsigned long long)self->clock.cut_rounds,
+                (unsigned long long)self->clock.cut_total,
                 self->cfg->stragglers);
     if (self->log_failed && code == 0) {
         mq_error("the run directory %s is incomplete (a write failed): exit 1", self->run_dir);
@@ -844,13 +835,13 @@ static bool s_record(s_sched_t *self, double *smoothed_before)
         .iter = self->iter,
         .train_time_s = self->train_time,
         .agent_ms = self->agent_ms,
-        .slowest_ms = self->slowest_ms,
+        .slowest_ms = self->clock.slowest_ms,
         .bits = self->used_bits,
         .evaluated = self->evaluate,
         .nmembers = self->round.nmembers,
         .nreports = self->round.nreports,
-        .cut = self->cut,
-        .slowest_rank = self->slowest_rank,
+        .cut = self->clock.cut,
+        .slowest_rank = self->clock.slowest_rank,
     };
     mq_rec_out_t out;
     unsigned a = mq_rec_round(&self->tot, &self->watch,
@@ -882,7 +873,7 @@ static bool s_record(s_sched_t *self, double *smoothed_before)
     mq_metric_set(self->m.iter_pushed, (double)row->bytes_up);
     mq_metric_observe(self->m.iter_seconds, self->last_iter_s);
     mq_metric_set(self->m.members, self->round.nmembers);
-    mq_metric_add(self->m.stragglers, self->cut);
+    mq_metric_add(self->m.stragglers, self->clock.cut);
     if (row->evaluated) {
         mq_metric_set(self->m.acc, row->test_acc);
         mq_metric_set(self->m.test_loss, row->test_loss);
@@ -1034,9 +1025,7 @@ static void s_take_decision(s_sched_t *self, const mq_status_msg_t *d, const mq_
 
 static void s_iteration_done(s_sched_t *self)
 {
-    double iter_ms = self->run.simulated_clock
-                         ? (self->sim_done - self->sim_issued) * 1e3
-                         : (mq_now_s() - self->t_issued) * 1e3 - self->sum.eval_ms;
+    double iter_ms = mq_rclock_iter_ms(&self->clock, mq_now_s(), self->sum.eval_ms);
     self->train_time += iter_ms / 1e3;
     self->last_iter_s = iter_ms / 1e3;
     double smoothed_before;
@@ -1083,7 +1072,7 @@ static void s_round_do(s_sched_t *self, const mq_round_out_t *o)
     for (uint32_t i = 0; i < o->nleft; i++)
         s_metrics_straggler(self, o->left[i]);
     if (o->nleft)
-        s_note_stragglers(self, o->left[0], o->nleft);
+        mq_rclock_cut(&self->clock, o->left[0], o->nleft, mq_now_s());
     if (o->actions & MQ_RD_COMMIT) {
         s_send_members(self, MQ_MSG_COMMIT, false);
         self->commit_sim = 0;
@@ -1236,39 +1225,21 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
         d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
     else
         d = mq_round_report_check(&self->round, self->phase == S_RUNNING, self->iter,
-                                  self->cut > 0, msg->iter, msg->rank, &why);
+                                  self->clock.cut > 0, msg->iter, msg->rank, &why);
     if (d != MQ_DROP_NONE) {
         mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why);
         return;
     }
-    self->mb.workers[msg->rank].last_heard = mq_now_s();
-    double took_ms = self->run.simulated_clock ? (msg->sim_time - self->sim_issued) * 1e3
-                                               : (mq_now_s() - self->t_issued) * 1e3;
-    if (!self->cut && took_ms >= self->slowest_ms) { /* a cut straggler is slower still */
-        self->slowest_ms = took_ms;
-        self->slowest_rank = msg->rank;
-    }
+    double now = mq_now_s();
+    self->mb.workers[msg->rank].last_heard = now;
+    mq_rclock_report(&self->clock, msg->rank, now, msg->sim_time);
     s_metrics_report(self, msg->rank, rep);
-    if (msg->sim_time > self->sim_done)
-        self->sim_done = msg->sim_time;
     mq_round_sum(&self->sum, rep, self->layout.n);
     mq_round_out_t o;
     mq_round_report(&self->round, msg->rank, &o);
     s_round_do(self, &o);
 }
 
-/* N members of the round were left out of it by the straggler policy, FIRST the lowest rank
- * among them: counted, and the first named the round's slowest (its time: so far). */
-static void s_note_stragglers(s_sched_t *self, uint32_t first, uint32_t n)
-{
-    if (!self->cut) {
-        self->slowest_rank = first;
-        self->slowest_ms = self->run.simulated_clock ? 0 : (mq_now_s() - self->t_issued) * 1e3;
-        self->cut_rounds++;
-    }
-    self->cut += n;
-    self->cut_total += n;
-}
 
 static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
 {
@@ -1395,7 +1366,7 @@ static bool s_take_out_stuck(s_sched_t *self, double now)
     char why[96];
     snprintf(why, sizeof why, "no report within --iter-timeout %.0f s: stuck",
              self->cfg->iter_timeout);
-    self->t_issued = now; /* the round as cut gets a timeout of its own */
+    self->clock.t_issued = now; /* the round as cut gets a timeout of its own */
     for (uint32_t i = 0; i < n && self->phase == S_RUNNING; i++)
         s_lose_worker(self, stuck[i], why);
     return true;
@@ -1534,7 +1505,7 @@ static void s_tick(void *arg)
         s_fail(self, "only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
                  mq_mb_count(&self->mb, MQ_MB_FREE), c->workers, self->mb.nservers, c->servers,
                  mq_mb_count(&self->mb, MQ_MB_READY), c->start_timeout);
-    } else if (self->phase == S_RUNNING && now - self->t_issued > c->iter_timeout &&
+    } else if (self->phase == S_RUNNING && now - self->clock.t_issued > c->iter_timeout &&
                !s_take_out_stuck(self, now)) {
         char missing[512];
         s_missing(self, missing, sizeof missing);
@@ -1628,6 +1599,7 @@ static int s_start_service(void *arg, mq_service_t *svc)
     }
     mq_hz_init(&self->hz, self->cfg);
     mq_sched_run_config(self->cfg, &self->run);
+    self->clock.simulated = self->run.simulated_clock;
     self->external = strcmp(self->run.model, "external") == 0;
     self->has_layout =
         !self->external &&

@@ -309,6 +309,34 @@ void mq_round_deadline(mq_round_t *r, uint32_t nservers, mq_round_out_t *out);
  * after the commit the round stands without its report (DONE if the others' are in). */
 void mq_round_lose(mq_round_t *r, uint32_t rank, mq_round_out_t *out);
 
+/* The round's clock: when the round in flight began and how long it took on the run's clock
+ * (the wall clock, or --clock simulated's, on which rounds follow one another without gaps,
+ * so a round begins at the training time so far and ends at its members' latest report
+ * stamp), which member was slowest, and what a straggler policy left out. */
+typedef struct {
+    bool simulated;
+    double t_issued;             /* wall clock, s (also --iter-timeout's start) */
+    double sim_issued, sim_done; /* simulated: the round began, the latest report's stamp */
+    uint32_t cut;                /* members the straggler policy left out of this round */
+    uint32_t slowest_rank;       /* the slowest member: the last to report, or the first cut */
+    double slowest_ms;           /* ...its time from the round's start (a cut one: so far) */
+    uint64_t cut_total, cut_rounds; /* over the run: members left out, rounds cut */
+} mq_round_clock_t;
+
+/* A round begins at NOW on the wall clock and TRAIN_TIME (s) of training on the simulated one:
+ * nothing cut, nobody slowest yet; the run's totals stay. */
+void mq_rclock_begin(mq_round_clock_t *c, double now, double train_time);
+/* Member RANK reported at NOW, stamped SIM_TIME: the slowest so far unless the round was cut
+ * (a straggler left out is slower still); the simulated round ends at the latest stamp. */
+void mq_rclock_report(mq_round_clock_t *c, uint32_t rank, double now, double sim_time);
+/* The straggler policy left N members out at NOW, FIRST the lowest rank among them: the first
+ * cut of a round names it the slowest (its time so far; 0 on the simulated clock, where it
+ * never reported a stamp) and counts the round. */
+void mq_rclock_cut(mq_round_clock_t *c, uint32_t first, uint32_t n, double now);
+/* The round's training time in ms, done at NOW: the simulated span, or the wall span less the
+ * evaluation's EVAL_MS (evaluation is not training). */
+double mq_rclock_iter_ms(const mq_round_clock_t *c, double now, double eval_ms);
+
 /* ---- membership (membership.c) ------------------------------------------------------------
  * Who holds each worker and server rank, and in what state; the actor feeds what the nodes
  * say and do, and carries out the outcome (welcome, refuse, events, the round). A rank's term
