@@ -1132,6 +1132,50 @@ Test(report, the_headline_pairs_seeds_against_the_best_fixed_setting)
     free(gp);
 }
 
+/* A method's point in the headline figure says what it leaves out: fixed:2 reached the target
+ * in one seed and diverged in the others; drawn from that one seed, the note beside it says
+ * so (a reader would take it for the fastest). */
+Test(report, the_headline_figure_notes_diverged_seeds_beside_a_point)
+{
+    const char *args[16] = {"--out", "repd"};
+    int n = 2;
+    static char names[6][64];
+    for (int s = 1; s <= 3; s++) {
+        s_write_headline_run("fixed:3", s, 1);
+        s_write_headline_run("fixed:2", s, 0.8);
+        snprintf(names[s - 1], 64, "h-fixed-3-%d", s);
+        snprintf(names[2 + s], 64, "h-fixed-2-%d", s);
+    }
+    for (int s = 2; s <= 3; s++) { /* fixed:2 diverged in seeds 2 and 3 */
+        char dir[256];
+        snprintf(dir, sizeof dir, "%s/h-fixed-2-%d", s_root, s);
+        char summary[512];
+        snprintf(summary, sizeof summary,
+                 "{\"iterations\":20,\"train_time_s\":10,\"policy\":\"fixed:2\",\"seed\":%d,"
+                 "\"link_mbps\":80,\"status\":\"diverged\",\"divergence_rule\":\"loss\","
+                 "\"divergence_iter\":12}\n",
+                 s);
+        test_write_file(dir, "summary.json", summary);
+    }
+    for (int i = 0; i < 6; i++)
+        args[n++] = names[i];
+    args[n] = NULL;
+    cr_assert_eq(s_report("/nonexistent-gnuplot", args), 0);
+    char *gp = s_slurp("repd/headline.gp");
+    int row = s_gp_row(gp, "fixed:2 — 2 of 3 diverged");
+    if (row < 0)
+        row = s_gp_row(gp, "fixed:2");
+    char label[96];
+    snprintf(label, sizeof label, "set label 'diverged in 2 of 3 seeds; one seed' at first ");
+    const char *at = strstr(gp, label);
+    cr_expect(at, "the note beside fixed:2's point:\n%s", gp);
+    char row_text[32];
+    snprintf(row_text, sizeof row_text, ", first %d left", row);
+    cr_expect(at && strstr(at, row_text) && strstr(at, row_text) < strchr(at, '\n'),
+              "on fixed:2's row %d:\n%s", row, gp);
+    free(gp);
+}
+
 /* Runs with another update rule are another comparison: one table per codec setting and rule,
  * each with its own best fixed setting; fp32 joins the table of its rule. */
 Test(report, the_headline_keeps_update_rules_apart)

@@ -569,11 +569,14 @@ static int s_one_plot(const mq_rep_set_t *set, const s_plot_t *p, const double *
 static void s_hl_range(const mq_rep_cmp_t *c, double *lo, double *hi)
 {
     *lo = *hi = 1;
-    for (size_t i = 0; i < c->n_vs; i++)
-        if (c->vs[i].n_ratio) {
-            *lo = fmin(*lo, c->vs[i].ratio_lo);
-            *hi = fmax(*hi, c->vs[i].ratio_hi);
-        }
+    for (size_t i = 0; i < c->n_vs; i++) {
+        const mq_rep_vs_t *v = &c->vs[i];
+        if (!v->n_ratio)
+            continue;
+        *lo = fmin(*lo, v->ratio_lo);
+        /* room for the note beside the point (s_hl_panel) */
+        *hi = fmax(*hi, v->ratio_hi * (v->diverged || v->late || v->n_ratio == 1 ? 1.9 : 1));
+    }
     *lo /= 1.25;
     *hi *= 1.25;
 }
@@ -582,7 +585,7 @@ static void s_hl_range(const mq_rep_cmp_t *c, double *lo, double *hi)
 static void s_hl_panel(FILE *f, const mq_rep_set_t *set, const mq_rep_cmp_t *c, double target,
                        double y0, double h)
 {
-    char link[600], why[96];
+    char link[600], why[128];
     double lo, hi;
     s_hl_range(c, &lo, &hi);
     mq_rep_link_name(set, c->link, link, sizeof link);
@@ -602,20 +605,24 @@ static void s_hl_panel(FILE *f, const mq_rep_set_t *set, const mq_rep_cmp_t *c, 
         fprintf(f, "' %zu", i);
     }
     fputs(")\n", f);
-    /* a method without a ratio says why, where its point would be */
+    /* what a row's point leaves out, beside it (or where it would be, without one) */
     for (size_t i = 0; i < c->n_vs; i++) {
         const mq_rep_vs_t *v = &c->vs[i];
-        if (v->n_ratio)
-            continue;
+        size_t w = 0;
+        why[0] = '\0';
         if (v->diverged)
-            snprintf(why, sizeof why, "diverged in %zu of %zu seeds", v->diverged, v->runs);
-        else if (v->late)
-            snprintf(why, sizeof why, "never at %g %% in %zu of %zu seeds", 100 * target,
-                     v->late, v->runs);
-        else
+            w += (size_t)snprintf(why + w, sizeof why - w, "diverged in %zu of %zu seeds",
+                                  v->diverged, v->runs);
+        if (v->late && w < sizeof why)
+            w += (size_t)snprintf(why + w, sizeof why - w, "%snever at %g %% in %zu",
+                                  w ? ", " : "", 100 * target, v->late);
+        if (v->n_ratio == 1 && w < sizeof why)
+            w += (size_t)snprintf(why + w, sizeof why - w, "%sone seed", w ? "; " : "");
+        if (!v->n_ratio && !w)
             snprintf(why, sizeof why, "no seed paired with the best's");
-        fprintf(f, "set label '%s' at first %g, first %zu left tc rgb '#606060'\n", why,
-                lo * 1.05, i);
+        if (why[0])
+            fprintf(f, "set label '%s' at first %g, first %zu left tc rgb '#606060'\n", why,
+                    v->n_ratio ? v->ratio_hi * 1.04 : lo * 1.05, i);
     }
     fputs("plot 1/0 notitle", f); /* a panel without any ratio still draws its axes */
     bool any = false;
