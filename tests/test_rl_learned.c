@@ -509,6 +509,14 @@ Test(rl_learned, a_state_from_before_the_price_feature_restores)
         bb = mq_policy_observe(b, &ob);
         cr_assert_eq(ba, bb, "iteration %d", i);
     }
+    /* deploying it under a spec with the price feature (the default) says what to give */
+    mq_policy_t *d = test_policy_new("learned:every=5,epsilon=0", &o);
+    cr_expect_neq(mq_policy_adopt(d, b), 0);
+    cr_expect(strstr(mq_err_last(), "needs price=0"), "%s", mq_err_last());
+    mq_policy_destroy(&d);
+    d = test_policy_new("learned:every=5,epsilon=0,price=0", &o);
+    cr_expect_eq(mq_policy_adopt(d, b), 0, "%s", mq_err_last());
+    mq_policy_destroy(&d);
     mq_policy_destroy(&a);
     mq_policy_destroy(&b);
 }

@@ -460,8 +460,9 @@ static int s_adopt(mq_policy_t *p, const mq_policy_t *from)
     if (p->o.min_bits != from->o.min_bits || p->o.max_bits != from->o.max_bits ||
         m->nprog != f->nprog || m->ntrend != f->ntrend || m->nqerr != f->nqerr ||
         m->nprice != f->nprice) {
-        mq_err_set("learned: %s's table does not fit %s (bits %d..%d, buckets %d/%d/%d/%d "
-                   "against bits %d..%d, buckets %d/%d/%d/%d)",
+        mq_err_set("learned: %s's table does not fit %s (bits %d..%d, progress/trend/qerr/"
+                   "price buckets %d/%d/%d/%d against bits %d..%d, %d/%d/%d/%d; a table trained "
+                   "before the price feature needs price=0)",
                    from->spec, p->spec, from->o.min_bits, from->o.max_bits, f->nprog, f->ntrend,
                    f->nqerr, f->nprice, p->o.min_bits, p->o.max_bits, m->nprog, m->ntrend,
                    m->nqerr, m->nprice);
