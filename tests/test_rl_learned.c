@@ -521,6 +521,40 @@ Test(rl_learned, a_state_from_before_the_price_feature_restores)
     mq_policy_destroy(&b);
 }
 
+/* The state index of bits B (of MIN..), price bucket PR, in a table of one progress bucket and
+ * no trend or error feature. */
+static int s_price_state(int b, int min, int pr)
+{
+    return (b - min) * 3 + pr;
+}
+
+/* Deployed (frozen), a table meets a state its training never visited: it decides it by the
+ * nearest visited state of the same bits (here: the same bits on a slow link, which says +1),
+ * not by its own all-zero values (which would keep the bits); a visited state keeps its own. */
+Test(rl_learned, a_frozen_table_reads_an_unvisited_state_as_the_nearest_visited_one)
+{
+    mq_policy_opts_t o;
+    s_opts(&o, 2, 4, 2);
+    o.epsilon = 0;
+    mq_policy_t *p = test_policy_new("learned:every=1,progress=1,trend=0,qerr=0", &o);
+    mq_rl_learned_t *m = s_ln(p);
+    cr_assert_eq(m->nstates, 9, "bits 2..4 by 3 price buckets");
+    /* trained: at 2 bits on a slow link (price 2), +1; at 3 bits on a fast one (price 0), -1 */
+    int slow2 = s_price_state(2, 2, 2), fast3 = s_price_state(3, 2, 0);
+    m->q[slow2 * 3 + 2] = 1, m->visits[slow2 * 3 + 2] = 4;
+    m->visits[slow2 * 3 + 1] = 4;
+    m->q[fast3 * 3 + 0] = 1, m->visits[fast3 * 3 + 0] = 4;
+    m->visits[fast3 * 3 + 1] = 4;
+    /* a fast link from the start: 2 bits there was never visited */
+    mq_observation_t ob = {.loss = 2.0, .iter_ms = 1000, .comm_ms = 100, .bits = 2};
+    int bits = mq_policy_observe(p, &ob);
+    cr_assert_eq(bits, 3, "read as 2 bits on the slow link: +1 (its own zeros would keep 2)");
+    ob.iter = 1, ob.loss = 1.9, ob.bits = 3;
+    bits = mq_policy_observe(p, &ob);
+    cr_assert_eq(bits, 2, "3 bits on a fast link was visited: its own values, -1");
+    mq_policy_destroy(&p);
+}
+
 /* The returns are bounded: the last 1024 episodes, oldest first, and saved. */
 Test(rl_learned, returns_keep_the_last_1024_episodes)
 {

@@ -46,7 +46,9 @@
  *  - Exploration: epsilon-greedy, a uniform valid action with probability
  *    floor + (epsilon - floor) * decay^episodes (episodes closed so far, saved with the
  *    table; decay 0.97, floor min(0.01, epsilon)). Greedy ties keep the bits. epsilon=0, or
- *    the key `frozen`, deploys it: greedy, no updates; returns are still recorded.
+ *    the key `frozen`, deploys it: greedy, no updates, and a state no episode visited read
+ *    as the nearest visited one of the same bits and progress (s_values); returns are still
+ *    recorded.
  *  - Episodes: a new episode (the agent starts one when iteration 0 comes again) closes the
  *    last: its partial interval is rewarded and learned from, its return recorded (the last
  *    1024 are kept and saved), the count raised. The table and visits stay.
@@ -271,17 +273,58 @@ static void s_open(const mq_policy_t *p, const mq_rl_learned_t *m, int s, bool o
     ok[2] = b < p->o.max_bits;
 }
 
-/* The best open action at S; ties keep the bits. */
-static int s_greedy(const mq_policy_t *p, const mq_rl_learned_t *m, int s)
+/* The best open action at S by the values Q (S's row, or a stand-in's of the same bits);
+ * ties keep the bits. */
+static int s_best(const mq_policy_t *p, const mq_rl_learned_t *m, int s, const double *q)
 {
     bool ok[S_ACT];
     s_open(p, m, s, ok);
-    const double *q = m->q + (size_t)s * S_ACT;
     int best = 1;
     for (int a = 0; a < S_ACT; a += 2)
         if (ok[a] && q[a] > q[best])
             best = a;
     return best;
+}
+
+/* The best open action at S by its own values: what the learning target bootstraps on. */
+static int s_greedy(const mq_policy_t *p, const mq_rl_learned_t *m, int s)
+{
+    return s_best(p, m, s, m->q + (size_t)s * S_ACT);
+}
+
+static bool s_visited(const mq_rl_learned_t *m, int s)
+{
+    for (int a = 0; a < S_ACT; a++)
+        if (m->visits[(size_t)s * S_ACT + (size_t)a])
+            return true;
+    return false;
+}
+
+/* The values a deployed (frozen) table decides a state S by: S's own, or, for a state no
+ * episode ever visited, those of the nearest visited state with the same bits and progress
+ * (the fewest bucket steps of trend, quantization error and price between them; the first in
+ * table order on a tie). A frozen table meets states its training never did (a link that is
+ * fast where training's was slow), and cannot learn them; all-zero values would keep the
+ * bits whatever they are, which at 2 bits of the paper-exact codec is a divergence. While
+ * learning, an unvisited state is tried instead. */
+static const double *s_values(const mq_rl_learned_t *m, int s)
+{
+    if (s_visited(m, s))
+        return m->q + (size_t)s * S_ACT;
+    int pr = s % m->nprice, rest = s / m->nprice;
+    int qb = rest % m->nqerr;
+    rest /= m->nqerr;
+    int tr = rest % m->ntrend, base = rest / m->ntrend; /* base: bits and progress */
+    int best = s, best_d = 1 << 30;
+    for (int t = 0; t < m->ntrend; t++)
+        for (int q = 0; q < m->nqerr; q++)
+            for (int r = 0; r < m->nprice; r++) {
+                int c = ((base * m->ntrend + t) * m->nqerr + q) * m->nprice + r;
+                int d = abs(t - tr) + abs(q - qb) + abs(r - pr);
+                if (d < best_d && s_visited(m, c))
+                    best = c, best_d = d;
+            }
+    return m->q + (size_t)best * S_ACT;
 }
 
 static int s_choose(mq_policy_t *p, const mq_rl_learned_t *m, int s)
@@ -295,7 +338,7 @@ static int s_choose(mq_policy_t *p, const mq_rl_learned_t *m, int s)
             if (ok[a] && pick-- == 0)
                 return a;
     }
-    return s_greedy(p, m, s);
+    return s_learning(p) ? s_greedy(p, m, s) : s_best(p, m, s, s_values(m, s));
 }
 
 /* Q-learning on the open interval's (s, a) with reward R, toward state S2 (or terminal,
