@@ -28,7 +28,7 @@ set origin 0, 0.0000
 set size 1, 0.8710
 unset label
 set title 'link 80@0,10000@10/20 — best fixed: fixed:3 (paper-exact codec), 23.5 s to 75 %'
-set xrange [0.596924:2.00259]
+set xrange [0.552072:2.00259]
 set yrange [5.5:-0.5]
 set ytics ('fixed:2 (paper-exact codec)' 0, 'fixed:3 (paper-exact codec)' 1, 'fixed:4 (paper-exact codec)' 2, 'fixed:6 (paper-exact codec)' 3, 'fixed:8 (paper-exact codec)' 4, 'learned:every=2,qerr=0,trend=0,min=2,max=8,epsilon=0 (paper-exact codec)' 5)
 set label 'diverged in 4 of 5 seeds; one seed' at first 0.876923, first 0 left tc rgb '#606060'
@@ -38,6 +38,6 @@ plot 1/0 notitle, '-' using 1:2:3:4:5 with xerrorbars lc variable pt 7 ps 1.4 no
 1.03998 2 0.861785 1.21682 3
 1.06586 3 0.748427 1.39152 4
 1.35989 4 1.16378 1.59148 5
-0.914185 5 0.746155 1.06448 6
+0.806228 5 0.69009 0.921673 6
 e
 unset multiplot

@@ -1,0 +1,43 @@
+# Written by mqgrad report: per condition and codec setting, each method's time to 75 %
+# divided by the best fixed setting's with the same seed: the geometric mean over seeds
+# and its 95 % bootstrap interval (report.md's table). Run it in this directory:
+# gnuplot headline.gp
+if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {
+    set terminal pngcairo size 1464,310 noenhanced font ',10'
+} else {
+    set terminal png truecolor size 1464,310 noenhanced
+}
+set output 'headline.png'
+set linetype 1 lc rgb '#000000' lw 2 dt solid pt 7 ps 1.3
+set linetype 2 lc rgb '#1f77b4' lw 2 dt solid pt 5 ps 1.3
+set linetype 3 lc rgb '#d62728' lw 2 dt solid pt 9 ps 1.3
+set linetype 4 lc rgb '#2ca02c' lw 2 dt solid pt 11 ps 1.3
+set linetype 5 lc rgb '#ff7f0e' lw 2 dt solid pt 13 ps 1.3
+set linetype 6 lc rgb '#9467bd' lw 2 dt solid pt 15 ps 1.3
+set multiplot title 'Degrading link 10 Gbit/s, 1 Gbit/s, 80 Mbit/s, paper-exact codec: time to 75 %, against the best fixed setting'
+unset key
+set grid xtics
+set logscale x 2
+set lmargin 75
+set rmargin 4
+set xtics (0.25, 0.33, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4, 6, 8, 16)
+set arrow 1 from 1, graph 0 to 1, graph 1 nohead lc rgb '#606060' dt 2
+set xlabel 'time to 75 % ÷ the best fixed setting''s, same seed (below 1: faster; 95 % interval over seeds)'
+
+set origin 0, 0.0000
+set size 1, 0.8710
+unset label
+set title 'link 10000@0,1000@20,80@40 — best fixed: fixed:3 (paper-exact codec), 9.9 s to 75 %'
+set xrange [0.577344:2.59698]
+set yrange [5.5:-0.5]
+set ytics ('fixed:2 (paper-exact codec)' 0, 'fixed:3 (paper-exact codec)' 1, 'fixed:4 (paper-exact codec)' 2, 'fixed:6 (paper-exact codec)' 3, 'fixed:8 (paper-exact codec)' 4, 'learned:every=2,qerr=0,trend=0,min=2,max=8,epsilon=0 (paper-exact codec)' 5)
+set label 'diverged in 4 of 5 seeds; one seed' at first 1.13721, first 0 left tc rgb '#606060'
+plot 1/0 notitle, '-' using 1:2:3:4:5 with xerrorbars lc variable pt 7 ps 1.4 notitle
+1.09347 0 1.09347 1.09347 1
+1 1 1 1 2
+1.03921 2 0.895437 1.17535 3
+1.03996 3 0.844384 1.2036 4
+1.23807 4 1.17999 1.30213 5
+0.902617 5 0.72168 1.02252 6
+e
+unset multiplot
