@@ -219,7 +219,7 @@ scheduler)
 server)
     e2e_wait 300 "iteration $((N * 4 / 10))" e2e_iterations_at_least $((N * 4 / 10))
     e2e_event_at_least checkpoint 1 || e2e_log "note: no checkpoint event yet"
-    s=$(e2e_containers server | head -n1)
+    s=$(e2e_containers server | sed -n 1p) # not head: SIGPIPE under pipefail
     t0=$(date +%s)
     e2e_crash "$s"
     e2e_wait 60 "the restart policy to restart server ${s:0:12}" running_again "$s"
