@@ -118,8 +118,7 @@ static int s_load(const s_opts_t *o, mq_rep_set_t *set)
             const mq_rep_run_t *b = set->methods[k].runs[r], *a = NULL;
             for (size_t q = 0; q < r && !a; q++) {
                 const mq_rep_run_t *c = set->methods[k].runs[q];
-                if (c->seed == b->seed && (c->link_mbps == b->link_mbps ||
-                                           (isnan(c->link_mbps) && isnan(b->link_mbps))))
+                if (c->seed == b->seed && mq_rep_same_link(c->link_mbps, b->link_mbps))
                     a = c;
             }
             if (a)
@@ -148,7 +147,8 @@ static void s_default_checkpoints(const mq_rep_set_t *set, s_opts_t *o)
 }
 
 static int s_write_markdown(const mq_rep_set_t *set, const s_opts_t *o, bool drawn,
-                            bool headline, char *path, size_t len)
+                            bool headline, const mq_rep_cmp_t *cmp, size_t n_cmp, char *path,
+                            size_t len)
 {
     snprintf(path, len, "%s/report.md", o->out);
     FILE *f = fopen(path, "w");
@@ -162,7 +162,9 @@ static int s_write_markdown(const mq_rep_set_t *set, const s_opts_t *o, bool dra
                            .target_acc = o->target_acc,
                            .last_k = (size_t)o->last_k,
                            .plots_drawn = drawn,
-                           .headline_drawn = headline};
+                           .headline_drawn = headline,
+                           .cmp = cmp,
+                           .n_cmp = n_cmp};
     mq_rep_markdown(f, set, &mo);
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {
@@ -202,6 +204,8 @@ int mq_cmd_report(int argc, char **argv)
 {
     s_opts_t o;
     mq_rep_set_t set = {0};
+    mq_rep_cmp_t *cmp = NULL;
+    size_t n_cmp = 0;
     int rc = s_parse_args(argc, argv, &o);
     if (rc != 0) {
         free(o.runs);
@@ -221,20 +225,26 @@ int mq_cmd_report(int argc, char **argv)
         fprintf(stderr, "mqgrad report: %s\n", mq_err_last());
         goto done;
     }
+    /* The comparisons once, for the tables and the headline figure alike. */
+    if (mq_rep_compare(&set, o.target_acc, (size_t)o.last_k, &cmp, &n_cmp) != 0) {
+        fprintf(stderr, "mqgrad report: %s\n", mq_err_last());
+        goto done;
+    }
     /* A plot that fails to draw still leaves the tables written. */
     bool headline = false;
-    int plot_rc = mq_rep_plots(&set, o.out, o.title, o.target_acc, (size_t)o.last_k, &plots,
+    int plot_rc = mq_rep_plots(&set, o.out, o.title, cmp, n_cmp, o.target_acc, &plots,
                                &headline);
     if (plot_rc < 0)
         fprintf(stderr, "mqgrad report: plots: %s\n", mq_err_last());
     bool drawn = plot_rc == 0 && plots == MQ_REP_PLOTS_DRAWN;
-    if (s_write_markdown(&set, &o, drawn, headline, md, sizeof md) < 0) {
+    if (s_write_markdown(&set, &o, drawn, headline, cmp, n_cmp, md, sizeof md) < 0) {
         fprintf(stderr, "mqgrad report: %s\n", mq_err_last());
         goto done;
     }
     s_print_written(&set, &o, md, drawn, headline);
     rc = plot_rc < 0 ? 1 : 0;
 done:
+    mq_rep_compare_free(cmp, n_cmp);
     mq_rep_set_free(&set);
     free(o.runs);
     return rc;

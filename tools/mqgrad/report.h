@@ -186,15 +186,17 @@ void mq_rep_setting_name(const mq_rep_codec_t *c, char *buf, size_t len);
 
 /* ---- report_plot.c ------------------------------------------------------------------ */
 typedef enum { MQ_REP_PLOTS_DRAWN, MQ_REP_PLOTS_NO_GNUPLOT } mq_rep_plots_t;
+typedef struct mq_rep_cmp mq_rep_cmp_t; /* report_cmp.c, below */
 /* Writes OUT/data/<plot>_<method>.dat (<plot>_<method>_<link>mbit.dat when the runs span
  * several link speeds: one panel each) and OUT/<plot>.gp for the plots, and the headline
- * figure OUT/headline.gp (each comparison's time to TARGET over the best fixed setting's,
- * with its interval, per method: mq_rep_compare with LAST_K) when some comparison has a best
- * fixed setting (*HEADLINE), and runs gnuplot in OUT (program from MQGRAD_GNUPLOT, default
- * "gnuplot" on PATH). *STATE says whether the PNGs were drawn. -1 if a file cannot be
- * written or gnuplot fails. */
-int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, double target,
-                 size_t last_k, mq_rep_plots_t *state, bool *headline);
+ * figure OUT/headline.gp (each comparison of CMP[0..N_CMP), from mq_rep_compare with TARGET:
+ * each method's time to it over the best fixed setting's, with its interval) when some
+ * comparison has a best fixed setting (*HEADLINE), and runs gnuplot in OUT (program from
+ * MQGRAD_GNUPLOT, default "gnuplot" on PATH). *STATE says whether the PNGs were drawn. -1 if
+ * a file cannot be written or gnuplot fails. */
+int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title,
+                 const mq_rep_cmp_t *cmp, size_t n_cmp, double target, mq_rep_plots_t *state,
+                 bool *headline);
 /* The plots: their number, plot I's file name and what it draws ("test accuracy vs
  * iteration"), and whether it has any data (accuracy needs evaluations). */
 #define MQ_REP_N_PLOTS 5
@@ -236,7 +238,7 @@ typedef struct {
 /* One comparison: a condition (a link speed or schedule) and a codec setting with its update
  * rule. Methods with another rule or setting are never in one comparison; fp32 joins those of
  * its rule. */
-typedef struct {
+struct mq_rep_cmp {
     double link;
     char setting[160];  /* the setting's name, or "codec settings not recorded" */
     size_t n_settings;  /* comparisons at this link: the setting is worth naming when > 1 */
@@ -248,7 +250,7 @@ typedef struct {
     double best_t;
     mq_rep_vs_t *vs;    /* the methods in it, in method order (none without a best) */
     size_t n_vs;
-} mq_rep_cmp_t;
+};
 
 /* Every comparison of SET, by link (as mq_rep_links orders them) then setting, into *OUT (free
  * with mq_rep_compare_free), their number in *N. TARGET: the accuracy of the time to target;
@@ -266,6 +268,8 @@ typedef struct {
     size_t last_k; /* the endpoint: the mean of each run's last K evaluations */
     bool plots_drawn;
     bool headline_drawn; /* headline.png: some comparison has a best fixed setting */
+    const mq_rep_cmp_t *cmp; /* the comparisons (mq_rep_compare with target_acc, last_k) */
+    size_t n_cmp;
 } mq_rep_md_opts_t;
 /* Writes the whole report.md to F. */
 void mq_rep_markdown(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o);

@@ -486,13 +486,9 @@ static void s_headline_rows(FILE *f, const mq_rep_set_t *set, const mq_rep_cmp_t
 static void s_headline(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t *o)
 {
     double links[set->n_runs + 1];
-    size_t nl = mq_rep_links(set, links), nc;
-    mq_rep_cmp_t *cmp;
+    size_t nl = mq_rep_links(set, links), nc = o->n_cmp;
+    const mq_rep_cmp_t *cmp = o->cmp;
     fprintf(f, "## Against the best fixed setting, paired by seed\n\n");
-    if (mq_rep_compare(set, o->target_acc, o->last_k, &cmp, &nc) != 0) {
-        fprintf(f, "_Not computed: %s._\n\n", mq_err_last());
-        return;
-    }
     if (o->plots_drawn && o->headline_drawn)
         fprintf(f, "![time to %g %% against the best fixed setting](headline.png)\n\n",
                 100 * o->target_acc);
@@ -524,7 +520,6 @@ static void s_headline(FILE *f, const mq_rep_set_t *set, const mq_rep_md_opts_t 
                        "are not told apart; `--eval-every 5` or less resolves them._\n\n",
                     spacing);
     }
-    mq_rep_compare_free(cmp, nc);
     fprintf(f,
             "One table per condition (link) and codec setting with its update rule: methods "
             "with another update rule or codec setting are never in one table (fp32 joins the "

@@ -92,6 +92,17 @@ bool mq_rep_plot_has_data(const mq_rep_set_t *set, int i)
 
 /* ---- link speeds: one panel each ------------------------------------------------------ */
 
+/* Closes F, written as PATH: -1 with an error if any write or the close failed. */
+static int s_close(FILE *f, const char *path)
+{
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad) {
+        mq_err_set("%s: write failed", path);
+        return -1;
+    }
+    return 0;
+}
+
 /* ---- data files --------------------------------------------------------------------- */
 
 /* File-name form of a method name: "fixed:4" -> "fixed-4". */
@@ -214,11 +225,8 @@ static int s_write_dat(const mq_rep_method_t *m, mq_rep_run_t *const *runs, size
         d->band |= isfinite(c.rows[i].q25);
     }
     mq_rep_curve_free(&c);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        mq_err_set("%s: write failed", path);
+    if (s_close(f, path) != 0)
         return -1;
-    }
     return 0;
 }
 
@@ -427,11 +435,8 @@ static int s_write_gp(const s_fig_t *g, const char *out, const char *title)
     }
     s_key(f, g, (double)(cols * S_PANEL_W) / w);
     fputs("unset multiplot\n", f);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        mq_err_set("%s: write failed", path);
+    if (s_close(f, path) != 0)
         return -1;
-    }
     return 0;
 }
 
@@ -644,13 +649,10 @@ static void s_hl_panel(FILE *f, const mq_rep_set_t *set, const mq_rep_cmp_t *c, 
 /* OUT/headline.gp: one panel per comparison with a best fixed setting (*ANY: at least one),
  * a row per method: its time ratio's geometric mean over seeds with the 95 % interval. */
 static int s_headline_plot(const mq_rep_set_t *set, const char *out, const char *title,
-                           double target, size_t last_k, bool *any)
+                           const mq_rep_cmp_t *cmp, size_t nc, double target, bool *any)
 {
-    mq_rep_cmp_t *cmp;
-    size_t nc, rows = 0, panels = 0, longest = 20;
+    size_t rows = 0, panels = 0, longest = 20;
     *any = false;
-    if (mq_rep_compare(set, target, last_k, &cmp, &nc) != 0)
-        return -1;
     for (size_t i = 0; i < nc; i++)
         if (cmp[i].has_best) {
             rows += cmp[i].n_vs, panels++;
@@ -659,16 +661,13 @@ static int s_headline_plot(const mq_rep_set_t *set, const char *out, const char 
                 longest = len > longest ? len : longest;
             }
         }
-    if (panels == 0) {
-        mq_rep_compare_free(cmp, nc);
+    if (panels == 0)
         return 0;
-    }
     char path[4200];
     snprintf(path, sizeof path, "%s/headline.gp", out);
     FILE *f = fopen(path, "w");
     if (!f) {
         mq_err_set("%s: cannot write: %s", path, strerror(errno));
-        mq_rep_compare_free(cmp, nc);
         return -1;
     }
     int h = S_TITLE_H + (int)(panels * S_HL_PANEL + rows * S_HL_ROW);
@@ -704,18 +703,15 @@ static int s_headline_plot(const mq_rep_set_t *set, const char *out, const char 
         s_hl_panel(f, set, &cmp[i], target, y, ph);
     }
     fputs("unset multiplot\n", f);
-    mq_rep_compare_free(cmp, nc);
-    int bad = ferror(f);
-    if (fclose(f) != 0 || bad) {
-        mq_err_set("%s: write failed", path);
+    if (s_close(f, path) != 0)
         return -1;
-    }
     *any = true;
     return 0;
 }
 
-int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, double target,
-                 size_t last_k, mq_rep_plots_t *state, bool *headline)
+int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title,
+                 const mq_rep_cmp_t *cmp, size_t n_cmp, double target, mq_rep_plots_t *state,
+                 bool *headline)
 {
     char data[4096], buf[4096];
     snprintf(data, sizeof data, "%s/data", out);
@@ -740,7 +736,7 @@ int mq_rep_plots(const mq_rep_set_t *set, const char *out, const char *title, do
         rc = s_one_plot(set, &s_plots[i], links, n_links, out, title, prog);
     free(links);
     if (rc == 0)
-        rc = s_headline_plot(set, out, title, target, last_k, headline);
+        rc = s_headline_plot(set, out, title, cmp, n_cmp, target, headline);
     if (rc == 0 && *headline && prog)
         rc = s_run_gnuplot(prog, out, "headline.gp");
     return rc;

@@ -292,6 +292,13 @@ static int s_greedy(const mq_policy_t *p, const mq_rl_learned_t *m, int s)
     return s_best(p, m, s, m->q + (size_t)s * S_ACT);
 }
 
+/* The state of BASE (bits and progress: bits * nprog + progress bucket) with the trend,
+ * quantization error and price buckets T, Q, R: the table's one layout. */
+static int s_index(const mq_rl_learned_t *m, int base, int t, int q, int r)
+{
+    return ((base * m->ntrend + t) * m->nqerr + q) * m->nprice + r;
+}
+
 static bool s_visited(const mq_rl_learned_t *m, int s)
 {
     for (int a = 0; a < S_ACT; a++)
@@ -319,7 +326,7 @@ static const double *s_values(const mq_rl_learned_t *m, int s)
     for (int t = 0; t < m->ntrend; t++)
         for (int q = 0; q < m->nqerr; q++)
             for (int r = 0; r < m->nprice; r++) {
-                int c = ((base * m->ntrend + t) * m->nqerr + q) * m->nprice + r;
+                int c = s_index(m, base, t, q, r);
                 int d = abs(t - tr) + abs(q - qb) + abs(r - pr);
                 if (d < best_d && s_visited(m, c))
                     best = c, best_d = d;
@@ -371,8 +378,7 @@ static int s_state(const mq_policy_t *p, const mq_rl_learned_t *m)
     int pb = (int)floor(m->progress * m->nprog);
     pb = pb < 0 ? 0 : pb >= m->nprog ? m->nprog - 1 : pb;
     int b = p->bits - p->o.min_bits;
-    return (((b * m->nprog + pb) * m->ntrend + m->trend) * m->nqerr + m->qbucket) * m->nprice +
-           m->pbucket;
+    return s_index(m, b * m->nprog + pb, m->trend, m->qbucket, m->pbucket);
 }
 
 /* The interval just closed: its features, its reward and update, then the next action. */
