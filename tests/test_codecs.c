@@ -131,6 +131,56 @@ Test(codecs, payloads_decode_within_bound_with_matching_stats_and_accumulate)
     free(x), free(y), free(z);
 }
 
+/* A caller whose next values add onto the array (ctx.clear): the payload is the one the encode
+ * writes without clearing, bit for bit, and the values are zero after it, for every codec and
+ * for the uniform codec's per-tensor range and its stochastic rounding across its chunks. */
+static void s_check_clear(const mq_codec_t *c, const char *name)
+{
+    static const size_t sizes[] = {1, 7, 2048, 3 * 2048 + 5};
+    size_t big = sizes[3];
+    float *x = malloc(big * sizeof *x), *v = malloc(big * sizeof *v);
+    cr_assert(x && v);
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        size_t m = sizes[k], len, len2;
+        s_normal(x, m, 40 + k);
+        memcpy(v, x, m * sizeof *v);
+        uint8_t *want = s_encode(c, x, m, 9, &len);
+        mq_rng_t rng;
+        mq_rng_seed(&rng, 9);
+        size_t ns = mq_codec_state_floats(c, m), cap = mq_codec_payload_size(c, m);
+        float *state = ns ? calloc(ns, sizeof *state) : NULL;
+        uint8_t *got = malloc(cap + 16);
+        cr_assert(got && (!ns || state));
+        mq_codec_ctx_t ctx = {.rng = &rng, .state = state, .lr = 0.01f, .clear = v};
+        cr_assert_eq(mq_codec_encode_ctx(c, v, m, &ctx, got, cap, &len2, NULL), 0, "%s: %s",
+                     name, mq_err_last());
+        cr_assert_eq(len2, len, "%s n=%zu: %zu bytes, %zu without clearing", name, m, len2, len);
+        cr_assert(memcmp(got, want, len) == 0, "%s n=%zu: clearing changed the payload", name, m);
+        for (size_t j = 0; j < m; j++)
+            cr_assert(v[j] == 0.0f && !signbit(v[j]), "%s n=%zu: value %zu is %g after the encode",
+                      name, m, j, v[j]);
+        free(state), free(got), free(want);
+    }
+    free(x), free(v);
+}
+
+Test(codecs, clearing_leaves_zeros_and_the_same_payload)
+{
+    size_t n;
+    const mq_codec_ops_t *const *all = mq_codec_all(&n);
+    for (size_t i = 0; i < n; i++) {
+        mq_codec_t c = s_codec(all[i]);
+        s_check_clear(&c, all[i]->name);
+    }
+    static const char *const more[] = {"uniform:2:bucket=0", "uniform:3:stochastic",
+                                       "uniform:8:bucket=100", "uniform:1"};
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+        mq_codec_t c;
+        cr_assert_eq(mq_codec_parse(more[i], &c), 0, "%s: %s", more[i], mq_err_last());
+        s_check_clear(&c, more[i]);
+    }
+}
+
 Test(codecs, bad_payloads_are_refused_and_leave_the_output_alone)
 {
     size_t n;

@@ -316,8 +316,9 @@ Test(ps, an_fp32_segment_is_sent_from_the_callers_floats_without_a_copy)
     mq_payload_t out;
     mq_codec_stats_t st = {.sq = 7};
     cr_assert_eq(mq_seg_coder_init(&coder, &seg, &none), 0, "%s", mq_err_last());
-    cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 32, values, &ref, NULL, NULL, S_LR, &h, &out,
-                                      &st), 0);
+    cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 32, values, &ref, NULL, NULL, NULL, S_LR,
+                                      &h, &out, &st),
+                 0);
     cr_assert_eq(out.data, (const void *)values, "the payload must point into the floats");
     cr_assert_eq(out.len, sizeof values);
     cr_assert_eq(atomic_load(&ref.refs), 1, "the message holds the caller's floats");
@@ -333,7 +334,8 @@ Test(ps, an_fp32_segment_is_sent_from_the_callers_floats_without_a_copy)
     /* error feedback runs in place: a residual array apart from the values is refused */
     float other[300] = {0};
     cr_assert_eq(
-        mq_ps_encode_segment(&seg, &coder, 32, values, &ref, other, NULL, S_LR, &h, &out, NULL),
+        mq_ps_encode_segment(&seg, &coder, 32, values, &ref, other, NULL, NULL, S_LR, &h, &out,
+                             NULL),
         -1);
     cr_assert(strstr(mq_err_last(), "in place"), "%s", mq_err_last());
     cr_assert_eq(atomic_load(&ref.refs), 0, "nothing was sent");
@@ -358,8 +360,9 @@ Test(ps, a_segment_coder_takes_the_levels_its_codec_takes)
     mq_rng_seed(&rng, 9);
     cr_assert_eq(mq_seg_coder_init(&coder, &seg, &uni), 0, "%s", mq_err_last());
     for (int bits = 1; bits <= 8; bits++) {
-        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, bits, values, &ref, NULL, &rng, S_LR, &h,
-                                          &out, NULL), 0, "%s", mq_err_last());
+        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, bits, values, &ref, NULL, NULL, &rng,
+                                          S_LR, &h, &out, NULL),
+                     0, "%s", mq_err_last());
         mq_codec_t want = mq_codec_with_bits(&uni, bits);
         cr_assert(mq_codec_equal(&h.codec, &want), "%d bits: header codec", bits);
         cr_assert_eq(out.len, mq_codec_payload_size(&want, 256));
@@ -368,12 +371,14 @@ Test(ps, a_segment_coder_takes_the_levels_its_codec_takes)
     static const int bad_levels[] = {-1, 0, 9, 31};
     for (size_t k = 0; k < sizeof bad_levels / sizeof bad_levels[0]; k++) {
         int b = bad_levels[k];
-        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, b, values, &ref, NULL, &rng, S_LR, &h,
-                                          &out, NULL), -1, "level %d", b);
+        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, b, values, &ref, NULL, NULL, &rng, S_LR,
+                                          &h, &out, NULL),
+                     -1, "level %d", b);
         cr_assert(strstr(mq_err_last(), "bits (expected 1..8)"), "%s", mq_err_last());
     }
-    cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 32, values, &ref, NULL, &rng, S_LR, &h, &out,
-                                      NULL), 0, "%s", mq_err_last());
+    cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 32, values, &ref, NULL, NULL, &rng, S_LR, &h,
+                                      &out, NULL),
+                 0, "%s", mq_err_last());
     cr_assert_eq(h.codec.id, MQ_CODEC_ID_none, "32 bits is fp32");
     cr_assert_eq(out.data, (const void *)values);
     out.free_fn((void *)out.data, out.hint);
@@ -405,8 +410,9 @@ Test(ps, a_quantized_segment_reuses_its_buffer_and_state)
         s_normal(g, N, 10 + (uint64_t)it);
         mq_tensor_hdr_t h;
         mq_payload_t out;
-        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 4, g, &ref, NULL, &rng, S_LR, &h, &out,
-                                          NULL), 0, "%s", mq_err_last());
+        cr_assert_eq(mq_ps_encode_segment(&seg, &coder, 4, g, &ref, NULL, NULL, &rng, S_LR, &h,
+                                          &out, NULL),
+                     0, "%s", mq_err_last());
         cr_assert_eq(out.data, (const void *)coder.buf.data, "the payload is the coder's buffer");
         cr_assert_eq(h.payload_len, out.len);
         cr_assert(mq_codec_equal(&h.codec, &topk));
@@ -625,7 +631,7 @@ static void s_encode_push(s_bench_t *b, int r, uint64_t it, int bits)
             cr_assert_eq(mq_seg_coder_init(&w->coders[i], seg, &b->cfg.codec), 0, "%s",
                          mq_err_last());
         cr_assert_eq(mq_ps_encode_segment(seg, &w->coders[i], bits, w->g + seg->flat, &w->ref,
-                                          NULL, &w->rng, S_LR, &w->hdrs[i], &w->out[i], NULL),
+                                          NULL, NULL, &w->rng, S_LR, &w->hdrs[i], &w->out[i], NULL),
                      0, "%s", mq_err_last());
         w->data[i] = w->out[i].data;
         w->len[i] = w->out[i].len;
@@ -1330,6 +1336,108 @@ Test(ps, kv_worker_sends_fp32_segments_from_the_gradient_without_a_copy)
     mq_kv_worker_destroy(&kw);
     free(g);
     mq_model_destroy(&m);
+}
+
+/* Whether the values of SEG in G are all +0. */
+static bool s_zero(const float *g, const mq_segment_t *seg)
+{
+    for (size_t j = seg->flat; j < seg->flat + seg->count; j++)
+        if (g[j] != 0.0f || signbit(g[j]))
+            return false;
+    return true;
+}
+
+/* Clearing, for a model whose backward adds onto its gradient (autograd): a quantized segment
+ * is zero once encoded, an fp32 one (its push points into the gradient) once sent and waited
+ * for, a residual (error feedback) is kept, and a round in which a shard was not encoded (the
+ * worker missed it) is zeroed whole by the wait. The payloads are those of a worker that does
+ * not clear. */
+static void s_check_clearing(bool ef)
+{
+    mq_model_t *m = s_model(), *m2 = s_model();
+    size_t n = mq_model_nparams(m);
+    float *buf = mq_model_grads(m), *ref = mq_model_grads(m2);
+    mq_kv_worker_config_t cfg = s_worker_cfg(0, 2, "uniform", "sgd");
+    cfg.error_feedback = ef;
+    mq_kv_worker_t *kw = mq_kv_worker_new(m, &cfg), *plain = mq_kv_worker_new(m2, &cfg);
+    cr_assert(kw && plain, "%s", mq_err_last());
+    mq_kv_worker_set_clear(kw, true);
+    for (size_t j = 0; j < n; j++)
+        buf[j] = 7.0f, ref[j] = 0.0f;
+    cr_assert_eq(mq_kv_worker_wait(kw, 1000), 0, "%s", mq_err_last());
+    for (uint32_t s = 0; s < S_SERVERS; s++)
+        for (uint32_t i = 0; i < mq_kv_worker_shard(kw, s)->nsegs; i++) {
+            const mq_segment_t *seg = &mq_kv_worker_shard(kw, s)->segs[i];
+            cr_assert(s_zero(buf, seg) || (ef && seg->quantized),
+                      "%s: not zeroed before the first round", seg->name);
+        }
+    memset(buf, 0, n * sizeof *buf); /* error feedback's residual starts at zero */
+    mq_tensor_hdr_t hdrs[MQ_WIRE_MAX_TENSORS], want_h[MQ_WIRE_MAX_TENSORS];
+    mq_payload_t out[MQ_WIRE_MAX_TENSORS], want[MQ_WIRE_MAX_TENSORS];
+    float *g = malloc(n * sizeof *g);
+    cr_assert(g);
+    for (int round = 0; round < 3; round++) {
+        s_normal(g, n, 70 + round);
+        for (size_t j = 0; j < n; j++) /* the backward adds onto what is there */
+            buf[j] += g[j], ref[j] += g[j];
+        mq_kv_worker_round(kw, (uint64_t)round), mq_kv_worker_round(plain, (uint64_t)round);
+        /* round 1 sends shard 1 whole (32 bits); round 2 misses shard 1 */
+        for (uint32_t s = 0; s < (round == 2 ? 1u : S_SERVERS); s++) {
+            const mq_shard_t *sh = mq_kv_worker_shard(kw, s);
+            int bits = round == 1 && s == 1 ? 32 : 3;
+            cr_assert_eq(mq_kv_worker_encode(kw, s, buf, MQ_WIDTHS(bits), S_LR, hdrs, out, NULL,
+                                             NULL),
+                         0, "%s", mq_err_last());
+            cr_assert_eq(mq_kv_worker_encode(plain, s, ref, MQ_WIDTHS(bits), S_LR, want_h,
+                                             want, NULL, NULL),
+                         0, "%s", mq_err_last());
+            for (uint32_t i = 0; i < sh->nsegs; i++) {
+                const mq_segment_t *seg = &sh->segs[i];
+                bool fp32 = hdrs[i].codec.id == MQ_CODEC_ID_none;
+                cr_assert(out[i].len == want[i].len &&
+                              memcmp(out[i].data, want[i].data, out[i].len) == 0,
+                          "round %d, %s: clearing changed the push", round, seg->name);
+                if (ef && seg->quantized && !fp32)
+                    cr_assert(!s_zero(buf, seg), "round %d, %s: the residual was cleared",
+                              round, seg->name);
+                else if (!fp32)
+                    cr_assert(s_zero(buf, seg), "round %d, %s: not zero once encoded", round,
+                              seg->name);
+                else
+                    cr_assert(!s_zero(buf, seg), "round %d, %s: zeroed while it is being sent",
+                              round, seg->name);
+            }
+            s_drop(out, sh->nsegs), s_drop(want, sh->nsegs);
+        }
+        cr_assert_eq(mq_kv_worker_wait(kw, 1000), 0, "%s", mq_err_last());
+        cr_assert_eq(mq_kv_worker_wait(plain, 1000), 0, "%s", mq_err_last());
+        for (uint32_t s = 0; s < S_SERVERS; s++)
+            for (uint32_t i = 0; i < mq_kv_worker_shard(kw, s)->nsegs; i++) {
+                const mq_segment_t *seg = &mq_kv_worker_shard(kw, s)->segs[i];
+                if (ef && seg->quantized) /* the residual, as a worker that does not clear */
+                    cr_assert(memcmp(buf + seg->flat, ref + seg->flat,
+                                     seg->count * sizeof *buf) == 0,
+                              "round %d, %s: the residual differs", round, seg->name);
+                else
+                    cr_assert(s_zero(buf, seg), "round %d, %s: not zero for the next round",
+                              round, seg->name);
+                if (!(ef && seg->quantized)) /* what a model that writes its gradient sees */
+                    memset(ref + seg->flat, 0, seg->count * sizeof *ref);
+            }
+    }
+    mq_kv_worker_destroy(&kw), mq_kv_worker_destroy(&plain);
+    free(g);
+    mq_model_destroy(&m), mq_model_destroy(&m2);
+}
+
+Test(ps, kv_worker_clearing_leaves_a_zero_gradient_for_a_model_that_adds_onto_it)
+{
+    s_check_clearing(false);
+}
+
+Test(ps, kv_worker_clearing_keeps_error_feedbacks_residual)
+{
+    s_check_clearing(true);
 }
 
 /* Error feedback by hand: v = g + r, the push is Q(v), and r becomes v - Q(v) (the decoded

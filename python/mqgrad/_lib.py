@@ -75,6 +75,7 @@ PROTOTYPES = {
     "mqgrad_params": (_c.c_void_p, [_c.c_void_p]),
     "mqgrad_grads": (_c.c_void_p, [_c.c_void_p]),
     "mqgrad_accumulates": (_c.c_int, [_c.c_void_p, _c.c_size_t]),
+    "mqgrad_zero_grads": (_c.c_int, [_c.c_void_p, _c.c_int]),
     "mqgrad_next": (_c.c_int, [_c.c_void_p, _c.POINTER(StepT)]),
     "mqgrad_ready": (_c.c_int, [_c.c_void_p, _c.c_size_t]),
     "mqgrad_push": (_c.c_int, [_c.c_void_p, _c.c_double]),

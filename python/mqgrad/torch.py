@@ -468,6 +468,10 @@ class DistributedOptimizer(object):
         _leave_on_sigterm()
         self._w = ctypes.c_void_p(w)
         try:
+            # autograd adds onto the .grad views: libmqgrad hands each round over with the
+            # gradient zero, zeroing what it encodes while it is in cache
+            if lib.mqgrad_zero_grads(self._w, 1) != 0:
+                raise RuntimeError("mqgrad: %s" % _lib.error(lib, self._w))
             n = lib.mqgrad_nparams(self._w)
             if n != total:
                 raise RuntimeError("internal: libmqgrad holds %d parameters, the model %d"
@@ -579,10 +583,11 @@ class DistributedOptimizer(object):
 
     def _zero_grads(self, unless_clean=False):
         with torch.no_grad():
-            # UNLESS_CLEAN (zero_grad): nothing was written into the flat gradient since
-            # rounds() zeroed it, as its version counter (shared by its views, bumped by
-            # autograd's accumulation and every in-place op on them) tells: no second pass
-            # over it. Writes that bypass the counter (.data, numpy, ctypes) are not seen.
+            # UNLESS_CLEAN: nothing was written into the flat gradient since it was last
+            # zeroed (by this, or by libmqgrad in step()'s push), as its version counter
+            # (shared by its views, bumped by autograd's accumulation and every in-place op on
+            # them) tells: no second pass over it. Writes that bypass the counter (.data,
+            # numpy, ctypes) are not seen.
             if not (unless_clean and self._zeroed == self.flat_grads._version):
                 if not any(self._acc):
                     # memset, faster than zero_() on a large array (bench/README.md,
@@ -692,6 +697,9 @@ class DistributedOptimizer(object):
             raise RuntimeError("mqgrad: pushing round %d failed: %s"
                                % (self._step.iter, _lib.error(self._lib, w)))
         self._pushed = True
+        # libmqgrad zeroed what it encoded (mqgrad_zero_grads): the next round's gradient is
+        # zero unless something writes into it before then (the version counter moves)
+        self._zeroed = self.flat_grads._version
         if p is not None:
             p.post += time.perf_counter() - t_ret
 
@@ -754,7 +762,7 @@ class DistributedOptimizer(object):
                 for g in self.optimizer.param_groups:
                     g["lr"] = step.lr
                 self._refresh_acc()
-                self._zero_grads()
+                self._zero_grads(unless_clean=True)
                 self._done = [0] * len(self._entries)
                 self._frontier = len(self._entries)
                 if p is not None:

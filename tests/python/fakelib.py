@@ -1,7 +1,8 @@
 """A stand-in for libmqgrad with its ctypes calling conventions, for the binding's tests without
 a cluster: it keeps the flat arrays in numpy, issues ROUNDS rounds (evaluating in those of
 EVALUATE), applies plain SGD on push and, for the tensors in ACC (error feedback), leaves half
-of the pushed gradient in the gradient array as the residual."""
+of the pushed gradient in the gradient array as the residual; asked to (mqgrad_zero_grads), it
+zeroes the others on push, and the whole array but for them at a round that follows no push."""
 import ctypes
 
 import numpy as np
@@ -21,6 +22,8 @@ class FakeLib(object):
         self.pushed, self.evaluated, self.left, self.readies = [], [], 0, []
         self.argv = self.names = self.counts = None
         self.params = self.grads = None
+        self.zero = 0          # mqgrad_zero_grads
+        self.clean = False     # the last round was pushed, and zeroed so
 
     def mqgrad_join(self, argc, argv, tensors, n, init):
         self.argv = [argv[i].decode() for i in range(argc)]
@@ -53,6 +56,16 @@ class FakeLib(object):
     def mqgrad_accumulates(self, w, i):
         return 1 if i in self.acc else 0
 
+    def mqgrad_zero_grads(self, w, on):
+        self._w(w)
+        self.zero = on
+        return 0
+
+    def _zero_others(self):
+        for i in range(len(self.counts)):
+            if i not in self.acc:
+                self.grads[self.offsets[i]:self.offsets[i + 1]] = 0
+
     def mqgrad_next(self, w, ref):
         self._w(w)
         if self.iter >= self.nrounds:
@@ -63,6 +76,9 @@ class FakeLib(object):
         st.bits, st.lr = 4, self.lr
         st.evaluate = 1 if self.iter in self.evaluate else 0
         st.eval_limit = 1000
+        if self.zero and not self.clean:
+            self._zero_others()
+        self.clean = False
         self.iter += 1
         return 1
 
@@ -79,6 +95,9 @@ class FakeLib(object):
         for i in self.acc:
             a, b = self.offsets[i], self.offsets[i + 1]
             self.grads[a:b] *= 0.5
+        if self.zero:
+            self._zero_others()
+            self.clean = True
         return 0
 
     def mqgrad_evaluated(self, w, correct, total, loss_sum):

@@ -382,6 +382,31 @@ def test_rounds_push_and_leave(fake):
     assert m.fc.weight.data_ptr() != fake.params.ctypes.data
 
 
+def test_the_gradient_is_zero_at_each_round_without_a_pass_of_the_bindings(fake):
+    m = Tiny()
+    opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())
+    assert fake.zero == 1  # libmqgrad zeroes what it encodes
+    x = torch.randn(4, 3)
+    for step in opt.rounds():
+        if step.iter == 1:
+            # the library below kept the pushed gradient: a binding that trusts libmqgrad (no
+            # pass of its own over the array) hands it over as the library left it
+            assert float(opt.flat_grads.min()) == 3.0 == float(opt.flat_grads.max())
+            fake.zero = 1
+        else:
+            assert float(opt.flat_grads.abs().sum()) == 0.0
+        opt.zero_grad()
+        loss = m.out(m.fc(x)).sum()
+        loss.backward()
+        opt.step(loss)
+        if step.iter == 0:
+            fake.zero, fake.clean = 0, True
+            fake.grads[:] = 3.0
+        elif step.iter == 1:
+            m.fc.bias.grad.add_(1.0)  # written after the push: the binding zeroes it again
+    assert step.iter == 2 and fake.left == 1
+
+
 def test_replaced_or_none_grads_are_copied_in(fake):
     m = Tiny()
     opt = mq.DistributedOptimizer(sgd(m.parameters()), m.named_parameters())

@@ -181,9 +181,16 @@ const mq_shard_t *mq_kv_worker_shard(const mq_kv_worker_t *self, uint32_t s);
  * without error feedback. */
 const float *mq_kv_worker_residual(const mq_kv_worker_t *self);
 
+/* Clearing (off at first), for a model whose backward adds its gradient onto the buffer
+ * (autograd's accumulation) rather than writing it: each segment that holds no residual is
+ * zeroed as it is encoded (fp32 ones once sent), and mq_kv_worker_wait leaves the whole
+ * gradient zero but for the residuals, so the model needs no pass of its own to zero it. */
+void mq_kv_worker_set_clear(mq_kv_worker_t *self, bool on);
+
 /* Waits at most TIMEOUT_MS until no push still points into the gradient (fp32 segments go
  * out straight from it), so it may be overwritten; then zeroes the residual of a segment
- * whose sums went out whole in fp32. Returns 0, or -1 with an error. */
+ * whose sums went out whole in fp32, and with clearing every value that holds no residual
+ * and that the pushes since the last wait did not clear. Returns 0, or -1 with an error. */
 int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms);
 
 /* Encodes shard S's push from GRADS (the flat gradient, which must stay put until the

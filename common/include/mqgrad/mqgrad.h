@@ -100,6 +100,15 @@ float *mqgrad_params(mqgrad_t *w);
  * added to what the array holds, not written over it. */
 float *mqgrad_grads(mqgrad_t *w);
 int mqgrad_accumulates(const mqgrad_t *w, size_t tensor);
+/* For a caller whose backward adds its gradient onto the array (autograd does, onto a .grad
+ * that exists) rather than writing it: ON 1 asks that every tensor for which
+ * mqgrad_accumulates says 0 be zero in mqgrad_grads when mqgrad_next hands over a round, as
+ * mqgrad_push left it (a value written there after mqgrad_push stays). The library zeroes
+ * what it has read while encoding it, in cache, so the caller needs no pass of its own over
+ * the array; the first round, and one the worker missed, are zeroed whole. Off (0) by
+ * default: a caller that writes its gradient over needs none. Between rounds only. Returns
+ * 0, or -1 (mqgrad_error). */
+int mqgrad_zero_grads(mqgrad_t *w, int on);
 
 /* Waits for the next round this worker is a member of (pulling the parameters first when it
  * is not in step), at most the peer timeout of silence. Returns 1 with STEP filled, 0 when

@@ -121,11 +121,13 @@ int mq_seg_coder_init(mq_seg_coder_t *coder, const mq_segment_t *seg, const mq_c
  * without a copy, its payload counted on REF; the other codecs encode into CODER's buffer
  * with CODER's state, or with generic error feedback in place when RESIDUAL is VALUES (not
  * NULL; any other array is refused): VALUES hold gradient + residual and are left holding the
- * new residual (mq_codec_encode_ef_inplace). RNG and LR as mq_codec_ctx_t. STATS as
+ * new residual (mq_codec_encode_ef_inplace). CLEAR, NULL or VALUES (then RESIDUAL NULL):
+ * VALUES are zeroed once encoded, but for fp32 (its payload points into them: the caller
+ * zeroes them once sent; H's codec says which). RNG and LR as mq_codec_ctx_t. STATS as
  * mq_codec_encode (may be NULL). Returns 0, or -1 with an error (a level the codec does not
  * take among them). */
 int mq_ps_encode_segment(const mq_segment_t *seg, mq_seg_coder_t *coder, int bits,
-                         const float *values, mq_sendbuf_t *ref, float *residual,
+                         const float *values, mq_sendbuf_t *ref, float *residual, float *clear,
                          mq_rng_t *rng, float lr, mq_tensor_hdr_t *h, mq_payload_t *out,
                          mq_codec_stats_t *stats);
 void mq_seg_coder_release(mq_seg_coder_t *coder);

@@ -59,6 +59,10 @@ typedef struct {
                     * codec keeps none */
     float lr;      /* the learning rate this iteration's update is applied with (0 = unknown):
                     * codecs that keep a residual across a change of lr rescale it */
+    float *clear;  /* NULL, or the encode's SRC itself: the caller's next values add onto the
+                    * array (autograd's accumulation), so it wants SRC zero once encoded.
+                    * mq_codec_encode_resolved does it; a codec whose ops->clears is set
+                    * zeroes each stretch right after reading it, while it is in cache */
 } mq_codec_ctx_t;
 
 typedef struct mq_codec_ops {
@@ -69,6 +73,7 @@ typedef struct mq_codec_ops {
     int min_bits, max_bits; /* the level range it takes; 0, 0 = it takes none */
     bool unbiased;     /* E[decode(encode(x))] = x for stateless use (tests check it) */
     bool exact_size;   /* every payload is exactly max_size bytes */
+    bool clears;       /* its encode honours ctx->clear (else the values are zeroed after) */
     /* Sets C's parameter words to the defaults (may be NULL: all zero). */
     void (*defaults)(mq_codec_t *c);
     /* Applies one ':'-separated option ("key=value" or a flag) to C; -1 with an error. */

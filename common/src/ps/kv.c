@@ -308,7 +308,7 @@ static int s_reply(mq_kv_t *self, uint32_t i, mq_tensor_hdr_t *h, mq_payload_t *
     const mq_segment_t *seg = &self->shard.segs[i];
     const float *agg = self->agg + self->local[i];
     if (mq_ps_encode_segment(seg, &self->coders[i], mq_widths_at(&self->widths, seg->tensor), agg,
-                             &self->agg_ref, NULL, &self->rng, self->lr, h, out, NULL) != 0)
+                             &self->agg_ref, NULL, NULL, &self->rng, self->lr, h, out, NULL) != 0)
         return -1;
     mq_ps_apply(&self->cfg.optim, &h->codec, out->data, out->len,
                 mq_model_params(self->model) + seg->flat, seg->count, self->scratch,

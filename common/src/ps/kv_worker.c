@@ -20,9 +20,12 @@ struct mq_kv_worker_t {
     mq_shard_t *shards;     /* [servers] */
     mq_seg_coder_t *coders; /* [servers x MQ_WIRE_MAX_TENSORS] */
     mq_sendbuf_t grads_ref; /* counts pushes that still point into the gradient */
-    /* error feedback: segments whose sums went out whole in fp32 (a level of 32 bits), whose
-     * residual is zero once no push points into them [servers x MQ_WIRE_MAX_TENSORS] */
+    /* segments that went out whole in fp32 (a level of 32 bits), to be zeroed once no push
+     * points into them: a residual (error feedback) or a cleared gradient (clear)
+     * [servers x MQ_WIRE_MAX_TENSORS] */
     bool *spent;
+    bool clear;             /* mq_kv_worker_set_clear */
+    uint32_t cleared;       /* shards encoded with clearing since the last wait */
     float *opt_state;       /* the update rule's state over the flat vector */
     size_t opt_per;         /* its floats per element */
     float *scratch;         /* one decoded segment, for rules other than plain SGD */
@@ -60,11 +63,9 @@ static int s_alloc(mq_kv_worker_t *self)
     self->coders = calloc((size_t)c->servers * MQ_WIRE_MAX_TENSORS, sizeof *self->coders);
     self->opt_state = nstate ? calloc(nstate, sizeof(float)) : NULL;
     self->scratch = sgd ? NULL : malloc(sizeof(float) * (maxseg + 1));
-    self->spent = c->error_feedback
-                      ? calloc((size_t)c->servers * MQ_WIRE_MAX_TENSORS, sizeof *self->spent)
-                      : NULL;
+    self->spent = calloc((size_t)c->servers * MQ_WIRE_MAX_TENSORS, sizeof *self->spent);
     if (!self->coders || (nstate && !self->opt_state) || (!sgd && !self->scratch) ||
-        (c->error_feedback && !self->spent)) {
+        !self->spent) {
         mq_err_set("out of memory for a worker of %zu parameters", np);
         return -1;
     }
@@ -123,7 +124,7 @@ void mq_kv_worker_destroy(mq_kv_worker_t **self_p)
         return;
     mq_kv_worker_t *self = *self_p;
     mq_sendbuf_release(&self->grads_ref);
-    if (self->spent) /* error feedback, set up: the model's gradients are written over again */
+    if (self->spent && self->cfg.error_feedback) /* set up: gradients are written over again */
         s_accumulate(self, false);
     if (self->coders)
         for (size_t i = 0; i < (size_t)self->cfg.servers * MQ_WIRE_MAX_TENSORS; i++)
@@ -147,17 +148,33 @@ const float *mq_kv_worker_residual(const mq_kv_worker_t *self)
     return self->cfg.error_feedback ? mq_model_grads(self->model) : NULL;
 }
 
+void mq_kv_worker_set_clear(mq_kv_worker_t *self, bool on)
+{
+    if (on != self->clear)
+        self->cleared = 0; /* the next wait zeroes the whole gradient once */
+    self->clear = on;
+}
+
 int mq_kv_worker_wait(mq_kv_worker_t *self, int timeout_ms)
 {
     if (mq_sendbuf_acquire(&self->grads_ref, 0, timeout_ms) != 0)
         return -1;
-    for (size_t k = 0; self->spent && k < (size_t)self->cfg.servers * MQ_WIRE_MAX_TENSORS; k++)
-        if (self->spent[k]) {
-            const mq_segment_t *seg =
-                &self->shards[k / MQ_WIRE_MAX_TENSORS].segs[k % MQ_WIRE_MAX_TENSORS];
-            memset(mq_model_grads(self->model) + seg->flat, 0, seg->count * sizeof(float));
-            self->spent[k] = false;
-        }
+    float *g = mq_model_grads(self->model);
+    /* a round whose every shard was encoded with clearing has left zeros but where its fp32
+     * pushes pointed; any other (the first, one cut short, one this worker missed) is
+     * zeroed here, but where a residual lives */
+    bool all = self->clear && self->cleared < self->cfg.servers;
+    for (size_t k = 0; k < (size_t)self->cfg.servers * MQ_WIRE_MAX_TENSORS; k++) {
+        uint32_t s = (uint32_t)(k / MQ_WIRE_MAX_TENSORS), i = (uint32_t)(k % MQ_WIRE_MAX_TENSORS);
+        if (i >= self->shards[s].nsegs)
+            continue;
+        const mq_segment_t *seg = &self->shards[s].segs[i];
+        bool residual = self->cfg.error_feedback && seg->quantized;
+        if (self->spent[k] || (all && !residual))
+            memset(g + seg->flat, 0, seg->count * sizeof(float));
+        self->spent[k] = false;
+    }
+    self->cleared = 0;
     return 0;
 }
 
@@ -173,24 +190,30 @@ int mq_kv_worker_encode(mq_kv_worker_t *self, uint32_t s, float *grads, const mq
                    "residual is");
         return -1;
     }
+    if (self->clear && grads != mq_model_grads(self->model)) {
+        mq_err_set("clearing encodes the model's own gradient buffer, which it zeroes");
+        return -1;
+    }
     for (uint32_t i = 0; i < sh->nsegs; i++) {
         const mq_segment_t *seg = &sh->segs[i];
         mq_codec_stats_t st; /* |Q(g)|^2, counted from the codes while they are in cache */
         float *v = grads + seg->flat, *res = ef && seg->quantized ? v : NULL;
+        float *clr = self->clear && !res ? v : NULL;
         if (mq_ps_encode_segment(seg, &coders[i], mq_widths_at(w, seg->tensor), v,
-                                 &self->grads_ref, res, &self->rng, lr, &hdrs[i], &payloads[i],
-                                 &st) != 0) {
+                                 &self->grads_ref, res, clr, &self->rng, lr, &hdrs[i],
+                                 &payloads[i], &st) != 0) {
             for (uint32_t k = 0; k < i; k++)
                 payloads[k].free_fn((void *)payloads[k].data, payloads[k].hint);
             return -1;
         }
-        if (res && hdrs[i].codec.id == MQ_CODEC_ID_none) /* the sums went out whole */
+        if ((res || clr) && hdrs[i].codec.id == MQ_CODEC_ID_none) /* went out whole */
             self->spent[(size_t)s * MQ_WIRE_MAX_TENSORS + i] = true;
         if (seg->quantized && sent_sq)
             *sent_sq += st.sq;
         if (seg->quantized && tensor_sq)
             tensor_sq[seg->tensor] += st.sq;
     }
+    self->cleared += self->clear;
     return 0;
 }
 

@@ -166,7 +166,7 @@ int mq_seg_coder_init(mq_seg_coder_t *coder, const mq_segment_t *seg, const mq_c
 }
 
 int mq_ps_encode_segment(const mq_segment_t *seg, mq_seg_coder_t *coder, int bits,
-                         const float *values, mq_sendbuf_t *ref, float *residual,
+                         const float *values, mq_sendbuf_t *ref, float *residual, float *clear,
                          mq_rng_t *rng, float lr, mq_tensor_hdr_t *h, mq_payload_t *out,
                          mq_codec_stats_t *stats)
 {
@@ -175,6 +175,10 @@ int mq_ps_encode_segment(const mq_segment_t *seg, mq_seg_coder_t *coder, int bit
     assert(ops); /* mq_seg_coder_init */
     if (residual && residual != values) {
         mq_err_set("%s: error feedback runs in place (the residual must be the values)", seg->name);
+        return -1;
+    }
+    if (clear && (clear != values || residual)) {
+        mq_err_set("%s: only the values themselves are cleared, and not a residual", seg->name);
         return -1;
     }
     if (ops->max_bits > 0 && bits < 32 && (bits < ops->min_bits || bits > ops->max_bits)) {
@@ -208,7 +212,7 @@ int mq_ps_encode_segment(const mq_segment_t *seg, mq_seg_coder_t *coder, int bit
         coder->nstate = nstate;
     }
     assert(rng || !ops->stochastic || !ops->stochastic(&c));
-    mq_codec_ctx_t ctx = {.rng = rng, .state = coder->state, .lr = lr};
+    mq_codec_ctx_t ctx = {.rng = rng, .state = coder->state, .lr = lr, .clear = clear};
     bool ef = residual && nstate == 0; /* else the codec keeps its own residual */
     if (mq_codec_encode_resolved(ops, &c, ef ? NULL : values, ef ? residual : NULL, seg->count,
                                  &ctx, coder->buf.data, &len, stats) != 0)

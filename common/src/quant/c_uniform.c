@@ -269,6 +269,10 @@ static int s_encode(const mq_codec_t *c, const float *src, size_t n, const mq_co
         }
         sq += s_chunk_done(kn, c, n, dst, out, start, len, stats != NULL, codes, code_bytes,
                            pk != NULL);
+        /* Read for the last time (a bucket's range scans ahead, never back): zeroed while
+         * in cache, for a caller whose next gradient adds onto the array. */
+        if (ctx->clear)
+            memset(ctx->clear + start, 0, len * sizeof *ctx->clear);
     }
     if (stats)
         stats->sq = sq;
@@ -571,6 +575,7 @@ const mq_codec_ops_t mq_codec_uniform_ops = {
     .max_bits = MQ_QUANT_MAX_BITS,
     .unbiased = false, /* only with :stochastic */
     .exact_size = true,
+    .clears = true,
     .option = s_option,
     .format = s_format,
     .check = s_check,

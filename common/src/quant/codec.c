@@ -3,6 +3,7 @@
  * helpers every codec's file shares. Everything a caller passes is checked here, so a
  * codec's own functions can trust their arguments. */
 
+#include <assert.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -591,8 +592,11 @@ int mq_codec_encode_resolved(const mq_codec_ops_t *ops, const mq_codec_t *c, con
     mq_codec_stats_t st = {0};
     size_t len = 0;
     if (n > 0 && !residual) {
+        assert(!ctx->clear || ctx->clear == src);
         if (ops->encode(c, src, n, ctx, dst, &len, stats ? &st : NULL) < 0)
             return -1;
+        if (ctx->clear && !ops->clears)
+            memset(ctx->clear, 0, n * sizeof *ctx->clear);
     } else if (n > 0) {
         /* With one bit the levels are the bucket's min and max, and stochastic rounding
          * leaves a residual as large as the whole range: the residual's range can double

@@ -32,6 +32,7 @@ struct mqgrad {
     bool evaluate;  /* the last round asks for an evaluation not yet given */
     bool in_round;  /* between a STEP and its APPLIED */
     bool asked;     /* the round in progress asks for an evaluation */
+    bool zero_grads; /* mqgrad_zero_grads */
     int32_t *perm;  /* mqgrad_examples: the permutation of epoch perm_epoch over perm_n */
     uint64_t perm_epoch, perm_n;
     char error[512];
@@ -233,6 +234,15 @@ int mqgrad_accumulates(const mqgrad_t *w, size_t tensor)
     return tensor < w->ext.layout.n && w->welcome.accumulate[tensor];
 }
 
+int mqgrad_zero_grads(mqgrad_t *w, int on)
+{
+    w->error[0] = 0;
+    if (w->in_round)
+        return s_fail(w, "round in progress: the gradient is the caller's until mqgrad_push");
+    w->zero_grads = on != 0;
+    return 0;
+}
+
 int mqgrad_next(mqgrad_t *w, mqgrad_step_t *step)
 {
     w->error[0] = 0;
@@ -242,7 +252,8 @@ int mqgrad_next(mqgrad_t *w, mqgrad_step_t *step)
         return s_fail(w, "round in progress: call mqgrad_push first");
     if (w->evaluate)
         return s_fail(w, "the last round asked for an evaluation: call mqgrad_evaluated first");
-    if (s_tell(w, "NEXT", NULL, 0) != 0)
+    uint8_t zero = w->zero_grads;
+    if (s_tell(w, "NEXT", &zero, sizeof zero) != 0)
         return -1;
     /* rounds come as fast as the slowest member computes; the scheduler's silence is what the
      * peer timeout bounds, and the worker itself gives up then (DONE) */

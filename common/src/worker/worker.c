@@ -97,6 +97,7 @@ typedef struct {
      * asks for it ("NEXT"); an ITERATE that comes before is held until then */
     const mq_worker_ext_t *ext;
     bool caller_waiting, caller_pushing, caller_evaluating;
+    bool clear_grads; /* its "NEXT" asks for the gradient zero at each round (autograd adds) */
     /* the servers' sockets are not read while the caller computes a round whose shards went
      * early (mqgrad_ready): their aggregates wait in ZeroMQ's queue until its "PUSH", so the
      * parameters change only inside mqgrad_push, and the round's report has its loss */
@@ -591,6 +592,8 @@ static void s_pushes(s_worker_t *self, double t0, double loss);
 static void s_compute(s_worker_t *self)
 {
     double t0 = mq_link_now(&self->link);
+    if (self->ext)
+        mq_kv_worker_set_clear(self->kv, self->clear_grads);
     /* No message may still point into the gradient we are about to overwrite. */
     if (mq_kv_worker_wait(self->kv, S_BUF_TIMEOUT_MS) != 0) {
         s_fail(self, "gradient buffer");
@@ -1093,6 +1096,8 @@ static int s_command(void *arg, const char *cmd, zmsg_t *m)
         mq_warn("pipe command '%s' ignored: no library caller", cmd);
     else if (streq(cmd, "NEXT")) {
         self->caller_waiting = true;
+        if (body && zframe_size(body) == 1)
+            self->clear_grads = zframe_data(body)[0] != 0;
         if (self->has_held && !self->node.finished)
             s_on_iterate(self, self->held);
     } else if (streq(cmd, "READY")) {
