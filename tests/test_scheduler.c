@@ -1,7 +1,7 @@
 /* The scheduler's own rules that need no cluster: its flags, the learning-rate schedule it
  * sends with every ITERATE, its checkpoint file, and its socket-free modules fed event by
- * event (the round, membership, the agent link, the run's horizon, recovery, the checkpoint
- * in progress, the round's record). */
+ * event (the run's phases, the round, membership, the agent link, the run's horizon,
+ * recovery, the checkpoint in progress, the round's record). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -901,6 +901,89 @@ Test(scheduler, a_report_counts_once_for_its_own_round_and_adds_to_the_round_tot
     cr_assert_eq(sum.n_tensor_err, 2);
     cr_assert_float_eq(sum.tensor_err[0], 0.75, 1e-12, "another layout's errors are not added");
     cr_assert_float_eq(sum.tensor_err[1], 1.5, 1e-12);
+}
+
+/* A run's life through the phases' table: registration, setup, rounds, the agent, a pause, a
+ * rollback, the end; every event the table does not hold is refused, with the phase kept. */
+Test(scheduler, the_phases_move_by_their_table_and_refuse_what_it_does_not_hold)
+{
+    mq_phases_t ph;
+    mq_ph_init(&ph, 100.0);
+    cr_assert_eq(ph.phase, MQ_PH_REGISTERING);
+    static const struct {
+        mq_phase_event_t ev;
+        mq_phase_t to;
+    } life[] = {
+        {MQ_PE_COMPLETE, MQ_PH_PREPARING},   {MQ_PE_ISSUE, MQ_PH_RUNNING},
+        {MQ_PE_ASK_AGENT, MQ_PH_WAIT_AGENT}, {MQ_PE_ISSUE, MQ_PH_RUNNING},
+        {MQ_PE_ISSUE, MQ_PH_RUNNING},        {MQ_PE_SHORT, MQ_PH_PAUSED},
+        {MQ_PE_SHORT, MQ_PH_PAUSED},         {MQ_PE_ISSUE, MQ_PH_RUNNING},
+        {MQ_PE_ROLL_BACK, MQ_PH_REGISTERING}, {MQ_PE_COMPLETE, MQ_PH_PREPARING},
+        {MQ_PE_FINISH, MQ_PH_DONE},
+    };
+    for (size_t i = 0; i < sizeof life / sizeof life[0]; i++) {
+        mq_phase_t from = ph.phase;
+        cr_assert_eq(mq_ph_go(&ph, life[i].ev, 100.0 + (double)i), (int)from, "step %zu: %s",
+                     i, mq_err_last());
+        cr_assert_eq(ph.phase, life[i].to, "step %zu: %s", i, mq_ph_name(ph.phase));
+    }
+    /* what the table does not hold */
+    static const struct {
+        mq_phase_t in;
+        mq_phase_event_t ev;
+    } refused[] = {
+        {MQ_PH_REGISTERING, MQ_PE_ISSUE},   {MQ_PH_REGISTERING, MQ_PE_SHORT},
+        {MQ_PH_REGISTERING, MQ_PE_ASK_AGENT}, {MQ_PH_PREPARING, MQ_PE_COMPLETE},
+        {MQ_PH_PREPARING, MQ_PE_ASK_AGENT}, {MQ_PH_RUNNING, MQ_PE_COMPLETE},
+        {MQ_PH_WAIT_AGENT, MQ_PE_ASK_AGENT}, {MQ_PH_PAUSED, MQ_PE_ASK_AGENT},
+        {MQ_PH_PAUSED, MQ_PE_COMPLETE},     {MQ_PH_DONE, MQ_PE_ISSUE},
+        {MQ_PH_DONE, MQ_PE_ROLL_BACK},      {MQ_PH_DONE, MQ_PE_FINISH},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        ph.phase = refused[i].in;
+        cr_assert_eq(mq_ph_go(&ph, refused[i].ev, 200.0), -1, "case %zu was taken", i);
+        cr_assert_eq(ph.phase, refused[i].in, "case %zu moved the phase", i);
+        cr_assert(strstr(mq_err_last(), mq_ph_name(refused[i].in)), "%s", mq_err_last());
+    }
+    cr_assert_eq(mq_ph_next(MQ_PH_COUNT_, MQ_PE_ISSUE), -1);
+    cr_assert_eq(mq_ph_next(MQ_PH_RUNNING, MQ_PE_COUNT_), -1);
+    /* every phase but DONE can roll back and finish */
+    for (int p = 0; p < MQ_PH_COUNT_; p++) {
+        cr_assert_eq(mq_ph_next((mq_phase_t)p, MQ_PE_ROLL_BACK),
+                     p == MQ_PH_DONE ? -1 : MQ_PH_REGISTERING);
+        cr_assert_eq(mq_ph_next((mq_phase_t)p, MQ_PE_FINISH), p == MQ_PH_DONE ? -1 : MQ_PH_DONE);
+    }
+}
+
+/* --start-timeout from the start of registration (again after a rollback), --iter-timeout
+ * from the round's issue, --pause-timeout from the start of the pause (a pause that goes on
+ * keeps its start); the agent's wait and the end have none here. */
+Test(scheduler, each_phase_runs_out_of_time_by_its_own_flag)
+{
+    mq_scheduler_config_t c;
+    s_parse(&c, (char *[]){"mqgrad-scheduler", "--start-timeout", "60", "--iter-timeout", "30",
+                           "--pause-timeout", "90", NULL});
+    mq_phases_t ph;
+    mq_ph_init(&ph, 1000.0);
+    cr_expect_eq(mq_ph_due(&ph, &c, 1060.0, 0), MQ_PD_NONE);
+    cr_expect_eq(mq_ph_due(&ph, &c, 1060.5, 0), MQ_PD_START);
+    mq_ph_go(&ph, MQ_PE_COMPLETE, 1010.0);
+    cr_expect_eq(mq_ph_due(&ph, &c, 1060.5, 0), MQ_PD_START, "setup is within the start's time");
+    mq_ph_go(&ph, MQ_PE_ISSUE, 1020.0);
+    cr_expect_eq(mq_ph_due(&ph, &c, 5000.0, 4990.0), MQ_PD_NONE, "the round is 10 s old");
+    cr_expect_eq(mq_ph_due(&ph, &c, 5000.0, 4960.0), MQ_PD_ROUND);
+    mq_ph_go(&ph, MQ_PE_ASK_AGENT, 5000.0);
+    cr_expect_eq(mq_ph_due(&ph, &c, 9000.0, 4960.0), MQ_PD_NONE, "the agent has its own");
+    mq_ph_go(&ph, MQ_PE_SHORT, 6000.0);
+    mq_ph_go(&ph, MQ_PE_SHORT, 6050.0); /* still short */
+    cr_expect_eq(ph.t_paused, 6000.0);
+    cr_expect_eq(mq_ph_due(&ph, &c, 6090.0, 0), MQ_PD_NONE);
+    cr_expect_eq(mq_ph_due(&ph, &c, 6090.5, 0), MQ_PD_PAUSE);
+    mq_ph_go(&ph, MQ_PE_ROLL_BACK, 7000.0);
+    cr_expect_eq(mq_ph_due(&ph, &c, 7059.0, 0), MQ_PD_NONE, "a rollback restarts the start's");
+    cr_expect_eq(mq_ph_due(&ph, &c, 7061.0, 0), MQ_PD_START);
+    mq_ph_go(&ph, MQ_PE_FINISH, 7062.0);
+    cr_expect_eq(mq_ph_due(&ph, &c, 1e9, 0), MQ_PD_NONE);
 }
 
 Test(scheduler, a_round_past_its_timeout_takes_out_the_members_that_did_not_push)

@@ -31,25 +31,15 @@
 #include "mqgrad/wire.h"
 #include "scheduler_internal.h"
 
-typedef enum {
-    S_REGISTERING,
-    S_PREPARING,
-    S_RUNNING,
-    S_WAIT_AGENT,
-    S_PAUSED, /* fewer than --min-workers: iteration `iter` is issued once enough are back */
-    S_DONE
-} s_phase_t;
-
 typedef struct {
     zsock_t *pipe;
     const mq_scheduler_config_t *cfg;
     mq_run_config_t run;
     zloop_t *loop;
     zsock_t *router, *agent;
-    s_phase_t phase;
+    mq_phases_t ph; /* where the run is, and since when (phase.c) */
     mq_membership_t mb; /* who holds each rank (membership.c) */
     uint64_t run_id;
-    double t_created, t_paused;
     mq_runlog_t *log;
     /* iteration state */
     uint64_t iter;
@@ -240,7 +230,7 @@ static void s_metrics_tick(s_sched_t *self)
         servers += self->mb.servers[i].state != MQ_MB_FREE;
     mq_metric_set(self->m.workers, mq_mb_count(&self->mb, MQ_MB_FREE)); /* FREE: not free */
     mq_metric_set(self->m.servers, servers);
-    mq_metric_set(self->m.paused, self->phase == S_PAUSED);
+    mq_metric_set(self->m.paused, self->ph.phase == MQ_PH_PAUSED);
     mq_metric_set(self->m.fallbacks, (double)self->fallbacks);
     mq_drops_publish(self->m.drops, self->drops.count);
 }
@@ -342,9 +332,17 @@ static bool s_checkpoint_due(s_sched_t *self);
 static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg);
 static void s_iteration_done(s_sched_t *self);
 
+/* Moves the run on by EVENT (phase.c's table). One the table refuses is a fault of this
+ * actor's: said, and the phase stays. */
+static void s_go(s_sched_t *self, mq_phase_event_t event)
+{
+    if (mq_ph_go(&self->ph, event, mq_now_s()) < 0)
+        mq_error("%s", mq_err_last());
+}
+
 static void s_pause(s_sched_t *self, uint32_t have)
 {
-    if (self->phase != S_PAUSED) {
+    if (self->ph.phase != MQ_PH_PAUSED) {
         char fields[96];
         snprintf(fields, sizeof fields, "\"workers\":%u,\"min_workers\":%ld", have,
                  self->cfg->min_workers);
@@ -353,9 +351,8 @@ static void s_pause(s_sched_t *self, uint32_t have)
                 "until enough are back (at most %.0f s)",
                 have, self->cfg->min_workers, (unsigned long long)self->iter,
                 self->cfg->pause_timeout);
-        self->t_paused = mq_now_s();
     }
-    self->phase = S_PAUSED;
+    s_go(self, MQ_PE_SHORT);
 }
 
 /* The round's members: every worker up (those ready since the last round join now). */
@@ -381,10 +378,10 @@ static void s_issue(s_sched_t *self)
         s_pause(self, up);
         return;
     }
-    if (self->phase == S_PAUSED) {
+    if (self->ph.phase == MQ_PH_PAUSED) {
         char fields[64];
         snprintf(fields, sizeof fields, "\"workers\":%u,\"paused_s\":%.1f", up,
-                 mq_now_s() - self->t_paused);
+                 mq_now_s() - self->ph.t_paused);
         s_event(self, "resume", fields);
         mq_info("%u workers: the run goes on", up);
     }
@@ -415,7 +412,7 @@ static void s_issue(s_sched_t *self)
     bool checkpoint = s_checkpoint_due(self);
     mq_round_begin(&self->round, self->evaluate);
     memset(&self->sum, 0, sizeof self->sum);
-    self->phase = S_RUNNING;
+    s_go(self, MQ_PE_ISSUE);
     /* the agent's and the evaluations' time is not training: not on the simulated clock */
     mq_rclock_begin(&self->clock, mq_now_s(), self->train_time);
     self->out.sim_time = self->clock.sim_issued;
@@ -627,7 +624,7 @@ static void s_start(s_sched_t *self)
     s_event(self, "start", fields);
     mq_info("cluster complete: %u workers, %u servers; run %016llx in %s", nworkers,
             self->mb.nservers, (unsigned long long)self->run_id, self->run_dir);
-    self->phase = S_PREPARING;
+    s_go(self, MQ_PE_COMPLETE);
 }
 
 /* A node finished its setup (data, model). Iteration 0 starts when every server and the
@@ -635,17 +632,17 @@ static void s_start(s_sched_t *self)
 static void s_on_ready(void *arg, mq_msg_t *msg)
 {
     s_sched_t *self = arg;
-    if (self->phase == S_REGISTERING || self->phase == S_DONE ||
+    if (self->ph.phase == MQ_PH_REGISTERING || self->ph.phase == MQ_PH_DONE ||
         !mq_mb_ready(&self->mb, msg, mq_now_s())) {
         mq_drops_note(&self->drops, MQ_DROP_RANK, msg->peer, msg->peer_len,
                       "ready from an unknown node, twice, or out of phase");
         return;
     }
-    if (self->phase == S_PAUSED) {
+    if (self->ph.phase == MQ_PH_PAUSED) {
         s_issue(self);
         return;
     }
-    if (self->phase != S_PREPARING)
+    if (self->ph.phase != MQ_PH_PREPARING)
         return; /* a member from the next iteration on */
     if (!mq_mb_all_ready(&self->mb, (uint32_t)self->cfg->workers))
         return;
@@ -697,9 +694,9 @@ static void s_fail(s_sched_t *self, const char *fmt, ...)
 
 static void s_finish(s_sched_t *self, const char *status, int code)
 {
-    if (self->phase == S_DONE)
+    if (self->ph.phase == MQ_PH_DONE)
         return;
-    self->phase = S_DONE;
+    s_go(self, MQ_PE_FINISH);
     s_agent_event(self, MQ_AL_RESET, NULL, NULL, NULL); /* no wait outlives the run */
     s_summary(self, status);
     char fields[96];
@@ -925,13 +922,13 @@ static void s_agent_event(s_sched_t *self, mq_al_event_t event, const char *why,
     if (act & MQ_AL_CANCEL)
         self->agent_timer = -1;
     if (act & MQ_AL_WAIT) {
-        self->phase = S_WAIT_AGENT;
+        s_go(self, MQ_PE_ASK_AGENT);
         self->t_observed = mq_now_s();
         self->agent_timer = zloop_timer(self->loop, (size_t)self->cfg->agent_deadline_ms, 1,
                                         s_on_agent_deadline, self);
     }
     if (act & MQ_AL_NEXT) {
-        if (self->phase == S_WAIT_AGENT)
+        if (self->ph.phase == MQ_PH_WAIT_AGENT)
             self->agent_ms = (mq_now_s() - self->t_observed) * 1e3;
         s_next(self);
     }
@@ -979,7 +976,7 @@ static void s_observe(s_sched_t *self, double iter_ms, double smoothed_before)
 static void s_on_decision(void *arg, mq_msg_t *msg, const mq_status_msg_t *d)
 {
     s_sched_t *self = arg;
-    if (self->phase == S_DONE)
+    if (self->ph.phase == MQ_PH_DONE)
         return;
     mq_widths_t widths;
     const char *why = "";
@@ -988,7 +985,7 @@ static void s_on_decision(void *arg, mq_msg_t *msg, const mq_status_msg_t *d)
         mq_drops_note(&self->drops, drop, (const uint8_t *)"agent", 5, why);
         return;
     }
-    bool due = self->phase == S_WAIT_AGENT && msg->iter + 1 == self->iter;
+    bool due = self->ph.phase == MQ_PH_WAIT_AGENT && msg->iter + 1 == self->iter;
     s_agent_event(self, due ? MQ_AL_DECISION_DUE : MQ_AL_DECISION, NULL, d, &widths);
 }
 
@@ -1101,7 +1098,7 @@ static void s_lose_worker(s_sched_t *self, uint32_t rank, const char *why)
     s_event(self, "worker_lost", fields);
     mq_warn("worker %u lost at iteration %llu (%s); %u workers left", rank,
             (unsigned long long)self->iter, why, left);
-    if (!member || self->phase != S_RUNNING)
+    if (!member || self->ph.phase != MQ_PH_RUNNING)
         return;
     mq_round_out_t o; /* out of the round: the servers aggregate over the others */
     mq_round_lose(&self->round, rank, &o);
@@ -1177,11 +1174,11 @@ static void s_on_register(void *arg, mq_msg_t *msg, const mq_register_t *reg)
         mq_warn("%s %u registered again from a new connection (it heard nothing on its first): "
                 "answering it there",
                 o.worker ? "worker" : "server", o.rank);
-        if (self->phase != S_REGISTERING && node->state == MQ_MB_SETUP)
+        if (self->ph.phase != MQ_PH_REGISTERING && node->state == MQ_MB_SETUP)
             s_welcome(self, node, o.rank);
         return;
     }
-    if (self->phase == S_DONE) {
+    if (self->ph.phase == MQ_PH_DONE) {
         s_refuse(self, msg, "the run is over", false);
         return;
     }
@@ -1190,7 +1187,8 @@ static void s_on_register(void *arg, mq_msg_t *msg, const mq_register_t *reg)
         s_refuse(self, msg, why, false);
         return;
     }
-    if (mq_mb_take(&self->mb, msg, self->phase == S_REGISTERING, mq_now_s(), &o) != MQ_MB_TAKEN) {
+    if (mq_mb_take(&self->mb, msg, self->ph.phase == MQ_PH_REGISTERING, mq_now_s(), &o) !=
+        MQ_MB_TAKEN) {
         s_refuse(self, msg, o.why, o.retry);
         return;
     }
@@ -1206,7 +1204,7 @@ static void s_on_register(void *arg, mq_msg_t *msg, const mq_register_t *reg)
     mq_info("%s %u registered%s%s (%u/%ld workers, %u/%ld servers)", worker ? "worker" : "server",
             o.rank, worker ? "" : " at ", node->endpoint, nworkers, self->cfg->workers,
             self->mb.nservers, self->cfg->servers);
-    if (self->phase != S_REGISTERING) {
+    if (self->ph.phase != MQ_PH_REGISTERING) {
         s_welcome(self, node, o.rank); /* a late join: a member once it is ready */
         return;
     }
@@ -1224,7 +1222,7 @@ static void s_on_report(void *arg, mq_msg_t *msg, const mq_report_t *rep)
     if (!w || w->state != MQ_MB_ACTIVE || !mq_mb_from_peer(w, msg))
         d = MQ_DROP_RANK, why = "report from a peer that is not that rank";
     else
-        d = mq_round_report_check(&self->round, self->phase == S_RUNNING, self->iter,
+        d = mq_round_report_check(&self->round, self->ph.phase == MQ_PH_RUNNING, self->iter,
                                   self->clock.cut > 0, msg->iter, msg->rank, &why);
     if (d != MQ_DROP_NONE) {
         mq_drops_note(&self->drops, d, msg->peer, msg->peer_len, why);
@@ -1245,7 +1243,7 @@ static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
 {
     s_sched_t *self = arg;
     self->deadline_timer = -1;
-    if (self->phase != S_RUNNING) {
+    if (self->ph.phase != MQ_PH_RUNNING) {
         self->round.deadline_passed = true;
         return 0;
     }
@@ -1258,7 +1256,8 @@ static int s_on_straggler_deadline(zloop_t *loop, int timer_id, void *arg)
 static void s_on_progress(void *arg, mq_msg_t *msg, const mq_members_t *p)
 {
     s_sched_t *self = arg;
-    if (!s_from_server(self, msg, p->shard) || self->phase != S_RUNNING || msg->iter != self->iter)
+    if (!s_from_server(self, msg, p->shard) || self->ph.phase != MQ_PH_RUNNING ||
+        msg->iter != self->iter)
         return;
     mq_round_out_t o;
     mq_round_progress(&self->round, p->shard, p->members, p->n_members, self->mb.nservers, &o);
@@ -1271,7 +1270,7 @@ static void s_on_have(void *arg, mq_msg_t *msg, const mq_members_t *h)
     if (!s_from_server(self, msg, h->shard))
         return;
     self->mb.servers[h->shard].last_heard = mq_now_s();
-    if (self->phase != S_RUNNING || msg->iter != self->iter || h->view != self->round.view)
+    if (self->ph.phase != MQ_PH_RUNNING || msg->iter != self->iter || h->view != self->round.view)
         return; /* for a member set since cut: the new one's HAVE follows */
     if (msg->sim_time > self->commit_sim)
         self->commit_sim = msg->sim_time; /* the simulated commit: after the last server's HAVE */
@@ -1322,9 +1321,10 @@ static void s_fall_back(s_sched_t *self, uint32_t server, uint64_t bad, const ch
 static void s_on_error(void *arg, mq_msg_t *msg, const mq_reason_t *error)
 {
     s_sched_t *self = arg;
-    if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER && error->unreadable_checkpoint)
+    if (self->ph.phase != MQ_PH_DONE && msg->role == MQ_ROLE_SERVER &&
+        error->unreadable_checkpoint)
         s_fall_back(self, msg->rank, msg->iter, error->reason);
-    else if (self->phase != S_DONE && msg->role == MQ_ROLE_SERVER)
+    else if (self->ph.phase != MQ_PH_DONE && msg->role == MQ_ROLE_SERVER)
         s_fail(self, "server: %s", error->reason);
     else
         mq_error("%s", error->reason);
@@ -1367,7 +1367,7 @@ static bool s_take_out_stuck(s_sched_t *self, double now)
     snprintf(why, sizeof why, "no report within --iter-timeout %.0f s: stuck",
              self->cfg->iter_timeout);
     self->clock.t_issued = now; /* the round as cut gets a timeout of its own */
-    for (uint32_t i = 0; i < n && self->phase == S_RUNNING; i++)
+    for (uint32_t i = 0; i < n && self->ph.phase == MQ_PH_RUNNING; i++)
         s_lose_worker(self, stuck[i], why);
     return true;
 }
@@ -1398,8 +1398,7 @@ static void s_roll_back(s_sched_t *self, const mq_sched_ckpt_t *ck, const char *
     self->t_training = 0;
     self->round.view = 0;
     mq_hz_restart(&self->hz);
-    self->t_created = now; /* the registration gets its --start-timeout again */
-    self->phase = S_REGISTERING;
+    s_go(self, MQ_PE_ROLL_BACK); /* the registration gets its --start-timeout again */
 }
 
 /* A server is lost, and its shard with it: the run goes back to its last consistent
@@ -1474,17 +1473,17 @@ static void s_fall_back(s_sched_t *self, uint32_t server, uint64_t bad, const ch
 static void s_check_nodes(s_sched_t *self, double now)
 {
     double limit = self->cfg->heartbeat_timeout;
-    if (self->phase == S_REGISTERING) /* nobody beats before its WELCOME */
+    if (self->ph.phase == MQ_PH_REGISTERING) /* nobody beats before its WELCOME */
         return;
     uint32_t *silent = self->silent, n;
     int server = mq_mb_silent(&self->mb, now, limit, silent, &n);
-    for (uint32_t k = 0; k < n && self->phase != S_DONE; k++) {
+    for (uint32_t k = 0; k < n && self->ph.phase != MQ_PH_DONE; k++) {
         char why[96];
         snprintf(why, sizeof why, "silent for %.1f s",
                  now - self->mb.workers[silent[k]].last_heard);
         s_lose_worker(self, silent[k], why);
     }
-    if (server >= 0 && self->phase != S_DONE) { /* the workers' losses may have ended the run */
+    if (server >= 0 && self->ph.phase != MQ_PH_DONE) { /* the workers' losses may have ended it */
         double quiet = now - self->mb.servers[server].last_heard;
         char fields[96];
         snprintf(fields, sizeof fields, "\"rank\":%d,\"silent_s\":%.1f", server, quiet);
@@ -1500,24 +1499,23 @@ static void s_tick(void *arg)
     double now = mq_now_s();
     s_check_nodes(self, now);
     s_metrics_tick(self);
-    if ((self->phase == S_REGISTERING || self->phase == S_PREPARING) &&
-        now - self->t_created > c->start_timeout) {
+    mq_ph_due_t due = mq_ph_due(&self->ph, c, now, self->clock.t_issued);
+    if (due == MQ_PD_START) {
         s_fail(self, "only %u/%ld workers and %u/%ld servers registered, %u ready, within %.0f s",
                  mq_mb_count(&self->mb, MQ_MB_FREE), c->workers, self->mb.nservers, c->servers,
                  mq_mb_count(&self->mb, MQ_MB_READY), c->start_timeout);
-    } else if (self->phase == S_RUNNING && now - self->clock.t_issued > c->iter_timeout &&
-               !s_take_out_stuck(self, now)) {
+    } else if (due == MQ_PD_ROUND && !s_take_out_stuck(self, now)) {
         char missing[512];
         s_missing(self, missing, sizeof missing);
         s_fail(self, "iteration %llu did not complete within %.0f s (no report from workers %s)",
                  (unsigned long long)self->iter, c->iter_timeout, missing);
-    } else if (self->phase == S_PAUSED && now - self->t_paused > c->pause_timeout) {
+    } else if (due == MQ_PD_PAUSE) {
         s_fail(self, "paused for %.0f s with %u workers (--min-workers %ld): giving up",
-                 now - self->t_paused,
+                 now - self->ph.t_paused,
                  mq_mb_count(&self->mb, MQ_MB_ACTIVE) + mq_mb_count(&self->mb, MQ_MB_READY),
                  c->min_workers);
     }
-    if (self->phase != S_DONE) {
+    if (self->ph.phase != MQ_PH_DONE) {
         mq_msg_init(&self->out, MQ_MSG_HEARTBEAT);
         s_broadcast(self, true, true);
     }
@@ -1527,7 +1525,7 @@ static void s_tick(void *arg)
 static void s_term(void *arg)
 {
     s_sched_t *self = arg;
-    if (self->phase != S_DONE && self->phase != S_REGISTERING)
+    if (self->ph.phase != MQ_PH_DONE && self->ph.phase != MQ_PH_REGISTERING)
         s_finish(self, "interrupted", 0);
 }
 
@@ -1594,7 +1592,7 @@ static int s_start_service(void *arg, mq_service_t *svc)
         !(self->terms = calloc(w, sizeof *self->terms)) ||
         !(self->endpoints = calloc(s, sizeof *self->endpoints)) ||
         (self->cfg->metrics && !(self->m.w = calloc(w, sizeof *self->m.w)))) {
-        self->phase = S_DONE;
+        self->ph.phase = MQ_PH_DONE;
         return mq_err_set("out of memory for a run of %u workers and %u servers", w, s), 1;
     }
     mq_hz_init(&self->hz, self->cfg);
@@ -1635,7 +1633,7 @@ static int s_start_service(void *arg, mq_service_t *svc)
     else if (!self->cfg->agent[0])
         snprintf(self->policy, sizeof self->policy, "fixed:%d", self->bits);
     snprintf(self->run_dir, sizeof self->run_dir, "%s", self->cfg->run_dir);
-    self->t_created = mq_now_s();
+    mq_ph_init(&self->ph, mq_now_s());
     /* Names the run on every message, so a node of another run is told, not mixed in. */
     self->run_id = ((uint64_t)zclock_time() << 20) ^ ((uint64_t)getpid() << 4) ^
                    (uint64_t)(uintptr_t)self;
@@ -1646,7 +1644,7 @@ static int s_start_service(void *arg, mq_service_t *svc)
     s_metrics_init(self);
     int rc = s_open(self, svc); /* 1: a port taken, keys unreadable; 2: a bad --run-dir */
     if (rc != 0)
-        self->phase = S_DONE;
+        self->ph.phase = MQ_PH_DONE; /* never started */
     return rc;
 }
 

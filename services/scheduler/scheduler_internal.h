@@ -337,6 +337,69 @@ void mq_rclock_cut(mq_round_clock_t *c, uint32_t first, uint32_t n, double now);
  * evaluation's EVAL_MS (evaluation is not training). */
 double mq_rclock_iter_ms(const mq_round_clock_t *c, double now, double eval_ms);
 
+/* ---- the run's phases (phase.c) -----------------------------------------------------------
+ * Where the run is, what moves it on, and how long each phase may last. Every change of phase
+ * is an event looked up in one table (mq_ph_next); one that the table does not hold is
+ * refused and the phase stays. The deadlines are the flags': --start-timeout from the start
+ * of registration (again after a rollback), --iter-timeout from the round's issue,
+ * --pause-timeout from the start of a pause.
+ *
+ *   phase \ event  COMPLETE   ISSUE     SHORT    ASK_AGENT   ROLL_BACK    FINISH
+ *   REGISTERING    PREPARING  -         -        -           REGISTERING  DONE
+ *   PREPARING      -          RUNNING   PAUSED   -           REGISTERING  DONE
+ *   RUNNING        -          RUNNING   PAUSED   WAIT_AGENT  REGISTERING  DONE
+ *   WAIT_AGENT     -          RUNNING   PAUSED   -           REGISTERING  DONE
+ *   PAUSED         -          RUNNING   PAUSED   -           REGISTERING  DONE
+ *   DONE           -          -         -        -           -            -
+ */
+typedef enum {
+    MQ_PH_REGISTERING, /* ranks are taken; nothing is set up */
+    MQ_PH_PREPARING,   /* every rank registered and welcomed: the nodes set up */
+    MQ_PH_RUNNING,     /* a round is in flight */
+    MQ_PH_WAIT_AGENT,  /* the round closed: the agent's decision is awaited */
+    MQ_PH_PAUSED,      /* fewer than --min-workers: the round waits for enough of them */
+    MQ_PH_DONE,        /* the run is over */
+    MQ_PH_COUNT_
+} mq_phase_t;
+
+typedef enum {
+    MQ_PE_COMPLETE,  /* every rank is registered: WELCOMEs go out */
+    MQ_PE_ISSUE,     /* a round goes out */
+    MQ_PE_SHORT,     /* a round is due but too few workers are up */
+    MQ_PE_ASK_AGENT, /* the round closed and the agent is waited for */
+    MQ_PE_ROLL_BACK, /* every node registers again (a lost server, a checkpoint unreadable) */
+    MQ_PE_FINISH,    /* the run ends, whatever its status */
+    MQ_PE_COUNT_
+} mq_phase_event_t;
+
+typedef struct {
+    mq_phase_t phase;
+    double t_registering; /* when registration began: --start-timeout counts from it */
+    double t_paused;      /* when the pause began */
+} mq_phases_t;
+
+/* What a phase has run out of time for. */
+typedef enum {
+    MQ_PD_NONE,
+    MQ_PD_START, /* registration and setup took longer than --start-timeout */
+    MQ_PD_ROUND, /* the round in flight is older than --iter-timeout */
+    MQ_PD_PAUSE  /* paused for longer than --pause-timeout */
+} mq_ph_due_t;
+
+/* REGISTERING since NOW. */
+void mq_ph_init(mq_phases_t *ph, double now);
+/* The phase EVENT leads to from FROM, or -1 where the table has none. */
+int mq_ph_next(mq_phase_t from, mq_phase_event_t event);
+/* Takes EVENT at NOW: the phase changes by the table (entering REGISTERING restarts the start
+ * deadline; entering PAUSED from another phase starts the pause's). Returns the phase it
+ * left, or -1 with an error naming the event and the phase (nothing changes). */
+int mq_ph_go(mq_phases_t *ph, mq_phase_event_t event, double now);
+/* The deadline the phase has passed at NOW, if any; T_ISSUED is the round in flight's issue
+ * (the round clock's, moved on when stuck members are taken out). */
+mq_ph_due_t mq_ph_due(const mq_phases_t *ph, const mq_scheduler_config_t *c, double now,
+                      double t_issued);
+const char *mq_ph_name(mq_phase_t phase);
+
 /* ---- membership (membership.c) ------------------------------------------------------------
  * Who holds each worker and server rank, and in what state; the actor feeds what the nodes
  * say and do, and carries out the outcome (welcome, refuse, events, the round). A rank's term
