@@ -436,6 +436,29 @@ Test(experiment, train_agent_learns_across_runs_and_deploys, .timeout = 300)
     s_rmtree(root);
 }
 
+/* Time to a target is read off the evaluations: an experiment evaluates every 5 rounds unless
+ * told otherwise (the scheduler alone evaluates every 100). */
+Test(experiment, runs_evaluate_every_five_rounds_by_default, .timeout = 200)
+{
+    char root[64], out[96], log[128], path[200];
+    snprintf(root, sizeof root, "/tmp/mqgrad-exp5-%d", (int)getpid());
+    snprintf(out, sizeof out, "%s/out", root);
+    snprintf(log, sizeof log, "%s/experiment.log", root);
+    cr_assert_eq(mq_mkdirs(root), 0);
+    const char *args[] = {"--methods", "fixed:4", "--seeds", "1", "--model", "small",
+                          "--iterations", "12", "--eval-limit", "200", "--workers", "1",
+                          "--servers", "1", "--threads", "1", "--clock", "simulated", NULL};
+    int code = s_experiment(out, log, 180, args);
+    char *text = s_slurp(log);
+    cr_assert_eq(code, 0, "exit %d:\n%s", code, text);
+    free(text);
+    snprintf(path, sizeof path, "%s/fixed-4-seed1/config.json", out);
+    text = s_slurp(path);
+    cr_expect(strstr(text, "\"eval_every\":5,"), "%s", text);
+    free(text);
+    s_rmtree(root);
+}
+
 /* --help documents "+exact", and the default methods include mqgrad+exact after mqgrad. */
 Test(experiment, help_documents_exact_methods, .timeout = 60)
 {

@@ -64,6 +64,8 @@ static void s_catch_signals(void)
     sigaction(SIGTERM, &sa, NULL);
 }
 
+#define S_EVAL_EVERY 5 /* rounds between evaluations, unless --eval-every */
+
 static const char s_usage[] =
     "usage: mqgrad experiment [--methods LIST] [--seeds LIST] [--out DIR] [mqgrad local flags]\n"
     "Runs the same local cluster once per method and seed (only the method and the seed\n"
@@ -76,7 +78,9 @@ static const char s_usage[] =
     "the paper-exact codec: one range per tensor slice, nearest rounding (--bucket 0, no\n"
     "--stochastic, no --error-feedback); none+exact is refused (fp32 has no codec).\n"
     "Every `mqgrad local` flag is accepted except --policy, --seed and --run-dir.\n"
-    "Seeds: 1,2,3,4,5 unless --seeds. fixed:K methods run without the spike guard (a fixed\n"
+    "Seeds: 1,2,3,4,5 unless --seeds. Every run evaluates every 5 rounds unless --eval-every\n"
+    "(time to a target is read off the evaluations; their time is not training time).\n"
+    "fixed:K methods run without the spike guard (a fixed\n"
     "baseline's bits do not move) unless --guard-spike is given, for every method.\n"
     "\n"
     "Training an agent across runs: --train-agent N runs N episodes of one learning\n"
@@ -294,6 +298,8 @@ static int s_parse(s_opts_t *o, int argc, char **argv)
         rc = mq_local_parse(&o->base, nr, rest);
     if (rc != 0)
         return rc;
+    if (!o->base.eval_every[0]) /* the scheduler's own default (100) hides when a run got there */
+        snprintf(o->base.eval_every, sizeof o->base.eval_every, "%d", S_EVAL_EVERY);
     double v;
     if (s_parse_methods(o) < 0 || s_parse_seeds(o) < 0 || s_check_local(&o->base, nr, rest) < 0 ||
         (o->target_acc[0] && mq_parse_double("--target-acc", o->target_acc, 0, 1, &v) < 0) ||
