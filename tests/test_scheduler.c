@@ -561,6 +561,66 @@ Test(scheduler, ranks_are_taken_in_order_and_refused_with_the_reason_when_none_i
     mq_mb_destroy(&mb);
 }
 
+/* WELCOME: each node its rank's token of its term and the servers in rank order; the run key to
+ * servers only; with an external model the layout to all and the seed word to the seeder
+ * alone, on a run from its start; the seeder is the first worker unless it left. */
+Test(scheduler, a_welcome_gives_each_node_its_token_and_only_servers_the_run_key)
+{
+    uint8_t key[MQ_RUN_KEY_LEN], token[MQ_TOKEN_LEN];
+    mq_run_key_new(key);
+    mq_membership_t mb;
+    mq_mb_init(&mb, 3, 2);
+    mq_mb_reg_out_t o;
+    for (uint32_t k = 0; k < 2; k++) {
+        mq_msg_t w = s_reg(MQ_ROLE_WORKER, (uint8_t)k, 100 + k, 0, "", 0);
+        cr_assert_eq(mq_mb_take(&mb, &w, true, 1.0, &o), MQ_MB_TAKEN);
+        char ep[32];
+        snprintf(ep, sizeof ep, "tcp://s%u:1", k);
+        mq_msg_t sv = s_reg(MQ_ROLE_SERVER, (uint8_t)(10 + k), 200 + k, 0, ep, 0);
+        cr_assert_eq(mq_mb_take(&mb, &sv, true, 1.0, &o), MQ_MB_TAKEN);
+    }
+    mq_run_config_t config;
+    memset(&config, 0, sizeof config);
+    mq_layout_t layout = {.n = 1};
+    snprintf(layout.t[0].name, sizeof layout.t[0].name, "w");
+    layout.t[0].count = 10;
+    cr_expect_eq(mq_mb_seeder(&mb, 1), 1, "the first worker to register, while it is there");
+    mb.workers[1].state = MQ_MB_FREE;
+    cr_expect_eq(mq_mb_seeder(&mb, 1), 0, "it left: the lowest rank held");
+    mq_mb_run_t run = {.config = &config, .run_id = 77, .run_key = key, .layout = &layout,
+                       .seeder = 0};
+    static char endpoints[2][MQ_WIRE_MAX_TEXT];
+    static mq_msg_t out;
+    mq_mb_welcome(&mb, &mb.workers[0], 0, &run, 5.0, endpoints, &out);
+    cr_expect_eq(out.type, MQ_MSG_WELCOME);
+    cr_expect_eq(out.run_id, 77);
+    cr_expect_eq(mb.workers[0].last_heard, 5.0, "its heartbeats are due from now");
+    const mq_welcome_t *w = &out.welcome;
+    cr_expect_eq(w->rank, 0);
+    cr_assert_eq(w->n_servers, 2);
+    cr_expect_str_eq(w->servers[0], "tcp://s0:1");
+    cr_expect_str_eq(w->servers[1], "tcp://s1:1");
+    cr_expect(!w->has_run_key, "a worker never gets the run key");
+    mq_token_make(key, MQ_ROLE_WORKER, 0, mb.worker_term[0], token);
+    cr_expect(w->has_token && w->term == mb.worker_term[0] && mq_token_equal(w->token, token));
+    cr_expect(w->seed, "the seeder's values start the run");
+    cr_expect_eq(out.layout.n, 1);
+    mq_mb_welcome(&mb, &mb.servers[1], 1, &run, 6.0, endpoints, &out);
+    cr_expect(w->has_run_key && memcmp(w->run_key, key, MQ_RUN_KEY_LEN) == 0);
+    mq_token_make(key, MQ_ROLE_SERVER, 1, mb.server_term[1], token);
+    cr_expect(mq_token_equal(w->token, token), "a server's token is of its role");
+    cr_expect(!w->seed, "a server is no seeder");
+    config.resume_iter = 40;
+    mq_mb_welcome(&mb, &mb.workers[0], 0, &run, 7.0, endpoints, &out);
+    cr_expect(!w->seed, "a resumed run starts from its checkpoint, not the seeder's values");
+    config.resume_iter = 0;
+    run.layout = NULL;
+    mq_mb_welcome(&mb, &mb.workers[0], 0, &run, 8.0, endpoints, &out);
+    cr_expect(!w->seed && out.layout.n == 0, "a built-in model needs neither");
+    mq_msg_free(&out);
+    mq_mb_destroy(&mb);
+}
+
 /* Nothing but the run's flags sizes the membership and the round: 1000 worker ranks and 300
  * servers are taken, the next worker is refused naming the run's count, and a round over all
  * of them under first:600 is cut to the 600 whose pushes every server holds, then commits. */

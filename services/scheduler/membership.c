@@ -262,3 +262,42 @@ const char *mq_mb_refusal(const mq_membership_t *mb, const mq_sec_t *sec,
         return "a message without its rank's token (of its current term)";
     return NULL;
 }
+
+uint32_t mq_mb_seeder(const mq_membership_t *mb, uint32_t seeder)
+{
+    if (seeder < mb->max_workers && mb->workers[seeder].state != MQ_MB_FREE)
+        return seeder;
+    for (uint32_t r = 0; r < mb->max_workers; r++)
+        if (mb->workers[r].state != MQ_MB_FREE)
+            return r;
+    return seeder;
+}
+
+void mq_mb_welcome(mq_membership_t *mb, mq_mb_node_t *node, uint32_t rank,
+                   const mq_mb_run_t *run, double now, char (*endpoints)[MQ_WIRE_MAX_TEXT],
+                   mq_msg_t *out)
+{
+    bool server = node >= mb->servers && node < mb->servers + mb->want_servers;
+    node->last_heard = now;
+    mq_msg_init(out, MQ_MSG_WELCOME);
+    mq_welcome_t *w = &out->welcome;
+    w->config = *run->config;
+    out->run_id = run->run_id;
+    w->rank = rank;
+    w->n_servers = mb->nservers;
+    for (uint32_t s = 0; s < mb->nservers; s++)
+        memcpy(endpoints[s], mb->servers[s].endpoint, MQ_WIRE_MAX_TEXT);
+    w->servers = endpoints;
+    if (run->layout) { /* the servers build the model from it; workers check theirs */
+        out->layout = *run->layout;
+        w->seed = !server && rank == run->seeder && run->config->resume_iter == 0;
+    }
+    w->has_token = true;
+    w->term = server ? mb->server_term[rank] : mb->worker_term[rank];
+    mq_token_make(run->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, w->term,
+                  w->token);
+    if (server) {
+        w->has_run_key = true;
+        memcpy(w->run_key, run->run_key, MQ_RUN_KEY_LEN);
+    }
+}

@@ -497,38 +497,15 @@ static void s_on_saved(void *arg, mq_msg_t *msg, const mq_saved_t *sv_)
     s_event(self, "checkpoint", fields);
 }
 
-/* Whether NODE is one of the servers' places (else a worker's). */
-static bool s_is_server(const s_sched_t *self, const mq_mb_node_t *node)
-{
-    return node >= self->mb.servers && node < self->mb.servers + self->mb.want_servers;
-}
-
-/* WELCOME for NODE, which holds rank RANK: the run, its id, the servers. */
+/* WELCOME to NODE, which holds rank RANK (membership.c says what it holds). */
 static void s_welcome(s_sched_t *self, mq_mb_node_t *node, uint32_t rank)
 {
-    node->last_heard = mq_now_s(); /* its heartbeats start now */
-    mq_msg_init(&self->out, MQ_MSG_WELCOME);
-    mq_welcome_t *w = &self->out.welcome;
-    w->config = self->run;
-    self->out.run_id = self->run_id;
-    w->rank = rank;
-    w->n_servers = self->mb.nservers;
-    for (uint32_t s = 0; s < self->mb.nservers; s++)
-        memcpy(self->endpoints[s], self->mb.servers[s].endpoint, sizeof self->endpoints[s]);
-    w->servers = self->endpoints;
-    bool server = s_is_server(self, node);
-    if (self->external) { /* the servers build the model from it; workers check theirs */
-        self->out.layout = self->layout;
-        w->seed = !server && rank == self->seeder && self->run.resume_iter == 0;
-    }
-    w->has_token = true;
-    w->term = server ? self->mb.server_term[rank] : self->mb.worker_term[rank];
-    mq_token_make(self->run_key, server ? MQ_ROLE_SERVER : MQ_ROLE_WORKER, rank, w->term,
-                  w->token);
-    if (server) { /* servers check workers' tokens with it */
-        w->has_run_key = true;
-        memcpy(w->run_key, self->run_key, MQ_RUN_KEY_LEN);
-    }
+    mq_mb_run_t run = {.config = &self->run,
+                       .run_id = self->run_id,
+                       .run_key = self->run_key,
+                       .layout = self->external ? &self->layout : NULL,
+                       .seeder = self->seeder};
+    mq_mb_welcome(&self->mb, node, rank, &run, mq_now_s(), self->endpoints, &self->out);
     if (s_send_to(self, node) != 0)
         mq_warn("welcome to rank %u: %s", rank, mq_err_last());
 }
@@ -604,12 +581,8 @@ static void s_start(s_sched_t *self)
         self->lineage = self->run_id;
     self->run.lineage = self->lineage;
     self->run.resume_iter = self->cp.resumed_at;
-    if (self->external && self->mb.workers[self->seeder].state == MQ_MB_FREE)
-        for (uint32_t r = 0; r < self->mb.max_workers; r++) /* the first worker left: the next */
-            if (self->mb.workers[r].state != MQ_MB_FREE) {
-                self->seeder = r;
-                break;
-            }
+    if (self->external)
+        self->seeder = mq_mb_seeder(&self->mb, self->seeder);
     s_place_servers(self);
     for (uint32_t i = 0; i < self->mb.nservers; i++)
         s_welcome(self, &self->mb.servers[i], i);

@@ -496,6 +496,29 @@ int mq_mb_silent(const mq_membership_t *mb, double now, double limit, uint32_t *
 void mq_mb_place_servers(mq_membership_t *mb);
 /* Forgets every node (a rollback: all register again); the terms stay. */
 void mq_mb_forget(mq_membership_t *mb);
+/* The worker whose values start an external model's run: SEEDER (the first worker to
+ * register) while it holds its rank, else the lowest rank held (it left before the start). */
+uint32_t mq_mb_seeder(const mq_membership_t *mb, uint32_t seeder);
+
+/* What the run tells every node in its WELCOME. */
+typedef struct {
+    const mq_run_config_t *config;
+    uint64_t run_id;
+    const uint8_t *run_key;    /* MQ_RUN_KEY_LEN bytes */
+    const mq_layout_t *layout; /* an external model's, or NULL (a built-in one) */
+    uint32_t seeder;           /* mq_mb_seeder */
+} mq_mb_run_t;
+
+/* WELCOME for NODE (one of MB's), which holds rank RANK, into OUT (its text fields in
+ * ENDPOINTS, MB's nservers of them, which must outlive OUT): the run, its id, the servers'
+ * endpoints in rank order and the rank's token of its current term; to a server the run key,
+ * with which it checks the workers' tokens (a worker never gets it); with an external model
+ * its layout, and to the seeder on a run that starts from its beginning (not resumed) the
+ * word that its values start the run. Marks NODE heard from now (NOW): its heartbeats are
+ * due from then. */
+void mq_mb_welcome(mq_membership_t *mb, mq_mb_node_t *node, uint32_t rank,
+                   const mq_mb_run_t *run, double now, char (*endpoints)[MQ_WIRE_MAX_TEXT],
+                   mq_msg_t *out);
 const char *mq_mb_state_name(mq_mb_state_t s);
 /* The gate of the scheduler's socket (SECURITY.md): who may send MSG. A ping from any key of
  * the cluster; a node's message with its role's key (SEC: the keyring, NULL or off: any key)
