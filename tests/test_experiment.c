@@ -68,6 +68,15 @@ static int s_experiment(const char *out, const char *log, int timeout_s, const c
     return -1;
 }
 
+/* ROOT (/tmp/mqgrad-TAG-<pid>, made), OUT (ROOT/out) and LOG (ROOT/experiment.log). */
+static void s_dirs(const char *tag, char root[64], char out[96], char log[128])
+{
+    snprintf(root, 64, "/tmp/mqgrad-%s-%d", tag, (int)getpid());
+    snprintf(out, 96, "%s/out", root);
+    snprintf(log, 128, "%s/experiment.log", root);
+    cr_assert_eq(mq_mkdirs(root), 0);
+}
+
 static const char *s_tiny[] = {"--methods",
                                "fixed:2,none",
                                "--seeds",
@@ -175,10 +184,7 @@ static void s_check_report_has(const char *out, const char *md, const char *meth
 Test(experiment, tiny_experiment_reports_its_runs_and_resumes, .timeout = 300)
 {
     char root[64], out[96], log[128];
-    snprintf(root, sizeof root, "/tmp/mqgrad-exp-%d", (int)getpid());
-    snprintf(out, sizeof out, "%s/out", root);
-    snprintf(log, sizeof log, "%s/experiment.log", root);
-    cr_assert_eq(mq_mkdirs(root), 0);
+    s_dirs("exp", root, out, log);
     int code = s_experiment(out, log, 240, s_tiny);
     char *text = s_slurp(log);
     cr_assert_eq(code, 0, "exit %d:\n%s", code, text);
@@ -242,10 +248,7 @@ Test(experiment, tiny_experiment_reports_its_runs_and_resumes, .timeout = 300)
 Test(experiment, unfinished_run_is_redone_and_kept_aside, .timeout = 300)
 {
     char root[64], out[96], log[128], sum[200];
-    snprintf(root, sizeof root, "/tmp/mqgrad-exp-redo-%d", (int)getpid());
-    snprintf(out, sizeof out, "%s/out", root);
-    snprintf(log, sizeof log, "%s/experiment.log", root);
-    cr_assert_eq(mq_mkdirs(root), 0);
+    s_dirs("exp-redo", root, out, log);
     const char *args[] = {"--methods",
                           "fixed:4",
                           "--seeds",
@@ -292,10 +295,7 @@ Test(experiment, unfinished_run_is_redone_and_kept_aside, .timeout = 300)
 Test(experiment, bad_flags_exit_2_before_running, .timeout = 60)
 {
     char root[64], out[96], log[128];
-    snprintf(root, sizeof root, "/tmp/mqgrad-exp-bad-%d", (int)getpid());
-    snprintf(out, sizeof out, "%s/out", root);
-    snprintf(log, sizeof log, "%s/experiment.log", root);
-    cr_assert_eq(mq_mkdirs(root), 0);
+    s_dirs("exp-bad", root, out, log);
     const struct {
         const char *args[10], *says;
     } cases[] = {
@@ -441,10 +441,7 @@ Test(experiment, train_agent_learns_across_runs_and_deploys, .timeout = 300)
 Test(experiment, runs_evaluate_every_five_rounds_by_default, .timeout = 200)
 {
     char root[64], out[96], log[128], path[200];
-    snprintf(root, sizeof root, "/tmp/mqgrad-exp5-%d", (int)getpid());
-    snprintf(out, sizeof out, "%s/out", root);
-    snprintf(log, sizeof log, "%s/experiment.log", root);
-    cr_assert_eq(mq_mkdirs(root), 0);
+    s_dirs("exp5", root, out, log);
     const char *args[] = {"--methods", "fixed:4", "--seeds", "1", "--model", "small",
                           "--iterations", "12", "--eval-limit", "200", "--workers", "1",
                           "--servers", "1", "--threads", "1", "--clock", "simulated", NULL};
@@ -483,10 +480,7 @@ Test(experiment, help_documents_exact_methods, .timeout = 60)
 Test(experiment, diverged_run_is_a_result_and_exact_methods_run, .timeout = 300)
 {
     char root[64], out[96], log[128], path[256];
-    snprintf(root, sizeof root, "/tmp/mqgrad-exp-div-%d", (int)getpid());
-    snprintf(out, sizeof out, "%s/out", root);
-    snprintf(log, sizeof log, "%s/experiment.log", root);
-    cr_assert_eq(mq_mkdirs(root), 0);
+    s_dirs("exp-div", root, out, log);
     const char *args[] = {"--methods", "fixed:2+exact", "--seeds", "1", "--model", "small",
                           "--iterations", "200", "--eval-every", "50", "--eval-limit", "200",
                           "--threshold", "1000", "--workers", "2", "--servers", "1",
