@@ -129,6 +129,12 @@ Test(metrics, bad_registrations)
     const double down[] = {2, 1};
     cr_assert_null(mq_metrics_histogram(m, "h", "", NULL, down, 2));
     cr_assert_null(mq_metrics_histogram(m, "h", "", NULL, down, 0));
+    /* the registry's own series are not a caller's to write (a fuzzed gauge of that name
+     * read back the process's memory) */
+    cr_assert_null(mq_metrics_gauge(m, "process_resident_memory_bytes", "", NULL));
+    cr_assert(strstr(mq_err_last(), "registry's own"), "%s", mq_err_last());
+    cr_assert_null(mq_metrics_gauge(m, "mqgrad_build_info", "", "role=\"x\""));
+    cr_assert_null(mq_metrics_counter(m, "process_cpu_seconds_total", "", NULL));
     /* NULL series are ignored by every update */
     mq_metric_add(NULL, 1);
     mq_metric_set(NULL, 1);

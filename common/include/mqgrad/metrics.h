@@ -43,7 +43,8 @@ void mq_metrics_destroy(mq_metrics_t **self_p);
  * escaped with mq_metrics_escape where they are not the caller's own words), or NULL/"" for
  * none. The same NAME and LABELS give the same series again. Allocates: not for a per-message
  * path. NULL (error set, mqgrad/util.h) for a name or labels that are not valid, a name
- * registered before as another type, or out-of-memory; updates and renders ignore NULL, so a
+ * registered before as another type, a name of the registry's own (mqgrad_build_info and the
+ * process_* series, whatever the labels), or out-of-memory; updates and renders ignore NULL, so a
  * service can go on without a series it could not make. */
 mq_metric_t *mq_metrics_counter(mq_metrics_t *self, const char *name, const char *help,
                                 const char *labels);

@@ -38,6 +38,7 @@ struct s_family_t {
     size_t nbounds;
     mq_metric_t **series;
     size_t nseries, capseries;
+    bool own; /* the registry's (build info, the process's): no caller may write into it */
 };
 
 struct mq_metrics_t {
@@ -45,6 +46,7 @@ struct mq_metrics_t {
     s_family_t **families;
     size_t nfamilies, capfamilies;
     mq_metric_t *cpu, *rss; /* the process's, read as the registry is rendered */
+    bool sealed;            /* its own families are made: they are reserved from now on */
 };
 
 const double mq_metrics_seconds_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -141,6 +143,11 @@ static mq_metric_t *s_register(mq_metrics_t *self, s_kind_t kind, const char *na
     for (size_t i = 0; i < self->nfamilies && !f; i++)
         if (strcmp(self->families[i]->name, name) == 0)
             f = self->families[i];
+    if (f && f->own && self->sealed) {
+        mq_err_set("metric %s is the registry's own (every service's): not to be written",
+                   name);
+        goto out;
+    }
     if (f && f->kind != kind) {
         mq_err_set("metric %s was registered before as another type", name);
         goto out;
@@ -153,6 +160,7 @@ static mq_metric_t *s_register(mq_metrics_t *self, s_kind_t kind, const char *na
         }
         f->registry = self;
         f->kind = kind;
+        f->own = !self->sealed;
         snprintf(f->name, sizeof f->name, "%s", name);
         snprintf(f->help, sizeof f->help, "%s", help ? help : "");
         for (char *p = f->help; *p; p++) /* HELP is one line */
@@ -222,6 +230,7 @@ mq_metrics_t *mq_metrics_new(const char *role)
                                    "User and system CPU time of the process, seconds.", NULL);
     self->rss = mq_metrics_gauge(self, "process_resident_memory_bytes",
                                  "Resident memory of the process, bytes.", NULL);
+    self->sealed = true;
     return self;
 }
 
