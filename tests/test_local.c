@@ -123,7 +123,7 @@ static pid_t s_find_agent(const char *dir)
     return found;
 }
 
-Test(local, run_finishes_when_the_agent_is_killed, .timeout = 240)
+Test(local, run_finishes_when_the_agent_is_killed_and_the_agent_is_started_again, .timeout = 240)
 {
     char dir[128];
     snprintf(dir, sizeof dir, "/tmp/mqgrad-killtest-%d", (int)getpid());
@@ -133,15 +133,20 @@ Test(local, run_finishes_when_the_agent_is_killed, .timeout = 240)
     cr_assert_gt(agent, 0, "no agent process found");
     cr_log_info("killing agent pid %d (local %d)", (int)agent, (int)local);
     cr_assert_eq(kill(agent, SIGKILL), 0);
+    /* mqgrad local starts it again (on a new HTTP port: one picked free may have been taken
+     * before it bound it, as happened once to a test beside others) */
+    pid_t again = 0;
+    for (int i = 0; i < 100 && (again <= 0 || again == agent); i++) {
+        usleep(100000);
+        again = s_find_agent(dir);
+    }
+    cr_expect(again > 0 && again != agent, "the agent was not started again");
     int code = test_wait(local, 200);
     cr_assert_eq(code, 0, "mqgrad local exited with %d after the agent died", code);
     char *summary = test_slurp(dir, "summary.json");
     cr_expect(strstr(summary, "\"status\": \"completed\""), "%s", summary);
     cr_expect(strstr(summary, "\"iterations\": 200"), "%s", summary);
     free(summary);
-    char *events = test_slurp(dir, "events.jsonl");
-    cr_expect(strstr(events, "agent_fallback"), "no fallback recorded: %s", events);
-    free(events);
 }
 
 Test(local, sigterm_stops_every_service_cleanly, .timeout = 240)

@@ -785,6 +785,30 @@ static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *
     return s_spawn(c, &a, logdir, false);
 }
 
+/* The agent C died (the run goes on without it, by design): it is started again, at most
+ * --restarts times, on a new HTTP port (a port picked free may be taken by another program
+ * before the agent binds it); not one that refused its configuration. 0 if it was. */
+static int s_restart_agent(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c)
+{
+    static s_args_t a;
+    char logdir[PATH_MAX];
+    if (c->code == 2 || c->restarts >= o->restarts)
+        return -1;
+    int hport = s_free_port();
+    if (hport > 0)
+        cl->http_port = hport;
+    snprintf(logdir, sizeof logdir, "%s/logs", o->run_dir);
+    s_agent_args(o, cl, &a);
+    c->restarts++;
+    c->done = false;
+    c->code = 0;
+    c->http = o->http_port ? cl->http_port : 0;
+    if (s_spawn(c, &a, logdir, false) != 0)
+        return -1;
+    s_write_targets(o, cl);
+    return 0;
+}
+
 static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
 {
     static s_args_t a;
@@ -1051,8 +1075,14 @@ static int s_watch(const mq_local_opts_t *o, s_cluster_t *cl)
             return c->code;
         }
         if (i == cl->agent) { /* by design the run goes on without its agent */
-            fprintf(stderr, "mqgrad local: the agent exited (code %d); training goes on with "
-                            "the last bit-width\n", c->code);
+            int code = c->code;
+            if (code != 0 && s_restart_agent(o, cl, c) == 0)
+                fprintf(stderr, "mqgrad local: the agent exited (code %d); it is started again "
+                                "(%ld/%ld), training goes on meanwhile\n",
+                        code, c->restarts, o->restarts);
+            else
+                fprintf(stderr, "mqgrad local: the agent exited (code %d); training goes on "
+                                "with the last bit-width\n", code);
             continue;
         }
         if (c->code == 0 && i != cl->sched)

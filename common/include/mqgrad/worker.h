@@ -23,7 +23,9 @@
  *                    "APPLIED" <0|1>                   the aggregates are applied (1), or the
  *                                                      round closed without this worker (0)
  *                    "DONE <code>"                     the actor is over (mqgrad/service.h)
- *   caller -> actor  "NEXT"                            waiting for a round
+ *   caller -> actor  "NEXT" [<u8 zero>]                waiting for a round; ZERO 1: hand it
+ *                                                      over with the gradient zero but for
+ *                                                      the residuals (mqgrad_zero_grads)
  *                    "PUSH" <double loss>              the gradient is in place
  *                    "EVAL" <u64 correct, u64 total, double loss_sum>
  *
