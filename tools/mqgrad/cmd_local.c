@@ -775,40 +775,6 @@ int mq_local_check(const mq_local_opts_t *o)
     return s_preflight(o, &cl);
 }
 
-static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
-{
-    static s_args_t a;
-    s_agent_args(o, cl, &a);
-    cl->agent = cl->n;
-    s_child_t *c = s_new_child(cl, "agent", 0);
-    c->http = o->http_port ? cl->http_port : 0;
-    return s_spawn(c, &a, logdir, false);
-}
-
-/* The agent C died (the run goes on without it, by design): it is started again, at most
- * --restarts times, on a new HTTP port (a port picked free may be taken by another program
- * before the agent binds it); not one that refused its configuration. 0 if it was. */
-static int s_restart_agent(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c)
-{
-    static s_args_t a;
-    char logdir[PATH_MAX];
-    if (c->code == 2 || c->restarts >= o->restarts)
-        return -1;
-    int hport = s_free_port();
-    if (hport > 0)
-        cl->http_port = hport;
-    snprintf(logdir, sizeof logdir, "%s/logs", o->run_dir);
-    s_agent_args(o, cl, &a);
-    c->restarts++;
-    c->done = false;
-    c->code = 0;
-    c->http = o->http_port ? cl->http_port : 0;
-    if (s_spawn(c, &a, logdir, false) != 0)
-        return -1;
-    s_write_targets(o, cl);
-    return 0;
-}
-
 static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
 {
     static s_args_t a;
@@ -818,6 +784,7 @@ static int s_start_scheduler(const mq_local_opts_t *o, s_cluster_t *cl, const ch
     return s_spawn(c, &a, logdir, true);
 }
 
+/* Starts C (a worker, a server or the agent) with its role's flags, anew or again. */
 static int s_spawn_node(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
                         const char *logdir)
 {
@@ -826,13 +793,39 @@ static int s_spawn_node(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c,
         s_worker_args(o, cl, c, &a);
         if (o->worker_exec[0])
             s_exec_worker(o, cl, &a);
-    } else
+    } else if (c->server >= 0) {
         s_server_args(o, cl, c, &a);
+    } else { /* the agent */
+        s_agent_args(o, cl, &a);
+        c->http = o->http_port ? cl->http_port : 0;
+    }
     c->done = false;
     c->code = 0;
     int rc = s_spawn(c, &a, logdir, false);
     s_write_targets(o, cl);
     return rc;
+}
+
+static int s_start_agent(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
+{
+    cl->agent = cl->n;
+    return s_spawn_node(o, cl, s_new_child(cl, "agent", 0), logdir);
+}
+
+/* The agent C died (the run goes on without it, by design): it is started again, at most
+ * --restarts times, on a new HTTP port (a port picked free may be taken by another program
+ * before the agent binds it); not one that refused its configuration. 0 if it was. */
+static int s_restart_agent(const mq_local_opts_t *o, s_cluster_t *cl, s_child_t *c)
+{
+    char logdir[PATH_MAX];
+    if (c->code == 2 || c->restarts >= o->restarts)
+        return -1;
+    int hport = s_free_port();
+    if (hport > 0)
+        cl->http_port = hport;
+    snprintf(logdir, sizeof logdir, "%s/logs", o->run_dir);
+    c->restarts++;
+    return s_spawn_node(o, cl, c, logdir);
 }
 
 static int s_start_nodes(const mq_local_opts_t *o, s_cluster_t *cl, const char *logdir)
